@@ -1,0 +1,173 @@
+//! The in-memory backend: thread-safe, nothing survives the process.
+//!
+//! It implements the full [`Queue`] contract, idempotency-key dedup
+//! included (unlike the reference's `InMemoryOfflineQueue`, which never
+//! dedups), so that it is a faithful model of the durable backends: the
+//! property tests compare both durable backends against it.
+
+use super::state::State;
+use crate::error::Result;
+use crate::item::{
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
+    QueueStats, Record,
+};
+use crate::queue::{BackendKind, Queue};
+use crate::time::{system_clock, SharedClock, Timestamp};
+use std::sync::{Mutex, MutexGuard};
+
+/// A spool that lives in memory.
+#[derive(Debug)]
+pub struct MemoryQueue {
+    state: Mutex<State>,
+    clock: SharedClock,
+    uuid: String,
+}
+
+impl Default for MemoryQueue {
+    fn default() -> Self {
+        MemoryQueue::new()
+    }
+}
+
+impl MemoryQueue {
+    /// An empty, unbounded spool on the system clock.
+    pub fn new() -> MemoryQueue {
+        MemoryQueue::with_clock(system_clock())
+    }
+
+    /// An empty, unbounded spool on `clock`.
+    pub fn with_clock(clock: SharedClock) -> MemoryQueue {
+        MemoryQueue {
+            state: Mutex::new(State::default()),
+            clock,
+            uuid: uuid::Uuid::new_v4().to_string(),
+        }
+    }
+
+    /// An empty spool with a depth bound.
+    pub fn with_max_depth(max_depth: Option<u64>, clock: SharedClock) -> MemoryQueue {
+        let q = MemoryQueue::with_clock(clock);
+        q.lock().max_depth = max_depth;
+        q
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Queue for MemoryQueue {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Memory
+    }
+
+    fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let (results, fresh) = st.plan_enqueue(items, opts, now)?;
+        for item in fresh {
+            st.insert_pending(item);
+        }
+        Ok(results)
+    }
+
+    fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
+        Ok(self.lock().page(after, limit))
+    }
+
+    fn get(&self, id: ItemId) -> Result<Option<Item>> {
+        Ok(self.lock().pending.get(&id).cloned())
+    }
+
+    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        let mut st = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| st.remove_pending(*id).is_some())
+            .collect())
+    }
+
+    fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
+        Ok(self
+            .lock()
+            .update_pending(id, |it| it.attempts = attempts)
+            .is_some())
+    }
+
+    fn record_attempt(&self, id: ItemId, update: &AttemptUpdate) -> Result<bool> {
+        Ok(self
+            .lock()
+            .update_pending(id, |it| update.apply(it))
+            .is_some())
+    }
+
+    fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
+        let mut st = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| st.update_pending(*id, |it| it.held = held).is_some())
+            .collect())
+    }
+
+    fn size(&self) -> Result<u64> {
+        Ok(self.lock().pending.len() as u64)
+    }
+
+    fn max_depth(&self) -> Result<Option<u64>> {
+        Ok(self.lock().max_depth)
+    }
+
+    fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
+        self.lock().max_depth = bound;
+        Ok(())
+    }
+
+    fn uuid(&self) -> Result<String> {
+        Ok(self.uuid.clone())
+    }
+
+    fn high_water(&self) -> Result<ItemId> {
+        Ok(self.lock().high_water)
+    }
+
+    fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
+        let now = self.clock.now();
+        Ok(self.lock().kill(id, last_error, now).is_some())
+    }
+
+    fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
+        Ok(self.lock().dead_page(after, limit))
+    }
+
+    fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        Ok(self.lock().dead.get(&id).cloned())
+    }
+
+    fn dead_count(&self) -> Result<u64> {
+        Ok(self.lock().dead.len() as u64)
+    }
+
+    fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        let mut st = self.lock();
+        st.check_requeue(ids)?;
+        Ok(ids.iter().map(|id| st.requeue_one(*id).is_some()).collect())
+    }
+
+    fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        let mut st = self.lock();
+        Ok(ids.iter().map(|id| st.dead.remove(id).is_some()).collect())
+    }
+
+    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+        let mut st = self.lock();
+        let (results, store) = st.plan_import(records)?;
+        for rec in store {
+            st.apply_record(rec);
+        }
+        Ok(results)
+    }
+
+    fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        Ok(self.lock().stats(now))
+    }
+}

@@ -1,0 +1,238 @@
+//! Storage backends and the one way to open a spool by path.
+//!
+//! A spool is one path. [`Spool::open`] decides the backend the way the
+//! spec's §2 table says: an existing file that starts with the SQLite
+//! header is SQLite, any other existing file is NDJSON; a new path is
+//! NDJSON when it ends in `.ndjson` or `.jsonl`, SQLite otherwise; an
+//! explicit backend wins for a new path and must match an existing one.
+
+pub mod file;
+pub mod memory;
+pub mod sqlite;
+pub(crate) mod state;
+
+use crate::error::{Error, Result};
+use crate::queue::{BackendKind, Queue};
+use crate::time::{system_clock, SharedClock};
+use std::io::Read;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use file::FileQueue;
+pub use memory::MemoryQueue;
+pub use sqlite::SqliteQueue;
+
+/// The first 16 bytes of every SQLite database file.
+pub const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// How to open a spool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only: the spool must exist and nothing on disk changes, not
+    /// even a torn tail.
+    ReadOnly,
+    /// Read and write an existing spool.
+    ReadWrite,
+    /// Read and write, creating the spool when it is missing.
+    Create,
+    /// Create a new spool; an existing path is an error.
+    CreateNew,
+}
+
+impl OpenMode {
+    /// True for the modes that may write.
+    pub fn writable(self) -> bool {
+        self != OpenMode::ReadOnly
+    }
+
+    /// True for the modes that may create the spool.
+    pub fn creates(self) -> bool {
+        matches!(self, OpenMode::Create | OpenMode::CreateNew)
+    }
+}
+
+/// Options for [`Spool::open`] and the backends' `open`.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Read only, read-write, create.
+    pub mode: OpenMode,
+    /// The backend to use for a new spool; for an existing spool it must
+    /// match what is on disk.
+    pub backend: Option<BackendKind>,
+    /// The depth bound a newly created spool remembers.
+    pub max_depth: Option<u64>,
+    /// The clock for enqueue times and deaths.
+    pub clock: SharedClock,
+    /// How long to wait for another process's write lock before failing
+    /// with [`Error::Busy`].
+    pub busy_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            mode: OpenMode::Create,
+            backend: None,
+            max_depth: None,
+            clock: system_clock(),
+            busy_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Default options with `mode`.
+    pub fn new(mode: OpenMode) -> OpenOptions {
+        OpenOptions {
+            mode,
+            ..OpenOptions::default()
+        }
+    }
+}
+
+/// Decide which backend `path` uses (see the module docs).
+pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind> {
+    match std::fs::File::open(path) {
+        Ok(mut f) => {
+            let meta = f
+                .metadata()
+                .map_err(|e| Error::io(path, "inspect spool", e))?;
+            if meta.is_dir() {
+                return Err(Error::InvalidInput(format!(
+                    "{} is a directory, not a spool",
+                    path.display()
+                )));
+            }
+            let mut head = [0u8; 16];
+            let mut n = 0;
+            while n < head.len() {
+                match f.read(&mut head[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(path, "read spool header", e)),
+                }
+            }
+            let found = if n == head.len() && &head == SQLITE_HEADER {
+                BackendKind::Sqlite
+            } else {
+                BackendKind::File
+            };
+            match requested {
+                Some(r) if r != found => Err(Error::Unsupported(format!(
+                    "{} is an existing {} spool; --backend {} applies only when creating a spool",
+                    path.display(),
+                    found.name(),
+                    r.name()
+                ))),
+                _ => Ok(found),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(
+                requested.unwrap_or_else(|| match path.extension().and_then(|e| e.to_str()) {
+                    Some("ndjson") | Some("jsonl") => BackendKind::File,
+                    _ => BackendKind::Sqlite,
+                }),
+            )
+        }
+        Err(e) => Err(Error::io(path, "open spool", e)),
+    }
+}
+
+/// An open spool of any backend.
+#[derive(Debug)]
+pub enum Spool {
+    /// In memory.
+    Memory(MemoryQueue),
+    /// NDJSON file.
+    File(FileQueue),
+    /// SQLite database.
+    Sqlite(SqliteQueue),
+}
+
+impl Spool {
+    /// Open (or create, as `opts.mode` allows) the spool at `path`.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<Spool> {
+        if opts.backend == Some(BackendKind::Memory) {
+            return Err(Error::Unsupported(
+                "the memory backend has no path; use Spool::memory".into(),
+            ));
+        }
+        let exists = path
+            .try_exists()
+            .map_err(|e| Error::io(path, "inspect spool", e))?;
+        if exists && opts.mode == OpenMode::CreateNew {
+            return Err(Error::AlreadyExists {
+                path: path.to_path_buf(),
+            });
+        }
+        if !exists && !opts.mode.creates() {
+            return Err(Error::NotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        match detect(path, opts.backend)? {
+            BackendKind::Sqlite => Ok(Spool::Sqlite(SqliteQueue::open(path, opts)?)),
+            BackendKind::File => Ok(Spool::File(FileQueue::open(path, opts)?)),
+            BackendKind::Memory => Err(Error::Internal("detected a memory spool".into())),
+        }
+    }
+
+    /// A new in-memory spool.
+    pub fn memory(opts: &OpenOptions) -> Spool {
+        Spool::Memory(MemoryQueue::with_max_depth(
+            opts.max_depth,
+            opts.clock.clone(),
+        ))
+    }
+
+    /// The queue operations.
+    pub fn queue(&self) -> &(dyn Queue + 'static) {
+        match self {
+            Spool::Memory(q) => q,
+            Spool::File(q) => q,
+            Spool::Sqlite(q) => q,
+        }
+    }
+
+    /// The spool's path (none for memory).
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Spool::Memory(_) => None,
+            Spool::File(q) => Some(q.path()),
+            Spool::Sqlite(q) => Some(q.path()),
+        }
+    }
+
+    /// Every file that belongs to the spool and exists now, with its size
+    /// in bytes (main file, WAL, companions).
+    pub fn files(&self) -> Vec<(PathBuf, u64)> {
+        let candidates = match self {
+            Spool::Memory(_) => Vec::new(),
+            Spool::File(q) => q.files(),
+            Spool::Sqlite(q) => q.files(),
+        };
+        candidates
+            .into_iter()
+            .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.len())))
+            .collect()
+    }
+}
+
+impl Deref for Spool {
+    type Target = dyn Queue;
+    fn deref(&self) -> &Self::Target {
+        self.queue()
+    }
+}
+
+/// The path of a companion file: `spool.ndjson` + `dead` gives
+/// `spool.ndjson.dead`.
+pub fn companion(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".");
+    s.push(suffix);
+    PathBuf::from(s)
+}

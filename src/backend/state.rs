@@ -1,0 +1,337 @@
+//! The in-memory image of a spool, shared by the memory backend and the
+//! NDJSON backend.
+//!
+//! Every mutation is split in two: a `plan_*`/`prepare_*` step that checks
+//! the request against the current state and computes exactly what will
+//! change, without changing anything, and an `apply`/`insert` step that
+//! changes the state. The NDJSON backend writes and fsyncs the planned
+//! records between the two steps, so its memory never runs ahead of its
+//! file; the memory backend simply does both.
+
+use crate::error::{Error, Result};
+use crate::item::{
+    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, QueueStats, Record, RecordState,
+};
+use crate::time::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+
+/// Pending items, dead letters, the key index and the id high-water mark.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct State {
+    pub pending: BTreeMap<ItemId, Item>,
+    /// Non-empty keys of pending items.
+    pub keys: HashMap<String, ItemId>,
+    pub dead: BTreeMap<ItemId, DeadLetter>,
+    pub high_water: ItemId,
+    pub max_depth: Option<u64>,
+}
+
+impl AttemptUpdate {
+    /// Write this update into `item`.
+    pub fn apply(&self, item: &mut Item) {
+        item.attempts = self.attempts;
+        item.next_retry_at = self.next_retry_at;
+        item.last_error = self.last_error.clone();
+    }
+}
+
+impl State {
+    /// Put a pending item in place (a new item, a restored one, or a
+    /// replacement of the same id), keeping the key index and the
+    /// high-water mark right.
+    pub fn insert_pending(&mut self, item: Item) {
+        if let Some(old) = self.pending.get(&item.id) {
+            if !old.key.is_empty() && self.keys.get(&old.key) == Some(&old.id) {
+                self.keys.remove(&old.key);
+            }
+        }
+        if !item.key.is_empty() {
+            self.keys.entry(item.key.clone()).or_insert(item.id);
+        }
+        self.high_water = self.high_water.max(item.id);
+        self.pending.insert(item.id, item);
+    }
+
+    /// Remove a pending item, releasing its key.
+    pub fn remove_pending(&mut self, id: ItemId) -> Option<Item> {
+        let item = self.pending.remove(&id)?;
+        if !item.key.is_empty() && self.keys.get(&item.key) == Some(&id) {
+            self.keys.remove(&item.key);
+            // Another pending item may carry the same key (a reference
+            // file can hold duplicates); let the oldest take it over.
+            if let Some(other) = self.pending.values().find(|i| i.key == item.key) {
+                self.keys.insert(item.key.clone(), other.id);
+            }
+        }
+        Some(item)
+    }
+
+    /// Change a pending item in place; the key must not change.
+    pub fn update_pending(&mut self, id: ItemId, f: impl FnOnce(&mut Item)) -> Option<&Item> {
+        let item = self.pending.get_mut(&id)?;
+        f(item);
+        Some(item)
+    }
+
+    /// The bound that applies to an enqueue with `opts`.
+    fn bound(&self, limit: DepthLimit) -> Option<u64> {
+        match limit {
+            DepthLimit::Stored => self.max_depth,
+            DepthLimit::Override(b) => b,
+        }
+    }
+
+    /// Decide what enqueueing `items` at `now` does: per item, a dedup hit
+    /// or a new id; and the new items themselves. Fails with
+    /// [`Error::QueueFull`] when the new items do not fit.
+    pub fn plan_enqueue(
+        &self,
+        items: &[NewItem],
+        opts: &EnqueueOptions,
+        now: Timestamp,
+    ) -> Result<(Vec<Enqueued>, Vec<Item>)> {
+        let mut results = Vec::with_capacity(items.len());
+        let mut fresh: Vec<Item> = Vec::new();
+        let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
+        let mut next = self.high_water;
+        for it in items {
+            if !it.key.is_empty() {
+                if let Some(&id) = self
+                    .keys
+                    .get(&it.key)
+                    .or_else(|| batch_keys.get(it.key.as_str()))
+                {
+                    results.push(Enqueued {
+                        id,
+                        deduplicated: true,
+                    });
+                    continue;
+                }
+            }
+            next = next
+                .checked_add(1)
+                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+            if !it.key.is_empty() {
+                batch_keys.insert(&it.key, next);
+            }
+            fresh.push(Item::new(next, it.payload.clone(), it.key.clone(), now));
+            results.push(Enqueued {
+                id: next,
+                deduplicated: false,
+            });
+        }
+        if let Some(bound) = self.bound(opts.depth_limit) {
+            let depth = self.pending.len() as u64;
+            if !fresh.is_empty() && depth + fresh.len() as u64 > bound {
+                return Err(Error::QueueFull {
+                    max_depth: bound,
+                    depth,
+                });
+            }
+        }
+        Ok((results, fresh))
+    }
+
+    /// Pending items after `after`, in id order.
+    pub fn page(&self, after: ItemId, limit: usize) -> Vec<Item> {
+        self.pending
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Dead letters after `after`, in id order.
+    pub fn dead_page(&self, after: ItemId, limit: usize) -> Vec<DeadLetter> {
+        self.dead
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// The dead letter that dead-lettering `id` would create.
+    pub fn prepare_kill(&self, id: ItemId, last_error: &str, now: Timestamp) -> Option<DeadLetter> {
+        let mut item = self.pending.get(&id)?.clone();
+        item.last_error = Some(last_error.to_string());
+        Some(DeadLetter { item, dead_at: now })
+    }
+
+    /// Move a pending item to the dead-letter set as `dl` describes.
+    pub fn apply_kill(&mut self, dl: DeadLetter) {
+        self.remove_pending(dl.item.id);
+        self.high_water = self.high_water.max(dl.item.id);
+        self.dead.insert(dl.item.id, dl);
+    }
+
+    /// Dead-letter a pending item at once.
+    pub fn kill(&mut self, id: ItemId, last_error: &str, now: Timestamp) -> Option<DeadLetter> {
+        let dl = self.prepare_kill(id, last_error, now)?;
+        self.apply_kill(dl.clone());
+        Some(dl)
+    }
+
+    /// Check that requeueing `ids` is allowed: the stored bound holds and
+    /// no requeued key collides with a pending item or another requeued
+    /// item.
+    pub fn check_requeue(&self, ids: &[ItemId]) -> Result<()> {
+        let mut seen_keys: HashMap<&str, ItemId> = HashMap::new();
+        let mut seen_ids = std::collections::HashSet::new();
+        let mut count = 0u64;
+        for id in ids {
+            let Some(dl) = self.dead.get(id) else {
+                continue;
+            };
+            if !seen_ids.insert(*id) {
+                continue;
+            }
+            count += 1;
+            let key = dl.item.key.as_str();
+            if key.is_empty() {
+                continue;
+            }
+            if let Some(other) = self.keys.get(key) {
+                return Err(Error::InvalidInput(format!(
+                    "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
+                )));
+            }
+            if let Some(other) = seen_keys.insert(key, *id) {
+                return Err(Error::InvalidInput(format!(
+                    "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
+                )));
+            }
+        }
+        if let Some(bound) = self.max_depth {
+            let depth = self.pending.len() as u64;
+            if count > 0 && depth + count > bound {
+                return Err(Error::QueueFull {
+                    max_depth: bound,
+                    depth,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The pending item that requeueing dead letter `id` would create.
+    pub fn prepare_requeue(&self, id: ItemId) -> Option<Item> {
+        let mut item = self.dead.get(&id)?.item.clone();
+        item.attempts = 0;
+        item.next_retry_at = None;
+        item.held = false;
+        Some(item)
+    }
+
+    /// Move dead letter `item.id` back to pending as `item`.
+    pub fn apply_requeue(&mut self, item: Item) {
+        self.dead.remove(&item.id);
+        self.insert_pending(item);
+    }
+
+    /// Requeue one dead letter at once (after [`State::check_requeue`]).
+    pub fn requeue_one(&mut self, id: ItemId) -> Option<Item> {
+        let item = self.prepare_requeue(id)?;
+        self.apply_requeue(item.clone());
+        Some(item)
+    }
+
+    /// Decide what importing `records` does: per record, its id in this
+    /// spool, whether it kept its own, whether it was a dedup hit; and the
+    /// records to store, renumbered.
+    pub fn plan_import(&self, records: &[Record]) -> Result<(Vec<Imported>, Vec<Record>)> {
+        let mut out = Vec::with_capacity(records.len());
+        let mut store = Vec::new();
+        let mut hw = self.high_water;
+        let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
+        for r in records {
+            let live = r.state != RecordState::Dead;
+            if live && !r.item.key.is_empty() {
+                if let Some(&id) = self
+                    .keys
+                    .get(&r.item.key)
+                    .or_else(|| batch_keys.get(r.item.key.as_str()))
+                {
+                    out.push(Imported {
+                        id,
+                        kept_id: false,
+                        deduplicated: true,
+                    });
+                    continue;
+                }
+            }
+            let (id, kept) = if r.item.id > hw {
+                (r.item.id, true)
+            } else {
+                (
+                    hw.checked_add(1)
+                        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
+                    false,
+                )
+            };
+            hw = id;
+            if live && !r.item.key.is_empty() {
+                batch_keys.insert(&r.item.key, id);
+            }
+            let mut rec = r.clone();
+            rec.item.id = id;
+            rec.item.held = r.state == RecordState::Held;
+            if r.state == RecordState::Dead && rec.dead_at.is_none() {
+                return Err(Error::InvalidInput(format!(
+                    "dead record {} has no dead_at",
+                    r.item.id
+                )));
+            }
+            store.push(rec);
+            out.push(Imported {
+                id,
+                kept_id: kept,
+                deduplicated: false,
+            });
+        }
+        Ok((out, store))
+    }
+
+    /// Store one planned import record.
+    pub fn apply_record(&mut self, rec: Record) {
+        match rec.state {
+            RecordState::Dead => {
+                self.high_water = self.high_water.max(rec.item.id);
+                let dead_at = rec.dead_at.unwrap_or_default();
+                self.dead.insert(
+                    rec.item.id,
+                    DeadLetter {
+                        item: rec.item,
+                        dead_at,
+                    },
+                );
+            }
+            RecordState::Pending | RecordState::Held => self.insert_pending(rec.item),
+        }
+    }
+
+    /// The counts `stats` reports.
+    pub fn stats(&self, now: Timestamp) -> QueueStats {
+        let mut s = QueueStats {
+            depth: self.pending.len() as u64,
+            dead_letters: self.dead.len() as u64,
+            max_depth: self.max_depth,
+            high_water: self.high_water,
+            ..QueueStats::default()
+        };
+        if let Some(first) = self.pending.values().next() {
+            s.oldest_id = Some(first.id);
+            s.oldest_enqueued_at = first.enqueued_at;
+        }
+        for it in self.pending.values() {
+            if it.held {
+                s.held += 1;
+            }
+            if it.next_retry_at.is_some_and(|t| t > now) {
+                s.waiting += 1;
+            }
+            *s.attempts_histogram.entry(it.attempts).or_default() += 1;
+        }
+        s
+    }
+}

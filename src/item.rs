@@ -1,0 +1,177 @@
+//! The things a spool holds.
+
+use crate::time::Timestamp;
+use std::collections::BTreeMap;
+
+/// A queue-local item id. Ids grow monotonically and are never reused
+/// within a spool, not even after the item is done or compacted away.
+pub type ItemId = u64;
+
+/// A pending (or held) item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Stable, queue-local id.
+    pub id: ItemId,
+    /// The payload: arbitrary bytes.
+    pub payload: Vec<u8>,
+    /// Idempotency key; empty when none. Never interpreted.
+    pub key: String,
+    /// Durable count of failed delivery attempts.
+    pub attempts: u32,
+    /// When the item was enqueued (second precision). `None` only for
+    /// items written by the reference NDJSON format, which carries no time.
+    pub enqueued_at: Option<Timestamp>,
+    /// Replay skips the item until this time.
+    pub next_retry_at: Option<Timestamp>,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// A held item is kept, listed and counted, but replay skips it.
+    pub held: bool,
+}
+
+impl Item {
+    /// A fresh item as enqueue creates it.
+    pub fn new(id: ItemId, payload: Vec<u8>, key: String, enqueued_at: Timestamp) -> Item {
+        Item {
+            id,
+            payload,
+            key,
+            attempts: 0,
+            enqueued_at: Some(Timestamp::from_secs(enqueued_at.as_secs())),
+            next_retry_at: None,
+            last_error: None,
+            held: false,
+        }
+    }
+
+    /// True when replay may attempt the item at `now`: not held and not
+    /// waiting for a backoff to expire.
+    pub fn is_due(&self, now: Timestamp) -> bool {
+        !self.held && self.next_retry_at.is_none_or(|t| t <= now)
+    }
+}
+
+/// An item in the dead-letter set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The item as it was when it died (attempts and last error included).
+    pub item: Item,
+    /// When it was moved to the dead-letter set.
+    pub dead_at: Timestamp,
+}
+
+/// A payload to enqueue.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NewItem {
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Idempotency key; empty for none.
+    pub key: String,
+}
+
+impl NewItem {
+    /// A payload with an idempotency key (empty for none).
+    pub fn new(payload: impl Into<Vec<u8>>, key: impl Into<String>) -> NewItem {
+        NewItem {
+            payload: payload.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// What one enqueue did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The id of the stored item, or of the pending item that already
+    /// carried the key.
+    pub id: ItemId,
+    /// True when nothing was stored because a pending item already
+    /// carried the same non-empty key (first write wins).
+    pub deduplicated: bool,
+}
+
+/// Which depth bound an enqueue enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DepthLimit {
+    /// The bound the spool remembers (if any).
+    #[default]
+    Stored,
+    /// This bound for this call only (`None`: unbounded).
+    Override(Option<u64>),
+}
+
+/// Options for [`crate::Queue::enqueue_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct EnqueueOptions {
+    /// Which depth bound applies.
+    pub depth_limit: DepthLimit,
+}
+
+/// The bookkeeping replay writes after an attempt that did not deliver.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct AttemptUpdate {
+    /// The new cumulative attempt count.
+    pub attempts: u32,
+    /// When the item may be tried again (`None`: at once).
+    pub next_retry_at: Option<Timestamp>,
+    /// Why the attempt failed.
+    pub last_error: Option<String>,
+}
+
+/// The state of a record in an export stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordState {
+    /// Pending, not held.
+    Pending,
+    /// Pending and held.
+    Held,
+    /// In the dead-letter set.
+    Dead,
+}
+
+/// One item of a whole-spool export or import.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The item (for a held record, `held` is true).
+    pub item: Item,
+    /// Pending, held or dead.
+    pub state: RecordState,
+    /// For dead records, when the item died.
+    pub dead_at: Option<Timestamp>,
+}
+
+/// What importing one record did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Imported {
+    /// The id the record has in the target.
+    pub id: ItemId,
+    /// True when the record kept the id it had in the source.
+    pub kept_id: bool,
+    /// True when a pending item in the target already carried the key, so
+    /// nothing was stored.
+    pub deduplicated: bool,
+}
+
+/// Counts that every backend can answer without reading every payload.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Pending items, held ones included.
+    pub depth: u64,
+    /// Held items.
+    pub held: u64,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// Pending items whose next retry is in the future.
+    pub waiting: u64,
+    /// Enqueue time of the oldest pending item (by id), when known.
+    pub oldest_enqueued_at: Option<Timestamp>,
+    /// Id of the oldest pending item.
+    pub oldest_id: Option<ItemId>,
+    /// Number of pending items per attempt count.
+    pub attempts_histogram: BTreeMap<u32, u64>,
+    /// The stored depth bound.
+    pub max_depth: Option<u64>,
+    /// The highest id ever issued.
+    pub high_water: u64,
+}

@@ -1,0 +1,40 @@
+//! # spool
+//!
+//! Durable offline spools: local queues of payloads that could not be
+//! delivered yet.
+//!
+//! A spool is one path, stored either in SQLite (the default) or in an
+//! append-only NDJSON file, in the on-disk formats of the reference
+//! offline-support module (`morph_offline_queue`, `put`/`done` lines), so
+//! spools written by either side stay readable and writable by the other.
+//! Every mutating operation is durable when it returns `Ok`.
+//!
+//! ```
+//! use spool::{OpenOptions, Spool, Queue};
+//!
+//! let spool = Spool::memory(&OpenOptions::default());
+//! let first = spool.enqueue(b"hello", "op-1").unwrap();
+//! let again = spool.enqueue(b"hello, corrected", "op-1").unwrap();
+//! assert!(again.deduplicated);
+//! assert_eq!(again.id, first.id);
+//! assert_eq!(spool.drain().unwrap()[0].payload, b"hello");
+//! ```
+//!
+//! The command-line tool `spool` is a thin layer over this crate: each
+//! subcommand calls one operation here and renders its result.
+
+pub mod backend;
+pub mod error;
+pub mod item;
+pub mod queue;
+pub mod time;
+pub mod units;
+
+pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
+pub use error::{Error, ErrorKind, Result};
+pub use item::{
+    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, QueueStats, Record, RecordState,
+};
+pub use queue::{BackendKind, Queue, PAGE_SIZE};
+pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

@@ -1,0 +1,173 @@
+//! The queue contract every backend implements.
+//!
+//! [`Queue`] carries every operation of the reference `IOfflineQueue`
+//! (enqueue with and without key, non-destructive drain in enqueue order,
+//! mark done, set attempts, size, max depth) plus what replay and
+//! operators need: paged reads, replay bookkeeping, hold/release, a
+//! durable dead-letter set, and whole-spool import. The conformance suite
+//! in `tests/conformance.rs` is this contract written as tests; every
+//! backend runs it.
+//!
+//! Every mutating method is a committed, durable transaction when it
+//! returns `Ok` (for the durable backends), and all-or-nothing when it
+//! returns `Err`.
+
+use crate::error::Result;
+use crate::item::{
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
+    QueueStats, Record,
+};
+use crate::time::Timestamp;
+
+/// Which storage a spool uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// SQLite database (the default).
+    Sqlite,
+    /// Append-only NDJSON file.
+    File,
+    /// In memory, for tests and embedding.
+    Memory,
+}
+
+impl BackendKind {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::File => "file",
+            BackendKind::Memory => "memory",
+        }
+    }
+}
+
+/// Page size used by the provided [`Queue::drain`] and by callers that
+/// stream a spool.
+pub const PAGE_SIZE: usize = 512;
+
+/// A durable offline queue.
+///
+/// Dedup semantics (all backends, as the reference's durable queues):
+/// only a non-empty key carried by a pending (or held) item is a dedup
+/// candidate; a hit stores nothing, keeps the first payload and returns
+/// the existing id with `deduplicated: true`; `mark_done` and
+/// dead-lettering release the key; a dedup hit succeeds even on a full
+/// spool, since it stores nothing.
+///
+/// Depth bound: reject-newest. An enqueue that would take the number of
+/// pending items past the bound fails with [`crate::Error::QueueFull`]
+/// and stores nothing; nothing is ever evicted.
+pub trait Queue: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Enqueue `items` in one atomic commit, in order. Returns one result
+    /// per item. A key repeated within the batch dedups against the
+    /// batch's first item with that key. If the batch does not fit under
+    /// the depth bound, nothing is stored.
+    fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>>;
+
+    /// Enqueue one payload with a key (`""` for none) under the stored
+    /// depth bound.
+    fn enqueue(&self, payload: &[u8], key: &str) -> Result<Enqueued> {
+        let mut v =
+            self.enqueue_batch(&[NewItem::new(payload, key)], &EnqueueOptions::default())?;
+        v.pop()
+            .ok_or_else(|| crate::Error::Internal("enqueue returned no result".into()))
+    }
+
+    /// Up to `limit` pending items (held included) with `id > after`, in
+    /// enqueue (id) order. Never removes anything.
+    fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>>;
+
+    /// Every pending item in enqueue order, without removing any (the
+    /// reference `drain`). Prefer [`Queue::page`] for large spools.
+    fn drain(&self) -> Result<Vec<Item>> {
+        let mut all = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            let n = page.len();
+            all.extend(page);
+            if n < PAGE_SIZE {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// One pending item.
+    fn get(&self, id: ItemId) -> Result<Option<Item>>;
+
+    /// Remove pending items (delivered, or an operator's decision), in one
+    /// commit. Returns, per id, whether it was pending. Unknown ids are a
+    /// no-op, as in the reference.
+    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>>;
+
+    /// Set an item's durable attempt count. Returns whether it exists.
+    fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool>;
+
+    /// Record a failed attempt: attempts, next retry time and last error
+    /// in one commit. Returns whether the item exists.
+    fn record_attempt(&self, id: ItemId, update: &AttemptUpdate) -> Result<bool>;
+
+    /// Hold (`true`) or release (`false`) pending items, in one commit.
+    /// Returns, per id, whether it was pending.
+    fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>>;
+
+    /// Number of pending items, held ones included.
+    fn size(&self) -> Result<u64>;
+
+    /// The depth bound the spool remembers, if any.
+    fn max_depth(&self) -> Result<Option<u64>>;
+
+    /// Remember a depth bound (`None`: unbounded) for every later call.
+    fn set_max_depth(&self, bound: Option<u64>) -> Result<()>;
+
+    /// The spool's RFC 4122 UUID (lowercase hyphenated), created with the
+    /// spool and kept by it.
+    fn uuid(&self) -> Result<String>;
+
+    /// The highest id ever issued (0 for a new spool). Ids of new items
+    /// are always greater.
+    fn high_water(&self) -> Result<ItemId>;
+
+    /// Move a pending item to the dead-letter set, with `last_error` and
+    /// the current time as its time of death, in one commit. Releases its
+    /// key. Returns whether it was pending.
+    fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool>;
+
+    /// Up to `limit` dead letters with `id > after`, in id order.
+    fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>>;
+
+    /// One dead letter.
+    fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>>;
+
+    /// Number of dead letters.
+    fn dead_count(&self) -> Result<u64>;
+
+    /// Move dead letters back to pending under their own ids, attempts
+    /// reset, next retry and hold cleared, keys kept; all in one commit.
+    /// Returns, per id, whether it was a dead letter. Fails, changing
+    /// nothing, when the result would exceed the stored depth bound or
+    /// when a pending item already carries a requeued item's key.
+    fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>>;
+
+    /// Delete dead letters for good, in one commit. Returns, per id,
+    /// whether it was a dead letter.
+    fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>>;
+
+    /// Add exported records in one commit. A record keeps its id when the
+    /// id is above this spool's high-water mark (and above every id kept
+    /// earlier in the batch); otherwise it gets a new id. A pending or
+    /// held record whose key a pending item already carries is a dedup
+    /// hit and stores nothing. The depth bound is not enforced: an import
+    /// moves items that were already accepted once.
+    fn import(&self, records: &[Record]) -> Result<Vec<Imported>>;
+
+    /// Counts for `stats`, computed without reading every payload where
+    /// the backend allows. `now` decides which items are waiting.
+    fn stats(&self, now: Timestamp) -> Result<QueueStats>;
+}

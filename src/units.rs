@@ -1,0 +1,131 @@
+//! Durations and sizes as people write them on a command line.
+//!
+//! Durations: `500ms`, `5s`, `2m`, `1h`, `1h30m`, `1d`; a bare number is
+//! seconds (`30`, `0.5`). Sizes: `512`, `64KiB`, `16MiB`, `1GiB`, and the
+//! decimal `kB`/`MB`/`GB`; a bare number is bytes.
+
+use std::time::Duration;
+
+/// Parse a duration (see the module docs).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        let secs: f64 = t.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        return Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("invalid duration {s:?}: {e} (write e.g. 500ms, 5s, 2m, 1h30m)"))
+}
+
+/// Parse a size in bytes (see the module docs).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("invalid size {s:?} (write e.g. 512, 64KiB, 16MiB)"));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "KiB" | "K" | "k" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, kB, MB, GB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+/// Render a duration compactly for people: `850ms`, `12s`, `3m20s`,
+/// `2h5m`, `3d4h`.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs();
+    let (days, hours, mins, secs) = (s / 86_400, (s / 3600) % 24, (s / 60) % 60, s % 60);
+    if days > 0 {
+        format!("{days}d{hours}h")
+    } else if hours > 0 {
+        format!("{hours}h{mins}m")
+    } else if mins > 0 {
+        format!("{mins}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-3").is_err());
+        assert!(parse_duration("1e999").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512").unwrap(), 512);
+        assert_eq!(parse_size("64KiB").unwrap(), 65_536);
+        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
+        assert_eq!(parse_size("2kB").unwrap(), 2000);
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(format_duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(format_duration(Duration::from_secs(200)), "3m20s");
+        assert_eq!(format_duration(Duration::from_secs(7500)), "2h5m");
+        assert_eq!(
+            format_duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d4h"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(s in ".{0,40}") {
+            let _ = parse_duration(&s);
+            let _ = parse_size(&s);
+        }
+
+        #[test]
+        fn bare_seconds_round_trip(n in 0u64..10_000_000) {
+            prop_assert_eq!(parse_duration(&n.to_string()).unwrap(), Duration::from_secs(n));
+        }
+
+        #[test]
+        fn sizes_round_trip(n in 0u64..1_000_000, unit in prop::sample::select(vec![("", 1u64), ("KiB", 1024), ("MiB", 1 << 20)])) {
+            prop_assert_eq!(parse_size(&format!("{n}{}", unit.0)).unwrap(), n * unit.1);
+        }
+    }
+}
