@@ -9,11 +9,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// (id, attempt, idempotency key, payload) of one delivery.
+type Seen = (u64, u32, String, Vec<u8>);
+
 /// A target whose answer is decided by a function of (payload, attempt),
 /// recording every delivery.
 struct Scripted<F: Fn(&[u8], u32) -> Outcome + Send + Sync> {
     answer: F,
-    log: Mutex<Vec<(u64, u32, String, Vec<u8>)>>,
+    log: Mutex<Vec<Seen>>,
 }
 
 impl<F: Fn(&[u8], u32) -> Outcome + Send + Sync> Scripted<F> {
@@ -23,7 +26,7 @@ impl<F: Fn(&[u8], u32) -> Outcome + Send + Sync> Scripted<F> {
             log: Mutex::new(Vec::new()),
         }
     }
-    fn deliveries(&self) -> Vec<(u64, u32, String, Vec<u8>)> {
+    fn deliveries(&self) -> Vec<Seen> {
         self.log.lock().unwrap().clone()
     }
 }
