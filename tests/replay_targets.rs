@@ -28,9 +28,11 @@ fn deliver(t: &dyn Target, it: &Item, attempt: u32, key: &str) -> Outcome {
 #[test]
 fn http_sends_body_and_identity_headers() {
     let sink = Sink::always(204);
-    let mut o = HttpOptions::default();
-    o.headers = vec!["X-Tenant: blue".into()];
-    o.content_type = "application/json".into();
+    let o = HttpOptions {
+        headers: vec!["X-Tenant: blue".into()],
+        content_type: "application/json".into(),
+        ..HttpOptions::default()
+    };
     let t = HttpTarget::new(&sink.url("/ingest"), &o).unwrap();
     let payload = b"\x00\xffbinary \"body\"\n";
     for attempt in [1, 2] {
@@ -106,8 +108,10 @@ fn http_status_classes() {
         }
         other => panic!("{other:?}"),
     }
-    let mut o2 = HttpOptions::default();
-    o2.retry_status = vec![409];
+    let o2 = HttpOptions {
+        retry_status: vec![409],
+        ..HttpOptions::default()
+    };
     let t = HttpTarget::new(&sink.url("/409"), &o2).unwrap();
     assert!(matches!(
         deliver(&t, &item(1, b"x", ""), 1, "u:1"),
@@ -118,8 +122,10 @@ fn http_status_classes() {
 #[test]
 fn http_timeouts_and_dropped_connections_are_failures() {
     let sink = Sink::start(|_, _| Answer::Slow(Duration::from_secs(3), 200));
-    let mut o = HttpOptions::default();
-    o.timeout = Some(Duration::from_millis(200));
+    let o = HttpOptions {
+        timeout: Some(Duration::from_millis(200)),
+        ..HttpOptions::default()
+    };
     let t = HttpTarget::new(&sink.url("/slow"), &o).unwrap();
     let start = Instant::now();
     match deliver(&t, &item(1, b"x", ""), 1, "u:1") {
@@ -156,8 +162,10 @@ fn http_timeouts_and_dropped_connections_are_failures() {
 fn http_credentials_never_reach_messages() {
     let sink =
         Sink::start(|_, _| Answer::Full(500, vec![], "echo: user:hunter22 token-abcdef".into()));
-    let mut o = HttpOptions::default();
-    o.headers = vec!["Authorization: Bearer token-abcdef".into()];
+    let o = HttpOptions {
+        headers: vec!["Authorization: Bearer token-abcdef".into()],
+        ..HttpOptions::default()
+    };
     let url = sink.url("/x").replace("http://", "http://user:hunter22@");
     let t = HttpTarget::new(&url, &o).unwrap();
     assert!(!t.describe().contains("hunter22"));
