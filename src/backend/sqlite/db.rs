@@ -37,6 +37,8 @@ const COUNT_PENDING: &str = "SELECT count(*) FROM morph_offline_queue";
 /// the partial unique index `ix_queue_idem`.
 const KEY_OWNER: &str = "SELECT id FROM morph_offline_queue \
      WHERE idempotency_key = ?1 AND idempotency_key <> '' ORDER BY id LIMIT 1";
+/// The smallest attempt count, one seek in `ix_queue_attempts`.
+const MIN_ATTEMPTS: &str = "SELECT min(attempts) FROM morph_offline_queue";
 /// The next distinct attempt count, one seek in `ix_queue_attempts`.
 const NEXT_ATTEMPTS: &str =
     "SELECT attempts FROM morph_offline_queue WHERE attempts > ?1 ORDER BY attempts LIMIT 1";
@@ -46,6 +48,9 @@ const COUNT_ATTEMPTS: &str = "SELECT count(*) FROM morph_offline_queue WHERE att
 const COUNT_HELD: &str = "SELECT count(*) FROM morph_offline_queue WHERE held <> 0";
 /// A range of the partial index `ix_queue_retry`.
 const COUNT_WAITING: &str = "SELECT count(*) FROM morph_offline_queue WHERE next_retry_at > ?1";
+/// The histogram of a reference database, which has no attempts index.
+const HISTOGRAM_BY_GROUPING: &str =
+    "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
 /// Walks `ix_dead_dead_at`, not the payloads.
 const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
 
@@ -143,6 +148,21 @@ fn dead_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
         item: item_from_row(row)?,
         dead_at: Timestamp::from_millis(row.get(8)?),
     })
+}
+
+/// Adding one bucket of the attempt histogram.
+trait AddAttempts {
+    fn add_attempts(&mut self, attempts: i64, n: u64);
+}
+
+impl AddAttempts for QueueStats {
+    fn add_attempts(&mut self, attempts: i64, n: u64) {
+        self.depth += n;
+        *self
+            .attempts_histogram
+            .entry(clamp_attempts(attempts))
+            .or_default() += n;
+    }
 }
 
 impl Db<'_> {
@@ -534,25 +554,36 @@ impl Db<'_> {
         if self.layout == Layout::Empty {
             return Ok(s);
         }
-        // The histogram, one index range per distinct attempt count:
-        // counting a range is cheaper than grouping every row.
-        let mut next_value = self
-            .conn
-            .prepare_cached(NEXT_ATTEMPTS)
-            .map_err(|e| self.err(e))?;
-        let mut after = i64::MIN;
-        loop {
-            let value: Option<i64> = next_value
-                .query_row([after], |r| r.get(0))
-                .optional()
+        if self.layout == Layout::Reference {
+            // No index to walk: one pass over the table.
+            let mut stmt = self
+                .conn
+                .prepare_cached(HISTOGRAM_BY_GROUPING)
                 .map_err(|e| self.err(e))?;
-            let Some(value) = value else { break };
-            let n = self.count(COUNT_ATTEMPTS, Some(value))?;
-            s.depth += n;
-            *s.attempts_histogram
-                .entry(clamp_attempts(value))
-                .or_default() += n;
-            after = value;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+                .map_err(|e| self.err(e))?;
+            for row in rows {
+                let (value, n) = row.map_err(|e| self.err(e))?;
+                s.add_attempts(value, n.max(0) as u64);
+            }
+        } else {
+            // One range of ix_queue_attempts per distinct attempt count:
+            // counting a range is cheaper than grouping every row.
+            let mut value: Option<i64> = self
+                .conn
+                .prepare_cached(MIN_ATTEMPTS)
+                .and_then(|mut st| st.query_row([], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            while let Some(v) = value {
+                let n = self.count(COUNT_ATTEMPTS, Some(v))?;
+                s.add_attempts(v, n);
+                value = self
+                    .conn
+                    .prepare_cached(NEXT_ATTEMPTS)
+                    .and_then(|mut st| st.query_row([v], |r| r.get(0)).optional())
+                    .map_err(|e| self.err(e))?;
+            }
         }
         if self.layout == Layout::Spool {
             s.held = self.count(COUNT_HELD, None)?;
@@ -601,6 +632,7 @@ mod tests {
         for (sql, index) in [
             (COUNT_PENDING, "COVERING INDEX ix_queue_attempts"),
             (KEY_OWNER, "COVERING INDEX ix_queue_idem"),
+            (MIN_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (NEXT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (COUNT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (COUNT_HELD, "INDEX ix_queue_held"),
