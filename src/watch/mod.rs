@@ -23,9 +23,14 @@
 //! coordinator sleeps through its `sleep` dependency, so none of this is
 //! tested by waiting for real.
 
+pub mod coordinator;
 pub mod monitor;
 pub mod worker;
 
+pub use self::coordinator::{
+    CoordinatorCounters, Dependency, Deps, DepsBuilder, MissingDependencies, OnlineReport,
+    ReconnectConfig, ReconnectCoordinator, ReconnectOutcome,
+};
 pub use self::monitor::{
     safe_probe, LinkState, ManualTicker, MonitorHandle, NetworkMonitor, NetworkMonitorBuilder,
     NetworkMonitorConfig, StartState, SystemTicker, Ticker, Transition,
