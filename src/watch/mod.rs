@@ -25,6 +25,7 @@
 
 pub mod coordinator;
 pub mod monitor;
+pub mod probe;
 pub mod worker;
 
 pub use self::coordinator::{
@@ -35,4 +36,5 @@ pub use self::monitor::{
     safe_probe, LinkState, ManualTicker, MonitorHandle, NetworkMonitor, NetworkMonitorBuilder,
     NetworkMonitorConfig, StartState, SystemTicker, Ticker, Transition,
 };
+pub use self::probe::{Probe, ProbeOptions};
 pub use self::worker::{Poster, Shutdown, Worker};
