@@ -24,6 +24,7 @@
 //! tested by waiting for real.
 
 pub mod coordinator;
+pub mod metrics;
 pub mod monitor;
 pub mod probe;
 pub mod worker;
@@ -32,6 +33,7 @@ pub use self::coordinator::{
     CoordinatorCounters, Dependency, Deps, DepsBuilder, MissingDependencies, OnlineReport,
     ReconnectConfig, ReconnectCoordinator, ReconnectOutcome,
 };
+pub use self::metrics::{SpoolGauges, WatchCounters, WatchMetrics};
 pub use self::monitor::{
     safe_probe, LinkState, ManualTicker, MonitorHandle, NetworkMonitor, NetworkMonitorBuilder,
     NetworkMonitorConfig, StartState, SystemTicker, Ticker, Transition,
