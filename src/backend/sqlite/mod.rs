@@ -50,6 +50,7 @@
 //! unknown.
 
 mod db;
+pub mod maint;
 mod schema;
 
 use self::db::Db;
@@ -76,6 +77,7 @@ pub struct SqliteQueue {
     clock: SharedClock,
     layout: Layout,
     read_only: bool,
+    busy_timeout: std::time::Duration,
 }
 
 impl SqliteQueue {
@@ -99,6 +101,7 @@ impl SqliteQueue {
             clock: opts.clock.clone(),
             layout,
             read_only,
+            busy_timeout: opts.busy_timeout,
         })
     }
 
