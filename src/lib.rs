@@ -28,6 +28,7 @@ pub mod error;
 pub mod item;
 pub mod ops;
 pub mod queue;
+pub mod replay;
 pub mod time;
 pub mod units;
 

@@ -58,7 +58,7 @@ impl Timestamp {
     }
 
     /// This time plus `d` (saturating).
-    pub fn add(self, d: Duration) -> Timestamp {
+    pub fn saturating_add(self, d: Duration) -> Timestamp {
         Timestamp(
             self.0
                 .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),

@@ -142,6 +142,7 @@ pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind
 }
 
 /// An open spool of any backend.
+#[allow(clippy::large_enum_variant)] // one per process; boxing buys nothing
 #[derive(Debug)]
 pub enum Spool {
     /// In memory.

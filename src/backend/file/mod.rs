@@ -1,28 +1,774 @@
-//! Placeholder replaced by the real backend.
-use crate::backend::OpenOptions;
-use crate::error::{Error, Result};
-use crate::item::*;
-use crate::queue::{BackendKind, Queue};
-use crate::time::Timestamp;
-use std::path::{Path, PathBuf};
+//! The NDJSON file backend: the reference `FileOfflineQueue` format, made
+//! safe for many processes and honest about damage.
+//!
+//! # Files
+//!
+//! | file               | what it holds                                        |
+//! |--------------------|------------------------------------------------------|
+//! | `<spool>`          | pending items: `put`/`done` lines (see [`format`])  |
+//! | `<spool>.dead`     | dead letters, same format, `put` lines with `deadAt` |
+//! | `<spool>.meta`     | uuid and depth bound (JSON, replaced atomically)     |
+//!
+//! The main file replays last-write-wins per id, exactly as the reference
+//! reads it; delivered and dead-lettered items leave it through `done`
+//! lines. Ids are never reused: new ids continue above the highest id ever
+//! seen in either file, tombstones included, and compaction carries that
+//! high-water mark as a trailing `done` line, as the reference does.
+//!
+//! # Guarantees
+//!
+//! * Every mutation appends its lines in one `write` sequence followed by
+//!   `fdatasync`, under an exclusive advisory lock (`flock`) on the main
+//!   file; only then does it return `Ok`. A short write or failed sync is
+//!   an error, and the backend cuts the file back to where the append
+//!   started, so a failed call leaves nothing behind.
+//! * A malformed *trailing* line is a torn write: it is reported (see
+//!   [`FileQueue::take_notices`]) and, by the next mutating call, cut off
+//!   before anything is appended — never glued onto. A malformed line
+//!   elsewhere is corruption: [`Error::Corrupt`] with its line number, and
+//!   the file is not touched.
+//! * Opening reads the file once and never rewrites it. Later calls read
+//!   only what other processes appended since (or everything again after
+//!   another process compacted). Compaction runs when asked
+//!   ([`FileQueue::compact`]) or automatically after a mutation once the
+//!   main file is over 4 MiB and at least three quarters of its records
+//!   are garbage.
+//! * Moving an item between the main and the dead-letter file writes the
+//!   destination first. If a crash separates the two appends, the item is
+//!   in both files, and the dead-letter file wins: it is a dead letter.
+//!   An item is therefore never lost, and at worst a requeue has to be
+//!   repeated.
 
+pub(crate) mod format;
+pub mod io;
+mod meta;
+pub(crate) mod scan;
+
+use self::format::Line;
+use self::io::{parent_dir, write_all, FileIo, RealIo};
+use self::meta::Meta;
+pub use self::scan::TornTail;
+use super::state::State;
+use super::{companion, OpenMode, OpenOptions};
+use crate::error::{Error, Result};
+use crate::item::{
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
+    QueueStats, Record, RecordState,
+};
+use crate::queue::{BackendKind, Queue};
+use crate::time::{SharedClock, Timestamp};
+use std::fs::{File, TryLockError};
+use std::io::{BufReader, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Auto-compaction threshold: main file size.
+const AUTO_COMPACT_MIN_BYTES: u64 = 4 << 20;
+/// Auto-compaction threshold: records per live item.
+const AUTO_COMPACT_RATIO: u64 = 4;
+
+/// What [`FileQueue::compact`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Bytes of the main and dead-letter files before.
+    pub bytes_before: u64,
+    /// Bytes of the main and dead-letter files after.
+    pub bytes_after: u64,
+    /// Lines in the main file before.
+    pub records_before: u64,
+    /// Lines in the main file after.
+    pub records_after: u64,
+    /// Pending items kept.
+    pub pending: u64,
+    /// Dead letters kept.
+    pub dead_letters: u64,
+    /// The id high-water mark carried over.
+    pub high_water: ItemId,
+    /// The torn tail that was dropped, if any.
+    pub dropped_torn_tail: Option<TornTail>,
+}
+
+/// Numbers about the files themselves (for `stats`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileStats {
+    /// Records (lines) in the main file.
+    pub records: u64,
+    /// Pending items (live records).
+    pub live: u64,
+    /// Fraction of the main file's records that compaction would drop.
+    pub garbage_ratio: f64,
+    /// The torn tail, if the file has one now.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// One tracked file: its handle, identity and how far it has been read.
+#[derive(Debug)]
+struct Tracked {
+    file: File,
+    dev: u64,
+    ino: u64,
+    end: u64,
+    lines: u64,
+    records: u64,
+    torn: Option<TornTail>,
+    needs_newline: bool,
+}
+
+impl Tracked {
+    fn new(file: File, path: &Path) -> Result<Tracked> {
+        let m = file.metadata().map_err(|e| Error::io(path, "inspect", e))?;
+        Ok(Tracked {
+            file,
+            dev: m.dev(),
+            ino: m.ino(),
+            end: 0,
+            lines: 0,
+            records: 0,
+            torn: None,
+            needs_newline: false,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    main: Option<Tracked>,
+    dead: Option<Tracked>,
+    state: State,
+    meta: Meta,
+    /// The in-memory image may disagree with the files (after a failed
+    /// write or a replaced file): reload everything before the next use.
+    stale: bool,
+    notices: Vec<String>,
+}
+
+/// A spool stored in an NDJSON file.
 #[derive(Debug)]
 pub struct FileQueue {
     path: PathBuf,
+    dead_path: PathBuf,
+    meta_path: PathBuf,
+    writable: bool,
+    io: Arc<dyn FileIo>,
+    clock: SharedClock,
+    busy_timeout: Duration,
+    inner: Mutex<Inner>,
+}
+
+/// Which file an append goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Main,
+    Dead,
 }
 
 impl FileQueue {
-    pub fn open(path: &Path, _opts: &OpenOptions) -> Result<FileQueue> {
-        Err(Error::Unsupported(format!(
-            "{} backend not built",
-            path.display()
-        )))
+    /// Open the NDJSON spool at `path` as `opts` says.
+    pub fn open(path: &Path, opts: &OpenOptions) -> Result<FileQueue> {
+        FileQueue::open_with_io(path, opts, Arc::new(RealIo))
     }
+
+    /// Open with an I/O seam (for fault-injection tests).
+    pub fn open_with_io(path: &Path, opts: &OpenOptions, io: Arc<dyn FileIo>) -> Result<FileQueue> {
+        let writable = opts.mode.writable();
+        let (file, created) = open_main(path, opts.mode)?;
+        if created {
+            let dir = parent_dir(path);
+            io.sync_dir(dir)
+                .map_err(|e| Error::io(dir, "fsync directory", e))?;
+        }
+        let q = FileQueue {
+            path: path.to_path_buf(),
+            dead_path: companion(path, "dead"),
+            meta_path: companion(path, "meta"),
+            writable,
+            io,
+            clock: opts.clock.clone(),
+            busy_timeout: opts.busy_timeout,
+            inner: Mutex::new(Inner {
+                main: Some(Tracked::new(file, path)?),
+                dead: None,
+                state: State::default(),
+                meta: Meta::default(),
+                stale: true,
+                notices: Vec::new(),
+            }),
+        };
+        let max_depth = opts.max_depth;
+        q.locked(writable, |q, inner| {
+            if writable && inner.meta.uuid.is_none() {
+                let mut m = inner.meta.clone();
+                m.version = meta::META_VERSION;
+                m.uuid = Some(uuid::Uuid::new_v4().to_string());
+                if created || m.max_depth.is_none() {
+                    m.max_depth = max_depth;
+                }
+                meta::write(&*q.io, &q.meta_path, &m)?;
+                inner.state.max_depth = m.max_depth;
+                inner.meta = m;
+            }
+            Ok(())
+        })?;
+        Ok(q)
+    }
+
+    /// The main file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The files that make up this spool (some may not exist).
     pub fn files(&self) -> Vec<PathBuf> {
-        vec![self.path.clone()]
+        vec![
+            self.path.clone(),
+            self.dead_path.clone(),
+            self.meta_path.clone(),
+        ]
+    }
+
+    /// Messages about damage found and repaired (torn tails), oldest
+    /// first; taking them clears the list.
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock_inner().notices)
+    }
+
+    /// Numbers about the main file.
+    pub fn file_stats(&self) -> Result<FileStats> {
+        self.locked(false, |_, inner| {
+            let main = inner.main.as_ref().ok_or_else(no_handle)?;
+            let live = inner.state.pending.len() as u64;
+            let records = main.records;
+            let garbage_ratio = if records == 0 {
+                0.0
+            } else {
+                records.saturating_sub(live) as f64 / records as f64
+            };
+            Ok(FileStats {
+                records,
+                live,
+                garbage_ratio,
+                torn_tail: main.torn.clone(),
+            })
+        })
+    }
+
+    /// Rewrite the main and dead-letter files last-write-wins: each file
+    /// is written to a temporary file, synced, renamed over the original,
+    /// and the directory synced. The main file ends with a `done` line for
+    /// the high-water mark when it is above every pending id, so ids are
+    /// never reissued. A torn tail is dropped. Concurrent writers wait on
+    /// the lock and then continue on the new file.
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.require_writable("compact")?;
+        self.locked(true, |q, inner| q.compact_locked(inner))
+    }
+
+    fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let main_len = file_len(&main.file, &self.path)?;
+        let dead_len = match &inner.dead {
+            Some(d) => file_len(&d.file, &self.dead_path)?,
+            None => 0,
+        };
+        let records_before = main.records;
+        let dropped_torn_tail = main.torn.clone();
+        let st = &inner.state;
+
+        let mut buf = Vec::new();
+        for item in st.pending.values() {
+            format::write_put(&mut buf, item, None);
+        }
+        let max_live = st.pending.keys().next_back().copied().unwrap_or(0);
+        let mut records_after = st.pending.len() as u64;
+        if st.high_water > max_live {
+            format::write_done(&mut buf, st.high_water);
+            records_after += 1;
+        }
+        self.replace_file(&self.path, &buf)?;
+        let mut bytes_after = buf.len() as u64;
+
+        if inner.dead.is_some() || !st.dead.is_empty() {
+            buf.clear();
+            for dl in st.dead.values() {
+                format::write_dead(&mut buf, dl);
+            }
+            self.replace_file(&self.dead_path, &buf)?;
+            bytes_after += buf.len() as u64;
+        }
+        let report = CompactReport {
+            bytes_before: main_len + dead_len,
+            bytes_after,
+            records_before,
+            records_after,
+            pending: st.pending.len() as u64,
+            dead_letters: st.dead.len() as u64,
+            high_water: st.high_water,
+            dropped_torn_tail,
+        };
+        // The handles now point at the replaced files; the next call
+        // opens the new ones and reads them afresh.
+        inner.stale = true;
+        inner.dead = None;
+        Ok(report)
+    }
+
+    fn replace_file(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let tmp = companion(path, "compact.tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, "create", e))?;
+        write_all(&*self.io, &mut f, bytes).map_err(|e| Error::io(&tmp, "write", e))?;
+        self.io.sync(&f).map_err(|e| Error::io(&tmp, "fsync", e))?;
+        drop(f);
+        self.io
+            .rename(&tmp, path)
+            .map_err(|e| Error::io(path, "replace", e))?;
+        let dir = parent_dir(path);
+        self.io
+            .sync_dir(dir)
+            .map_err(|e| Error::io(dir, "fsync directory", e))
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn require_writable(&self, what: &str) -> Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(Error::Internal(format!(
+                "{what} on a spool opened read-only ({})",
+                self.path.display()
+            )))
+        }
+    }
+
+    /// Run `f` with the advisory lock held (exclusive for writers) and the
+    /// in-memory image caught up with the files.
+    fn locked<T>(
+        &self,
+        exclusive: bool,
+        f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
+    ) -> Result<T> {
+        let mut inner = self.lock_inner();
+        let inner = &mut *inner;
+        self.acquire(inner, exclusive)?;
+        let result = self.refresh(inner, exclusive).and_then(|()| f(self, inner));
+        if let Some(m) = &inner.main {
+            let _ = m.file.unlock();
+        }
+        result
+    }
+
+    /// Take the flock on the main file, making sure the handle still is
+    /// the file at `path` (compaction replaces it).
+    fn acquire(&self, inner: &mut Inner, exclusive: bool) -> Result<()> {
+        let deadline = Instant::now() + self.busy_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if inner.main.is_none() {
+                let (file, _) = open_main(
+                    &self.path,
+                    if self.writable {
+                        OpenMode::ReadWrite
+                    } else {
+                        OpenMode::ReadOnly
+                    },
+                )?;
+                inner.main = Some(Tracked::new(file, &self.path)?);
+                inner.stale = true;
+            }
+            let main = inner.main.as_ref().ok_or_else(no_handle)?;
+            let attempt = if exclusive {
+                main.file.try_lock()
+            } else {
+                main.file.try_lock_shared()
+            };
+            match attempt {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::Busy {
+                            path: self.path.clone(),
+                            detail: format!(
+                                "another process held its lock for more than {}",
+                                crate::units::format_duration(self.busy_timeout)
+                            ),
+                        });
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                    continue;
+                }
+                Err(TryLockError::Error(e)) => return Err(Error::io(&self.path, "lock", e)),
+            }
+            let now = std::fs::metadata(&self.path);
+            match now {
+                Ok(m) if m.dev() == main.dev && m.ino() == main.ino => return Ok(()),
+                Ok(_) => {
+                    // Replaced by a compaction: follow the new file.
+                    let _ = main.file.unlock();
+                    inner.main = None;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let _ = main.file.unlock();
+                    return Err(Error::NotFound {
+                        path: self.path.clone(),
+                    });
+                }
+                Err(e) => {
+                    let _ = main.file.unlock();
+                    return Err(Error::io(&self.path, "inspect", e));
+                }
+            }
+        }
+    }
+
+    /// Bring the in-memory image up to date with the files: read what was
+    /// appended since the last call, or everything after a replacement or
+    /// a failure. Dead letters are read before the main file so that a
+    /// move between the files is seen whole.
+    fn refresh(&self, inner: &mut Inner, exclusive: bool) -> Result<()> {
+        if !inner.stale {
+            let dead_ok = self.refresh_dead(inner)?;
+            let main_ok = dead_ok && self.refresh_main(inner)?;
+            if !main_ok {
+                inner.stale = true;
+            } else if exclusive {
+                // The depth bound lives in the meta file, which another
+                // process may have replaced; writers always see the latest.
+                inner.meta = meta::read(&self.meta_path)?;
+                inner.state.max_depth = inner.meta.max_depth;
+            }
+        }
+        if inner.stale {
+            self.reload(inner)?;
+        }
+        if exclusive {
+            if let Some(torn) = inner.main.as_ref().and_then(|m| m.torn.clone()) {
+                self.cut_torn_tail(inner, Target::Main, torn)?;
+            }
+            if let Some(torn) = inner.dead.as_ref().and_then(|m| m.torn.clone()) {
+                self.cut_torn_tail(inner, Target::Dead, torn)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reload(&self, inner: &mut Inner) -> Result<()> {
+        inner.meta = meta::read(&self.meta_path)?;
+        let mut state = State {
+            max_depth: inner.meta.max_depth,
+            ..State::default()
+        };
+        inner.dead = None;
+        if let Some(file) = open_existing(&self.dead_path, self.writable)? {
+            let mut t = Tracked::new(file, &self.dead_path)?;
+            read_into(&self.dead_path, &mut t, |l| apply_dead(&mut state, l))?;
+            if let Some(torn) = &t.torn {
+                inner
+                    .notices
+                    .push(torn_notice(&self.dead_path, torn, self.writable));
+            }
+            inner.dead = Some(t);
+        }
+        let main = inner.main.as_mut().ok_or_else(no_handle)?;
+        main.end = 0;
+        main.lines = 0;
+        main.records = 0;
+        main.torn = None;
+        main.needs_newline = false;
+        read_into(&self.path, main, |l| apply_main(&mut state, l))?;
+        if let Some(torn) = &main.torn {
+            inner
+                .notices
+                .push(torn_notice(&self.path, torn, self.writable));
+        }
+        inner.state = state;
+        inner.stale = false;
+        Ok(())
+    }
+
+    /// Catch up on the dead-letter file; false when a full reload is
+    /// needed.
+    fn refresh_dead(&self, inner: &mut Inner) -> Result<bool> {
+        let on_disk = match std::fs::metadata(&self.dead_path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(&self.dead_path, "inspect", e)),
+        };
+        match (&mut inner.dead, on_disk) {
+            (None, None) => Ok(true),
+            (None, Some(_)) => Ok(false),
+            (Some(_), None) => Ok(false),
+            (Some(t), Some(m)) => {
+                if m.dev() != t.dev || m.ino() != t.ino || m.len() < t.end {
+                    return Ok(false);
+                }
+                if m.len() == t.end {
+                    return Ok(true);
+                }
+                let state = &mut inner.state;
+                read_into(&self.dead_path, t, |l| apply_dead(state, l))?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Catch up on the main file; false when a full reload is needed.
+    fn refresh_main(&self, inner: &mut Inner) -> Result<bool> {
+        let t = inner.main.as_mut().ok_or_else(no_handle)?;
+        let len = file_len(&t.file, &self.path)?;
+        if len < t.end {
+            return Ok(false);
+        }
+        if len == t.end {
+            return Ok(true);
+        }
+        let state = &mut inner.state;
+        read_into(&self.path, t, |l| apply_main(state, l))?;
+        Ok(true)
+    }
+
+    fn cut_torn_tail(&self, inner: &mut Inner, target: Target, torn: TornTail) -> Result<()> {
+        let path = self.target_path(target);
+        let t = match target {
+            Target::Main => inner.main.as_mut(),
+            Target::Dead => inner.dead.as_mut(),
+        }
+        .ok_or_else(no_handle)?;
+        self.io
+            .truncate(&t.file, torn.offset)
+            .and_then(|()| self.io.sync(&t.file))
+            .map_err(|e| Error::io(path, "cut the torn tail of", e))?;
+        t.torn = None;
+        t.end = torn.offset;
+        inner.notices.push(format!(
+            "{}: cut a torn trailing line (line {}, {} bytes) left by an interrupted write: {}",
+            path.display(),
+            torn.line,
+            torn.len,
+            torn.reason
+        ));
+        Ok(())
+    }
+
+    fn target_path(&self, target: Target) -> &Path {
+        match target {
+            Target::Main => &self.path,
+            Target::Dead => &self.dead_path,
+        }
+    }
+
+    /// Append `bytes` (whole lines) to a file and sync it. On failure the
+    /// file is cut back to where the append began and the image is marked
+    /// stale.
+    fn append(&self, inner: &mut Inner, target: Target, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let path = self.target_path(target);
+        if target == Target::Dead && inner.dead.is_none() {
+            let (file, created) = open_main(&self.dead_path, OpenMode::Create)?;
+            if created {
+                let dir = parent_dir(&self.dead_path);
+                self.io
+                    .sync_dir(dir)
+                    .map_err(|e| Error::io(dir, "fsync directory", e))?;
+            }
+            let mut t = Tracked::new(file, &self.dead_path)?;
+            t.end = file_len(&t.file, &self.dead_path)?;
+            inner.dead = Some(t);
+        }
+        let t = match target {
+            Target::Main => inner.main.as_mut(),
+            Target::Dead => inner.dead.as_mut(),
+        }
+        .ok_or_else(no_handle)?;
+        let start = t.end;
+        let mut buf = Vec::with_capacity(bytes.len() + 1);
+        if t.needs_newline {
+            buf.push(b'\n');
+        }
+        buf.extend_from_slice(bytes);
+        let written = write_all(&*self.io, &mut t.file, &buf)
+            .map_err(|e| Error::io(path, "append to", e))
+            .and_then(|()| {
+                self.io
+                    .sync(&t.file)
+                    .map_err(|e| Error::io(path, "fsync", e))
+            });
+        if let Err(e) = written {
+            // Take back whatever reached the file, so that nothing that
+            // was not reported committed can look committed later.
+            let _ = self
+                .io
+                .truncate(&t.file, start)
+                .and_then(|()| self.io.sync(&t.file));
+            inner.stale = true;
+            return Err(e);
+        }
+        t.end = start + buf.len() as u64;
+        let n = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        t.lines += n;
+        t.records += n;
+        t.needs_newline = false;
+        Ok(())
+    }
+
+    /// Run a mutation: `f` plans it against the image and appends its
+    /// lines; then auto-compaction runs if garbage dominates.
+    fn mutate<T>(&self, f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>) -> Result<T> {
+        self.require_writable("write")?;
+        self.locked(true, |q, inner| {
+            let out = f(q, inner)?;
+            let compact = match &inner.main {
+                Some(m) => {
+                    m.end >= AUTO_COMPACT_MIN_BYTES
+                        && m.records >= AUTO_COMPACT_RATIO * (inner.state.pending.len() as u64 + 1)
+                }
+                None => false,
+            };
+            if compact {
+                if let Err(e) = q.compact_locked(inner) {
+                    inner
+                        .notices
+                        .push(format!("automatic compaction failed (nothing lost): {e}"));
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+fn no_handle() -> Error {
+    Error::Internal("NDJSON spool file handle missing".into())
+}
+
+fn torn_notice(path: &Path, torn: &TornTail, writable: bool) -> String {
+    format!(
+        "{}: torn trailing line {} ({} bytes) left by an interrupted write: {}; {}",
+        path.display(),
+        torn.line,
+        torn.len,
+        torn.reason,
+        if writable {
+            "cutting it before the next write"
+        } else {
+            "the next write will cut it"
+        }
+    )
+}
+
+fn file_len(f: &File, path: &Path) -> Result<u64> {
+    f.metadata()
+        .map(|m| m.len())
+        .map_err(|e| Error::io(path, "inspect", e))
+}
+
+/// Open the main file (or the dead-letter file) as `mode` says; the bool
+/// is true when the file was created now.
+fn open_main(path: &Path, mode: OpenMode) -> Result<(File, bool)> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if mode.writable() {
+        o.append(true);
+    }
+    match mode {
+        OpenMode::CreateNew | OpenMode::Create => {
+            let mut c = o.clone();
+            match c.create_new(true).open(path) {
+                Ok(f) => return Ok((f, true)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    if mode == OpenMode::CreateNew {
+                        return Err(Error::AlreadyExists {
+                            path: path.to_path_buf(),
+                        });
+                    }
+                }
+                Err(e) => return Err(Error::io(path, "create", e)),
+            }
+        }
+        OpenMode::ReadOnly | OpenMode::ReadWrite => {}
+    }
+    match o.open(path) {
+        Ok(f) => Ok((f, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(Error::io(path, "open", e)),
+    }
+}
+
+fn open_existing(path: &Path, writable: bool) -> Result<Option<File>> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if writable {
+        o.append(true);
+    }
+    match o.open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, "open", e)),
+    }
+}
+
+/// Read `t.file` from `t.end` to its end, applying records and updating
+/// the tracking numbers.
+fn read_into(path: &Path, t: &mut Tracked, apply: impl FnMut(Line)) -> Result<()> {
+    let mut f = &t.file;
+    f.seek(SeekFrom::Start(t.end))
+        .map_err(|e| Error::io(path, "read", e))?;
+    let s = scan::scan(
+        path,
+        BufReader::with_capacity(1 << 16, f),
+        t.end,
+        t.lines,
+        t.needs_newline,
+        apply,
+    )?;
+    t.end = s.end;
+    t.lines = s.lines;
+    t.records += s.records;
+    t.torn = s.torn;
+    t.needs_newline = s.needs_newline;
+    Ok(())
+}
+
+fn apply_main(state: &mut State, line: Line) {
+    match line {
+        Line::Put { item, .. } => {
+            if state.dead.contains_key(&item.id) {
+                state.high_water = state.high_water.max(item.id);
+            } else {
+                state.insert_pending(item);
+            }
+        }
+        Line::Done { id } => {
+            state.remove_pending(id);
+            state.high_water = state.high_water.max(id);
+        }
+    }
+}
+
+fn apply_dead(state: &mut State, line: Line) {
+    match line {
+        Line::Put { item, dead_at } => {
+            state.remove_pending(item.id);
+            state.high_water = state.high_water.max(item.id);
+            let dead_at = dead_at.unwrap_or_default();
+            state.dead.insert(item.id, DeadLetter { item, dead_at });
+        }
+        Line::Done { id } => {
+            state.dead.remove(&id);
+            state.high_water = state.high_water.max(id);
+        }
     }
 }
 
@@ -30,64 +776,245 @@ impl Queue for FileQueue {
     fn kind(&self) -> BackendKind {
         BackendKind::File
     }
-    fn enqueue_batch(&self, _: &[NewItem], _: &EnqueueOptions) -> Result<Vec<Enqueued>> {
-        Err(Error::Internal("x".into()))
+
+    fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
+        let now = self.clock.now();
+        self.mutate(|q, inner| {
+            let (results, fresh) = inner.state.plan_enqueue(items, opts, now)?;
+            let mut buf = Vec::new();
+            for it in &fresh {
+                format::write_put(&mut buf, it, None);
+            }
+            q.append(inner, Target::Main, &buf)?;
+            for it in fresh {
+                inner.state.insert_pending(it);
+            }
+            Ok(results)
+        })
     }
-    fn page(&self, _: ItemId, _: usize) -> Result<Vec<Item>> {
-        Err(Error::Internal("x".into()))
+
+    fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
+        self.locked(false, |_, inner| Ok(inner.state.page(after, limit)))
     }
-    fn get(&self, _: ItemId) -> Result<Option<Item>> {
-        Err(Error::Internal("x".into()))
+
+    fn get(&self, id: ItemId) -> Result<Option<Item>> {
+        self.locked(false, |_, inner| Ok(inner.state.pending.get(&id).cloned()))
     }
-    fn mark_done(&self, _: &[ItemId]) -> Result<Vec<bool>> {
-        Err(Error::Internal("x".into()))
+
+    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.mutate(|q, inner| {
+            let mut seen = std::collections::HashSet::new();
+            let found: Vec<bool> = ids
+                .iter()
+                .map(|id| inner.state.pending.contains_key(id))
+                .collect();
+            let mut buf = Vec::new();
+            for (id, f) in ids.iter().zip(&found) {
+                if *f && seen.insert(*id) {
+                    format::write_done(&mut buf, *id);
+                }
+            }
+            q.append(inner, Target::Main, &buf)?;
+            for id in seen {
+                inner.state.remove_pending(id);
+            }
+            Ok(found)
+        })
     }
-    fn set_attempts(&self, _: ItemId, _: u32) -> Result<bool> {
-        Err(Error::Internal("x".into()))
+
+    fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
+        self.update_one(id, |it| it.attempts = attempts)
     }
-    fn record_attempt(&self, _: ItemId, _: &AttemptUpdate) -> Result<bool> {
-        Err(Error::Internal("x".into()))
+
+    fn record_attempt(&self, id: ItemId, update: &AttemptUpdate) -> Result<bool> {
+        self.update_one(id, |it| update.apply(it))
     }
-    fn set_held(&self, _: &[ItemId], _: bool) -> Result<Vec<bool>> {
-        Err(Error::Internal("x".into()))
+
+    fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
+        self.mutate(|q, inner| {
+            let mut found = Vec::with_capacity(ids.len());
+            let mut changed: Vec<Item> = Vec::new();
+            for id in ids {
+                match inner.state.pending.get(id) {
+                    Some(it) => {
+                        found.push(true);
+                        if it.held != held && !changed.iter().any(|c| c.id == *id) {
+                            let mut it = it.clone();
+                            it.held = held;
+                            changed.push(it);
+                        }
+                    }
+                    None => found.push(false),
+                }
+            }
+            let mut buf = Vec::new();
+            for it in &changed {
+                format::write_put(&mut buf, it, None);
+            }
+            q.append(inner, Target::Main, &buf)?;
+            for it in changed {
+                inner.state.insert_pending(it);
+            }
+            Ok(found)
+        })
     }
+
     fn size(&self) -> Result<u64> {
-        Err(Error::Internal("x".into()))
+        self.locked(false, |_, inner| Ok(inner.state.pending.len() as u64))
     }
+
     fn max_depth(&self) -> Result<Option<u64>> {
-        Err(Error::Internal("x".into()))
+        self.locked(false, |_, inner| Ok(inner.state.max_depth))
     }
-    fn set_max_depth(&self, _: Option<u64>) -> Result<()> {
-        Err(Error::Internal("x".into()))
+
+    fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
+        self.mutate(|q, inner| {
+            let mut m = inner.meta.clone();
+            m.version = meta::META_VERSION;
+            m.max_depth = bound;
+            meta::write(&*q.io, &q.meta_path, &m)?;
+            inner.meta = m;
+            inner.state.max_depth = bound;
+            Ok(())
+        })
     }
+
     fn uuid(&self) -> Result<String> {
-        Err(Error::Internal("x".into()))
+        self.locked(false, |q, inner| {
+            inner.meta.uuid.clone().ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "{} has no uuid yet; the first write to the spool assigns one",
+                    q.path.display()
+                ))
+            })
+        })
     }
+
     fn high_water(&self) -> Result<ItemId> {
-        Err(Error::Internal("x".into()))
+        self.locked(false, |_, inner| Ok(inner.state.high_water))
     }
-    fn dead_letter(&self, _: ItemId, _: &str) -> Result<bool> {
-        Err(Error::Internal("x".into()))
+
+    fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
+        let now = self.clock.now();
+        self.mutate(|q, inner| {
+            let Some(dl) = inner.state.prepare_kill(id, last_error, now) else {
+                return Ok(false);
+            };
+            let mut buf = Vec::new();
+            format::write_dead(&mut buf, &dl);
+            q.append(inner, Target::Dead, &buf)?;
+            buf.clear();
+            format::write_done(&mut buf, id);
+            q.append(inner, Target::Main, &buf)?;
+            inner.state.apply_kill(dl);
+            Ok(true)
+        })
     }
-    fn dead_page(&self, _: ItemId, _: usize) -> Result<Vec<DeadLetter>> {
-        Err(Error::Internal("x".into()))
+
+    fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
+        self.locked(false, |_, inner| Ok(inner.state.dead_page(after, limit)))
     }
-    fn dead_get(&self, _: ItemId) -> Result<Option<DeadLetter>> {
-        Err(Error::Internal("x".into()))
+
+    fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        self.locked(false, |_, inner| Ok(inner.state.dead.get(&id).cloned()))
     }
+
     fn dead_count(&self) -> Result<u64> {
-        Err(Error::Internal("x".into()))
+        self.locked(false, |_, inner| Ok(inner.state.dead.len() as u64))
     }
-    fn requeue(&self, _: &[ItemId]) -> Result<Vec<bool>> {
-        Err(Error::Internal("x".into()))
+
+    fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.mutate(|q, inner| {
+            inner.state.check_requeue(ids)?;
+            let found: Vec<bool> = ids
+                .iter()
+                .map(|id| inner.state.dead.contains_key(id))
+                .collect();
+            let mut items: Vec<Item> = Vec::new();
+            for id in ids {
+                if items.iter().any(|i| i.id == *id) {
+                    continue;
+                }
+                if let Some(it) = inner.state.prepare_requeue(*id) {
+                    items.push(it);
+                }
+            }
+            let mut main = Vec::new();
+            let mut dead = Vec::new();
+            for it in &items {
+                format::write_put(&mut main, it, None);
+                format::write_done(&mut dead, it.id);
+            }
+            q.append(inner, Target::Main, &main)?;
+            q.append(inner, Target::Dead, &dead)?;
+            for it in items {
+                inner.state.apply_requeue(it);
+            }
+            Ok(found)
+        })
     }
-    fn purge(&self, _: &[ItemId]) -> Result<Vec<bool>> {
-        Err(Error::Internal("x".into()))
+
+    fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.mutate(|q, inner| {
+            let found: Vec<bool> = ids
+                .iter()
+                .map(|id| inner.state.dead.contains_key(id))
+                .collect();
+            let mut gone = std::collections::BTreeSet::new();
+            let mut buf = Vec::new();
+            for (id, f) in ids.iter().zip(&found) {
+                if *f && gone.insert(*id) {
+                    format::write_done(&mut buf, *id);
+                }
+            }
+            q.append(inner, Target::Dead, &buf)?;
+            for id in gone {
+                inner.state.dead.remove(&id);
+            }
+            Ok(found)
+        })
     }
-    fn import(&self, _: &[Record]) -> Result<Vec<Imported>> {
-        Err(Error::Internal("x".into()))
+
+    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+        self.mutate(|q, inner| {
+            let (results, store) = inner.state.plan_import(records)?;
+            let mut main = Vec::new();
+            let mut dead = Vec::new();
+            for r in &store {
+                match r.state {
+                    RecordState::Dead => format::write_put(&mut dead, &r.item, r.dead_at),
+                    RecordState::Pending | RecordState::Held => {
+                        format::write_put(&mut main, &r.item, None)
+                    }
+                }
+            }
+            q.append(inner, Target::Dead, &dead)?;
+            q.append(inner, Target::Main, &main)?;
+            for r in store {
+                inner.state.apply_record(r);
+            }
+            Ok(results)
+        })
     }
-    fn stats(&self, _: Timestamp) -> Result<QueueStats> {
-        Err(Error::Internal("x".into()))
+
+    fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        self.locked(false, |_, inner| Ok(inner.state.stats(now)))
+    }
+}
+
+impl FileQueue {
+    fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
+        self.mutate(|q, inner| {
+            let Some(item) = inner.state.pending.get(&id) else {
+                return Ok(false);
+            };
+            let mut item = item.clone();
+            f(&mut item);
+            let mut buf = Vec::new();
+            format::write_put(&mut buf, &item, None);
+            q.append(inner, Target::Main, &buf)?;
+            inner.state.insert_pending(item);
+            Ok(true)
+        })
     }
 }

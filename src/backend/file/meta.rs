@@ -1,0 +1,66 @@
+//! The NDJSON spool's metadata companion, `<spool>.meta`.
+//!
+//! A small JSON object, replaced atomically (temp file, fsync, rename,
+//! fsync directory): `{"version":1,"uuid":"…","maxDepth":100}`. A
+//! reference NDJSON file has none; `spool` creates it on the first write.
+
+use super::io::{parent_dir, write_all, FileIo};
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fs::OpenOptions;
+use std::path::Path;
+
+/// The current metadata format version.
+pub const META_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    #[serde(default)]
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, rename = "maxDepth", skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u64>,
+}
+
+/// Read the metadata; a missing file is the empty default.
+pub(crate) fn read(path: &Path) -> Result<Meta> {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let meta: Meta = serde_json::from_slice(&bytes)
+                .map_err(|e| Error::corrupt(path, None, format!("bad metadata file: {e}")))?;
+            if meta.version > META_VERSION {
+                return Err(Error::SchemaTooNew {
+                    path: path.to_path_buf(),
+                    found: i64::from(meta.version),
+                    supported: i64::from(META_VERSION),
+                });
+            }
+            Ok(meta)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Meta::default()),
+        Err(e) => Err(Error::io(path, "read", e)),
+    }
+}
+
+/// Replace the metadata atomically.
+pub(crate) fn write(io: &dyn FileIo, path: &Path, meta: &Meta) -> Result<()> {
+    let tmp = super::super::companion(path, "tmp");
+    let mut bytes = serde_json::to_vec(meta)
+        .map_err(|e| Error::Internal(format!("cannot encode metadata: {e}")))?;
+    bytes.push(b'\n');
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, "create", e))?;
+    write_all(io, &mut f, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
+    io.sync(&f).map_err(|e| Error::io(&tmp, "fsync", e))?;
+    drop(f);
+    io.rename(&tmp, path)
+        .map_err(|e| Error::io(path, "replace", e))?;
+    let dir = parent_dir(path);
+    io.sync_dir(dir)
+        .map_err(|e| Error::io(dir, "fsync directory", e))
+}

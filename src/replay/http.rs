@@ -1,0 +1,383 @@
+//! The `--url URL` target: one HTTP request per item.
+//!
+//! The body is the payload bytes. `Idempotency-Key` carries the item's key
+//! (or the stable `<spool-uuid>:<id>`), `X-Spool-Attempt` the attempt
+//! number. 2xx is delivered; 408, 425, 429, 5xx (plus any configured
+//! retry statuses), connection errors and timeouts are failed attempts;
+//! other 4xx reject the item for good. Redirects are not followed. One
+//! agent keeps connections alive across items; TLS is rustls.
+//!
+//! Credentials never leave this module in text: user info in the URL is
+//! turned into an `Authorization: Basic` header and removed from the URL
+//! used in messages, and every configured header value is masked in any
+//! error text.
+
+use super::{Delivery, Outcome, RetryAfter, Target};
+use crate::error::{Error, Result};
+use base64::Engine;
+use std::time::Duration;
+use ureq::http;
+
+/// Bytes of a response body quoted in `last_error`.
+const BODY_SNIPPET: usize = 200;
+
+/// Delivers an item with one HTTP request.
+#[derive(Debug)]
+pub struct HttpTarget {
+    agent: ureq::Agent,
+    url: String,
+    shown_url: String,
+    method: http::Method,
+    content_type: String,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    secrets: Vec<String>,
+    retry_status: Vec<u16>,
+}
+
+/// Options for [`HttpTarget::new`].
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Request method (default POST).
+    pub method: String,
+    /// `Content-Type` of the body.
+    pub content_type: String,
+    /// Extra headers, `Name: value`.
+    pub headers: Vec<String>,
+    /// 4xx statuses that are retried instead of rejected.
+    pub retry_status: Vec<u16>,
+    /// Bound on one request, connect to last byte.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            method: "POST".into(),
+            content_type: "application/octet-stream".into(),
+            headers: Vec::new(),
+            retry_status: Vec::new(),
+            timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Parse a comma-separated list of HTTP statuses (`409,423`).
+pub fn parse_statuses(s: &str) -> std::result::Result<Vec<u16>, String> {
+    s.split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (100..=599).contains(c))
+                .ok_or_else(|| format!("invalid HTTP status {p:?} (expected 100-599)"))
+        })
+        .collect()
+}
+
+/// Split user info out of `url`: the URL without it, and the
+/// `user:password` text if there was any.
+fn split_userinfo(url: &str) -> (String, Option<String>) {
+    let Some(scheme_end) = url.find("://") else {
+        return (url.to_string(), None);
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let info = &authority[..at];
+            let clean = format!(
+                "{}{}{}",
+                &url[..scheme_end + 3],
+                &authority[at + 1..],
+                &rest[authority_end..]
+            );
+            (clean, Some(info.to_string()))
+        }
+        None => (url.to_string(), None),
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl HttpTarget {
+    /// A target for `url`.
+    pub fn new(url: &str, opts: &HttpOptions) -> Result<HttpTarget> {
+        let (clean, userinfo) = split_userinfo(url);
+        let uri: http::Uri = clean
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("invalid --url {clean:?}: {e}")))?;
+        match uri.scheme_str() {
+            Some("http") | Some("https") => {}
+            _ => {
+                return Err(Error::InvalidInput(format!(
+                    "invalid --url {clean:?}: only http:// and https:// URLs are supported"
+                )))
+            }
+        }
+        if uri.host().is_none() {
+            return Err(Error::InvalidInput(format!(
+                "invalid --url {clean:?}: no host"
+            )));
+        }
+        let method = http::Method::from_bytes(opts.method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| Error::InvalidInput(format!("invalid --method {:?}", opts.method)))?;
+        let mut secrets = Vec::new();
+        let mut headers = Vec::new();
+        for h in &opts.headers {
+            let (name, value) = h.split_once(':').ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "invalid header {:?}: write it as 'Name: value'",
+                    h.split(':').next().unwrap_or_default()
+                ))
+            })?;
+            let name = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                Error::InvalidInput(format!("invalid header name {:?}", name.trim()))
+            })?;
+            let value_text = value.trim();
+            let value = http::HeaderValue::from_str(value_text)
+                .map_err(|_| Error::InvalidInput(format!("invalid value for header {name}")))?;
+            if value_text.len() >= 4 {
+                secrets.push(value_text.to_string());
+            }
+            headers.push((name, value));
+        }
+        if let Some(info) = userinfo {
+            let (user, pass) = info.split_once(':').unwrap_or((&info, ""));
+            let creds = format!("{}:{}", percent_decode(user), percent_decode(pass));
+            let token = base64::engine::general_purpose::STANDARD.encode(creds.as_bytes());
+            let auth = format!("Basic {token}");
+            if !headers
+                .iter()
+                .any(|(n, _)| *n == http::header::AUTHORIZATION)
+            {
+                let value = http::HeaderValue::from_str(&auth)
+                    .map_err(|_| Error::InvalidInput("invalid credentials in --url".into()))?;
+                headers.push((http::header::AUTHORIZATION, value));
+            }
+            secrets.push(info.clone());
+            secrets.push(token);
+            if !pass.is_empty() {
+                secrets.push(pass.to_string());
+            }
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .timeout_global(opts.timeout)
+            .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        Ok(HttpTarget {
+            agent,
+            url: clean.clone(),
+            shown_url: clean,
+            method,
+            content_type: opts.content_type.clone(),
+            headers,
+            secrets,
+            retry_status: opts.retry_status.clone(),
+        })
+    }
+
+    /// Remove every secret from `text`.
+    fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            if !s.is_empty() {
+                out = out.replace(s.as_str(), "***");
+            }
+        }
+        out
+    }
+
+    fn is_retryable(&self, status: u16) -> bool {
+        matches!(status, 408 | 425 | 429) || status >= 500 || self.retry_status.contains(&status)
+    }
+}
+
+/// Parse a `Retry-After` value: delay seconds or an HTTP date.
+pub fn parse_retry_after(v: &str) -> Option<RetryAfter> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(RetryAfter::Delay(Duration::from_secs(secs)));
+    }
+    httpdate::parse_http_date(v).ok().map(RetryAfter::At)
+}
+
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(BODY_SNIPPET)]);
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    flat.trim().to_string()
+}
+
+fn describe_error(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Timeout(t) => format!("request timed out ({t})"),
+        ureq::Error::HostNotFound => "host not found".into(),
+        ureq::Error::ConnectionFailed => "connection failed".into(),
+        ureq::Error::Io(io) => format!("connection error: {}", io.kind()),
+        ureq::Error::Tls(m) => format!("TLS error: {m}"),
+        ureq::Error::Rustls(r) => format!("TLS error: {r}"),
+        ureq::Error::Protocol(p) => format!("HTTP protocol error: {p}"),
+        other => format!("request failed: {other}"),
+    }
+}
+
+impl Target for HttpTarget {
+    fn describe(&self) -> String {
+        format!("{} {}", self.method, self.shown_url)
+    }
+
+    fn deliver(&self, d: &Delivery<'_>) -> std::result::Result<Outcome, String> {
+        let mut req = http::Request::builder()
+            .method(self.method.clone())
+            .uri(self.url.as_str())
+            .header(http::header::CONTENT_TYPE, self.content_type.as_str());
+        for (n, v) in &self.headers {
+            req = req.header(n, v);
+        }
+        let key = http::HeaderValue::from_str(d.idempotency_key)
+            .or_else(|_| {
+                // A key with bytes a header cannot carry goes percent-encoded.
+                let enc: String = d
+                    .idempotency_key
+                    .bytes()
+                    .map(|b| {
+                        if b.is_ascii_graphic() || b == b' ' {
+                            (b as char).to_string()
+                        } else {
+                            format!("%{b:02X}")
+                        }
+                    })
+                    .collect();
+                http::HeaderValue::from_str(&enc)
+            })
+            .map_err(|_| "idempotency key cannot be sent as a header".to_string())?;
+        req = req
+            .header("Idempotency-Key", key)
+            .header("X-Spool-Attempt", d.attempt.to_string());
+        let req = req
+            .body(d.item.payload.as_slice())
+            .map_err(|e| self.redact(&format!("cannot build the request: {e}")))?;
+        let resp = match self.agent.run(req) {
+            Ok(r) => r,
+            Err(e) => return Ok(Outcome::failed(self.redact(&describe_error(&e)))),
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let location = resp
+            .headers()
+            .get(http::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|l| split_userinfo(l).0);
+        let reason = resp.status().canonical_reason().unwrap_or("").to_string();
+        // Read the body to the end so the connection can be reused.
+        let body = resp
+            .into_body()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_vec()
+            .unwrap_or_default();
+        let head = format!("HTTP {status} {reason}").trim_end().to_string();
+        let text = match snippet(&body) {
+            s if s.is_empty() => head,
+            s => format!("{head}: {s}"),
+        };
+        let text = self.redact(&text);
+        Ok(match status {
+            200..=299 => Outcome::Delivered,
+            300..=399 => Outcome::failed(match location {
+                Some(l) => self.redact(&format!("{text} (redirect to {l}, not followed)")),
+                None => text,
+            }),
+            s if self.is_retryable(s) => Outcome::Failed {
+                reason: text,
+                retry_after,
+            },
+            _ => Outcome::Rejected { reason: text },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_split_off() {
+        assert_eq!(
+            split_userinfo("https://u:p%40ss@h.example:8443/x?q=1"),
+            (
+                "https://h.example:8443/x?q=1".to_string(),
+                Some("u:p%40ss".to_string())
+            )
+        );
+        assert_eq!(
+            split_userinfo("http://h/a@b"),
+            ("http://h/a@b".to_string(), None)
+        );
+        assert_eq!(percent_decode("p%40ss%2"), "p@ss%2");
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        assert_eq!(
+            parse_retry_after("120"),
+            Some(RetryAfter::Delay(Duration::from_secs(120)))
+        );
+        assert!(matches!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(RetryAfter::At(_))
+        ));
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn bad_urls_and_headers_are_refused() {
+        let o = HttpOptions::default();
+        assert!(HttpTarget::new("ftp://h/x", &o).is_err());
+        assert!(HttpTarget::new("not a url", &o).is_err());
+        let mut o2 = o.clone();
+        o2.headers = vec!["NoColon".into()];
+        assert!(HttpTarget::new("http://h/x", &o2).is_err());
+        o2.headers = vec!["X-Token: s3cr3t-value".into()];
+        let t = HttpTarget::new("http://user:pw12345@h/x", &o2).unwrap();
+        assert_eq!(t.describe(), "POST http://h/x");
+        assert_eq!(
+            t.redact("failed with s3cr3t-value and user:pw12345"),
+            "failed with *** and ***"
+        );
+    }
+
+    #[test]
+    fn statuses_parse() {
+        assert_eq!(parse_statuses("409, 423").unwrap(), vec![409, 423]);
+        assert!(parse_statuses("99").is_err());
+        assert!(parse_statuses("abc").is_err());
+    }
+}

@@ -1,0 +1,688 @@
+//! Replay: the [`SyncWorker`] delivers pending items to a [`Target`] with
+//! a durable retry budget, backoff, and a dead-letter set.
+//!
+//! The worker follows the reference `SyncWorker` and improves on it where
+//! the reference admits a weakness:
+//!
+//! * A target answers with an [`Outcome`], not a bool: delivered, failed
+//!   (with a reason and an optional retry-after), or rejected for good.
+//!   A rejected item is dead-lettered at once, never retried.
+//! * Attempts are durable: the count starts from the item's stored
+//!   `attempts` and is written back after every failure together with the
+//!   next retry time and the reason, so a new process continues the count.
+//! * After `max_attempts` failed attempts (default 5) the item moves to
+//!   the spool's dead-letter set (or to a [`DeadLetterSink`]). A failing
+//!   sink is reported and the item stays pending: nothing is dropped.
+//! * Nothing is marked done before its delivery succeeded. A crash after a
+//!   delivery and before its `done` commit redelivers the item on the next
+//!   run with the same idempotency key (at-least-once).
+//! * Default order is the reference's: enqueue order, and a failure does
+//!   not block later items. [`ReplayOptions::ordered`] stops at the first
+//!   item that fails and stays queued.
+//! * Clock, sleep and randomness are injected.
+
+pub mod backoff;
+pub mod exec;
+pub mod http;
+pub mod lock;
+
+pub use self::backoff::Backoff;
+pub use self::exec::ExecTarget;
+pub use self::http::HttpTarget;
+pub use self::lock::ReplayLock;
+
+use crate::error::{Error, Result};
+use crate::item::{AttemptUpdate, Item, ItemId};
+use crate::queue::{Queue, PAGE_SIZE};
+use crate::time::{SharedClock, Timestamp};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// When a target asks to be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// After this long.
+    Delay(Duration),
+    /// Not before this time.
+    At(SystemTime),
+}
+
+/// What a target did with one item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Delivered: the item is marked done.
+    Delivered,
+    /// Not delivered this time; try again later.
+    Failed {
+        /// Why, for the item's `last_error`.
+        reason: String,
+        /// A retry time the target asked for (HTTP `Retry-After`).
+        retry_after: Option<RetryAfter>,
+    },
+    /// Refused for good: the item is dead-lettered at once.
+    Rejected {
+        /// Why, for the dead letter's `last_error`.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// A failed attempt without a retry-after.
+    pub fn failed(reason: impl Into<String>) -> Outcome {
+        Outcome::Failed {
+            reason: reason.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// One delivery request.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    /// The item.
+    pub item: &'a Item,
+    /// 1-based number of this attempt (stored attempts + 1).
+    pub attempt: u32,
+    /// The item's key, or the stable `<spool-uuid>:<id>` when it has none.
+    pub idempotency_key: &'a str,
+    /// The spool's path, when it has one.
+    pub spool_path: Option<&'a Path>,
+}
+
+/// Where replay delivers items.
+pub trait Target: Send + Sync {
+    /// Try to deliver one item. `Err` means the target itself cannot work
+    /// (its command does not exist, say): the run stops and the item is
+    /// left exactly as it was.
+    fn deliver(&self, delivery: &Delivery<'_>) -> std::result::Result<Outcome, String>;
+
+    /// A description for logs, with any secret removed.
+    fn describe(&self) -> String;
+}
+
+/// Receives items that exhausted their budget or were rejected, instead
+/// of the spool's own dead-letter set.
+pub trait DeadLetterSink: Send + Sync {
+    /// Take the item. On `Ok` the worker removes it from the spool; on
+    /// `Err` it stays pending and the failure is reported.
+    fn accept(&self, item: &Item, last_error: &str) -> std::result::Result<(), String>;
+}
+
+/// Replay options; the defaults are the reference's.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Cumulative attempts before an item is dead-lettered (default 5).
+    pub max_attempts: u32,
+    /// Backoff between attempts of one item.
+    pub backoff: Backoff,
+    /// Attempt items whose next retry time is in the future.
+    pub ignore_backoff: bool,
+    /// Stop at the first item that fails and stays queued.
+    pub ordered: bool,
+    /// Attempt at most this many items.
+    pub limit: Option<u64>,
+    /// Stop starting new attempts after this much time.
+    pub deadline: Option<Duration>,
+    /// Report what would be attempted; deliver and change nothing.
+    pub dry_run: bool,
+    /// Deliveries in flight at once (1 = sequential). Not with `ordered`.
+    pub concurrency: usize,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            max_attempts: 5,
+            backoff: Backoff::default(),
+            ignore_backoff: false,
+            ordered: false,
+            limit: None,
+            deadline: None,
+            dry_run: false,
+            concurrency: 1,
+        }
+    }
+}
+
+/// What happened to one attempted item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Delivered and marked done.
+    Delivered,
+    /// Failed; stays pending until `next_retry_at`.
+    Failed {
+        /// The reason stored as `last_error`.
+        error: String,
+        /// When it may be retried.
+        next_retry_at: Timestamp,
+    },
+    /// Moved to the dead-letter set (budget exhausted or rejected).
+    DeadLettered {
+        /// The reason stored as `last_error`.
+        error: String,
+        /// True when the target rejected it (rather than the budget).
+        rejected: bool,
+    },
+    /// Should have been dead-lettered, but the sink failed; stays pending.
+    SinkFailed {
+        /// The delivery error.
+        error: String,
+        /// The sink's error.
+        sink_error: String,
+    },
+    /// Dry run: would have been attempted.
+    WouldAttempt,
+}
+
+/// Observes a run (progress bars, logs). Called from the worker's thread.
+pub trait ReplayObserver: Sync {
+    /// The run starts over a spool with `pending` items.
+    fn started(&self, _pending: u64) {}
+    /// One item was attempted (or would be, in a dry run).
+    fn attempted(&self, _item: &Item, _attempt: u32, _outcome: &ItemOutcome) {}
+    /// One item was skipped (held or not due).
+    fn skipped(&self, _item: &Item) {}
+}
+
+/// Why a run ended before it had looked at every item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// `stop()` (a signal).
+    Stopped,
+    /// `--limit` reached.
+    Limit,
+    /// `--deadline` passed.
+    Deadline,
+    /// `--ordered` and an item failed.
+    OrderedFailure,
+}
+
+/// The result of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Delivered and marked done.
+    pub delivered: u64,
+    /// Failed and left for retry (sink failures included).
+    pub failed: u64,
+    /// Moved to the dead-letter set in this run.
+    pub dead_lettered: u64,
+    /// Of those, rejected by the target.
+    pub rejected: u64,
+    /// Skipped because their next retry time is in the future.
+    pub not_due: u64,
+    /// Skipped because they are held.
+    pub held: u64,
+    /// Dry run: items that would be attempted.
+    pub would_attempt: u64,
+    /// Why the run ended early, if it did.
+    pub stopped: Option<StopReason>,
+    /// True when due items were left unattempted (limit, deadline, stop,
+    /// ordered failure).
+    pub left_due: bool,
+}
+
+/// The exit status a replay report calls for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayStatus {
+    /// Every due item was delivered.
+    Clean,
+    /// Something stays queued for retry.
+    Retry,
+    /// At least one item was dead-lettered.
+    DeadLettered,
+}
+
+impl ReplayReport {
+    /// Dead letters win over retries, retries over clean.
+    pub fn status(&self) -> ReplayStatus {
+        if self.dead_lettered > 0 {
+            ReplayStatus::DeadLettered
+        } else if self.failed > 0 || self.left_due {
+            ReplayStatus::Retry
+        } else {
+            ReplayStatus::Clean
+        }
+    }
+}
+
+/// A handle that stops a run after the item in flight.
+#[derive(Clone, Debug, Default)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    /// Ask the current (or next) run to stop after the item in flight.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// True once stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// The flag itself (for signal handlers).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+}
+
+/// Replays a spool against a target.
+pub struct SyncWorker<'a> {
+    queue: &'a dyn Queue,
+    target: &'a dyn Target,
+    sink: Option<&'a dyn DeadLetterSink>,
+    observer: Option<&'a dyn ReplayObserver>,
+    opts: ReplayOptions,
+    clock: SharedClock,
+    rng: Mutex<Box<dyn FnMut() -> f64 + Send + 'a>>,
+    stop: StopHandle,
+    spool_path: Option<PathBuf>,
+    run_lock: Mutex<()>,
+}
+
+impl<'a> SyncWorker<'a> {
+    /// A worker over `queue` delivering to `target`.
+    pub fn new(
+        queue: &'a dyn Queue,
+        target: &'a dyn Target,
+        opts: ReplayOptions,
+        clock: SharedClock,
+    ) -> Result<SyncWorker<'a>> {
+        if opts.max_attempts == 0 {
+            return Err(Error::InvalidInput(
+                "max attempts must be at least 1".into(),
+            ));
+        }
+        if opts.concurrency == 0 {
+            return Err(Error::InvalidInput("concurrency must be at least 1".into()));
+        }
+        if opts.ordered && opts.concurrency > 1 {
+            return Err(Error::Unsupported(
+                "ordered replay delivers one item at a time; drop --concurrency or --ordered"
+                    .into(),
+            ));
+        }
+        let mut rng = fastrand::Rng::new();
+        Ok(SyncWorker {
+            queue,
+            target,
+            sink: None,
+            observer: None,
+            opts,
+            clock,
+            rng: Mutex::new(Box::new(move || rng.f64())),
+            stop: StopHandle::default(),
+            spool_path: None,
+            run_lock: Mutex::new(()),
+        })
+    }
+
+    /// Send dead letters to `sink` instead of the spool's own set.
+    pub fn with_sink(mut self, sink: &'a dyn DeadLetterSink) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Report progress to `observer`.
+    pub fn with_observer(mut self, observer: &'a dyn ReplayObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Use `unit` (uniform in `[0, 1)`) for jitter.
+    pub fn with_random(mut self, unit: impl FnMut() -> f64 + Send + 'a) -> Self {
+        self.rng = Mutex::new(Box::new(unit));
+        self
+    }
+
+    /// The spool path handed to targets (`SPOOL_PATH`).
+    pub fn with_spool_path(mut self, path: Option<&Path>) -> Self {
+        self.spool_path = path.map(Path::to_path_buf);
+        self
+    }
+
+    /// Use this stop handle (so a signal handler can be wired up first).
+    pub fn with_stop_handle(mut self, stop: StopHandle) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// The handle that stops a run after the item in flight.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Ask the run to stop after the item in flight (one-shot).
+    pub fn stop(&self) {
+        self.stop.stop()
+    }
+
+    /// Run once over the spool. Concurrent calls are serialised. If stop
+    /// was asked for before the run began, it returns at once (and the
+    /// flag is reset).
+    pub fn run(&self) -> Result<ReplayReport> {
+        let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut report = ReplayReport::default();
+        if self.stop.0.swap(false, Ordering::SeqCst) {
+            report.stopped = Some(StopReason::Stopped);
+            return Ok(report);
+        }
+        let uuid = self.queue.uuid().unwrap_or_default();
+        if let Some(o) = self.observer {
+            o.started(self.queue.size()?);
+        }
+        let started = self.clock.now();
+        let mut ctx = RunCtx {
+            uuid,
+            started,
+            attempted: 0,
+        };
+        if self.opts.concurrency > 1 && !self.opts.dry_run {
+            self.run_concurrent(&mut ctx, &mut report)?;
+        } else {
+            self.run_sequential(&mut ctx, &mut report)?;
+        }
+        if report.stopped == Some(StopReason::Stopped) {
+            self.stop.0.store(false, Ordering::SeqCst);
+        }
+        Ok(report)
+    }
+
+    /// Why no further item may be started now, if so.
+    fn halt(&self, ctx: &RunCtx) -> Option<StopReason> {
+        if self.stop.is_stopped() {
+            return Some(StopReason::Stopped);
+        }
+        if self.opts.limit.is_some_and(|l| ctx.attempted >= l) {
+            return Some(StopReason::Limit);
+        }
+        if let Some(d) = self.opts.deadline {
+            if self.clock.now().since(ctx.started) >= d {
+                return Some(StopReason::Deadline);
+            }
+        }
+        None
+    }
+
+    /// True when replay should attempt `item` now; counts the skips.
+    fn is_candidate(&self, item: &Item, report: &mut ReplayReport) -> bool {
+        if item.held {
+            report.held += 1;
+        } else if !self.opts.ignore_backoff && !item.is_due(self.clock.now()) {
+            report.not_due += 1;
+        } else {
+            return true;
+        }
+        if let Some(o) = self.observer {
+            o.skipped(item);
+        }
+        false
+    }
+
+    fn key_for(&self, ctx: &RunCtx, item: &Item) -> String {
+        if item.key.is_empty() {
+            format!("{}:{}", ctx.uuid, item.id)
+        } else {
+            item.key.clone()
+        }
+    }
+
+    /// Walk the spool page by page, calling `each` for every candidate;
+    /// `each` returns false to end the walk.
+    fn walk(
+        &self,
+        report: &mut ReplayReport,
+        mut each: impl FnMut(Item, &mut ReplayReport) -> Result<bool>,
+    ) -> Result<()> {
+        let mut after: ItemId = 0;
+        loop {
+            let page = self.queue.page(after, PAGE_SIZE)?;
+            let n = page.len();
+            for item in page {
+                after = item.id;
+                if !self.is_candidate(&item, report) {
+                    continue;
+                }
+                if !each(item, report)? {
+                    return Ok(());
+                }
+            }
+            if n < PAGE_SIZE {
+                return Ok(());
+            }
+        }
+    }
+
+    fn run_sequential(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<()> {
+        self.walk(report, |item, report| {
+            if let Some(why) = self.halt(ctx) {
+                report.stopped = Some(why);
+                report.left_due = true;
+                return Ok(false);
+            }
+            ctx.attempted += 1;
+            let attempt = item.attempts.saturating_add(1);
+            if self.opts.dry_run {
+                report.would_attempt += 1;
+                if let Some(o) = self.observer {
+                    o.attempted(&item, attempt, &ItemOutcome::WouldAttempt);
+                }
+                return Ok(true);
+            }
+            let key = self.key_for(ctx, &item);
+            let outcome = self
+                .target
+                .deliver(&Delivery {
+                    item: &item,
+                    attempt,
+                    idempotency_key: &key,
+                    spool_path: self.spool_path.as_deref(),
+                })
+                .map_err(Error::Unsupported)?;
+            let recorded = self.record(&item, attempt, outcome, report)?;
+            if self.opts.ordered && matches!(recorded, ItemOutcome::Failed { .. }) {
+                report.stopped = Some(StopReason::OrderedFailure);
+                report.left_due = true;
+                return Ok(false);
+            }
+            Ok(true)
+        })
+    }
+
+    fn run_concurrent(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<()> {
+        type Done = (Item, u32, std::result::Result<Outcome, String>);
+        let n = self.opts.concurrency;
+        std::thread::scope(|s| -> Result<()> {
+            let (work_tx, work_rx) = mpsc::sync_channel::<(Item, u32, String)>(n);
+            let work_rx = Arc::new(Mutex::new(work_rx));
+            let (done_tx, done_rx) = mpsc::channel::<Done>();
+            for _ in 0..n {
+                let rx = work_rx.clone();
+                let tx = done_tx.clone();
+                let target = self.target;
+                let spool_path = self.spool_path.as_deref();
+                s.spawn(move || loop {
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((item, attempt, key)) = next else {
+                        break;
+                    };
+                    let out = target.deliver(&Delivery {
+                        item: &item,
+                        attempt,
+                        idempotency_key: &key,
+                        spool_path,
+                    });
+                    if tx.send((item, attempt, out)).is_err() {
+                        break;
+                    }
+                });
+            }
+            drop(done_tx);
+            let mut in_flight = 0usize;
+            let mut fatal: Option<Error> = None;
+            let mut settle = |done: Done, report: &mut ReplayReport| -> Result<()> {
+                let (item, attempt, out) = done;
+                match out {
+                    Ok(outcome) => {
+                        self.record(&item, attempt, outcome, report)?;
+                    }
+                    Err(e) => {
+                        if fatal.is_none() {
+                            fatal = Some(Error::Unsupported(e));
+                        }
+                    }
+                }
+                Ok(())
+            };
+            let walked = self.walk(report, |item, report| {
+                while in_flight >= n {
+                    if let Ok(d) = done_rx.recv() {
+                        in_flight -= 1;
+                        settle(d, report)?;
+                    } else {
+                        break;
+                    }
+                }
+                while let Ok(d) = done_rx.try_recv() {
+                    in_flight -= 1;
+                    settle(d, report)?;
+                }
+                if let Some(why) = self.halt(ctx) {
+                    report.stopped = Some(why);
+                    report.left_due = true;
+                    return Ok(false);
+                }
+                ctx.attempted += 1;
+                let attempt = item.attempts.saturating_add(1);
+                let key = self.key_for(ctx, &item);
+                if work_tx.send((item, attempt, key)).is_err() {
+                    return Ok(false);
+                }
+                in_flight += 1;
+                Ok(true)
+            });
+            drop(work_tx);
+            // Settle everything in flight, even after an error, so that no
+            // delivered item goes unrecorded.
+            let mut first_err = walked.err();
+            while in_flight > 0 {
+                match done_rx.recv() {
+                    Ok(d) => {
+                        in_flight -= 1;
+                        if let Err(e) = settle(d, report) {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            if let Some(e) = first_err.or(fatal) {
+                return Err(e);
+            }
+            Ok(())
+        })
+    }
+
+    /// Write the outcome of one attempt to the spool.
+    fn record(
+        &self,
+        item: &Item,
+        attempt: u32,
+        outcome: Outcome,
+        report: &mut ReplayReport,
+    ) -> Result<ItemOutcome> {
+        let now = self.clock.now();
+        let result = match outcome {
+            Outcome::Delivered => {
+                self.queue.mark_done(&[item.id])?;
+                report.delivered += 1;
+                ItemOutcome::Delivered
+            }
+            Outcome::Rejected { reason } => self.kill(item, attempt, reason, true, report)?,
+            Outcome::Failed {
+                reason,
+                retry_after,
+            } => {
+                if attempt >= self.opts.max_attempts {
+                    let reason = format!("{reason} (gave up after {attempt} attempts)");
+                    self.kill(item, attempt, reason, false, report)?
+                } else {
+                    let next_retry_at = match retry_after {
+                        Some(RetryAfter::Delay(d)) => now.saturating_add(d),
+                        Some(RetryAfter::At(t)) => Timestamp::from_system_time(t).max(now),
+                        None => {
+                            let unit = (self.rng.lock().unwrap_or_else(|e| e.into_inner()))();
+                            now.saturating_add(self.opts.backoff.delay(attempt, unit))
+                        }
+                    };
+                    self.queue.record_attempt(
+                        item.id,
+                        &AttemptUpdate {
+                            attempts: attempt,
+                            next_retry_at: Some(next_retry_at),
+                            last_error: Some(reason.clone()),
+                        },
+                    )?;
+                    report.failed += 1;
+                    ItemOutcome::Failed {
+                        error: reason,
+                        next_retry_at,
+                    }
+                }
+            }
+        };
+        if let Some(o) = self.observer {
+            o.attempted(item, attempt, &result);
+        }
+        Ok(result)
+    }
+
+    fn kill(
+        &self,
+        item: &Item,
+        attempt: u32,
+        reason: String,
+        rejected: bool,
+        report: &mut ReplayReport,
+    ) -> Result<ItemOutcome> {
+        let update = AttemptUpdate {
+            attempts: attempt,
+            next_retry_at: None,
+            last_error: Some(reason.clone()),
+        };
+        self.queue.record_attempt(item.id, &update)?;
+        match self.sink {
+            None => {
+                self.queue.dead_letter(item.id, &reason)?;
+            }
+            Some(sink) => {
+                let mut dead = item.clone();
+                update.apply(&mut dead);
+                if let Err(sink_error) = sink.accept(&dead, &reason) {
+                    report.failed += 1;
+                    return Ok(ItemOutcome::SinkFailed {
+                        error: reason,
+                        sink_error,
+                    });
+                }
+                self.queue.mark_done(&[item.id])?;
+            }
+        }
+        report.dead_lettered += 1;
+        if rejected {
+            report.rejected += 1;
+        }
+        Ok(ItemOutcome::DeadLettered {
+            error: reason,
+            rejected,
+        })
+    }
+}
+
+struct RunCtx {
+    uuid: String,
+    started: Timestamp,
+    attempted: u64,
+}

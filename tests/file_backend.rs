@@ -1,0 +1,434 @@
+//! NDJSON backend: reference fixtures, torn tails, corruption, compaction
+//! and injected I/O faults.
+
+use spool::backend::file::io::{FileIo, RealIo};
+use spool::backend::file::FileQueue;
+use spool::{Error, ErrorKind, OpenMode, OpenOptions, Queue};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/ndjson")
+        .join(name)
+}
+
+/// Copy a fixture into a fresh temp dir; returns the dir guard and path.
+fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join(name);
+    std::fs::copy(fixture(name), &dst).unwrap();
+    (dir, dst)
+}
+
+fn open(path: &Path, mode: OpenMode) -> spool::Result<FileQueue> {
+    FileQueue::open(path, &OpenOptions::new(mode))
+}
+
+fn ids(q: &dyn Queue) -> Vec<u64> {
+    q.drain().unwrap().iter().map(|i| i.id).collect()
+}
+
+#[test]
+fn tombstones_replay_last_write_wins() {
+    let (_d, p) = copy_fixture("tombstones.ndjson");
+    let q = open(&p, OpenMode::ReadOnly).unwrap();
+    let items = q.drain().unwrap();
+    assert_eq!(items.iter().map(|i| i.id).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(items[0].attempts, 2);
+    assert_eq!(items[0].enqueued_at, None);
+    assert_eq!(items[1].key, "op-3");
+    assert_eq!(q.high_water().unwrap(), 4);
+    // Keys of done items are released, pending ones dedup.
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert!(q.enqueue(b"again", "op-3").unwrap().deduplicated);
+    let fresh = q.enqueue(b"again", "op-1").unwrap();
+    assert!(!fresh.deduplicated);
+    assert_eq!(fresh.id, 5, "ids continue above tombstoned 4");
+}
+
+#[test]
+fn high_water_trailer_is_honoured() {
+    let (_d, p) = copy_fixture("high_water_trailer.ndjson");
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert_eq!(ids(&q), vec![2, 3]);
+    assert_eq!(q.enqueue(b"x", "").unwrap().id, 10);
+}
+
+#[test]
+fn control_characters_and_escapes_round_trip() {
+    let (_d, p) = copy_fixture("control_chars.ndjson");
+    let q = open(&p, OpenMode::ReadOnly).unwrap();
+    let items = q.drain().unwrap();
+    assert_eq!(
+        items[0].payload,
+        b"tab\there \x01\x02\x1f bell\x07 nul\x00 end".to_vec()
+    );
+    assert_eq!(items[0].key, "k\u{1}");
+    assert_eq!(
+        items[1].payload,
+        b"quote \" backslash \\ slash / newline \n cr \r".to_vec()
+    );
+    assert_eq!(
+        String::from_utf8(items[2].payload.clone()).unwrap(),
+        "unicode é ✓ \u{2028} 😀"
+    );
+    assert_eq!(items[2].key, "\"quoted\\key\"");
+    assert_eq!(items[2].attempts, 3);
+    // Rewriting them through compaction keeps every byte.
+    let before = q.drain().unwrap();
+    drop(q);
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    q.compact().unwrap();
+    drop(q);
+    let q = open(&p, OpenMode::ReadOnly).unwrap();
+    assert_eq!(q.drain().unwrap(), before);
+}
+
+#[test]
+fn torn_tail_is_reported_read_only_and_cut_before_the_next_append() {
+    let (_d, p) = copy_fixture("torn_tail.ndjson");
+    let original = std::fs::read(&p).unwrap();
+    let q = open(&p, OpenMode::ReadOnly).unwrap();
+    assert_eq!(ids(&q), vec![1, 2]);
+    let notices = q.take_notices();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].contains("torn trailing line 3"), "{notices:?}");
+    let torn = q.file_stats().unwrap().torn_tail.unwrap();
+    assert_eq!(torn.line, 3);
+    drop(q);
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        original,
+        "read-only open must not heal"
+    );
+
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    let e = q.enqueue(b"three", "").unwrap();
+    assert_eq!(e.id, 3);
+    drop(q);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(
+        !text.contains("half a li"),
+        "torn bytes must be cut: {text}"
+    );
+    assert!(text.ends_with("\n"));
+    let q = open(&p, OpenMode::ReadOnly).unwrap();
+    assert_eq!(ids(&q), vec![1, 2, 3]);
+    assert!(q.take_notices().is_empty());
+}
+
+#[test]
+fn corrupt_middle_line_is_an_error_and_the_file_is_untouched() {
+    let (_d, p) = copy_fixture("corrupt_middle.ndjson");
+    let original = std::fs::read(&p).unwrap();
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
+        let err = open(&p, mode).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Data);
+        assert!(matches!(err, Error::Corrupt { line: Some(2), .. }), "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+    assert_eq!(std::fs::read(&p).unwrap(), original);
+    assert!(!spool::backend::companion(&p, "meta").exists());
+}
+
+/// Cut a good spool at every byte of its last line: each prefix opens,
+/// keeps every earlier record, and accepts a new append cleanly.
+#[test]
+fn every_truncation_of_the_last_line_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.ndjson");
+    {
+        let q = open(&good, OpenMode::Create).unwrap();
+        q.enqueue(b"first", "a").unwrap();
+        q.enqueue(b"second \"quoted\" \x01", "b").unwrap();
+        q.enqueue(b"\xff\xfebinary third", "c").unwrap();
+    }
+    let bytes = std::fs::read(&good).unwrap();
+    let last_start = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .unwrap()
+        + 1;
+    for cut in last_start..bytes.len() {
+        let p = dir.path().join(format!("cut-{cut}.ndjson"));
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let q = open(&p, OpenMode::ReadWrite).unwrap();
+        let got = ids(&q);
+        // The last line parses only when every byte but the newline is there.
+        let complete = cut == bytes.len() - 1;
+        assert_eq!(
+            got,
+            if complete { vec![1, 2, 3] } else { vec![1, 2] },
+            "cut at {cut}"
+        );
+        let next = q.enqueue(b"after", "").unwrap();
+        assert_eq!(
+            next.id,
+            if complete { 4 } else { 3 },
+            "cut at {cut}: ids continue"
+        );
+        drop(q);
+        let q = open(&p, OpenMode::ReadOnly).unwrap();
+        assert_eq!(q.size().unwrap(), if complete { 4 } else { 3 });
+        assert!(q.take_notices().is_empty(), "cut at {cut}: no damage left");
+    }
+}
+
+#[test]
+fn compaction_keeps_the_high_water_mark_across_repeated_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    {
+        let q = open(&p, OpenMode::Create).unwrap();
+        q.enqueue(b"1", "").unwrap();
+        q.enqueue(b"2", "").unwrap();
+        q.mark_done(&[2]).unwrap();
+        let r = q.compact().unwrap();
+        assert_eq!(r.pending, 1);
+        assert_eq!(r.high_water, 2);
+        assert!(r.bytes_after < r.bytes_before);
+    }
+    for _ in 0..2 {
+        let q = open(&p, OpenMode::ReadWrite).unwrap();
+        q.compact().unwrap();
+    }
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(
+        text.ends_with("{\"op\":\"done\",\"id\":2}\n"),
+        "trailer: {text}"
+    );
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert_eq!(
+        q.enqueue(b"3", "").unwrap().id,
+        3,
+        "id 2 must never be reissued"
+    );
+}
+
+#[test]
+fn compaction_keeps_dead_letters_keys_and_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let q = open(&p, OpenMode::Create).unwrap();
+    for i in 0..10 {
+        q.enqueue(format!("p{i}").as_bytes(), &format!("k{i}"))
+            .unwrap();
+    }
+    q.set_attempts(3, 4).unwrap();
+    q.dead_letter(5, "gave up").unwrap();
+    q.mark_done(&[1, 2, 10]).unwrap();
+    q.set_held(&[4], true).unwrap();
+    let pending = q.drain().unwrap();
+    let dead = q.dead_page(0, 100).unwrap();
+    q.compact().unwrap();
+    assert_eq!(q.drain().unwrap(), pending);
+    drop(q);
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert_eq!(q.drain().unwrap(), pending);
+    assert_eq!(q.dead_page(0, 100).unwrap(), dead);
+    assert!(q.enqueue(b"dup", "k3").unwrap().deduplicated);
+    assert_eq!(q.enqueue(b"new", "k10").unwrap().id, 11);
+}
+
+#[test]
+fn a_second_handle_sees_appends_and_follows_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let a = open(&p, OpenMode::Create).unwrap();
+    let b = open(&p, OpenMode::ReadWrite).unwrap();
+    a.enqueue(b"from a", "k").unwrap();
+    assert!(b.enqueue(b"from b", "k").unwrap().deduplicated);
+    b.enqueue(b"b2", "").unwrap();
+    a.mark_done(&[1]).unwrap();
+    a.compact().unwrap();
+    assert_eq!(ids(&b), vec![2]);
+    assert_eq!(b.enqueue(b"b3", "").unwrap().id, 3);
+    assert_eq!(ids(&a), vec![2, 3]);
+    b.dead_letter(2, "boom").unwrap();
+    assert_eq!(a.dead_count().unwrap(), 1);
+    assert_eq!(ids(&a), vec![3]);
+    a.requeue(&[2]).unwrap();
+    assert_eq!(ids(&b), vec![2, 3]);
+    assert_eq!(b.dead_count().unwrap(), 0);
+}
+
+#[test]
+fn a_crash_between_dead_letter_appends_keeps_the_item_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    {
+        let q = open(&p, OpenMode::Create).unwrap();
+        q.enqueue(b"x", "kx").unwrap();
+    }
+    // The dead-letter file got its line; the main file's done never came.
+    let dead = spool::backend::companion(&p, "dead");
+    std::fs::write(
+        &dead,
+        "{\"op\":\"put\",\"id\":1,\"payload\":\"x\",\"idempotencyKey\":\"kx\",\"attempts\":5,\"lastError\":\"e\",\"deadAt\":1}\n",
+    )
+    .unwrap();
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert_eq!(q.size().unwrap(), 0);
+    assert_eq!(q.dead_count().unwrap(), 1);
+    assert!(
+        !q.enqueue(b"y", "kx").unwrap().deduplicated,
+        "a dead item releases its key"
+    );
+}
+
+/// An I/O seam that fails on command.
+#[derive(Debug, Default)]
+struct Faulty {
+    /// Fail the write call with this many calls left (0 = off).
+    fail_write_in: AtomicUsize,
+    /// Write only half of the buffer on the next write, then fail.
+    short_write: Mutex<bool>,
+    fail_sync_in: AtomicUsize,
+}
+
+fn countdown(c: &AtomicUsize) -> bool {
+    let v = c.load(Ordering::SeqCst);
+    if v == 0 {
+        return false;
+    }
+    c.store(v - 1, Ordering::SeqCst);
+    v == 1
+}
+
+impl FileIo for Faulty {
+    fn write(&self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
+        let mut short = self.short_write.lock().unwrap();
+        if *short {
+            *short = false;
+            let half = buf.len() / 2;
+            RealIo.write(file, &buf[..half])?;
+            // The next call hits a full disk.
+            self.fail_write_in.store(1, Ordering::SeqCst);
+            return Ok(half);
+        }
+        if countdown(&self.fail_write_in) {
+            return Err(io::Error::from_raw_os_error(libc_enospc()));
+        }
+        RealIo.write(file, buf)
+    }
+
+    fn sync(&self, file: &File) -> io::Result<()> {
+        if countdown(&self.fail_sync_in) {
+            return Err(io::Error::from_raw_os_error(5));
+        }
+        RealIo.sync(file)
+    }
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
+
+fn faulty_spool() -> (tempfile::TempDir, PathBuf, Arc<Faulty>, FileQueue) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let io = Arc::new(Faulty::default());
+    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
+    q.enqueue(b"committed", "c").unwrap();
+    (dir, p, io, q)
+}
+
+fn assert_only_committed(p: &Path) {
+    let q = open(p, OpenMode::ReadOnly).unwrap();
+    let items = q.drain().unwrap();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0].payload, b"committed");
+    assert!(
+        q.take_notices().is_empty(),
+        "no torn tail may be left behind"
+    );
+}
+
+#[test]
+fn write_error_is_reported_and_leaves_nothing() {
+    let (_d, p, io, q) = faulty_spool();
+    io.fail_write_in.store(1, Ordering::SeqCst);
+    let err = q.enqueue(b"lost", "").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_only_committed(&p);
+    // The same handle recovers and keeps ids unique.
+    let next = q.enqueue(b"next", "").unwrap();
+    assert_eq!(next.id, 2);
+}
+
+#[test]
+fn short_write_is_reported_and_rolled_back() {
+    let (_d, p, io, q) = faulty_spool();
+    *io.short_write.lock().unwrap() = true;
+    let err = q
+        .enqueue_batch(
+            &[
+                spool::NewItem::new(b"a".to_vec(), ""),
+                spool::NewItem::new(b"b".to_vec(), ""),
+            ],
+            &Default::default(),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_only_committed(&p);
+}
+
+#[test]
+fn fsync_failure_is_reported_and_rolled_back() {
+    let (_d, p, io, q) = faulty_spool();
+    io.fail_sync_in.store(1, Ordering::SeqCst);
+    let err = q.mark_done(&[1]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert!(err.to_string().contains("fsync"), "{err}");
+    assert_only_committed(&p);
+    assert_eq!(q.size().unwrap(), 1);
+}
+
+#[test]
+fn fsync_failure_on_the_dead_letter_file_keeps_the_item_pending() {
+    let (_d, p, io, q) = faulty_spool();
+    io.fail_sync_in.store(1, Ordering::SeqCst);
+    assert!(q.dead_letter(1, "boom").is_err());
+    assert_eq!(q.size().unwrap(), 1);
+    assert_eq!(q.dead_count().unwrap(), 0);
+    assert_only_committed(&p);
+}
+
+#[test]
+fn compaction_failure_leaves_the_spool_as_it_was() {
+    let (_d, p, io, q) = faulty_spool();
+    q.enqueue(b"gone", "").unwrap();
+    q.mark_done(&[2]).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    io.fail_sync_in.store(1, Ordering::SeqCst);
+    assert!(q.compact().is_err());
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    assert_only_committed(&p);
+}
+
+#[test]
+fn garbage_ratio_reflects_dead_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let q = open(&p, OpenMode::Create).unwrap();
+    for _ in 0..4 {
+        q.enqueue(b"x", "").unwrap();
+    }
+    q.mark_done(&[1, 2, 3]).unwrap();
+    let s = q.file_stats().unwrap();
+    assert_eq!(s.records, 7);
+    assert_eq!(s.live, 1);
+    assert!((s.garbage_ratio - 6.0 / 7.0).abs() < 1e-9);
+    q.compact().unwrap();
+    let s = q.file_stats().unwrap();
+    assert_eq!(s.records, 1, "id 4 is both the live item and the mark");
+    q.mark_done(&[4]).unwrap();
+    q.compact().unwrap();
+    let s = q.file_stats().unwrap();
+    assert_eq!(s.records, 1, "only the high-water trailer");
+    assert_eq!(q.enqueue(b"y", "").unwrap().id, 5);
+}

@@ -1,0 +1,575 @@
+//! SyncWorker with an injected clock and scripted targets.
+
+use spool::replay::{
+    Backoff, DeadLetterSink, Delivery, ItemOutcome, Outcome, ReplayObserver, ReplayOptions,
+    ReplayStatus, RetryAfter, StopReason, SyncWorker, Target,
+};
+use spool::{Item, ManualClock, OpenMode, OpenOptions, SharedClock, Spool, Timestamp};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// (id, attempt, idempotency key, payload) of one delivery.
+type Seen = (u64, u32, String, Vec<u8>);
+
+/// A target whose answer is decided by a function of (payload, attempt),
+/// recording every delivery.
+struct Scripted<F: Fn(&[u8], u32) -> Outcome + Send + Sync> {
+    answer: F,
+    log: Mutex<Vec<Seen>>,
+}
+
+impl<F: Fn(&[u8], u32) -> Outcome + Send + Sync> Scripted<F> {
+    fn new(answer: F) -> Self {
+        Scripted {
+            answer,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+    fn deliveries(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl<F: Fn(&[u8], u32) -> Outcome + Send + Sync> Target for Scripted<F> {
+    fn deliver(&self, d: &Delivery<'_>) -> Result<Outcome, String> {
+        self.log.lock().unwrap().push((
+            d.item.id,
+            d.attempt,
+            d.idempotency_key.to_string(),
+            d.item.payload.clone(),
+        ));
+        Ok((self.answer)(&d.item.payload, d.attempt))
+    }
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
+
+fn clock() -> (ManualClock, SharedClock) {
+    let c = ManualClock::new(Timestamp::from_secs(1_800_000_000));
+    (c.clone(), Arc::new(c))
+}
+
+fn ndjson(dir: &tempfile::TempDir, shared: &SharedClock) -> Spool {
+    let mut o = OpenOptions::new(OpenMode::Create);
+    o.clock = shared.clone();
+    Spool::open(&dir.path().join("q.ndjson"), &o).unwrap()
+}
+
+fn fixed_opts() -> ReplayOptions {
+    ReplayOptions {
+        backoff: Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        },
+        ..ReplayOptions::default()
+    }
+}
+
+fn fail(_: &[u8], _: u32) -> Outcome {
+    Outcome::failed("boom")
+}
+
+#[test]
+fn budget_survives_restarts_and_dead_letters_on_the_fifth_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (manual, shared) = clock();
+    let target = Scripted::new(fail);
+    {
+        let s = ndjson(&dir, &shared);
+        s.enqueue(b"poison", "k-poison").unwrap();
+    }
+    for run in 1..=5u32 {
+        // A fresh process: reopen the spool, build a new worker.
+        let s = ndjson(&dir, &shared);
+        let w = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+            .unwrap()
+            .with_random(|| 0.999);
+        let r = w.run().unwrap();
+        if run < 5 {
+            assert_eq!((r.failed, r.dead_lettered), (1, 0), "run {run}");
+            assert_eq!(r.status(), ReplayStatus::Retry);
+            let it = s.get(1).unwrap().unwrap();
+            assert_eq!(it.attempts, run);
+            assert_eq!(it.last_error.as_deref(), Some("boom"));
+        } else {
+            assert_eq!((r.failed, r.dead_lettered), (0, 1));
+            assert_eq!(r.status(), ReplayStatus::DeadLettered);
+            assert_eq!(s.size().unwrap(), 0);
+            let dl = s.dead_get(1).unwrap().unwrap();
+            assert_eq!(dl.item.attempts, 5);
+            assert_eq!(dl.item.key, "k-poison");
+            assert!(dl
+                .item
+                .last_error
+                .unwrap()
+                .contains("gave up after 5 attempts"));
+            assert_eq!(dl.dead_at, manual.now_ts());
+        }
+        manual.advance(Duration::from_secs(3600));
+    }
+    let attempts: Vec<u32> = target.deliveries().iter().map(|d| d.1).collect();
+    assert_eq!(attempts, vec![1, 2, 3, 4, 5]);
+}
+
+trait NowTs {
+    fn now_ts(&self) -> Timestamp;
+}
+impl NowTs for ManualClock {
+    fn now_ts(&self) -> Timestamp {
+        use spool::Clock;
+        self.now()
+    }
+}
+
+#[test]
+fn backoff_schedule_and_not_due_skipping() {
+    let (manual, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    s.enqueue(b"x", "").unwrap();
+    let target = Scripted::new(fail);
+    let w = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .with_random(|| 0.0);
+    let start = manual.now_ts();
+    // Jitter 0 picks the lower half-bound: 0.5s, 1s, 2s.
+    let mut expected_wait = Duration::from_millis(500);
+    for _ in 0..3 {
+        let r = w.run().unwrap();
+        assert_eq!(r.failed, 1);
+        let next = s.get(1).unwrap().unwrap().next_retry_at.unwrap();
+        assert_eq!(next, manual.now_ts().saturating_add(expected_wait));
+        // Not due yet: skipped, nothing delivered.
+        let r = w.run().unwrap();
+        assert_eq!((r.not_due, r.failed, r.delivered), (1, 0, 0));
+        assert_eq!(r.status(), ReplayStatus::Clean);
+        manual.set(next);
+        expected_wait *= 2;
+    }
+    assert!(manual.now_ts() > start);
+    assert_eq!(target.deliveries().len(), 3);
+}
+
+#[test]
+fn ignore_backoff_attempts_items_that_are_not_due() {
+    let (_m, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    s.enqueue(b"x", "").unwrap();
+    let target = Scripted::new(fail);
+    let mut o = fixed_opts();
+    SyncWorker::new(&*s, &target, o.clone(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    o.ignore_backoff = true;
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(r.failed, 1);
+    assert_eq!(target.deliveries().len(), 2);
+}
+
+#[test]
+fn retry_after_overrides_backoff_even_beyond_the_cap() {
+    let (manual, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    s.enqueue(b"x", "").unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Failed {
+        reason: "HTTP 429".into(),
+        retry_after: Some(RetryAfter::Delay(Duration::from_secs(3600))),
+    });
+    SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    let it = s.get(1).unwrap().unwrap();
+    assert_eq!(
+        it.next_retry_at,
+        Some(manual.now_ts().saturating_add(Duration::from_secs(3600)))
+    );
+}
+
+fn three_items(shared: &SharedClock) -> Spool {
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for p in [&b"a"[..], b"fail", b"c"] {
+        s.enqueue(p, "").unwrap();
+    }
+    s
+}
+
+fn fail_on_fail(p: &[u8], _: u32) -> Outcome {
+    if p == b"fail" {
+        Outcome::failed("no")
+    } else {
+        Outcome::Delivered
+    }
+}
+
+#[test]
+fn unordered_replay_has_no_head_of_line_blocking() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let target = Scripted::new(fail_on_fail);
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.delivered, r.failed), (2, 1));
+    assert_eq!(
+        s.drain().unwrap().iter().map(|i| i.id).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(r.stopped, None);
+}
+
+#[test]
+fn ordered_replay_stops_at_the_first_failure_but_not_at_a_reject() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let target = Scripted::new(fail_on_fail);
+    let mut o = fixed_opts();
+    o.ordered = true;
+    let r = SyncWorker::new(&*s, &target, o.clone(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.delivered, r.failed), (1, 1));
+    assert_eq!(r.stopped, Some(StopReason::OrderedFailure));
+    assert!(r.left_due);
+    assert_eq!(s.size().unwrap(), 2, "item 3 must not overtake item 2");
+
+    let s = three_items(&shared);
+    let target = Scripted::new(|p: &[u8], _| {
+        if p == b"fail" {
+            Outcome::Rejected {
+                reason: "bad".into(),
+            }
+        } else {
+            Outcome::Delivered
+        }
+    });
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.delivered, r.dead_lettered, r.rejected), (2, 1, 1));
+    assert_eq!(r.stopped, None);
+}
+
+#[test]
+fn reject_dead_letters_at_once_without_retry() {
+    let (_m, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    s.enqueue(b"x", "key-x").unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Rejected {
+        reason: "HTTP 400 Bad Request".into(),
+    });
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.dead_lettered, r.rejected), (1, 1));
+    let dl = s.dead_get(1).unwrap().unwrap();
+    assert_eq!(dl.item.attempts, 1);
+    assert_eq!(dl.item.last_error.as_deref(), Some("HTTP 400 Bad Request"));
+    assert_eq!(target.deliveries().len(), 1);
+}
+
+#[test]
+fn stop_before_run_returns_at_once_and_resets() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let w = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone()).unwrap();
+    w.stop();
+    let r = w.run().unwrap();
+    assert_eq!(r.stopped, Some(StopReason::Stopped));
+    assert_eq!(target.deliveries().len(), 0);
+    let r = w.run().unwrap();
+    assert_eq!(r.delivered, 3, "the flag is one-shot");
+}
+
+/// A target that asks the worker to stop while delivering item 2.
+struct StopsMidway {
+    stop: spool::replay::StopHandle,
+    seen: Mutex<Vec<u64>>,
+}
+
+impl Target for StopsMidway {
+    fn deliver(&self, d: &Delivery<'_>) -> Result<Outcome, String> {
+        self.seen.lock().unwrap().push(d.item.id);
+        if d.item.id == 2 {
+            self.stop.stop();
+        }
+        Ok(Outcome::Delivered)
+    }
+    fn describe(&self) -> String {
+        "stops".into()
+    }
+}
+
+#[test]
+fn stop_finishes_the_item_in_flight_and_records_it() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let stop = spool::replay::StopHandle::default();
+    let target = StopsMidway {
+        stop: stop.clone(),
+        seen: Mutex::new(vec![]),
+    };
+    let w = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .with_stop_handle(stop);
+    let r = w.run().unwrap();
+    assert_eq!(r.delivered, 2);
+    assert_eq!(r.stopped, Some(StopReason::Stopped));
+    assert!(r.left_due);
+    assert_eq!(r.status(), ReplayStatus::Retry);
+    assert_eq!(
+        s.drain().unwrap().iter().map(|i| i.id).collect::<Vec<_>>(),
+        vec![3]
+    );
+}
+
+struct BrokenSink;
+impl DeadLetterSink for BrokenSink {
+    fn accept(&self, _: &Item, _: &str) -> Result<(), String> {
+        Err("sink is down".into())
+    }
+}
+
+#[derive(Default)]
+struct CollectingSink(Mutex<Vec<Item>>);
+impl DeadLetterSink for CollectingSink {
+    fn accept(&self, item: &Item, _: &str) -> Result<(), String> {
+        self.0.lock().unwrap().push(item.clone());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_sink_loses_nothing() {
+    let (_m, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    s.enqueue(b"x", "").unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Rejected {
+        reason: "no".into(),
+    });
+    let sink = BrokenSink;
+    struct Watch(Mutex<Vec<ItemOutcome>>);
+    impl ReplayObserver for Watch {
+        fn attempted(&self, _: &Item, _: u32, o: &ItemOutcome) {
+            self.0.lock().unwrap().push(o.clone());
+        }
+    }
+    let watch = Watch(Mutex::new(vec![]));
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .with_sink(&sink)
+        .with_observer(&watch)
+        .run()
+        .unwrap();
+    assert_eq!((r.failed, r.dead_lettered), (1, 0));
+    assert_eq!(s.size().unwrap(), 1, "the item stays pending");
+    assert_eq!(s.dead_count().unwrap(), 0);
+    assert!(matches!(
+        watch.0.lock().unwrap()[0],
+        ItemOutcome::SinkFailed { .. }
+    ));
+
+    let good = CollectingSink::default();
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .with_sink(&good)
+        .run()
+        .unwrap();
+    assert_eq!(r.dead_lettered, 1);
+    assert_eq!(s.size().unwrap(), 0);
+    assert_eq!(good.0.lock().unwrap()[0].attempts, 2);
+}
+
+#[test]
+fn limit_and_deadline_leave_due_items_and_say_so() {
+    let (manual, shared) = clock();
+    let s = three_items(&shared);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let mut o = fixed_opts();
+    o.limit = Some(2);
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(r.delivered, 2);
+    assert_eq!(r.stopped, Some(StopReason::Limit));
+    assert_eq!(r.status(), ReplayStatus::Retry);
+
+    // Each delivery takes 1s of (manual) time; a 1.5s deadline allows two.
+    let s = three_items(&shared);
+    let m2 = manual.clone();
+    let slow = Scripted::new(move |_: &[u8], _| {
+        m2.advance(Duration::from_secs(1));
+        Outcome::Delivered
+    });
+    let mut o = fixed_opts();
+    o.deadline = Some(Duration::from_millis(1500));
+    let r = SyncWorker::new(&*s, &slow, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(r.delivered, 2);
+    assert_eq!(r.stopped, Some(StopReason::Deadline));
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    s.set_held(&[3], true).unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let mut o = fixed_opts();
+    o.dry_run = true;
+    let before = s.drain().unwrap();
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.would_attempt, r.held), (2, 1));
+    assert_eq!(r.status(), ReplayStatus::Clean);
+    assert!(target.deliveries().is_empty());
+    assert_eq!(s.drain().unwrap(), before);
+}
+
+#[test]
+fn held_items_are_skipped() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    s.set_held(&[1], true).unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.delivered, r.held), (2, 1));
+    assert_eq!(r.status(), ReplayStatus::Clean);
+    assert_eq!(s.drain().unwrap()[0].id, 1);
+}
+
+#[test]
+fn keys_are_the_item_key_or_a_stable_uuid_id_pair() {
+    let (_m, shared) = clock();
+    let dir = tempfile::tempdir().unwrap();
+    let s = ndjson(&dir, &shared);
+    s.enqueue(b"a", "mine").unwrap();
+    s.enqueue(b"b", "").unwrap();
+    let uuid = s.uuid().unwrap();
+    let target = Scripted::new(fail);
+    let mut o = fixed_opts();
+    o.ignore_backoff = true;
+    for _ in 0..2 {
+        let s = ndjson(&dir, &shared);
+        SyncWorker::new(&*s, &target, o.clone(), shared.clone())
+            .unwrap()
+            .run()
+            .unwrap();
+    }
+    let keys: Vec<String> = target.deliveries().iter().map(|d| d.2.clone()).collect();
+    let stable = format!("{uuid}:2");
+    assert_eq!(
+        keys,
+        vec!["mine".to_string(), stable.clone(), "mine".into(), stable]
+    );
+}
+
+#[test]
+fn concurrent_replay_records_every_outcome() {
+    let (_m, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for i in 0..200u32 {
+        s.enqueue(format!("{i}").as_bytes(), "").unwrap();
+    }
+    let target = Scripted::new(|p: &[u8], _| {
+        let n: u32 = std::str::from_utf8(p).unwrap().parse().unwrap();
+        match n % 10 {
+            0 => Outcome::failed("even tens fail"),
+            5 => Outcome::Rejected {
+                reason: "fives".into(),
+            },
+            _ => Outcome::Delivered,
+        }
+    });
+    let mut o = fixed_opts();
+    o.concurrency = 8;
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.delivered, r.failed, r.dead_lettered), (160, 20, 20));
+    assert_eq!(s.size().unwrap(), 20);
+    assert_eq!(s.dead_count().unwrap(), 20);
+    let mut per_item: HashMap<u64, usize> = HashMap::new();
+    for d in target.deliveries() {
+        *per_item.entry(d.0).or_default() += 1;
+    }
+    assert_eq!(per_item.len(), 200);
+    assert!(per_item.values().all(|n| *n == 1));
+    assert!(s.drain().unwrap().iter().all(|i| i.attempts == 1));
+}
+
+#[test]
+fn ordered_with_concurrency_is_refused() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let mut o = fixed_opts();
+    o.ordered = true;
+    o.concurrency = 4;
+    assert!(SyncWorker::new(&*s, &target, o, shared.clone()).is_err());
+}
+
+/// A target that cannot work at all (its command is missing) stops the
+/// run and leaves the item untouched.
+struct Broken;
+impl Target for Broken {
+    fn deliver(&self, _: &Delivery<'_>) -> Result<Outcome, String> {
+        Err("cannot run nosuchcommand: No such file or directory".into())
+    }
+    fn describe(&self) -> String {
+        "broken".into()
+    }
+}
+
+#[test]
+fn a_broken_target_touches_nothing() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    let before = s.drain().unwrap();
+    let err = SyncWorker::new(&*s, &Broken, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap_err();
+    assert!(err.to_string().contains("nosuchcommand"));
+    assert_eq!(s.drain().unwrap(), before);
+}
