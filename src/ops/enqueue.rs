@@ -114,7 +114,7 @@ pub fn enqueue(queue: &dyn Queue, req: &EnqueueRequest) -> Result<EnqueueReport>
 mod tests {
     use super::*;
     use crate::backend::{OpenOptions, Spool};
-    use crate::time::{Clock, ManualClock, Timestamp};
+    use crate::time::{ManualClock, Timestamp};
     use std::sync::Arc;
 
     fn request(clock: &ManualClock, n: usize, wait: Option<Duration>) -> EnqueueRequest {

@@ -78,7 +78,8 @@ pub struct Row {
     pub key: String,
     /// Failed attempts so far.
     pub attempts: u32,
-    /// Time since enqueue, when known.
+    /// Time since enqueue in whole seconds (enqueue times have second
+    /// precision), when known.
     pub age: Option<Duration>,
     /// When replay will try it.
     pub retry: RetryState,
@@ -106,7 +107,9 @@ impl Row {
             id: item.id,
             key: preview::escape(item.key.as_bytes()),
             attempts: item.attempts,
-            age: item.enqueued_at.map(|t| now.since(t)),
+            age: item
+                .enqueued_at
+                .map(|t| Duration::from_secs(now.since(t).as_secs())),
             retry,
             size: item.payload.len() as u64,
             preview: preview::preview(&item.payload, preview_chars),
@@ -165,7 +168,7 @@ mod tests {
             3,
             &AttemptUpdate {
                 attempts: 3,
-                next_retry_at: Some(now.add(Duration::from_secs(60))),
+                next_retry_at: Some(now.saturating_add(Duration::from_secs(60))),
                 last_error: Some("boom\n".into()),
             },
         )

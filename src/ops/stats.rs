@@ -49,9 +49,8 @@ pub struct StatsReport {
     pub files: Vec<(PathBuf, u64)>,
     /// The sum of `files`.
     pub total_bytes: u64,
-    /// For NDJSON spools, the share of the main file that compaction
-    /// would remove. Always `None` for now: the NDJSON backend does not
-    /// report it yet.
+    /// For NDJSON spools, the share of the main file's records that
+    /// compaction would remove (`None` for other backends).
     pub ndjson_garbage_ratio: Option<f64>,
     /// The time the report was made for.
     pub now: Timestamp,
@@ -72,6 +71,10 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
     let s = spool.stats(now)?;
     let files = spool.files();
     let total_bytes = files.iter().map(|(_, n)| n).sum();
+    let ndjson_garbage_ratio = match spool {
+        Spool::File(q) => Some(q.file_stats()?.garbage_ratio),
+        _ => None,
+    };
     Ok(StatsReport {
         path: spool.path().map(|p| p.to_path_buf()).unwrap_or_default(),
         backend: spool.kind(),
@@ -87,7 +90,7 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
         high_water: s.high_water,
         files,
         total_bytes,
-        ndjson_garbage_ratio: None,
+        ndjson_garbage_ratio,
         now,
     })
 }
@@ -126,7 +129,8 @@ pub struct StatsJson {
     pub files: Vec<FileSize>,
     /// Sum of the file sizes.
     pub total_bytes: u64,
-    /// Null until the NDJSON backend reports it (and always for SQLite).
+    /// Share of an NDJSON spool's records that compaction would drop
+    /// (0 to 1); null for other backends.
     pub ndjson_garbage_ratio: Option<f64>,
 }
 
@@ -227,7 +231,7 @@ impl StatsReport {
 
 fn format_seconds(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         (ms / 1000).to_string()
     } else {
         format!("{}.{:03}", ms / 1000, ms % 1000)

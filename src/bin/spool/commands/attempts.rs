@@ -52,6 +52,7 @@ pub fn run(args: AttemptsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ctx.fail(action, e)
             .hint("`spool list` shows the pending items and their ids")
     })?;
+    ctx.notices(&spool);
     if ctx.json {
         ctx.out.json(&AttemptsJson {
             id: r.id,

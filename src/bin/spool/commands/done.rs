@@ -30,5 +30,6 @@ pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
     let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
     let report = done(&*spool, &DoneOptions { ids }).map_err(|e| ctx.fail(ACTION, e))?;
+    ctx.notices(&spool);
     ctx.finish_ids(&report, ACTION, "marked done", "done")
 }

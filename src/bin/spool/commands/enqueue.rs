@@ -161,6 +161,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             other => other,
         }
     })?;
+    ctx.notices(&spool);
     if !report.waited.is_zero() {
         ctx.detail(&format!(
             "waited {} for room",

@@ -188,6 +188,16 @@ impl Ctx {
         }
     }
 
+    /// Notes the backend has collected (an NDJSON spool reports a torn
+    /// tail it cut off), on stderr unless `-q`.
+    pub fn notices(&self, spool: &Spool) {
+        if let Spool::File(q) = spool {
+            for n in q.take_notices() {
+                self.note(&n);
+            }
+        }
+    }
+
     /// A detail on stderr, only with `-v`.
     pub fn detail(&self, msg: &str) {
         if self.verbosity >= Verbosity::Verbose {
@@ -215,16 +225,13 @@ impl Ctx {
         json_name: &str,
     ) -> Result<(), CliError> {
         let n = report.changed.len();
-        if n > 0 {
-            self.note(&format!(
-                "{done_verb} {n} item{}",
-                if n == 1 { "" } else { "s" }
-            ));
-        }
         if !report.unknown.is_empty() {
             let list: Vec<String> = report.unknown.iter().map(|i| i.to_string()).collect();
             let others = if n > 0 {
-                format!(" (the other {n} {done_verb})")
+                format!(
+                    " (the {n} other item{} {done_verb})",
+                    if n == 1 { " was" } else { "s were" }
+                )
             } else {
                 String::new()
             };
@@ -237,6 +244,12 @@ impl Ctx {
                 ),
             )
             .hint("`spool list` shows the pending items and their ids"));
+        }
+        if n > 0 {
+            self.note(&format!(
+                "{done_verb} {n} item{}",
+                if n == 1 { "" } else { "s" }
+            ));
         }
         if self.json {
             let mut obj = serde_json::Map::new();

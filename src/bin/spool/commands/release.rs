@@ -29,5 +29,6 @@ pub fn run(args: ReleaseArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
     let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
     let report = release(&*spool, &ReleaseOptions { ids }).map_err(|e| ctx.fail(ACTION, e))?;
+    ctx.notices(&spool);
     ctx.finish_ids(&report, ACTION, "released", "released")
 }
