@@ -327,3 +327,39 @@ fn errors_write_nothing_to_stdout() {
         let _ = std::io::stdout().flush();
     });
 }
+
+#[test]
+fn a_torn_ndjson_tail_is_left_alone_by_readers_and_cut_by_the_next_write() {
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue("b");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&env.path)
+        .unwrap();
+    f.write_all(b"{\"op\":\"put\",\"id\":3,\"pay").unwrap();
+    drop(f);
+    let before = env.snapshot();
+    for args in [
+        &["drain"][..],
+        &["list"],
+        &["size"],
+        &["stats", "--json"],
+        &["show", "1"],
+    ] {
+        env.run(args).success();
+        assert_eq!(env.snapshot(), before, "{args:?} changed the spool");
+    }
+    assert_eq!(env.size(), 2);
+    let a = env.run(&["enqueue", "c"]).success();
+    assert!(stderr(&a).contains("torn"), "{}", stderr(&a));
+    let payloads: Vec<_> = env
+        .drain()
+        .iter()
+        .map(|v| v["payload"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(payloads, ["a", "b", "c"]);
+    assert!(!std::fs::read_to_string(&env.path)
+        .unwrap()
+        .contains("\"pay{"));
+}

@@ -73,7 +73,25 @@ pub fn table(header: &[&str]) -> comfy_table::Table {
     t.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_content_arrangement(comfy_table::ContentArrangement::Dynamic)
         .set_header(header.to_vec());
+    // A terminal that reports no usable size (a pseudo-terminal without
+    // a window size reports 0 columns) would squash every column to one
+    // character; assume a common width instead.
+    match t.width() {
+        Some(w) if w >= 40 => {}
+        _ => {
+            t.set_width(120);
+        }
+    }
     t
+}
+
+/// An age for people, in whole seconds: `0s`, `42s`, `3m20s`.
+pub fn age(d: Duration) -> String {
+    if d.as_secs() == 0 {
+        "0s".into()
+    } else {
+        duration(Duration::from_secs(d.as_secs()))
+    }
 }
 
 /// A duration for people: `850ms`, `3m20s`, `2h5m`.

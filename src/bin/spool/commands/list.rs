@@ -87,7 +87,7 @@ fn cells(row: &Row) -> [String; 7] {
         row.id.to_string(),
         row.key.clone(),
         row.attempts.to_string(),
-        row.age.map(render::duration).unwrap_or_else(|| "-".into()),
+        row.age.map(render::age).unwrap_or_else(|| "-".into()),
         match row.retry {
             RetryState::Due => "due".into(),
             RetryState::Held => "held".into(),

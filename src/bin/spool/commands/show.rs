@@ -53,7 +53,7 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let now = ctx.now();
     let when = |t: Option<spool::Timestamp>| match t {
         None => "-".to_string(),
-        Some(t) if t <= now => format!("{} ({} ago)", t, render::duration(now.since(t))),
+        Some(t) if t <= now => format!("{} ({} ago)", t, render::age(now.since(t))),
         Some(t) => format!("{} (in {})", t, render::duration(t.since(now))),
     };
     let state = match &shown {

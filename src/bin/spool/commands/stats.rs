@@ -69,7 +69,7 @@ pub fn run(args: StatsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             "oldest",
             match (r.oldest_id, r.oldest_age) {
                 (None, _) => "-".into(),
-                (Some(id), Some(age)) => format!("id {id}, {} old", render::duration(age)),
+                (Some(id), Some(age)) => format!("id {id}, {} old", render::age(age)),
                 (Some(id), None) => format!("id {id}, age unknown"),
             },
         ),
