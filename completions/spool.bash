@@ -136,7 +136,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__attempts)
-            opts="-s -q -v -h --set --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --set --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,7 +166,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__completions)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help bash elvish fish powershell zsh"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -192,7 +192,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__done)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -218,7 +218,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__drain)
-            opts="-n -s -q -v -h --limit --spool --backend --json --quiet --verbose --help"
+            opts="-n -s -q -v -h -V --limit --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -252,7 +252,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__enqueue)
-            opts="-f -k -s -q -v -h --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --json --quiet --verbose --help"
+            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -516,7 +516,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__hold)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -542,7 +542,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__init)
-            opts="-s -q -v -h --max-depth --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --max-depth --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -572,7 +572,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__list)
-            opts="-n -k -s -q -v -h --limit --key --min-attempts --due --spool --backend --json --quiet --verbose --help"
+            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -618,7 +618,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__man)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -644,7 +644,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__release)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -670,7 +670,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__show)
-            opts="-s -q -v -h --raw --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --raw --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -696,7 +696,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__size)
-            opts="-s -q -v -h --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -722,7 +722,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__stats)
-            opts="-s -q -v -h --prometheus --spool --backend --json --quiet --verbose --help"
+            opts="-s -q -v -h -V --prometheus --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

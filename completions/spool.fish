@@ -45,7 +45,7 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "attempts" -d 'Show or s
 complete -c spool -n "__fish_spool_needs_command" -f -a "size" -d 'Print the number of pending items (held ones included)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
 complete -c spool -n "__fish_spool_needs_command" -f -a "completions" -d 'Print a shell completion script'
-complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
 complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refuse enqueues beyond N pending items (remembered by the spool)' -r
 complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
@@ -55,6 +55,7 @@ complete -c spool -n "__fish_spool_using_subcommand init" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand init" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand init" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand init" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s f -l file -d 'Read the payload (or the batch) from FILE' -r -F
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s k -l key -d 'Idempotency key of a single payload' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-payload -d 'Refuse a payload larger than SIZE (exit 65)' -r
@@ -71,6 +72,7 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -l json -d 'Print J
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s n -l limit -d 'Print at most N items' -r
 complete -c spool -n "__fish_spool_using_subcommand drain" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand drain" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
@@ -79,6 +81,7 @@ complete -c spool -n "__fish_spool_using_subcommand drain" -l json -d 'Print JSO
 complete -c spool -n "__fish_spool_using_subcommand drain" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand list" -s n -l limit -d 'Show at most N items (after filtering)' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -l min-attempts -d 'Only items tried at least N times' -r
@@ -90,6 +93,7 @@ complete -c spool -n "__fish_spool_using_subcommand list" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand list" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand list" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand list" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s n -l limit -d 'Show at most N items (after filtering)' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -l min-attempts -d 'Only items tried at least N times' -r
@@ -101,6 +105,7 @@ complete -c spool -n "__fish_spool_using_subcommand ls" -l json -d 'Print JSON: 
 complete -c spool -n "__fish_spool_using_subcommand ls" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand show" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -109,6 +114,7 @@ complete -c spool -n "__fish_spool_using_subcommand show" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand show" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand show" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand show" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand done" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -116,6 +122,7 @@ complete -c spool -n "__fish_spool_using_subcommand done" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand done" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand done" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand done" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand done" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand hold" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -123,6 +130,7 @@ complete -c spool -n "__fish_spool_using_subcommand hold" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand hold" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand release" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand release" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -130,6 +138,7 @@ complete -c spool -n "__fish_spool_using_subcommand release" -l json -d 'Print J
 complete -c spool -n "__fish_spool_using_subcommand release" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand release" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand release" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l set -d 'Set the count to N' -r
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
@@ -138,6 +147,7 @@ complete -c spool -n "__fish_spool_using_subcommand attempts" -l json -d 'Print 
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand size" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand size" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -145,6 +155,7 @@ complete -c spool -n "__fish_spool_using_subcommand size" -l json -d 'Print JSON
 complete -c spool -n "__fish_spool_using_subcommand size" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand size" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand size" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand size" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand stats" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -153,6 +164,7 @@ complete -c spool -n "__fish_spool_using_subcommand stats" -l json -d 'Print JSO
 complete -c spool -n "__fish_spool_using_subcommand stats" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -160,6 +172,7 @@ complete -c spool -n "__fish_spool_using_subcommand completions" -l json -d 'Pri
 complete -c spool -n "__fish_spool_using_subcommand completions" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand man" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand man" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -167,6 +180,7 @@ complete -c spool -n "__fish_spool_using_subcommand man" -l json -d 'Print JSON:
 complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand man" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "init" -d 'Create a new, empty spool'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
@@ -179,5 +193,5 @@ complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_su
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "completions" -d 'Print a shell completion script'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "man" -d 'Print the man page (roff)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
 complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -67,6 +67,7 @@ Environment:
     long_about = LONG_ABOUT,
     after_long_help = AFTER_LONG_HELP,
     arg_required_else_help = true,
+    propagate_version = true,
     max_term_width = 100
 )]
 pub struct Cli {
