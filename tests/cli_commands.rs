@@ -874,3 +874,100 @@ fn help_version_and_generators() {
         .stdout(predicate::str::contains(".TH spool 1"));
     let _ = std::io::stdout().flush();
 }
+
+// ------------------------------------- replay bookkeeping and dead letters
+
+/// Replay is not part of these commands, so its traces (a failed attempt
+/// with a retry time, a dead letter) are written through the library.
+#[test]
+fn retry_times_last_errors_and_dead_letters_are_shown() {
+    use spool::{AttemptUpdate, OpenMode, OpenOptions, Spool, Timestamp};
+    each_backend(|env| {
+        let waiting = env.enqueue("waiting");
+        let dead = env.enqueue("dead");
+        let due = env.enqueue("due");
+        {
+            let s = Spool::open(&env.path, &OpenOptions::new(OpenMode::ReadWrite)).unwrap();
+            let later = Timestamp::now().saturating_add(Duration::from_secs(600));
+            assert!(s
+                .record_attempt(
+                    waiting,
+                    &AttemptUpdate {
+                        attempts: 1,
+                        next_retry_at: Some(later),
+                        last_error: Some("HTTP 503\nService Unavailable".into()),
+                    },
+                )
+                .unwrap());
+            assert!(s.dead_letter(dead, "HTTP 400: rejected").unwrap());
+        }
+        // list: the waiting item says when, --due leaves it out.
+        let out = stdout(&env.run(&["list"]).success());
+        let first: Vec<&str> = out.lines().next().unwrap().split('\t').collect();
+        assert!(first[4].starts_with("in "), "{out}");
+        let due_ids: Vec<String> = stdout(&env.run(&["list", "--due"]).success())
+            .lines()
+            .map(|l| l.split('\t').next().unwrap().to_string())
+            .collect();
+        assert_eq!(due_ids, [due.to_string()]);
+        // show: last error (escaped), retry time; a dead letter with dead_at.
+        let text = stdout(&env.run(&["show", &waiting.to_string()]).success());
+        assert!(
+            text.contains("last error   HTTP 503\\nService Unavailable"),
+            "{text}"
+        );
+        assert!(
+            text.contains("next retry   ") && text.contains("(in "),
+            "{text}"
+        );
+        let text = stdout(&env.run(&["show", &dead.to_string()]).success());
+        assert!(text.contains("state        dead letter"), "{text}");
+        assert!(text.contains("dead at      "), "{text}");
+        let v: serde_json::Value = serde_json::from_slice(
+            &env.run(&["--json", "show", &dead.to_string()])
+                .success()
+                .get_output()
+                .stdout,
+        )
+        .unwrap();
+        assert_eq!(v["last_error"], "HTTP 400: rejected");
+        assert!(v["dead_at"].as_str().unwrap().ends_with('Z'));
+        env.run(&["show", &dead.to_string(), "--raw"])
+            .success()
+            .stdout("dead");
+        let v: serde_json::Value = serde_json::from_slice(
+            &env.run(&["--json", "show", &waiting.to_string()])
+                .success()
+                .get_output()
+                .stdout,
+        )
+        .unwrap();
+        assert!(v["next_retry_at"].as_str().unwrap().ends_with('Z'));
+        assert!(v.get("dead_at").is_none());
+        // A dead letter is not pending: done, hold and attempts do not know it.
+        assert_error(env.run(&["done", &dead.to_string()]), 65, &env.path);
+        assert_error(env.run(&["attempts", &dead.to_string()]), 65, &env.path);
+        // stats counts both.
+        let s: serde_json::Value =
+            serde_json::from_slice(&env.run(&["stats", "--json"]).success().get_output().stdout)
+                .unwrap();
+        assert_eq!(
+            (
+                s["depth"].as_u64(),
+                s["dead_letters"].as_u64(),
+                s["waiting"].as_u64(),
+                s["due"].as_u64()
+            ),
+            (Some(2), Some(1), Some(1), Some(1))
+        );
+        let p = stdout(&env.run(&["stats", "--prometheus"]).success());
+        assert!(
+            p.contains(&format!(
+                "spool_dead_letters{{spool=\"{}\"}} 1\n",
+                env.path.display()
+            )),
+            "{p}"
+        );
+        assert_eq!(env.size(), 2);
+    });
+}

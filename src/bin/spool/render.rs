@@ -15,16 +15,19 @@ use std::time::Duration;
 pub struct Out {
     inner: BufWriter<Stdout>,
     terminal: bool,
+    /// What the output is about (the spool path), for error messages.
+    subject: String,
 }
 
 impl Out {
-    /// Stdout.
-    pub fn stdout() -> Out {
+    /// Stdout; `subject` (the spool path) names it in errors.
+    pub fn stdout(subject: String) -> Out {
         let stdout = io::stdout();
         let terminal = stdout.is_terminal();
         Out {
             inner: BufWriter::with_capacity(64 * 1024, stdout),
             terminal,
+            subject,
         }
     }
 
@@ -35,7 +38,8 @@ impl Out {
 
     /// Write bytes exactly.
     pub fn bytes(&mut self, b: &[u8]) -> Result<(), CliError> {
-        self.inner.write_all(b).map_err(write_error)
+        let subject = &self.subject;
+        self.inner.write_all(b).map_err(|e| write_error(e, subject))
     }
 
     /// Write a line (a newline is added).
@@ -54,15 +58,20 @@ impl Out {
 
     /// Flush everything written so far.
     pub fn flush(&mut self) -> Result<(), CliError> {
-        self.inner.flush().map_err(write_error)
+        let subject = &self.subject;
+        self.inner.flush().map_err(|e| write_error(e, subject))
     }
 }
 
-fn write_error(e: io::Error) -> CliError {
+fn write_error(e: io::Error, subject: &str) -> CliError {
     if e.kind() == io::ErrorKind::BrokenPipe {
         CliError::ClosedPipe
     } else {
-        CliError::new(exit::IO, format!("write to standard output: {e}"))
+        CliError::new(
+            exit::IO,
+            format!("write the output for {subject} to stdout: {e}"),
+        )
+        .hint("check the file or disk that stdout goes to")
     }
 }
 

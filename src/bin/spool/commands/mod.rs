@@ -116,12 +116,13 @@ impl Ctx {
         json: bool,
         verbosity: Verbosity,
     ) -> Ctx {
+        let subject = spool.display().to_string();
         Ctx {
             spool,
             backend,
             json,
             verbosity,
-            out: Out::stdout(),
+            out: Out::stdout(subject),
             clock: spool::time::system_clock(),
         }
     }
