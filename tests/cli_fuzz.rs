@@ -96,6 +96,24 @@ fn fixture(name: &str) -> &'static Env {
     })
 }
 
+/// The subcommands, most command lines start with one.
+const SUBCOMMANDS: &[&str] = &[
+    "init",
+    "enqueue",
+    "drain",
+    "list",
+    "ls",
+    "show",
+    "done",
+    "hold",
+    "release",
+    "attempts",
+    "size",
+    "stats",
+    "completions",
+    "man",
+];
+
 fn arg() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => prop::sample::select(WORDS).prop_map(str::to_string),
@@ -105,7 +123,7 @@ fn arg() -> impl Strategy<Value = String> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: 64,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -113,13 +131,19 @@ proptest! {
     #[test]
     fn never_panics(
         backend in prop::sample::select(backends()),
+        command in prop::option::weighted(0.85, prop::sample::select(SUBCOMMANDS)),
         args in prop::collection::vec(arg(), 0..6),
         stdin in prop::collection::vec(any::<u8>(), 0..64),
     ) {
         let env = fixture(backend);
         // Waits are capped so that a random --wait-for-space cannot stall.
         // An argument cannot hold a NUL byte (the OS takes C strings).
-        let mut args: Vec<String> = args.into_iter().map(|a| a.replace('\0', "")).collect();
+        let mut args: Vec<String> = command
+            .map(str::to_string)
+            .into_iter()
+            .chain(args)
+            .map(|a| a.replace('\0', ""))
+            .collect();
         for i in 1..args.len() {
             if args[i - 1] == "--wait-for-space" {
                 args[i] = "10ms".into();
