@@ -44,7 +44,8 @@ pub struct EnqueuedItem {
 pub struct EnqueueReport {
     /// One entry per requested item, in order.
     pub items: Vec<EnqueuedItem>,
-    /// How long the call waited for room.
+    /// How long the call waited for room (zero when the batch fitted at
+    /// once).
     pub waited: Duration,
 }
 
@@ -71,6 +72,7 @@ pub fn enqueue(queue: &dyn Queue, req: &EnqueueRequest) -> Result<EnqueueReport>
     };
     let start = req.clock.now();
     let mut poll = FIRST_POLL;
+    let mut slept = false;
     loop {
         match queue.enqueue_batch(&req.items, &opts) {
             Ok(results) => {
@@ -84,10 +86,12 @@ pub fn enqueue(queue: &dyn Queue, req: &EnqueueRequest) -> Result<EnqueueReport>
                         key: it.key.clone(),
                     })
                     .collect();
-                return Ok(EnqueueReport {
-                    items,
-                    waited: req.clock.now().since(start),
-                });
+                let waited = if slept {
+                    req.clock.now().since(start)
+                } else {
+                    Duration::ZERO
+                };
+                return Ok(EnqueueReport { items, waited });
             }
             Err(Error::QueueFull { max_depth, depth }) => {
                 let full = Error::QueueFull { max_depth, depth };
@@ -103,6 +107,7 @@ pub fn enqueue(queue: &dyn Queue, req: &EnqueueRequest) -> Result<EnqueueReport>
                     return Err(full);
                 }
                 req.clock.sleep(poll.min(wait - waited));
+                slept = true;
                 poll = (poll * 2).min(MAX_POLL);
             }
             Err(e) => return Err(e),

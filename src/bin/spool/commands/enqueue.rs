@@ -126,12 +126,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     // input creates nothing and changes nothing.
     let items = read_items(source, &opts).map_err(|e| input_error(ctx, e, format))?;
     let spool = ctx.open(OpenMode::Create, ACTION)?;
-    ctx.detail(&format!(
-        "{} spool {}: enqueueing {} item(s)",
-        spool.kind().name(),
-        ctx.spool.display(),
-        items.len()
-    ));
+    ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
     let report = enqueue(
         &*spool,
         &EnqueueRequest {

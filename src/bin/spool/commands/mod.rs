@@ -111,14 +111,14 @@ pub struct Ctx {
 impl Ctx {
     /// The context for one run.
     pub fn new(
-        spool: PathBuf,
+        path: PathBuf,
         backend: Option<BackendKind>,
         json: bool,
         verbosity: Verbosity,
     ) -> Ctx {
-        let subject = spool.display().to_string();
+        let subject = path.display().to_string();
         Ctx {
-            spool,
+            spool: path,
             backend,
             json,
             verbosity,
@@ -141,7 +141,15 @@ impl Ctx {
             clock: self.clock.clone(),
             ..OpenOptions::default()
         };
-        Spool::open(&self.spool, &opts).map_err(|e| self.open_failed(mode, action, e))
+        let spool =
+            Spool::open(&self.spool, &opts).map_err(|e| self.open_failed(mode, action, e))?;
+        self.detail(&format!(
+            "opened {} spool {} ({mode:?})",
+            spool.kind().name(),
+            self.spool.display()
+        ));
+        self.notices(&spool);
+        Ok(spool)
     }
 
     /// The error for a failed open: a missing directory while creating is
