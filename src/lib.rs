@@ -32,6 +32,7 @@ pub mod replay;
 pub mod time;
 pub mod units;
 pub mod verify;
+pub mod watch;
 
 pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
 pub use error::{Error, ErrorKind, Result};

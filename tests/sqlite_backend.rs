@@ -184,7 +184,7 @@ fn the_reference_sql_keeps_working_after_spool_writes() {
         4,
         &AttemptUpdate {
             attempts: 4,
-            next_retry_at: Some(START.add(Duration::from_secs(60))),
+            next_retry_at: Some(START.saturating_add(Duration::from_secs(60))),
             last_error: Some("503".into()),
         },
     )
@@ -580,7 +580,7 @@ fn dead_letters_requeue_and_purge_keep_ids() {
         2,
         &AttemptUpdate {
             attempts: 5,
-            next_retry_at: Some(START.add(Duration::from_secs(30))),
+            next_retry_at: Some(START.saturating_add(Duration::from_secs(30))),
             last_error: Some("timeout".into()),
         },
     )
@@ -590,14 +590,14 @@ fn dead_letters_requeue_and_purge_keep_ids() {
     assert!(!q.dead_letter(2, "again").unwrap());
     assert!(q.dead_letter(3, "gone").unwrap());
     let dl = q.dead_get(2).unwrap().unwrap();
-    assert_eq!(dl.dead_at, START.add(Duration::from_millis(1500)));
+    assert_eq!(dl.dead_at, START.saturating_add(Duration::from_millis(1500)));
     assert_eq!(dl.item.id, 2);
     assert_eq!(dl.item.key, "k2");
     assert_eq!(dl.item.attempts, 5);
     assert_eq!(dl.item.last_error.as_deref(), Some("rejected: 422"));
     assert_eq!(
         dl.item.next_retry_at,
-        Some(START.add(Duration::from_secs(30)))
+        Some(START.saturating_add(Duration::from_secs(30)))
     );
     assert_eq!(q.get(2).unwrap(), None);
     assert_eq!(q.size().unwrap(), 1);
@@ -749,7 +749,7 @@ fn stats_count_held_waiting_and_attempts() {
     }
     q.set_held(&[2, 3, 99], true).unwrap();
     q.set_attempts(4, 2).unwrap();
-    let later = START.add(Duration::from_secs(10));
+    let later = START.saturating_add(Duration::from_secs(10));
     q.record_attempt(
         5,
         &AttemptUpdate {
@@ -909,7 +909,7 @@ trait NowPlus {
 impl NowPlus for ManualClock {
     fn now_plus(&self, secs: u32) -> Timestamp {
         use spool::Clock;
-        self.now().add(Duration::from_secs(u64::from(secs)))
+        self.now().saturating_add(Duration::from_secs(u64::from(secs)))
     }
 }
 
