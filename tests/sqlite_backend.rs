@@ -590,7 +590,10 @@ fn dead_letters_requeue_and_purge_keep_ids() {
     assert!(!q.dead_letter(2, "again").unwrap());
     assert!(q.dead_letter(3, "gone").unwrap());
     let dl = q.dead_get(2).unwrap().unwrap();
-    assert_eq!(dl.dead_at, START.saturating_add(Duration::from_millis(1500)));
+    assert_eq!(
+        dl.dead_at,
+        START.saturating_add(Duration::from_millis(1500))
+    );
     assert_eq!(dl.item.id, 2);
     assert_eq!(dl.item.key, "k2");
     assert_eq!(dl.item.attempts, 5);
@@ -909,7 +912,8 @@ trait NowPlus {
 impl NowPlus for ManualClock {
     fn now_plus(&self, secs: u32) -> Timestamp {
         use spool::Clock;
-        self.now().saturating_add(Duration::from_secs(u64::from(secs)))
+        self.now()
+            .saturating_add(Duration::from_secs(u64::from(secs)))
     }
 }
 

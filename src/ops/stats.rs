@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::item::ItemId;
 use crate::queue::BackendKind;
 use crate::time::Timestamp;
+use crate::watch::metrics::{render_gauges, SpoolGauges};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -186,71 +187,23 @@ impl StatsReport {
         }
     }
 
-    /// The state gauges in the Prometheus text format (version 0.0.4),
-    /// each with `# HELP` and `# TYPE` and a `spool` label holding the
-    /// path. The age of the oldest item is 0 for an empty spool or when
-    /// the oldest item's enqueue time is unknown.
+    /// The state gauges in the Prometheus text format, each with
+    /// `# HELP` and `# TYPE` and a `spool` label holding the path: the
+    /// same text `watch --metrics-file` starts with
+    /// ([`crate::watch::metrics::render_gauges`]). The age of the oldest
+    /// item is 0 for an empty spool or when its enqueue time is unknown.
     pub fn prometheus(&self) -> String {
-        let label = prometheus_label_value(&self.path.to_string_lossy());
-        let gauges: [(&str, &str, String); 5] = [
-            (
-                "spool_depth",
-                "Pending items in the spool, held ones included.",
-                self.depth.to_string(),
-            ),
-            (
-                "spool_held",
-                "Held items in the spool.",
-                self.held.to_string(),
-            ),
-            (
-                "spool_dead_letters",
-                "Items in the spool's dead-letter set.",
-                self.dead_letters.to_string(),
-            ),
-            (
-                "spool_bytes",
-                "Bytes on disk of all the spool's files (WAL and companions included).",
-                self.total_bytes.to_string(),
-            ),
-            (
-                "spool_oldest_item_age_seconds",
-                "Age of the oldest pending item in seconds (0 when empty or unknown).",
-                format_seconds(self.oldest_age.unwrap_or_default()),
-            ),
-        ];
-        let mut out = String::new();
-        for (name, help, value) in gauges {
-            out.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{spool=\"{label}\"}} {value}\n"
-            ));
-        }
-        out
+        render_gauges(
+            &self.path,
+            &SpoolGauges {
+                depth: self.depth,
+                held: self.held,
+                dead_letters: self.dead_letters,
+                bytes: self.total_bytes,
+                oldest_item_age: self.oldest_age.unwrap_or_default(),
+            },
+        )
     }
-}
-
-fn format_seconds(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms.is_multiple_of(1000) {
-        (ms / 1000).to_string()
-    } else {
-        format!("{}.{:03}", ms / 1000, ms % 1000)
-    }
-}
-
-/// Escape a label value for the Prometheus text format: backslash,
-/// double quote and newline.
-pub fn prometheus_label_value(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -289,13 +242,8 @@ mod tests {
             "{p}"
         );
         assert!(
-            p.contains("spool_oldest_item_age_seconds{spool=\"\"} 90.500\n"),
+            p.contains("spool_oldest_item_age_seconds{spool=\"\"} 90.5\n"),
             "{p}"
         );
-    }
-
-    #[test]
-    fn label_escaping() {
-        assert_eq!(prometheus_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }
