@@ -636,11 +636,12 @@ fn dead_letters_requeue_and_purge_keep_ids() {
     assert!(q.dead_get(3).unwrap().is_some());
     q.set_max_depth(None).unwrap();
 
-    // A held item keeps its flag in the dead-letter set (as the model
-    // does); requeue releases it.
+    // A held item loses its flag in the dead-letter set (a dead letter
+    // is never replayed, so there is nothing to hold); requeue keeps it
+    // released.
     q.set_held(&[1], true).unwrap();
     assert!(q.dead_letter(1, "held and dead").unwrap());
-    assert!(q.dead_get(1).unwrap().unwrap().item.held);
+    assert!(!q.dead_get(1).unwrap().unwrap().item.held);
     assert_eq!(q.requeue(&[1]).unwrap(), vec![true]);
     assert!(!q.get(1).unwrap().unwrap().held);
 

@@ -423,7 +423,7 @@ impl Db<'_> {
             .prepare_cached(
                 "INSERT INTO spool_dead_letters \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at) \
-                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, held, ?4 \
+                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, ?4 \
                  FROM morph_offline_queue WHERE id = ?1",
             )
             .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()]))
