@@ -4,7 +4,6 @@ use super::Ctx;
 use crate::exit::CliError;
 use clap::Args;
 use spool::ops::init::{init, InitOptions};
-use spool::OpenMode;
 
 /// Create a new, empty spool
 ///
@@ -46,7 +45,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             clock: ctx.clock.clone(),
         },
     )
-    .map_err(|e| ctx.open_failed(OpenMode::CreateNew, "create spool", e))?;
+    .map_err(|e| ctx.fail("create spool", e))?;
     if ctx.json {
         ctx.out.json(&InitJson {
             spool: report.path.display().to_string(),

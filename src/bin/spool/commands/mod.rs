@@ -141,8 +141,7 @@ impl Ctx {
             clock: self.clock.clone(),
             ..OpenOptions::default()
         };
-        let spool =
-            Spool::open(&self.spool, &opts).map_err(|e| self.open_failed(mode, action, e))?;
+        let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
         self.detail(&format!(
             "opened {} spool {} ({mode:?})",
             spool.kind().name(),
@@ -150,28 +149,6 @@ impl Ctx {
         ));
         self.notices(&spool);
         Ok(spool)
-    }
-
-    /// The error for a failed open: a missing directory while creating is
-    /// "cannot create" (73), whatever the backend reported.
-    pub fn open_failed(&self, mode: OpenMode, action: &str, e: Error) -> CliError {
-        if mode.creates() && matches!(e.kind(), ErrorKind::NotFound | ErrorKind::CannotCreate) {
-            if let Some(dir) = missing_parent(&self.spool) {
-                return CliError::new(
-                    exit::CANT_CREATE,
-                    format!(
-                        "{action} {}: cannot create the spool: directory {} does not exist",
-                        self.spool.display(),
-                        dir.display()
-                    ),
-                )
-                .hint(format!(
-                    "create the directory first: mkdir -p {}",
-                    dir.display()
-                ));
-            }
-        }
-        self.fail(action, e)
     }
 
     /// The error line for a library error while doing `action` on the
@@ -270,22 +247,15 @@ impl Ctx {
     }
 }
 
-/// The nearest missing directory above `path`'s file name, if its
-/// directory does not exist.
-fn missing_parent(path: &Path) -> Option<PathBuf> {
-    let parent = path.parent()?;
-    if parent.as_os_str().is_empty() || parent.exists() {
-        return None;
-    }
-    Some(parent.to_path_buf())
-}
-
 /// The library's message, without a repetition of the spool path.
 fn describe(e: &Error, spool: &Path) -> String {
     match e {
         Error::NotFound { path } if path == spool => "no spool exists at this path".into(),
         Error::AlreadyExists { path } if path == spool => {
             "the path already exists (it was left untouched)".into()
+        }
+        Error::CannotCreate { path, detail } if path == spool => {
+            format!("cannot create the spool: {detail}")
         }
         _ => {
             let msg = e.to_string();
@@ -305,6 +275,9 @@ fn default_hint(e: &Error) -> Option<String> {
             "create it with `spool init` (enqueue creates it too), or point --spool or SPOOL_PATH at an existing spool"
         }
         Error::AlreadyExists { .. } => "choose another --spool path; the existing file was not changed",
+        Error::CannotCreate { .. } => {
+            "make sure the spool's directory exists (mkdir -p) and is writable"
+        }
         Error::Corrupt { .. } => {
             "the spool file was left unchanged; `spool verify` describes the damage"
         }
