@@ -26,6 +26,7 @@
 pub mod backend;
 pub mod error;
 pub mod item;
+pub mod ops;
 pub mod queue;
 pub mod replay;
 pub mod time;
