@@ -29,6 +29,7 @@ pub mod replay;
 pub mod show;
 pub mod size;
 pub mod stats;
+pub mod watch;
 
 use crate::error::Error;
 use crate::item::ItemId;

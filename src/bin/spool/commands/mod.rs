@@ -20,6 +20,7 @@ mod replay;
 mod show;
 mod size;
 mod stats;
+mod watch;
 
 use crate::exit::{self, CliError};
 use crate::render::Out;
@@ -45,6 +46,7 @@ pub enum Command {
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
     Replay(replay::ReplayArgs),
+    Watch(watch::WatchArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -65,6 +67,7 @@ impl Command {
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
+            Command::Watch(a) => watch::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }
