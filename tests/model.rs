@@ -343,6 +343,23 @@ fn same_state(
     same(&what("high_water"), q.high_water(), model.high_water())?;
     same(&what("max_depth"), q.max_depth(), model.max_depth())?;
     same(&what("stats"), q.stats(h.now()), model.stats(h.now()))?;
+    // The single-item and paged reads agree with the full ones.
+    let hw = model.high_water().expect("model high_water");
+    for id in 0..=hw + 1 {
+        same(&what(&format!("get({id})")), q.get(id), model.get(id))?;
+        same(
+            &what(&format!("dead_get({id})")),
+            q.dead_get(id),
+            model.dead_get(id),
+        )?;
+    }
+    let mid = hw / 2;
+    same(&what("page"), q.page(mid, 3), model.page(mid, 3))?;
+    same(
+        &what("dead_page"),
+        q.dead_page(mid, 2),
+        model.dead_page(mid, 2),
+    )?;
     Ok(())
 }
 
