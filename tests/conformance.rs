@@ -11,7 +11,7 @@ mod common;
 use common::{Backend, Harness, T0};
 use spool::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind, Imported,
-    Item, ItemId, NewItem, QueueStats, Record, RecordState, Timestamp, PAGE_SIZE,
+    Item, ItemId, NewItem, QueueStats, Record, RecordState, Spool, Timestamp, PAGE_SIZE,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -69,6 +69,7 @@ conformance!(
     size_counts_pending_and_held,
     depth_bound_rejects_the_newest,
     depth_bound_is_remembered,
+    open_options_bound_applies_only_when_creating,
     depth_bound_below_current_depth_evicts_nothing,
     depth_override_applies_to_one_call,
     dedup_first_write_wins,
@@ -518,6 +519,27 @@ fn depth_bound_is_remembered(s: Setup) {
     h.step();
     assert_eq!(h.q().size().unwrap(), 8);
     assert_eq!(h.q().stats(T0).unwrap().max_depth, None);
+}
+
+/// `OpenOptions::max_depth` is "the depth bound a newly created spool
+/// remembers": opening an existing spool with another bound (or none)
+/// leaves the remembered one alone.
+fn open_options_bound_applies_only_when_creating(s: Setup) {
+    let mut h = s.open(Some(2));
+    add(&h, "a", "");
+    add(&h, "b", "");
+    if s.backend != Backend::Memory {
+        for bound in [Some(10), None] {
+            let mut opts = h.reopen_options();
+            opts.max_depth = bound;
+            let other = Spool::open(&h.path, &opts).expect("open with another bound");
+            assert_eq!(other.max_depth().unwrap(), Some(2), "opened with {bound:?}");
+            assert_full(other.enqueue(b"c", ""), 2, 2);
+        }
+    }
+    h.reopen();
+    assert_eq!(h.q().max_depth().unwrap(), Some(2));
+    assert_full(h.q().enqueue(b"c", ""), 2, 2);
 }
 
 /// A bound set below the current depth evicts nothing, and a rejection
