@@ -30,6 +30,7 @@ pub mod queue;
 pub mod replay;
 pub mod time;
 pub mod units;
+pub mod verify;
 
 pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
 pub use error::{Error, ErrorKind, Result};

@@ -432,3 +432,83 @@ fn garbage_ratio_reflects_dead_records() {
     assert_eq!(s.records, 1, "only the high-water trailer");
     assert_eq!(q.enqueue(b"y", "").unwrap().id, 5);
 }
+
+mod verify {
+    use super::*;
+    use spool::backend::file::verify::verify_path;
+    use spool::verify::Severity;
+
+    #[test]
+    fn reference_fixtures_are_healthy() {
+        for f in [
+            "tombstones.ndjson",
+            "high_water_trailer.ndjson",
+            "control_chars.ndjson",
+        ] {
+            let r = verify_path(&fixture(f)).unwrap();
+            assert!(r.healthy(), "{f}: {r:?}");
+        }
+        let r = verify_path(&fixture("tombstones.ndjson")).unwrap();
+        assert_eq!((r.pending, r.dead_letters), (Some(2), Some(0)));
+    }
+
+    #[test]
+    fn torn_tail_is_damage_that_repair_can_fix() {
+        let r = verify_path(&fixture("torn_tail.ndjson")).unwrap();
+        assert!(!r.healthy());
+        assert!(r.repairable());
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.severity == Severity::Damage)
+            .unwrap();
+        assert_eq!(f.line, Some(3));
+        assert_eq!(r.pending, Some(2));
+    }
+
+    #[test]
+    fn corruption_is_listed_with_line_numbers_and_not_repairable() {
+        let (_d, p) = copy_fixture("corrupt_middle.ndjson");
+        let before = std::fs::read(&p).unwrap();
+        let r = verify_path(&p).unwrap();
+        assert!(!r.healthy());
+        assert!(!r.repairable());
+        assert!(r
+            .findings
+            .iter()
+            .any(|f| f.line == Some(2) && f.severity == Severity::Damage));
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+    }
+
+    #[test]
+    fn reused_ids_and_interrupted_moves_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("q.ndjson");
+        std::fs::write(
+            &p,
+            concat!(
+                "{\"op\":\"put\",\"id\":5,\"payload\":\"a\",\"idempotencyKey\":\"\",\"attempts\":0}\n",
+                "{\"op\":\"put\",\"id\":3,\"payload\":\"b\",\"idempotencyKey\":\"\",\"attempts\":0}\n",
+            ),
+        )
+        .unwrap();
+        let r = verify_path(&p).unwrap();
+        assert!(!r.healthy());
+        assert!(r.findings.iter().any(|f| f.line == Some(2)));
+
+        std::fs::write(
+            &p,
+            "{\"op\":\"put\",\"id\":1,\"payload\":\"a\",\"idempotencyKey\":\"\",\"attempts\":0}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            spool::backend::companion(&p, "dead"),
+            "{\"op\":\"put\",\"id\":1,\"payload\":\"a\",\"idempotencyKey\":\"\",\"attempts\":5,\"deadAt\":1}\n",
+        )
+        .unwrap();
+        let r = verify_path(&p).unwrap();
+        assert!(r.healthy(), "{r:?}");
+        assert!(r.findings.iter().any(|f| f.severity == Severity::Warning));
+        assert_eq!((r.pending, r.dead_letters), (Some(0), Some(1)));
+    }
+}

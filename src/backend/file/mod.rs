@@ -43,6 +43,7 @@ pub(crate) mod format;
 pub mod io;
 mod meta;
 pub(crate) mod scan;
+pub mod verify;
 
 use self::format::Line;
 use self::io::{parent_dir, write_all, FileIo, RealIo};
