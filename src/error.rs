@@ -83,6 +83,10 @@ pub enum Error {
     #[error("{} already exists", path.display())]
     AlreadyExists { path: PathBuf },
 
+    /// The spool (or an output file) cannot be created where asked.
+    #[error("cannot create {}: {detail}", path.display())]
+    CannotCreate { path: PathBuf, detail: String },
+
     /// Reject-newest: the spool holds `depth` items and its bound is
     /// `max_depth`.
     #[error("spool is full: {depth} items pending, the bound is {max_depth}")]
@@ -120,7 +124,7 @@ impl Error {
                 ErrorKind::Data
             }
             Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::AlreadyExists { .. } => ErrorKind::CannotCreate,
+            Error::AlreadyExists { .. } | Error::CannotCreate { .. } => ErrorKind::CannotCreate,
             Error::QueueFull { .. } | Error::ReplayLocked { .. } | Error::Busy { .. } => {
                 ErrorKind::Temporary
             }

@@ -26,11 +26,13 @@
 pub mod backend;
 pub mod error;
 pub mod item;
+pub mod ops;
 pub mod queue;
 pub mod replay;
 pub mod time;
 pub mod units;
 pub mod verify;
+pub mod watch;
 
 pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
 pub use error::{Error, ErrorKind, Result};

@@ -174,6 +174,15 @@ impl Spool {
                 path: path.to_path_buf(),
             });
         }
+        if !exists {
+            let dir = file::io::parent_dir(path);
+            if !dir.is_dir() {
+                return Err(Error::CannotCreate {
+                    path: path.to_path_buf(),
+                    detail: format!("directory {} does not exist", dir.display()),
+                });
+            }
+        }
         match detect(path, opts.backend)? {
             BackendKind::Sqlite => Ok(Spool::Sqlite(SqliteQueue::open(path, opts)?)),
             BackendKind::File => Ok(Spool::File(FileQueue::open(path, opts)?)),

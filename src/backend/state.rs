@@ -155,6 +155,9 @@ impl State {
     pub fn prepare_kill(&self, id: ItemId, last_error: &str, now: Timestamp) -> Option<DeadLetter> {
         let mut item = self.pending.get(&id)?.clone();
         item.last_error = Some(last_error.to_string());
+        // Holding means "replay, skip this"; a dead letter is never
+        // replayed, so the flag does not follow it.
+        item.held = false;
         Some(DeadLetter { item, dead_at: now })
     }
 
@@ -275,6 +278,11 @@ impl State {
             }
             let mut rec = r.clone();
             rec.item.id = id;
+            // Enqueue times have second precision in every backend.
+            rec.item.enqueued_at = rec
+                .item
+                .enqueued_at
+                .map(|t| Timestamp::from_secs(t.as_secs()));
             rec.item.held = r.state == RecordState::Held;
             if r.state == RecordState::Dead && rec.dead_at.is_none() {
                 return Err(Error::InvalidInput(format!(

@@ -154,9 +154,17 @@ impl HttpTarget {
             let value_text = value.trim();
             let value = http::HeaderValue::from_str(value_text)
                 .map_err(|_| Error::InvalidInput(format!("invalid value for header {name}")))?;
+            // Header values may be credentials ("Bearer <token>"): mask the
+            // whole value and each long word of it wherever it shows up.
             if value_text.len() >= 4 {
                 secrets.push(value_text.to_string());
             }
+            secrets.extend(
+                value_text
+                    .split_whitespace()
+                    .filter(|w| w.len() >= 8)
+                    .map(str::to_string),
+            );
             headers.push((name, value));
         }
         if let Some(info) = userinfo {
@@ -200,7 +208,10 @@ impl HttpTarget {
     /// Remove every secret from `text`.
     fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
-        for s in &self.secrets {
+        // Longest first, so a whole value is masked before its parts.
+        let mut secrets: Vec<&String> = self.secrets.iter().collect();
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        for s in secrets {
             if !s.is_empty() {
                 out = out.replace(s.as_str(), "***");
             }

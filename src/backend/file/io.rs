@@ -67,7 +67,7 @@ pub(crate) fn write_all(io: &dyn FileIo, file: &mut File, mut buf: &[u8]) -> io:
 }
 
 /// The directory that holds `path` (`.` for a bare file name).
-pub(crate) fn parent_dir(path: &Path) -> &Path {
+pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

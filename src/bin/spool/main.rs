@@ -1,1 +1,228 @@
-fn main() {}
+//! `spool`: the command-line tool for durable offline spools.
+//!
+//! A thin layer over the `spool` library: [`commands`] holds one module
+//! per subcommand, each turning its arguments into one library call and
+//! rendering the report; [`exit`] holds the exit codes (the spec's §6
+//! table) in one place; [`render`] holds stdout handling and table
+//! helpers. Nothing here touches a spool file directly.
+
+mod commands;
+mod exit;
+mod render;
+
+use clap::builder::TypedValueParser as _;
+use clap::{Args, Parser, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const LONG_ABOUT: &str = "\
+Durable offline spools: local queues of payloads that could not be delivered yet.
+
+Shell scripts enqueue into a spool, operators inspect and repair it, cron jobs
+replay it. A spool is one path: a SQLite database (the default) or an
+append-only NDJSON file (a path ending in .ndjson or .jsonl, or --backend file).
+Every command that exits 0 after changing a spool has made the change durable.";
+
+const AFTER_LONG_HELP: &str = "\
+Examples:
+  spool enqueue '{\"event\":\"signup\"}' --key signup-42
+  some-producer | spool -s /var/spool/app/outbox.db enqueue --stdin --lines
+  spool list --min-attempts 3
+  spool show 17 --raw | jq .
+  spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
+  spool stats --prometheus > /var/lib/node_exporter/spool.prom
+
+Conventions:
+  Durations are written 500ms, 5s, 2m, 1h, 1h30m (a bare number is seconds);
+  sizes 512, 64KiB, 16MiB. Data goes to stdout, diagnostics to stderr.
+  Commands that only read (drain, list, show, size, stats) never create or
+  modify a spool. With --json, items are objects with id, payload (or
+  payload_base64 when not UTF-8), key, attempts, enqueued_at, next_retry_at,
+  last_error and held; streams are NDJSON.
+
+Exit status:
+  0    success (also --help, --version, and a reader closing the output pipe)
+  1    replay dead-lettered at least one item
+  64   usage error: bad flags or arguments
+  65   bad data: corrupt spool, malformed input line, unknown id
+  66   the spool or an input file does not exist
+  70   internal error (a bug: please report it)
+  73   cannot create the spool: the path exists (init), or its directory is missing
+  74   I/O error: disk full, failed write or fsync
+  75   temporary: the spool is full, locked by another replay, or busy
+  77   permission denied on the spool, its directory or a file
+  130  interrupted by SIGINT; 143 by SIGTERM
+
+Environment:
+  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)";
+
+/// The whole command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "spool",
+    version,
+    about = "Durable offline spools: enqueue payloads, inspect and repair them",
+    long_about = LONG_ABOUT,
+    after_long_help = AFTER_LONG_HELP,
+    arg_required_else_help = true,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+
+    #[command(subcommand)]
+    command: commands::Command,
+}
+
+/// Options every subcommand accepts, before or after its name.
+#[derive(Args, Debug)]
+pub struct GlobalArgs {
+    /// The spool to use [default: ./spool.db]
+    ///
+    /// A path ending in .ndjson or .jsonl is an NDJSON spool when created;
+    /// any other new path is SQLite; an existing file keeps its format.
+    #[arg(
+        short = 's',
+        long = "spool",
+        env = "SPOOL_PATH",
+        hide_env_values = true,
+        value_name = "PATH",
+        global = true,
+        help_heading = "Global options",
+        value_parser = clap::builder::OsStringValueParser::new().try_map(spool_path),
+    )]
+    spool: Option<PathBuf>,
+
+    /// The backend of a spool being created (an existing spool keeps its own)
+    #[arg(
+        long,
+        value_enum,
+        value_name = "BACKEND",
+        global = true,
+        help_heading = "Global options"
+    )]
+    backend: Option<BackendArg>,
+
+    /// Print JSON: one object, or NDJSON for streams of items
+    #[arg(long, global = true, help_heading = "Global options")]
+    json: bool,
+
+    /// Print less on stderr: only errors
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        help_heading = "Global options"
+    )]
+    quiet: bool,
+
+    /// Print more on stderr
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Global options")]
+    verbose: u8,
+}
+
+/// `--backend` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// SQLite database (WAL mode)
+    Sqlite,
+    /// Append-only NDJSON file
+    File,
+}
+
+/// Check a `--spool` value. An empty path is refused, and a path that
+/// SQLite would read as something other than a file name (`:memory:`,
+/// `file:` URIs) is made explicitly relative, so that it names a file.
+fn spool_path(s: OsString) -> Result<PathBuf, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err("the spool path is empty".into());
+    }
+    if b.starts_with(b":") || b.starts_with(b"file:") {
+        return Ok(PathBuf::from(".").join(s));
+    }
+    Ok(PathBuf::from(s))
+}
+
+/// The last line of defence: a panic becomes one line on stderr and exit
+/// 70, never a backtrace or exit 101.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown failure".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "spool: error: internal error{at}: {what}");
+        let _ = writeln!(
+            err,
+            "hint: this is a bug in spool; please report it with the command you ran"
+        );
+        std::process::exit(i32::from(exit::SOFTWARE));
+    }));
+}
+
+fn main() -> ExitCode {
+    install_panic_hook();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = exit::for_clap(&e);
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    // A way to check the panic hook end to end, in debug builds only.
+    if cfg!(debug_assertions) && std::env::var_os("SPOOL_DEBUG_PANIC").is_some() {
+        panic!("SPOOL_DEBUG_PANIC is set");
+    }
+    let mut ctx = commands::Ctx::new(
+        cli.global
+            .spool
+            .unwrap_or_else(|| PathBuf::from("./spool.db")),
+        cli.global.backend.map(|b| match b {
+            BackendArg::Sqlite => spool::BackendKind::Sqlite,
+            BackendArg::File => spool::BackendKind::File,
+        }),
+        cli.global.json,
+        commands::Verbosity::new(cli.global.quiet, cli.global.verbose),
+    );
+    let result = cli.command.run(&mut ctx).and_then(|()| ctx.out.flush());
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => e.report(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn spool_paths() {
+        assert!(spool_path(OsString::new()).is_err());
+        assert_eq!(
+            spool_path(":memory:".into()).unwrap(),
+            PathBuf::from("./:memory:")
+        );
+        assert_eq!(spool_path("a.db".into()).unwrap(), PathBuf::from("a.db"));
+    }
+}

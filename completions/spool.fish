@@ -1,0 +1,197 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_spool_global_optspecs
+    string join \n s/spool= backend= json q/quiet v/verbose h/help V/version
+end
+
+function __fish_spool_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_spool_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_spool_using_subcommand
+    set -l cmd (__fish_spool_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c spool -n "__fish_spool_needs_command" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_needs_command" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_needs_command" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_needs_command" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_needs_command" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_needs_command" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_needs_command" -f -a "init" -d 'Create a new, empty spool'
+complete -c spool -n "__fish_spool_needs_command" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
+complete -c spool -n "__fish_spool_needs_command" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "list" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
+complete -c spool -n "__fish_spool_needs_command" -f -a "ls" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
+complete -c spool -n "__fish_spool_needs_command" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
+complete -c spool -n "__fish_spool_needs_command" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
+complete -c spool -n "__fish_spool_needs_command" -f -a "release" -d 'Release held items so that replay attempts them again'
+complete -c spool -n "__fish_spool_needs_command" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
+complete -c spool -n "__fish_spool_needs_command" -f -a "size" -d 'Print the number of pending items (held ones included)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
+complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refuse enqueues beyond N pending items (remembered by the spool)' -r
+complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand init" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand init" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand init" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand init" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand init" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand init" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s f -l file -d 'Read the payload (or the batch) from FILE' -r -F
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s k -l key -d 'Idempotency key of a single payload' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-payload -d 'Refuse a payload larger than SIZE (exit 65)' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-depth -d 'Enforce this depth bound for this call instead of the spool\'s own' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l wait-for-space -d 'On a full spool, wait up to DURATION for room instead of failing' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l stdin -d 'Read the payload (or the batch) from stdin'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l key-from-payload -d 'Use the payload\'s content hash (sha256:<hex>) as its key'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l lines -d 'One payload per input line (a batch, one atomic commit)'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l ndjson -d 'One JSON object per input line: {"payload": ..., "key": ...} (a batch, one atomic commit)'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s n -l limit -d 'Print at most N items' -r
+complete -c spool -n "__fish_spool_using_subcommand drain" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand drain" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand drain" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand drain" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand list" -s n -l limit -d 'Show at most N items (after filtering)' -r
+complete -c spool -n "__fish_spool_using_subcommand list" -s k -l key -d 'Only the item(s) with this idempotency key' -r
+complete -c spool -n "__fish_spool_using_subcommand list" -l min-attempts -d 'Only items tried at least N times' -r
+complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand list" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
+complete -c spool -n "__fish_spool_using_subcommand list" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand list" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand list" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand list" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s n -l limit -d 'Show at most N items (after filtering)' -r
+complete -c spool -n "__fish_spool_using_subcommand ls" -s k -l key -d 'Only the item(s) with this idempotency key' -r
+complete -c spool -n "__fish_spool_using_subcommand ls" -l min-attempts -d 'Only items tried at least N times' -r
+complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand ls" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand ls" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
+complete -c spool -n "__fish_spool_using_subcommand ls" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand ls" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand show" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand show" -l raw -d 'Write exactly the payload bytes to stdout'
+complete -c spool -n "__fish_spool_using_subcommand show" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand show" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand show" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand show" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand done" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand done" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand done" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand done" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand done" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand done" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand hold" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand hold" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand hold" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand release" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand release" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand release" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand release" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand release" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand release" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -l set -d 'Set the count to N' -r
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand attempts" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand attempts" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand size" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand size" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand size" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand size" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand size" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand size" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand size" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand stats" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand stats" -l prometheus -d 'Print the Prometheus text format (for node_exporter\'s textfile collector)'
+complete -c spool -n "__fish_spool_using_subcommand stats" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand stats" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand completions" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand man" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand man" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand man" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand man" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "init" -d 'Create a new, empty spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "list" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "completions" -d 'Print a shell completion script'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,670 @@
+//! The SQL behind each queue operation, and the mapping between rows and
+//! items.
+//!
+//! [`Db`] wraps a connection (or an open transaction, which derefs to
+//! one) with the spool's path, the action that names errors, and the
+//! [`Layout`] the handle reads, so that every read works on a plain
+//! reference file too. Write helpers assume [`Layout::Spool`]: writable
+//! handles always migrate at open.
+
+use super::schema::{self, Layout};
+use crate::error::{Error, Result};
+use crate::item::{DeadLetter, Item, ItemId, QueueStats};
+use crate::time::Timestamp;
+use rusqlite::types::{ToSqlOutput, Type, ValueRef};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::path::Path;
+
+/// Stored in the NOT NULL `enqueued_at` column for a pending item whose
+/// enqueue time is unknown (imported from a reference NDJSON spool).
+/// `Timestamp::as_secs` can never return it, so it is never a real time.
+pub(super) const UNKNOWN_ENQUEUED_AT: i64 = i64::MIN;
+
+/// The item columns of a spool database, in the order [`item_from_row`]
+/// reads them.
+const ITEM_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held";
+/// The same for a reference database: the added columns read as their
+/// defaults.
+const REFERENCE_ITEM_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, NULL, NULL, 0";
+const DEAD_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at";
+
+/// Pending items; walks `ix_queue_attempts`, not the table.
+const COUNT_PENDING: &str = "SELECT count(*) FROM morph_offline_queue";
+/// The pending item that carries a key. The `<> ''` term lets SQLite use
+/// the partial unique index `ix_queue_idem`.
+const KEY_OWNER: &str = "SELECT id FROM morph_offline_queue \
+     WHERE idempotency_key = ?1 AND idempotency_key <> '' ORDER BY id LIMIT 1";
+/// The smallest attempt count, one seek in `ix_queue_attempts`.
+const MIN_ATTEMPTS: &str = "SELECT min(attempts) FROM morph_offline_queue";
+/// The next distinct attempt count, one seek in `ix_queue_attempts`.
+const NEXT_ATTEMPTS: &str =
+    "SELECT attempts FROM morph_offline_queue WHERE attempts > ?1 ORDER BY attempts LIMIT 1";
+/// One range of `ix_queue_attempts`.
+const COUNT_ATTEMPTS: &str = "SELECT count(*) FROM morph_offline_queue WHERE attempts = ?1";
+/// The partial index `ix_queue_held`.
+const COUNT_HELD: &str = "SELECT count(*) FROM morph_offline_queue WHERE held <> 0";
+/// A range of the partial index `ix_queue_retry`.
+const COUNT_WAITING: &str = "SELECT count(*) FROM morph_offline_queue WHERE next_retry_at > ?1";
+/// The histogram of a reference database, which has no attempts index.
+const HISTOGRAM_BY_GROUPING: &str =
+    "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
+/// Walks `ix_dead_dead_at`, not the payloads.
+const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
+
+/// A connection in the context of one spool operation.
+pub(super) struct Db<'a> {
+    pub conn: &'a Connection,
+    pub path: &'a Path,
+    pub action: &'static str,
+    pub layout: Layout,
+}
+
+/// An id as SQLite stores it; `None` for ids SQLite cannot hold (no such
+/// item can exist).
+pub(super) fn sql_id(id: ItemId) -> Option<i64> {
+    i64::try_from(id).ok()
+}
+
+/// Bind a payload: valid UTF-8 as TEXT (what reference readers expect),
+/// anything else as a BLOB, which the TEXT column stores unchanged.
+fn payload_value(payload: &[u8]) -> ToSqlOutput<'_> {
+    match std::str::from_utf8(payload) {
+        Ok(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
+        Err(_) => ToSqlOutput::Borrowed(ValueRef::Blob(payload)),
+    }
+}
+
+fn conversion(idx: usize, ty: Type, what: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, ty, what.into())
+}
+
+fn read_id(row: &Row<'_>, idx: usize) -> rusqlite::Result<ItemId> {
+    let v: i64 = row.get(idx)?;
+    ItemId::try_from(v).map_err(|_| conversion(idx, Type::Integer, format!("negative id {v}")))
+}
+
+fn read_payload(row: &Row<'_>, idx: usize) -> rusqlite::Result<Vec<u8>> {
+    match row.get_ref(idx)? {
+        ValueRef::Text(b) | ValueRef::Blob(b) => Ok(b.to_vec()),
+        other => Err(rusqlite::Error::InvalidColumnType(
+            idx,
+            "payload".into(),
+            other.data_type(),
+        )),
+    }
+}
+
+/// Text written by other programs may not be UTF-8; keep what can be kept.
+fn read_text(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<String>> {
+    match row.get_ref(idx)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(b) | ValueRef::Blob(b) => Ok(Some(String::from_utf8_lossy(b).into_owned())),
+        ValueRef::Integer(i) => Ok(Some(i.to_string())),
+        ValueRef::Real(f) => Ok(Some(f.to_string())),
+    }
+}
+
+fn read_attempts(row: &Row<'_>, idx: usize) -> rusqlite::Result<u32> {
+    let v: i64 = row.get(idx)?;
+    Ok(clamp_attempts(v))
+}
+
+/// Attempt counts outside `u32` (only a foreign writer can store them)
+/// are clamped.
+fn clamp_attempts(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+fn read_enqueued_at(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Timestamp>> {
+    Ok(match row.get::<_, Option<i64>>(idx)? {
+        None | Some(UNKNOWN_ENQUEUED_AT) => None,
+        Some(s) => Some(Timestamp::from_secs(s)),
+    })
+}
+
+fn read_millis(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<Timestamp>> {
+    Ok(row.get::<_, Option<i64>>(idx)?.map(Timestamp::from_millis))
+}
+
+/// An item from the columns of [`ITEM_COLUMNS`] (or [`DEAD_COLUMNS`]).
+fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
+    Ok(Item {
+        id: read_id(row, 0)?,
+        payload: read_payload(row, 1)?,
+        key: read_text(row, 2)?.unwrap_or_default(),
+        attempts: read_attempts(row, 3)?,
+        enqueued_at: read_enqueued_at(row, 4)?,
+        next_retry_at: read_millis(row, 5)?,
+        last_error: read_text(row, 6)?,
+        held: row.get::<_, Option<i64>>(7)?.unwrap_or(0) != 0,
+    })
+}
+
+fn dead_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
+    Ok(DeadLetter {
+        item: item_from_row(row)?,
+        dead_at: Timestamp::from_millis(row.get(8)?),
+    })
+}
+
+/// Adding one bucket of the attempt histogram.
+trait AddAttempts {
+    fn add_attempts(&mut self, attempts: i64, n: u64);
+}
+
+impl AddAttempts for QueueStats {
+    fn add_attempts(&mut self, attempts: i64, n: u64) {
+        self.depth += n;
+        *self
+            .attempts_histogram
+            .entry(clamp_attempts(attempts))
+            .or_default() += n;
+    }
+}
+
+impl Db<'_> {
+    pub fn err(&self, e: rusqlite::Error) -> Error {
+        Error::sqlite(self.path, self.action, e)
+    }
+
+    fn item_columns(&self) -> &'static str {
+        match self.layout {
+            Layout::Reference => REFERENCE_ITEM_COLUMNS,
+            _ => ITEM_COLUMNS,
+        }
+    }
+
+    /// Number of pending items (held included).
+    pub fn pending_count(&self) -> Result<u64> {
+        if self.layout == Layout::Empty {
+            return Ok(0);
+        }
+        let n: i64 = self
+            .conn
+            .prepare_cached(COUNT_PENDING)
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// The pending item that carries the non-empty `key`, if any.
+    pub fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
+        if key.is_empty() || self.layout == Layout::Empty {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(KEY_OWNER)
+            .and_then(|mut s| s.query_row([key], |r| read_id(r, 0)).optional())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The highest id ever issued: the AUTOINCREMENT sequence and the
+    /// largest ids in both tables.
+    pub fn high_water(&self) -> Result<ItemId> {
+        let sql = match self.layout {
+            Layout::Empty => return Ok(0),
+            Layout::Reference => {
+                "SELECT max( \
+                   COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
+                   COALESCE((SELECT max(id) FROM morph_offline_queue), 0))"
+            }
+            Layout::Spool => {
+                "SELECT max( \
+                   COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
+                   COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
+                   COALESCE((SELECT max(id) FROM spool_dead_letters), 0))"
+            }
+        };
+        let hw: i64 = self
+            .conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        Ok(hw.max(0) as u64)
+    }
+
+    /// Make the AUTOINCREMENT sequence at least `id`, so that reference
+    /// writers, which know nothing of the dead-letter table, never reuse
+    /// an id kept there.
+    pub fn raise_sequence(&self, id: ItemId) -> Result<()> {
+        let id = self.insert_id(id)?;
+        self.conn
+            .prepare_cached(
+                "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'morph_offline_queue' AND seq < ?1",
+            )
+            .and_then(|mut s| s.execute([id]))
+            .and_then(|_| {
+                self.conn.prepare_cached(
+                    "INSERT INTO sqlite_sequence (name, seq) SELECT 'morph_offline_queue', ?1 \
+                     WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'morph_offline_queue')",
+                )
+            })
+            .and_then(|mut s| s.execute([id]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The stored depth bound.
+    pub fn max_depth(&self) -> Result<Option<u64>> {
+        if self.layout != Layout::Spool {
+            return Ok(None);
+        }
+        let Some(v) = schema::get_meta(self.conn, "max_depth").map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        v.trim().parse::<u64>().map(Some).map_err(|_| {
+            Error::corrupt(
+                self.path,
+                None,
+                format!("spool_meta max_depth is not a number: {v:?}"),
+            )
+        })
+    }
+
+    /// An id for an INSERT; ids beyond SQLite's range are refused.
+    pub fn insert_id(&self, id: ItemId) -> Result<i64> {
+        sql_id(id).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "item id {id} is too large for a SQLite spool (the largest is {})",
+                i64::MAX
+            ))
+        })
+    }
+
+    /// Store `item` as a pending row under its own id.
+    pub fn insert_pending(&self, item: &Item) -> Result<()> {
+        let id = self.insert_id(item.id)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO morph_offline_queue \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    payload_value(&item.payload),
+                    item.key,
+                    item.attempts,
+                    item.enqueued_at
+                        .map_or(UNKNOWN_ENQUEUED_AT, |t| t.as_secs()),
+                    item.next_retry_at.map(|t| t.as_millis()),
+                    item.last_error,
+                    item.held,
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Store a dead letter under its own id.
+    pub fn insert_dead(&self, dl: &DeadLetter) -> Result<()> {
+        let id = self.insert_id(dl.item.id)?;
+        let item = &dl.item;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO spool_dead_letters \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    payload_value(&item.payload),
+                    item.key,
+                    item.attempts,
+                    item.enqueued_at.map(|t| t.as_secs()),
+                    item.next_retry_at.map(|t| t.as_millis()),
+                    item.last_error,
+                    item.held,
+                    dl.dead_at.as_millis(),
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Up to `limit` pending items after `after`, in id order.
+    pub fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
+        if self.layout == Layout::Empty || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let after = sql_id(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT {} FROM morph_offline_queue WHERE id > ?1 ORDER BY id LIMIT ?2",
+            self.item_columns()
+        );
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_map([after, limit], item_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// One pending item.
+    pub fn get(&self, id: ItemId) -> Result<Option<Item>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        if self.layout == Layout::Empty {
+            return Ok(None);
+        }
+        let sql = format!(
+            "SELECT {} FROM morph_offline_queue WHERE id = ?1",
+            self.item_columns()
+        );
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| s.query_row([id], item_from_row).optional())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Up to `limit` dead letters after `after`, in id order.
+    pub fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
+        if self.layout != Layout::Spool || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let after = sql_id(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let sql = format!(
+            "SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2"
+        );
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_map([after, limit], dead_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// One dead letter.
+    pub fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        if self.layout != Layout::Spool {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id = ?1");
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut s| s.query_row([id], dead_from_row).optional())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Number of dead letters.
+    pub fn dead_count(&self) -> Result<u64> {
+        if self.layout != Layout::Spool {
+            return Ok(0);
+        }
+        let n: i64 = self
+            .conn
+            .prepare_cached(COUNT_DEAD)
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// Move pending item `id` to the dead-letter set with `last_error`,
+    /// dead at `now`. Returns whether it was pending.
+    pub fn kill(&self, id: ItemId, last_error: &str, now: Timestamp) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        let moved = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO spool_dead_letters \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at) \
+                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, ?4 \
+                 FROM morph_offline_queue WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()]))
+            .map_err(|e| self.err(e))?;
+        if moved == 0 {
+            return Ok(false);
+        }
+        self.delete_pending(id)?;
+        Ok(true)
+    }
+
+    /// Move dead letter `id` back to pending under its id: attempts 0, no
+    /// next retry, not held; key, enqueue time and last error kept.
+    /// Returns whether it was a dead letter.
+    pub fn revive(&self, id: ItemId) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        let moved = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO morph_offline_queue \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held) \
+                 SELECT id, payload, idempotency_key, 0, COALESCE(enqueued_at, ?2), NULL, last_error, 0 \
+                 FROM spool_dead_letters WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT]))
+            .map_err(|e| self.err(e))?;
+        if moved == 0 {
+            return Ok(false);
+        }
+        self.delete_dead(id)?;
+        Ok(true)
+    }
+
+    /// The key of dead letter `id`, if it is one.
+    pub fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT idempotency_key FROM spool_dead_letters WHERE id = ?1")
+            .and_then(|mut s| {
+                s.query_row([id], |r| Ok(read_text(r, 0)?.unwrap_or_default()))
+                    .optional()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    fn delete_pending(&self, id: i64) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM morph_offline_queue WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    fn delete_dead(&self, id: i64) -> Result<bool> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM spool_dead_letters WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Remove pending item `id`; whether it was pending.
+    pub fn remove_pending(&self, id: ItemId) -> Result<bool> {
+        match sql_id(id) {
+            Some(id) => self.delete_pending(id),
+            None => Ok(false),
+        }
+    }
+
+    /// Remove dead letter `id`; whether it was one.
+    pub fn remove_dead(&self, id: ItemId) -> Result<bool> {
+        match sql_id(id) {
+            Some(id) => self.delete_dead(id),
+            None => Ok(false),
+        }
+    }
+
+    /// Run an UPDATE of one pending row with `params` (`?1` is the id).
+    /// Returns whether the row exists.
+    pub fn update_pending(
+        &self,
+        sql: &str,
+        id: ItemId,
+        rest: &[&dyn rusqlite::ToSql],
+    ) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        let mut all: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(rest.len() + 1);
+        all.push(&id);
+        all.extend_from_slice(rest);
+        let n = self
+            .conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(all.as_slice()))
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// One count over `sql` with optional single parameter.
+    fn count(&self, sql: &str, param: Option<i64>) -> Result<u64> {
+        let n: i64 = self
+            .conn
+            .prepare_cached(sql)
+            .and_then(|mut s| match param {
+                Some(p) => s.query_row([p], |r| r.get(0)),
+                None => s.query_row([], |r| r.get(0)),
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// The counts of `stats`, from the indexes alone: no payload is read,
+    /// and memory does not grow with the spool.
+    pub fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        let mut s = QueueStats {
+            max_depth: self.max_depth()?,
+            high_water: self.high_water()?,
+            dead_letters: self.dead_count()?,
+            ..QueueStats::default()
+        };
+        if self.layout == Layout::Empty {
+            return Ok(s);
+        }
+        if self.layout == Layout::Reference {
+            // No index to walk: one pass over the table.
+            let mut stmt = self
+                .conn
+                .prepare_cached(HISTOGRAM_BY_GROUPING)
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+                .map_err(|e| self.err(e))?;
+            for row in rows {
+                let (value, n) = row.map_err(|e| self.err(e))?;
+                s.add_attempts(value, n.max(0) as u64);
+            }
+        } else {
+            // One range of ix_queue_attempts per distinct attempt count:
+            // counting a range is cheaper than grouping every row.
+            let mut value: Option<i64> = self
+                .conn
+                .prepare_cached(MIN_ATTEMPTS)
+                .and_then(|mut st| st.query_row([], |r| r.get(0)))
+                .map_err(|e| self.err(e))?;
+            while let Some(v) = value {
+                let n = self.count(COUNT_ATTEMPTS, Some(v))?;
+                s.add_attempts(v, n);
+                value = self
+                    .conn
+                    .prepare_cached(NEXT_ATTEMPTS)
+                    .and_then(|mut st| st.query_row([v], |r| r.get(0)).optional())
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        if self.layout == Layout::Spool {
+            s.held = self.count(COUNT_HELD, None)?;
+            s.waiting = self.count(COUNT_WAITING, Some(now.as_millis()))?;
+        }
+        let oldest = self
+            .conn
+            .prepare_cached("SELECT id, enqueued_at FROM morph_offline_queue ORDER BY id LIMIT 1")
+            .and_then(|mut st| {
+                st.query_row([], |r| Ok((read_id(r, 0)?, read_enqueued_at(r, 1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.err(e))?;
+        if let Some((id, at)) = oldest {
+            s.oldest_id = Some(id);
+            s.oldest_enqueued_at = at;
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unknown_time_marker_is_never_a_real_time() {
+        for ms in [i64::MIN, i64::MIN + 1, -1, 0, i64::MAX] {
+            assert_ne!(Timestamp::from_millis(ms).as_secs(), UNKNOWN_ENQUEUED_AT);
+        }
+    }
+
+    #[test]
+    fn attempts_are_clamped() {
+        assert_eq!(clamp_attempts(-3), 0);
+        assert_eq!(clamp_attempts(7), 7);
+        assert_eq!(clamp_attempts(i64::MAX), u32::MAX);
+    }
+
+    /// `size` and `stats` must never fall back to reading the table.
+    #[test]
+    fn counting_queries_use_the_indexes() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(schema::REFERENCE_SCHEMA).unwrap();
+        conn.execute_batch(schema::MIGRATION_0001).unwrap();
+        for (sql, index) in [
+            (COUNT_PENDING, "COVERING INDEX ix_queue_attempts"),
+            (KEY_OWNER, "COVERING INDEX ix_queue_idem"),
+            (MIN_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
+            (NEXT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
+            (COUNT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
+            (COUNT_HELD, "INDEX ix_queue_held"),
+            (COUNT_WAITING, "COVERING INDEX ix_queue_retry"),
+            (COUNT_DEAD, "COVERING INDEX ix_dead_dead_at"),
+        ] {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let params: &[&dyn rusqlite::ToSql] = match stmt.parameter_count() {
+                0 => &[],
+                _ => &[&1],
+            };
+            let plan: Vec<String> = stmt
+                .query_map(params, |r| r.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert!(
+                plan.len() == 1 && plan[0].contains(index),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn payloads_bind_as_text_or_blob() {
+        assert!(matches!(
+            payload_value(b"ok"),
+            ToSqlOutput::Borrowed(ValueRef::Text(_))
+        ));
+        assert!(matches!(
+            payload_value(b"\xff"),
+            ToSqlOutput::Borrowed(ValueRef::Blob(_))
+        ));
+    }
+}

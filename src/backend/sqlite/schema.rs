@@ -1,0 +1,266 @@
+//! Recognising, creating and migrating a spool database.
+//!
+//! A database is one of: empty (no tables yet), a plain reference queue
+//! (`morph_offline_queue` only, `user_version` 0), a spool (`user_version`
+//! 1, the additions of `migrations/0001_spool.sql`), too new (a later
+//! `user_version`), or not a spool at all. Writable opens turn the first
+//! two into the third, in one `BEGIN IMMEDIATE` transaction that re-checks
+//! what it found, so two processes opening the same new file at once
+//! migrate it once.
+
+use crate::backend::OpenOptions;
+use crate::error::{Error, Result};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+
+/// The reference `SqliteOfflineQueue` table and its partial unique index.
+pub(super) const REFERENCE_SCHEMA: &str = include_str!("migrations/0000_reference.sql");
+
+/// Everything spool adds; ends with `PRAGMA user_version = 1`.
+pub(super) const MIGRATION_0001: &str = include_str!("migrations/0001_spool.sql");
+
+/// The schema version this code writes and understands.
+pub(super) const SCHEMA_VERSION: i64 = 1;
+
+/// The reference queue table.
+pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
+
+const REFERENCE_COLUMNS: [&str; 5] = [
+    "id",
+    "payload",
+    "idempotency_key",
+    "attempts",
+    "enqueued_at",
+];
+const ADDED_COLUMNS: [&str; 3] = ["next_retry_at", "last_error", "held"];
+const ADDED_TABLES: [&str; 2] = ["spool_dead_letters", "spool_meta"];
+
+/// The shape of the database a handle reads, decided at open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// Schema version 1: every column and table of this module.
+    Spool,
+    /// A plain reference queue, read only: added columns read as their
+    /// defaults, no dead letters, no metadata.
+    Reference,
+    /// A SQLite database without tables, read only: an empty spool.
+    Empty,
+}
+
+/// What a database holds, as far as recognising it goes.
+#[derive(Debug)]
+struct Found {
+    user_version: i64,
+    tables: Vec<String>,
+    queue_columns: Vec<String>,
+}
+
+fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
+    let user_version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let mut stmt = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+    )?;
+    let tables = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+    let queue_columns = stmt
+        .query_map([QUEUE_TABLE], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Found {
+        user_version,
+        tables,
+        queue_columns,
+    })
+}
+
+/// Decide what `found` is; fail for a database spool cannot use.
+fn classify(path: &Path, found: &Found) -> Result<Layout> {
+    let v = found.user_version;
+    if v > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: v,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let has_table = |t: &str| found.tables.iter().any(|n| n == t);
+    let has_column = |c: &&str| found.queue_columns.iter().any(|n| n == c);
+    if !has_table(QUEUE_TABLE) {
+        if found.tables.is_empty() && v == 0 {
+            return Ok(Layout::Empty);
+        }
+        return Err(Error::corrupt(
+            path,
+            None,
+            format!("not a spool database: it has no {QUEUE_TABLE} table"),
+        ));
+    }
+    if v < 0 {
+        return Err(Error::corrupt(
+            path,
+            None,
+            format!("not a spool database: unknown schema version {v}"),
+        ));
+    }
+    if let Some(c) = REFERENCE_COLUMNS.iter().find(|c| !has_column(c)) {
+        return Err(Error::corrupt(
+            path,
+            None,
+            format!("table {QUEUE_TABLE} has no column {c}"),
+        ));
+    }
+    if v == 0 {
+        return Ok(Layout::Reference);
+    }
+    if let Some(c) = ADDED_COLUMNS.iter().find(|c| !has_column(c)) {
+        return Err(Error::corrupt(
+            path,
+            None,
+            format!("schema version {v}, but table {QUEUE_TABLE} has no column {c}"),
+        ));
+    }
+    if let Some(t) = ADDED_TABLES.iter().find(|t| !has_table(t)) {
+        return Err(Error::corrupt(
+            path,
+            None,
+            format!("schema version {v}, but the table {t} is missing"),
+        ));
+    }
+    Ok(Layout::Spool)
+}
+
+/// Recognise the database behind a read-only connection. Never writes.
+pub(super) fn read_layout(conn: &Connection, path: &Path) -> Result<Layout> {
+    let found = inspect(conn).map_err(|e| Error::sqlite(path, "open", e))?;
+    classify(path, &found)
+}
+
+/// Bring the database behind a writable connection, found to be `layout`
+/// by [`read_layout`], to the current schema: create it in an empty
+/// database (remembering `opts.max_depth`), migrate a reference queue
+/// (keeping its rows). Returns [`Layout::Spool`].
+pub(super) fn ensure_spool(
+    conn: &mut Connection,
+    path: &Path,
+    opts: &OpenOptions,
+    layout: Layout,
+) -> Result<Layout> {
+    if layout == Layout::Spool {
+        return Ok(Layout::Spool);
+    }
+    const ACTION: &str = "migrate";
+    let err = |e| Error::sqlite(path, ACTION, e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    // Another process may have migrated it while we waited for the lock.
+    let found = inspect(&tx).map_err(err)?;
+    match classify(path, &found)? {
+        Layout::Spool => {}
+        Layout::Reference => {
+            tx.execute_batch(MIGRATION_0001).map_err(err)?;
+            set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
+        }
+        Layout::Empty => {
+            tx.execute_batch(REFERENCE_SCHEMA).map_err(err)?;
+            tx.execute_batch(MIGRATION_0001).map_err(err)?;
+            set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
+            if let Some(bound) = opts.max_depth {
+                set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
+            }
+        }
+    }
+    tx.commit().map_err(err)?;
+    Ok(Layout::Spool)
+}
+
+/// Set one metadata value.
+pub(super) fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO spool_meta (key, value) VALUES (?1, ?2)")?
+        .execute([key, value])?;
+    Ok(())
+}
+
+/// One metadata value, if set.
+pub(super) fn get_meta(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT value FROM spool_meta WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(v: i64, tables: &[&str], cols: &[&str]) -> Found {
+        Found {
+            user_version: v,
+            tables: tables.iter().map(|s| s.to_string()).collect(),
+            queue_columns: cols.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    const ALL: [&str; 8] = [
+        "id",
+        "payload",
+        "idempotency_key",
+        "attempts",
+        "enqueued_at",
+        "next_retry_at",
+        "last_error",
+        "held",
+    ];
+
+    #[test]
+    fn classification() {
+        let p = Path::new("q.db");
+        let t = [QUEUE_TABLE, "spool_dead_letters", "spool_meta"];
+        assert_eq!(classify(p, &found(0, &[], &[])).ok(), Some(Layout::Empty));
+        assert_eq!(
+            classify(p, &found(0, &[QUEUE_TABLE], &ALL[..5])).ok(),
+            Some(Layout::Reference)
+        );
+        assert_eq!(classify(p, &found(1, &t, &ALL)).ok(), Some(Layout::Spool));
+        assert!(matches!(
+            classify(p, &found(2, &t, &ALL)),
+            Err(Error::SchemaTooNew { found: 2, .. })
+        ));
+        for bad in [
+            found(0, &["other"], &[]),
+            found(1, &[], &[]),
+            found(0, &[QUEUE_TABLE], &ALL[..4]),
+            found(1, &[QUEUE_TABLE], &ALL),
+            found(1, &t, &ALL[..7]),
+            found(-1, &t, &ALL),
+        ] {
+            assert!(
+                matches!(classify(p, &bad), Err(Error::Corrupt { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn migrations_apply_to_a_reference_database() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(REFERENCE_SCHEMA).unwrap();
+        conn.execute(
+            "INSERT INTO morph_offline_queue (payload, enqueued_at) VALUES ('x', 7)",
+            [],
+        )
+        .unwrap();
+        conn.execute_batch(MIGRATION_0001).unwrap();
+        let f = inspect(&conn).unwrap();
+        assert_eq!(f.user_version, SCHEMA_VERSION);
+        assert_eq!(f.queue_columns, ALL);
+        let row: (Option<i64>, Option<String>, i64) = conn
+            .query_row(
+                "SELECT next_retry_at, last_error, held FROM morph_offline_queue",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(row, (None, None, 0));
+    }
+}

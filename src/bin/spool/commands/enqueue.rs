@@ -1,0 +1,198 @@
+//! `spool enqueue`: add one payload, or a batch in one atomic commit.
+
+use super::Ctx;
+use crate::exit::CliError;
+use clap::{ArgGroup, Args};
+use spool::ops::enqueue::{enqueue, EnqueueRequest};
+use spool::ops::input::{read_items, Format, InputOptions, KeyPolicy, Source};
+use spool::ops::preview;
+use spool::units::{parse_duration, parse_size};
+use spool::{Error, OpenMode};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Add a payload (or a batch of payloads) to the spool
+///
+/// The payload is the argument's bytes exactly (non-UTF-8 included), a
+/// whole file (--file), or all of stdin (--stdin): exactly one of the
+/// three. An empty payload is valid. Creates the spool if it is missing.
+/// Prints the id of each item on stdout, one per line; with --json one
+/// object {"id": N, "deduplicated": BOOL} per item.
+///
+/// Batches: --lines enqueues each line of the input (without its \n or
+/// \r\n; empty lines are skipped), --ndjson each JSON object
+/// {"payload": "...", "key": "..."} (or "payload_base64" for bytes). A
+/// batch is one atomic commit: a malformed line (exit 65, naming the
+/// line) or a full spool means nothing is enqueued.
+///
+/// Idempotency keys: while an item with a key is pending, enqueueing the
+/// same key again stores nothing and prints the existing id, with a note
+/// on stderr ("deduplicated"); the exit status is still 0.
+///
+/// A full spool (see init --max-depth) refuses the batch with exit 75,
+/// unless --wait-for-space waits for a replay to make room.
+///
+/// Examples:
+///   spool enqueue 'hello world'
+///   spool enqueue --key order-1234 '{"order":1234}'
+///   curl -s https://example.com/feed | spool enqueue --stdin --key-from-payload
+///   tail -n 100 events.log | spool enqueue --stdin --lines
+///   spool enqueue --file report.pdf --wait-for-space 30s
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(group(ArgGroup::new("source").args(["payload", "file", "stdin"]).required(true)))]
+pub struct EnqueueArgs {
+    /// The payload (its bytes, exactly); use -- before a payload that starts with -
+    #[arg(value_name = "PAYLOAD", value_parser = clap::value_parser!(OsString))]
+    payload: Option<OsString>,
+
+    /// Read the payload (or the batch) from FILE
+    #[arg(short = 'f', long, value_name = "FILE")]
+    file: Option<PathBuf>,
+
+    /// Read the payload (or the batch) from stdin
+    #[arg(long)]
+    stdin: bool,
+
+    /// Idempotency key of a single payload
+    #[arg(short = 'k', long, value_name = "KEY", conflicts_with_all = ["key_from_payload", "lines", "ndjson"])]
+    key: Option<String>,
+
+    /// Use the payload's content hash (sha256:<hex>) as its key
+    #[arg(long)]
+    key_from_payload: bool,
+
+    /// One payload per input line (a batch, one atomic commit)
+    #[arg(long, conflicts_with = "ndjson")]
+    lines: bool,
+
+    /// One JSON object per input line: {"payload": ..., "key": ...} (a batch, one atomic commit)
+    #[arg(long)]
+    ndjson: bool,
+
+    /// Refuse a payload larger than SIZE (exit 65)
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    max_payload: u64,
+
+    /// Enforce this depth bound for this call instead of the spool's own
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_depth: Option<u64>,
+
+    /// On a full spool, wait up to DURATION for room instead of failing
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    wait_for_space: Option<Duration>,
+}
+
+#[derive(serde::Serialize)]
+struct EnqueuedJson {
+    id: u64,
+    deduplicated: bool,
+}
+
+pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    const ACTION: &str = "enqueue into";
+    let format = if args.lines {
+        Format::Lines
+    } else if args.ndjson {
+        Format::Ndjson
+    } else {
+        Format::Single
+    };
+    let key = match (args.key, args.key_from_payload) {
+        (Some(k), _) => KeyPolicy::Fixed(k),
+        (None, true) => KeyPolicy::FromPayload,
+        (None, false) => KeyPolicy::None,
+    };
+    let opts = InputOptions {
+        format,
+        key,
+        max_payload: args.max_payload,
+    };
+    let stdin = std::io::stdin();
+    let mut lock = stdin.lock();
+    let source = if let Some(p) = args.payload {
+        use std::os::unix::ffi::OsStringExt;
+        Source::Bytes(p.into_vec())
+    } else if let Some(f) = args.file {
+        Source::File(f)
+    } else {
+        Source::Reader {
+            reader: &mut lock,
+            label: "stdin".into(),
+        }
+    };
+    // All input is read and checked before the spool is even opened: bad
+    // input creates nothing and changes nothing.
+    let items = read_items(source, &opts).map_err(|e| input_error(ctx, e, format))?;
+    let spool = ctx.open(OpenMode::Create, ACTION)?;
+    ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
+    let report = enqueue(
+        &*spool,
+        &EnqueueRequest {
+            items,
+            max_depth: args.max_depth,
+            wait_for_space: args.wait_for_space,
+            clock: ctx.clock.clone(),
+        },
+    )
+    .map_err(|e| {
+        let waited = match (&e, args.wait_for_space) {
+            (Error::QueueFull { .. }, Some(w)) => {
+                format!(" (waited {} for room)", crate::render::duration(w))
+            }
+            _ => String::new(),
+        };
+        match ctx.fail(ACTION, e) {
+            CliError::Failed {
+                code,
+                message,
+                hint,
+            } => CliError::Failed {
+                code,
+                message: format!("{message}{waited}"),
+                hint,
+            },
+            other => other,
+        }
+    })?;
+    ctx.notices(&spool);
+    if !report.waited.is_zero() {
+        ctx.detail(&format!(
+            "waited {} for room",
+            crate::render::duration(report.waited)
+        ));
+    }
+    for item in &report.items {
+        if ctx.json {
+            ctx.out.json(&EnqueuedJson {
+                id: item.id,
+                deduplicated: item.deduplicated,
+            })?;
+        } else {
+            ctx.out.line(&item.id.to_string())?;
+        }
+        if item.deduplicated {
+            ctx.note(&format!(
+                "item {} already pending with key {} (deduplicated)",
+                item.id,
+                preview::escape(item.key.as_bytes())
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn input_error(ctx: &Ctx, e: Error, format: Format) -> CliError {
+    let larger = e.to_string().contains("larger than the limit");
+    let err = ctx.fail("enqueue into", e);
+    if larger {
+        return err.hint("raise the limit with --max-payload SIZE (e.g. --max-payload 64MiB); nothing was enqueued");
+    }
+    match (format, &err) {
+        (Format::Ndjson, CliError::Failed { code, .. }) if *code == crate::exit::DATA => err.hint(
+            "each line must be a JSON object with \"payload\" (or \"payload_base64\") and an optional \"key\"; nothing was enqueued",
+        ),
+        _ => err,
+    }
+}

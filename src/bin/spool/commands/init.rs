@@ -1,0 +1,68 @@
+//! `spool init`: create a spool explicitly.
+
+use super::Ctx;
+use crate::exit::CliError;
+use clap::Args;
+use spool::ops::init::{init, InitOptions};
+
+/// Create a new, empty spool
+///
+/// The path must not exist yet (otherwise exit 73, and the file is left
+/// untouched) and its directory must exist (otherwise exit 73 too). The
+/// backend follows the path: .ndjson or .jsonl makes an NDJSON file, any
+/// other name a SQLite database; --backend overrides that. Other commands
+/// find the backend from the file itself.
+///
+/// A depth bound given here is remembered by the spool: every later
+/// enqueue that would take the number of pending items past it is refused
+/// with exit 75 (enqueue --max-depth overrides it for one call).
+///
+/// Examples:
+///   spool -s /var/spool/app/outbox.db init --max-depth 10000
+///   spool -s events.ndjson init
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct InitArgs {
+    /// Refuse enqueues beyond N pending items (remembered by the spool)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_depth: Option<u64>,
+}
+
+#[derive(serde::Serialize)]
+struct InitJson<'a> {
+    spool: String,
+    backend: &'a str,
+    max_depth: Option<u64>,
+    uuid: &'a str,
+}
+
+pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    let report = init(
+        &ctx.spool,
+        &InitOptions {
+            backend: ctx.backend,
+            max_depth: args.max_depth,
+            clock: ctx.clock.clone(),
+        },
+    )
+    .map_err(|e| ctx.fail("create spool", e))?;
+    if ctx.json {
+        ctx.out.json(&InitJson {
+            spool: report.path.display().to_string(),
+            backend: report.backend.name(),
+            max_depth: report.max_depth,
+            uuid: &report.uuid,
+        })?;
+    } else {
+        let bound = match report.max_depth {
+            Some(n) => format!(", max depth {n}"),
+            None => String::new(),
+        };
+        ctx.note(&format!(
+            "created {} spool {}{bound}",
+            report.backend.name(),
+            report.path.display()
+        ));
+    }
+    Ok(())
+}

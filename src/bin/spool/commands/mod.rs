@@ -1,0 +1,301 @@
+//! One module per subcommand, named after the library operation it calls.
+//!
+//! Each module has an `Args` struct (clap derive; its doc comment is the
+//! subcommand's help: a short first line, then the long help with an
+//! example) and a `run` function: parse → one library call → render.
+//! Adding a subcommand is one new file plus one variant and one match arm
+//! in [`Command`].
+
+mod attempts;
+mod completions;
+mod done;
+mod drain;
+mod enqueue;
+mod hold;
+mod init;
+mod list;
+mod man;
+mod release;
+mod show;
+mod size;
+mod stats;
+
+use crate::exit::{self, CliError};
+use crate::render::Out;
+use clap::Subcommand;
+use spool::ops::ids::{self, IdArg};
+use spool::{BackendKind, Error, ErrorKind, ItemId, OpenMode, OpenOptions, SharedClock, Spool};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    Init(init::InitArgs),
+    Enqueue(enqueue::EnqueueArgs),
+    Drain(drain::DrainArgs),
+    #[command(visible_alias = "ls")]
+    List(list::ListArgs),
+    Show(show::ShowArgs),
+    Done(done::DoneArgs),
+    Hold(hold::HoldArgs),
+    Release(release::ReleaseArgs),
+    Attempts(attempts::AttemptsArgs),
+    Size(size::SizeArgs),
+    Stats(stats::StatsArgs),
+    Completions(completions::CompletionsArgs),
+    Man(man::ManArgs),
+}
+
+impl Command {
+    /// Run the subcommand.
+    pub fn run(self, ctx: &mut Ctx) -> Result<(), CliError> {
+        match self {
+            Command::Init(a) => init::run(a, ctx),
+            Command::Enqueue(a) => enqueue::run(a, ctx),
+            Command::Drain(a) => drain::run(a, ctx),
+            Command::List(a) => list::run(a, ctx),
+            Command::Show(a) => show::run(a, ctx),
+            Command::Done(a) => done::run(a, ctx),
+            Command::Hold(a) => hold::run(a, ctx),
+            Command::Release(a) => release::run(a, ctx),
+            Command::Attempts(a) => attempts::run(a, ctx),
+            Command::Size(a) => size::run(a, ctx),
+            Command::Stats(a) => stats::run(a, ctx),
+            Command::Completions(a) => completions::run(a, ctx),
+            Command::Man(a) => man::run(a, ctx),
+        }
+    }
+}
+
+/// How much to say on stderr besides errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    /// `-q`: errors only.
+    Quiet,
+    /// Notes such as dedup hits and confirmations.
+    Normal,
+    /// `-v`: also details such as the backend and timings.
+    Verbose,
+}
+
+impl Verbosity {
+    /// From the `-q` flag and the `-v` count.
+    pub fn new(quiet: bool, verbose: u8) -> Verbosity {
+        if quiet {
+            Verbosity::Quiet
+        } else if verbose > 0 {
+            Verbosity::Verbose
+        } else {
+            Verbosity::Normal
+        }
+    }
+}
+
+/// What every command gets: the global options and stdout.
+pub struct Ctx {
+    /// The spool path.
+    pub spool: PathBuf,
+    /// `--backend`, for a spool being created.
+    pub backend: Option<BackendKind>,
+    /// `--json`.
+    pub json: bool,
+    /// `-q` / `-v`.
+    pub verbosity: Verbosity,
+    /// Stdout.
+    pub out: Out,
+    /// The clock the library waits on and stamps with.
+    pub clock: SharedClock,
+}
+
+impl Ctx {
+    /// The context for one run.
+    pub fn new(
+        path: PathBuf,
+        backend: Option<BackendKind>,
+        json: bool,
+        verbosity: Verbosity,
+    ) -> Ctx {
+        let subject = path.display().to_string();
+        Ctx {
+            spool: path,
+            backend,
+            json,
+            verbosity,
+            out: Out::stdout(subject),
+            clock: spool::time::system_clock(),
+        }
+    }
+
+    /// The current time.
+    pub fn now(&self) -> spool::Timestamp {
+        self.clock.now()
+    }
+
+    /// Open the spool. `action` says what the command was doing, for the
+    /// error line (`"list"`, `"enqueue into"`).
+    pub fn open(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
+        let opts = OpenOptions {
+            mode,
+            backend: if mode.creates() { self.backend } else { None },
+            clock: self.clock.clone(),
+            ..OpenOptions::default()
+        };
+        let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
+        self.detail(&format!(
+            "opened {} spool {} ({mode:?})",
+            spool.kind().name(),
+            self.spool.display()
+        ));
+        self.notices(&spool);
+        Ok(spool)
+    }
+
+    /// The error line for a library error while doing `action` on the
+    /// spool, with the exit code of its kind and a default hint.
+    pub fn fail(&self, action: &str, e: Error) -> CliError {
+        let code = exit::for_kind(e.kind());
+        let message = format!(
+            "{action} {}: {}",
+            self.spool.display(),
+            describe(&e, &self.spool)
+        );
+        let err = CliError::new(code, message);
+        match default_hint(&e) {
+            Some(h) => err.hint(h),
+            None => err,
+        }
+    }
+
+    /// A note on stderr, unless `-q`.
+    pub fn note(&self, msg: &str) {
+        if self.verbosity >= Verbosity::Normal {
+            let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
+        }
+    }
+
+    /// Notes the backend has collected (an NDJSON spool reports a torn
+    /// tail it cut off), on stderr unless `-q`.
+    pub fn notices(&self, spool: &Spool) {
+        if let Spool::File(q) = spool {
+            for n in q.take_notices() {
+                self.note(&n);
+            }
+        }
+    }
+
+    /// A detail on stderr, only with `-v`.
+    pub fn detail(&self, msg: &str) {
+        if self.verbosity >= Verbosity::Verbose {
+            let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
+        }
+    }
+
+    /// Expand id arguments (`-` reads stdin) for `action`.
+    pub fn resolve_ids(&self, args: &[IdArg], action: &str) -> Result<Vec<ItemId>, CliError> {
+        let stdin = std::io::stdin();
+        let mut lock = stdin.lock();
+        ids::resolve(args, &mut lock).map_err(|e| {
+            self.fail(action, e)
+                .hint("give one item id (a positive integer) per line; nothing was changed")
+        })
+    }
+
+    /// Report the outcome of an id-list command: a note for the changed
+    /// ids, and exit 65 naming the unknown ones.
+    pub fn finish_ids(
+        &mut self,
+        report: &spool::ops::ids::IdsReport,
+        action: &str,
+        done_verb: &str,
+        json_name: &str,
+    ) -> Result<(), CliError> {
+        let n = report.changed.len();
+        if !report.unknown.is_empty() {
+            let list: Vec<String> = report.unknown.iter().map(|i| i.to_string()).collect();
+            let others = if n > 0 {
+                format!(
+                    " (the {n} other item{} {done_verb})",
+                    if n == 1 { " was" } else { "s were" }
+                )
+            } else {
+                String::new()
+            };
+            return Err(CliError::new(
+                exit::DATA,
+                format!(
+                    "{action} {}: no pending item with id {}{others}",
+                    self.spool.display(),
+                    list.join(", ")
+                ),
+            )
+            .hint("`spool list` shows the pending items and their ids"));
+        }
+        if n > 0 {
+            self.note(&format!(
+                "{done_verb} {n} item{}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        if self.json {
+            let mut obj = serde_json::Map::new();
+            obj.insert(json_name.into(), serde_json::json!(report.changed));
+            obj.insert("unknown".into(), serde_json::json!(report.unknown));
+            self.out.json(&obj)?;
+        }
+        Ok(())
+    }
+}
+
+/// The library's message, without a repetition of the spool path.
+fn describe(e: &Error, spool: &Path) -> String {
+    match e {
+        Error::NotFound { path } if path == spool => "no spool exists at this path".into(),
+        Error::AlreadyExists { path } if path == spool => {
+            "the path already exists (it was left untouched)".into()
+        }
+        Error::CannotCreate { path, detail } if path == spool => {
+            format!("cannot create the spool: {detail}")
+        }
+        _ => {
+            let msg = e.to_string();
+            let prefix = format!("{}: ", spool.display());
+            match msg.strip_prefix(&prefix) {
+                Some(rest) => rest.to_string(),
+                None => msg,
+            }
+        }
+    }
+}
+
+/// The next step for a person who meets `e`.
+fn default_hint(e: &Error) -> Option<String> {
+    let h = match e {
+        Error::NotFound { .. } => {
+            "create it with `spool init` (enqueue creates it too), or point --spool or SPOOL_PATH at an existing spool"
+        }
+        Error::AlreadyExists { .. } => "choose another --spool path; the existing file was not changed",
+        Error::CannotCreate { .. } => {
+            "make sure the spool's directory exists (mkdir -p) and is writable"
+        }
+        Error::Corrupt { .. } => {
+            "the spool file was left unchanged; `spool verify` describes the damage"
+        }
+        Error::SchemaTooNew { .. } => "use a newer version of spool for this spool",
+        Error::QueueFull { .. } => {
+            "make room (`spool replay`, `spool done ID`), allow more for one call with --max-depth N, or wait with --wait-for-space DURATION"
+        }
+        Error::ReplayLocked { .. } | Error::Busy { .. } => {
+            "another process holds the spool; try again shortly"
+        }
+        _ => match e.kind() {
+            ErrorKind::PermissionDenied => {
+                "check the permissions of the spool, its directory and any input file"
+            }
+            ErrorKind::Io => "check free disk space and the health of the file system",
+            ErrorKind::Internal => "this is a bug in spool; please report it with the command you ran",
+            _ => return None,
+        },
+    };
+    Some(h.to_string())
+}

@@ -1,0 +1,52 @@
+//! `init`: create a new spool explicitly. An existing path is
+//! [`crate::Error::AlreadyExists`] and stays untouched.
+
+use crate::backend::{OpenMode, OpenOptions, Spool};
+use crate::error::Result;
+use crate::queue::BackendKind;
+use crate::time::SharedClock;
+use std::path::{Path, PathBuf};
+
+/// Options for [`init`].
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// The backend; `None` decides by the path (see [`crate::detect`]).
+    pub backend: Option<BackendKind>,
+    /// The depth bound the spool remembers.
+    pub max_depth: Option<u64>,
+    /// The spool's clock.
+    pub clock: SharedClock,
+}
+
+/// The spool [`init`] created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitReport {
+    /// Where.
+    pub path: PathBuf,
+    /// Which backend.
+    pub backend: BackendKind,
+    /// The stored depth bound.
+    pub max_depth: Option<u64>,
+    /// The new spool's UUID.
+    pub uuid: String,
+}
+
+/// Create a spool at `path` ([`OpenMode::CreateNew`]).
+pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
+    let spool = Spool::open(
+        path,
+        &OpenOptions {
+            mode: OpenMode::CreateNew,
+            backend: opts.backend,
+            max_depth: opts.max_depth,
+            clock: opts.clock.clone(),
+            ..OpenOptions::default()
+        },
+    )?;
+    Ok(InitReport {
+        path: path.to_path_buf(),
+        backend: spool.kind(),
+        max_depth: spool.max_depth()?,
+        uuid: spool.uuid()?,
+    })
+}

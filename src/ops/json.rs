@@ -1,0 +1,153 @@
+//! Items as JSON objects, the shape every command and export shares.
+//!
+//! The spec's "An item in JSON": `id`; `payload` (when the payload is
+//! valid UTF-8) or `payload_base64` (otherwise), exactly one of the two;
+//! `key` (`""` when none); `attempts`; `enqueued_at` (RFC 3339 UTC, null
+//! only for items from reference NDJSON lines); `next_retry_at` (or
+//! null); `last_error` (or null); `held`. Dead letters add `dead_at`.
+//! Whole-spool exports add `state` (`pending`, `held` or `dead`).
+//!
+//! Field order is fixed (the order above), so output is stable for
+//! people reading it and for diffs.
+
+use crate::item::{DeadLetter, Item, ItemId, Record, RecordState};
+use crate::time::Timestamp;
+use base64::Engine as _;
+use serde::Serialize;
+
+/// The JSON form of an item; serialize it with `serde_json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ItemJson<'a> {
+    /// The item id.
+    pub id: ItemId,
+    /// The payload, when it is valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<&'a str>,
+    /// The payload in standard base64 (with padding), when it is not
+    /// valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    /// The idempotency key, `""` for none.
+    pub key: &'a str,
+    /// Durable count of failed attempts.
+    pub attempts: u32,
+    /// RFC 3339 UTC, or null when unknown.
+    pub enqueued_at: Option<String>,
+    /// RFC 3339 UTC, or null.
+    pub next_retry_at: Option<String>,
+    /// Why the last attempt failed, or null.
+    pub last_error: Option<&'a str>,
+    /// Whether the item is on hold.
+    pub held: bool,
+    /// For dead letters: when the item died.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_at: Option<String>,
+    /// For export records: pending, held or dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RecordState>,
+}
+
+fn rfc3339(t: Option<Timestamp>) -> Option<String> {
+    t.map(|t| t.to_rfc3339())
+}
+
+impl<'a> ItemJson<'a> {
+    /// A pending (or held) item.
+    pub fn item(item: &'a Item) -> ItemJson<'a> {
+        let (payload, payload_base64) = match std::str::from_utf8(&item.payload) {
+            Ok(s) => (Some(s), None),
+            Err(_) => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(&item.payload)),
+            ),
+        };
+        ItemJson {
+            id: item.id,
+            payload,
+            payload_base64,
+            key: &item.key,
+            attempts: item.attempts,
+            enqueued_at: rfc3339(item.enqueued_at),
+            next_retry_at: rfc3339(item.next_retry_at),
+            last_error: item.last_error.as_deref(),
+            held: item.held,
+            dead_at: None,
+            state: None,
+        }
+    }
+
+    /// A dead letter: the item plus `dead_at`.
+    pub fn dead_letter(dl: &'a DeadLetter) -> ItemJson<'a> {
+        ItemJson {
+            dead_at: Some(dl.dead_at.to_rfc3339()),
+            ..ItemJson::item(&dl.item)
+        }
+    }
+
+    /// An export record: the item plus `state` (and `dead_at` for dead
+    /// records).
+    pub fn record(rec: &'a Record) -> ItemJson<'a> {
+        ItemJson {
+            dead_at: rfc3339(rec.dead_at),
+            state: Some(rec.state),
+            ..ItemJson::item(&rec.item)
+        }
+    }
+
+    /// One line of JSON, without the newline.
+    pub fn to_line(&self) -> String {
+        // Serializing this struct cannot fail: every field is a string,
+        // a number, a bool or null.
+        serde_json::to_string(self).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(payload: &[u8]) -> Item {
+        Item::new(
+            7,
+            payload.to_vec(),
+            "k".into(),
+            Timestamp::from_secs(1_764_504_000),
+        )
+    }
+
+    #[test]
+    fn text_payload() {
+        let it = item(b"hello");
+        assert_eq!(
+            ItemJson::item(&it).to_line(),
+            r#"{"id":7,"payload":"hello","key":"k","attempts":0,"enqueued_at":"2025-11-30T12:00:00.000Z","next_retry_at":null,"last_error":null,"held":false}"#
+        );
+    }
+
+    #[test]
+    fn binary_payload_is_base64() {
+        let it = item(&[0xff, 0x00, 0x41]);
+        let v: serde_json::Value = serde_json::from_str(&ItemJson::item(&it).to_line()).unwrap();
+        assert_eq!(v["payload_base64"], "/wBB");
+        assert!(v.get("payload").is_none());
+    }
+
+    #[test]
+    fn dead_letters_and_records() {
+        let dl = DeadLetter {
+            item: item(b"x"),
+            dead_at: Timestamp::from_secs(1_764_504_060),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&ItemJson::dead_letter(&dl).to_line()).unwrap();
+        assert_eq!(v["dead_at"], "2025-11-30T12:01:00.000Z");
+        let rec = Record {
+            item: item(b"x"),
+            state: RecordState::Held,
+            dead_at: None,
+        };
+        let v: serde_json::Value = serde_json::from_str(&ItemJson::record(&rec).to_line()).unwrap();
+        assert_eq!(v["state"], "held");
+        assert!(v.get("dead_at").is_none());
+    }
+}

@@ -1,0 +1,204 @@
+//! Helpers shared by the `cli_*` tests: run the real `spool` binary
+//! against real spools in temporary directories, once per durable
+//! backend.
+#![allow(dead_code)]
+
+use assert_cmd::assert::Assert;
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+/// The spool file names that select each durable backend.
+pub const BACKENDS: [&str; 2] = ["spool.db", "spool.ndjson"];
+
+/// The `spool` binary with a clean environment: no `SPOOL_PATH`, no
+/// backtraces, a C locale.
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_spool"));
+    c.env_remove("SPOOL_PATH")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .env("LC_ALL", "C")
+        .timeout(std::time::Duration::from_secs(60));
+    c
+}
+
+/// A temporary directory with one spool path in it (the spool itself is
+/// not created).
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Env {
+    /// A fresh directory; the spool is `dir/<file>`.
+    pub fn new(file: &str) -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(file);
+        Env { dir, path }
+    }
+
+    /// True for the NDJSON backend.
+    pub fn is_ndjson(&self) -> bool {
+        self.path.extension().is_some_and(|e| e == "ndjson")
+    }
+
+    /// `spool --spool <path>`, run in the temp directory.
+    pub fn cmd(&self) -> Command {
+        let mut c = bin();
+        c.current_dir(self.dir.path())
+            .arg("--spool")
+            .arg(&self.path);
+        c
+    }
+
+    /// `spool --spool <path>` as a plain `std::process::Command` (for
+    /// redirecting stdout), stdin closed.
+    pub fn std_cmd(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_spool"));
+        c.env_remove("SPOOL_PATH")
+            .env_remove("RUST_BACKTRACE")
+            .current_dir(self.dir.path())
+            .stdin(std::process::Stdio::null())
+            .arg("--spool")
+            .arg(&self.path);
+        c
+    }
+
+    /// Run with `args` and no stdin.
+    pub fn run(&self, args: &[&str]) -> Assert {
+        self.cmd().args(args).write_stdin("").assert()
+    }
+
+    /// Run with `args` and `stdin`.
+    pub fn run_in(&self, args: &[&str], stdin: impl Into<Vec<u8>>) -> Assert {
+        self.cmd().args(args).write_stdin(stdin.into()).assert()
+    }
+
+    /// Enqueue a payload and return its id.
+    pub fn enqueue(&self, payload: &str) -> u64 {
+        let out = self
+            .run(&["enqueue", "--", payload])
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        parse_id(&out)
+    }
+
+    /// Enqueue with a key and return the id.
+    pub fn enqueue_key(&self, payload: &str, key: &str) -> u64 {
+        let out = self
+            .run(&["enqueue", "--key", key, "--", payload])
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        parse_id(&out)
+    }
+
+    /// `spool size`.
+    pub fn size(&self) -> u64 {
+        let out = self.run(&["size"]).success().get_output().stdout.clone();
+        parse_id(&out)
+    }
+
+    /// `spool drain` parsed.
+    pub fn drain(&self) -> Vec<serde_json::Value> {
+        let out = self.run(&["drain"]).success().get_output().stdout.clone();
+        ndjson(&out)
+    }
+
+    /// Every file in the directory with its bytes (to prove nothing
+    /// changed).
+    pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                let b = std::fs::read(&p).unwrap_or_default();
+                (p, b)
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The names of the files in the directory.
+    pub fn files(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Parse one decimal number printed on a line.
+pub fn parse_id(out: &[u8]) -> u64 {
+    let s = std::str::from_utf8(out).expect("utf-8 output");
+    s.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+/// Parse NDJSON output.
+pub fn ndjson(out: &[u8]) -> Vec<serde_json::Value> {
+    std::str::from_utf8(out)
+        .expect("utf-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// stdout as text.
+pub fn stdout(a: &Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(a: &Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+/// Check the error contract: the exit code, nothing on stdout, and a
+/// first stderr line `spool: error: <action> <path>: …` naming the spool.
+pub fn assert_error(a: Assert, code: i32, path: &Path) -> Assert {
+    let a = a.code(code).stdout("");
+    let err = stderr(&a);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.starts_with("spool: error: "), "stderr: {err}");
+    assert!(
+        first.contains(&path.display().to_string()),
+        "the error should name the spool {}: {err}",
+        path.display()
+    );
+    for l in err.lines().skip(1) {
+        assert!(
+            l.starts_with("hint: "),
+            "unexpected stderr line {l:?} in {err}"
+        );
+    }
+    a
+}
+
+/// The backends to test: both, unless `SPOOL_TEST_BACKENDS` names a
+/// subset (`db`, `ndjson`, comma-separated) for a quicker local run.
+pub fn backends() -> Vec<&'static str> {
+    match std::env::var("SPOOL_TEST_BACKENDS") {
+        Ok(only) => BACKENDS
+            .into_iter()
+            .filter(|b| only.split(',').any(|o| b.ends_with(o.trim())))
+            .collect(),
+        Err(_) => BACKENDS.to_vec(),
+    }
+}
+
+/// Run `f` once per durable backend.
+pub fn each_backend(f: impl Fn(&Env)) {
+    for b in backends() {
+        let env = Env::new(b);
+        eprintln!("--- backend: {b}");
+        f(&env);
+    }
+}

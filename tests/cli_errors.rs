@@ -1,0 +1,357 @@
+//! The failure side of the contract (spec §6): exit codes, one-line
+//! errors naming the spool, nothing on stdout, read-only commands that
+//! never create or touch a spool, damaged spools left byte-for-byte
+//! unchanged, closed pipes, concurrency, and no panics.
+
+mod cli_common;
+
+use assert_cmd::assert::OutputAssertExt;
+use cli_common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command as StdCommand, Stdio};
+
+/// Commands that must not create a missing spool, with the exit code a
+/// missing spool gives.
+const NEVER_CREATE: &[&[&str]] = &[
+    &["drain"],
+    &["list"],
+    &["ls", "--json"],
+    &["show", "1"],
+    &["show", "1", "--raw"],
+    &["size"],
+    &["stats"],
+    &["stats", "--prometheus"],
+    &["attempts", "1"],
+    &["attempts", "1", "--set", "2"],
+    &["done", "1"],
+    &["hold", "1"],
+    &["release", "1"],
+];
+
+#[test]
+fn a_missing_spool_is_66_and_is_not_created() {
+    each_backend(|env| {
+        for args in NEVER_CREATE {
+            let a = assert_error(env.run(args), 66, &env.path);
+            assert!(
+                stderr(&a).contains("does not exist") || stderr(&a).contains("no spool"),
+                "{}",
+                stderr(&a)
+            );
+            assert!(env.files().is_empty(), "{args:?} created {:?}", env.files());
+        }
+    });
+}
+
+/// A valid spool of three items with its middle record damaged.
+fn damaged(env: &Env) {
+    for p in ["first", "second", "third"] {
+        env.enqueue(p);
+    }
+    if env.is_ndjson() {
+        let text = std::fs::read_to_string(&env.path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.len() >= 3, "{text}");
+        let mut broken = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            if i == 1 {
+                broken.push_str("{\"op\":\"put\",\"id\":2,\"payl");
+            } else {
+                broken.push_str(l);
+            }
+            broken.push('\n');
+        }
+        std::fs::write(&env.path, broken).unwrap();
+    } else {
+        // Remove the WAL and shared memory first, then keep the header and
+        // replace everything after it with garbage.
+        for suffix in ["-wal", "-shm"] {
+            let mut p = env.path.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+        let mut bytes = b"SQLite format 3\0".to_vec();
+        bytes.extend((0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        std::fs::write(&env.path, bytes).unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_spool_is_65_and_left_unchanged() {
+    each_backend(|env| {
+        damaged(env);
+        let before = env.snapshot();
+        let mut all: Vec<Vec<&str>> = NEVER_CREATE.iter().map(|a| a.to_vec()).collect();
+        all.push(vec!["enqueue", "more"]);
+        all.push(vec!["enqueue", "--lines", "a\nb"]);
+        all.push(vec!["init"]);
+        for args in &all {
+            let code = if args[0] == "init" { 73 } else { 65 };
+            let a = assert_error(env.run(args), code, &env.path);
+            if code == 65 {
+                let err = stderr(&a);
+                assert!(err.contains("corrupt"), "{args:?}: {err}");
+                if env.is_ndjson() {
+                    assert!(err.contains("line 2"), "{args:?}: {err}");
+                }
+            }
+            assert_eq!(env.snapshot(), before, "{args:?} changed the spool");
+        }
+    });
+}
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly_with_0() {
+    each_backend(|env| {
+        let lines: String = (0..3000)
+            .map(|i| format!("payload number {i:05} {}\n", "x".repeat(100)))
+            .collect();
+        env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+            .success();
+        for args in [&["drain"][..], &["list"], &["list", "--json"]] {
+            let mut child = StdCommand::new(env!("CARGO_BIN_EXE_spool"))
+                .arg("-s")
+                .arg(&env.path)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut first = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            assert!(!first.is_empty());
+            // The reader is gone; the writer must notice and stop.
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.stderr.is_empty(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    });
+}
+
+#[test]
+fn eight_processes_enqueueing_at_once_lose_nothing() {
+    each_backend(|env| {
+        const PROCS: usize = 8;
+        const EACH: usize = 5;
+        env.run(&["init"]).success();
+        let children: Vec<_> = (0..PROCS)
+            .map(|p| {
+                let script = (0..EACH)
+                    .map(|i| {
+                        format!(
+                            "{} -s '{}' enqueue 'p{p}-{i}' || exit 1",
+                            env!("CARGO_BIN_EXE_spool"),
+                            env.path.display()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                StdCommand::new("sh")
+                    .arg("-c")
+                    .arg(script)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ids.extend(
+                String::from_utf8(out.stdout)
+                    .unwrap()
+                    .lines()
+                    .map(|l| l.parse::<u64>().unwrap()),
+            );
+        }
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), PROCS * EACH, "every id distinct");
+        assert_eq!(env.size(), (PROCS * EACH) as u64);
+        let mut payloads: Vec<String> = env
+            .drain()
+            .iter()
+            .map(|v| v["payload"].as_str().unwrap().to_string())
+            .collect();
+        payloads.sort();
+        let mut want: Vec<String> = (0..PROCS)
+            .flat_map(|p| (0..EACH).map(move |i| format!("p{p}-{i}")))
+            .collect();
+        want.sort();
+        assert_eq!(payloads, want);
+    });
+}
+
+fn dev_full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full")
+}
+
+/// Every row of the §6 table that these commands can produce. (1, 130 and
+/// 143 belong to replay and watch.)
+#[test]
+fn every_reachable_exit_code_row() {
+    each_backend(|env| {
+        // 0
+        env.run(&["enqueue", "x"]).code(0);
+        bin().arg("--help").assert().code(0);
+        bin().arg("--version").assert().code(0);
+        // 64: usage
+        env.run(&["enqueue", "--no-such-flag"]).code(64).stdout("");
+        env.run(&["list", "--limit", "many"]).code(64).stdout("");
+        // 65: bad data (unknown id, malformed input)
+        assert_error(env.run(&["show", "4242"]), 65, &env.path);
+        assert_error(
+            env.run_in(&["enqueue", "--stdin", "--ndjson"], "{]"),
+            65,
+            &env.path,
+        );
+        // 66: missing spool, missing input file
+        let missing = env.dir.path().join(format!(
+            "missing-{}",
+            env.path.file_name().unwrap().to_str().unwrap()
+        ));
+        assert_error(
+            bin().arg("-s").arg(&missing).arg("size").assert(),
+            66,
+            &missing,
+        );
+        assert_error(
+            env.run(&["enqueue", "--file", "/nonexistent"]),
+            66,
+            &env.path,
+        );
+        // 70: internal error, through the panic hook (debug builds only)
+        let a = env
+            .cmd()
+            .env("SPOOL_DEBUG_PANIC", "1")
+            .arg("size")
+            .assert()
+            .code(70)
+            .stdout("");
+        let err = stderr(&a);
+        assert!(err.starts_with("spool: error: internal error"), "{err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+            "{err}"
+        );
+        // 73: cannot create
+        assert_error(env.run(&["init"]), 73, &env.path);
+        // 74: I/O error (stdout is a full disk)
+        for args in [&["drain"][..], &["size"], &["show", "1", "--raw"]] {
+            let a = env.std_cmd().args(args).stdout(dev_full()).assert();
+            assert_error(a, 74, &env.path);
+        }
+        // 75: full spool
+        assert_error(
+            env.run(&["enqueue", "--max-depth", "1", "y"]),
+            75,
+            &env.path,
+        );
+        // 77: permission denied
+        permission_denied(env);
+    });
+}
+
+fn permission_denied(env: &Env) {
+    let is_root = unsafe { libc::geteuid() } == 0;
+    if is_root {
+        // Root ignores file modes; sysfs refuses file creation to root too.
+        let name = env.path.file_name().unwrap().to_str().unwrap();
+        let path =
+            std::path::PathBuf::from(format!("/sys/spool-test-{}-{name}", std::process::id()));
+        let a = bin().arg("-s").arg(&path).args(["enqueue", "x"]).assert();
+        assert_error(a, 77, &path);
+        assert!(!path.exists());
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = env.dir.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        let path = locked.join(env.path.file_name().unwrap());
+        assert_error(
+            bin().arg("-s").arg(&path).args(["enqueue", "x"]).assert(),
+            77,
+            &path,
+        );
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let f = env.path.clone();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o000)).unwrap();
+        assert_error(env.run(&["size"]), 77, &env.path);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
+#[test]
+fn errors_write_nothing_to_stdout() {
+    each_backend(|env| {
+        env.enqueue("a");
+        for args in [
+            &["show", "9"][..],
+            &["show", "9", "--raw"],
+            &["--json", "show", "9"],
+            &["--json", "attempts", "9"],
+            &["--json", "enqueue", "--max-depth", "1", "b"],
+            &["--json", "hold", "1", "9"],
+            &["--json", "done", "1", "9"],
+        ] {
+            env.run(args).failure().stdout("");
+        }
+        let _ = std::io::stdout().flush();
+    });
+}
+
+#[test]
+fn a_torn_ndjson_tail_is_left_alone_by_readers_and_cut_by_the_next_write() {
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue("b");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&env.path)
+        .unwrap();
+    f.write_all(b"{\"op\":\"put\",\"id\":3,\"pay").unwrap();
+    drop(f);
+    let before = env.snapshot();
+    for args in [
+        &["drain"][..],
+        &["list"],
+        &["size"],
+        &["stats", "--json"],
+        &["show", "1"],
+    ] {
+        env.run(args).success();
+        assert_eq!(env.snapshot(), before, "{args:?} changed the spool");
+    }
+    assert_eq!(env.size(), 2);
+    let a = env.run(&["enqueue", "c"]).success();
+    assert!(stderr(&a).contains("torn"), "{}", stderr(&a));
+    let payloads: Vec<_> = env
+        .drain()
+        .iter()
+        .map(|v| v["payload"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(payloads, ["a", "b", "c"]);
+    assert!(!std::fs::read_to_string(&env.path)
+        .unwrap()
+        .contains("\"pay{"));
+}
