@@ -35,11 +35,8 @@ macro_rules! conformance {
         conformance!(@flavour memory, Backend::Memory, false, []; $($case),*);
         conformance!(@flavour file, Backend::File, false, []; $($case),*);
         conformance!(@flavour file_reopen, Backend::File, true, []; $($case),*);
-        // The SQLite backend has not landed on `main` yet.
-        conformance!(@flavour sqlite, Backend::Sqlite, false,
-            [#[ignore = "SQLite backend not landed"]]; $($case),*);
-        conformance!(@flavour sqlite_reopen, Backend::Sqlite, true,
-            [#[ignore = "SQLite backend not landed"]]; $($case),*);
+        conformance!(@flavour sqlite, Backend::Sqlite, false, []; $($case),*);
+        conformance!(@flavour sqlite_reopen, Backend::Sqlite, true, []; $($case),*);
     };
     (@flavour $flavour:ident, $backend:expr, $reopen:expr, $attrs:tt; $($case:ident),*) => {
         mod $flavour {

@@ -476,7 +476,6 @@ proptest! {
     }
 
     #[test]
-    #[ignore = "SQLite backend not landed"]
     fn sqlite_backend_follows_the_model((max_depth, ops) in scenario()) {
         run(Backend::Sqlite, max_depth, &ops)?;
     }

@@ -265,7 +265,6 @@ fn concurrent_enqueue_file() {
 }
 
 #[test]
-#[ignore = "SQLite backend not landed"]
 fn concurrent_enqueue_sqlite() {
     concurrent_enqueue(Backend::Sqlite);
 }
@@ -345,7 +344,6 @@ fn bound_read_through_another_handle_file() {
 }
 
 #[test]
-#[ignore = "SQLite backend not landed"]
 fn bound_read_through_another_handle_sqlite() {
     bound_read_through_another_handle(Backend::Sqlite);
 }
@@ -356,7 +354,6 @@ fn two_handles_file() {
 }
 
 #[test]
-#[ignore = "SQLite backend not landed"]
 fn two_handles_sqlite() {
     two_handles(Backend::Sqlite);
 }
