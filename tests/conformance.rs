@@ -61,6 +61,7 @@ conformance!(
     drain_spans_pages,
     enqueue_times_follow_the_clock,
     mark_done_removes_and_ignores_unknown_ids,
+    repeated_ids_in_one_call_act_once,
     set_attempts_persists,
     record_attempt_persists,
     size_counts_pending_and_held,
@@ -352,6 +353,36 @@ fn mark_done_removes_and_ignores_unknown_ids(s: Setup) {
     assert_eq!(h.q().size().unwrap(), 2);
     assert_eq!(h.q().dead_count().unwrap(), 1, "the dead letter stays");
     assert_eq!(h.q().high_water().unwrap(), x, "mark_done issues no id");
+}
+
+/// An id named twice in one call acts once: one removal, one requeue
+/// (counted once against the bound), one purge. What such a call returns
+/// for the repeat is left open by the contract and not checked here.
+fn repeated_ids_in_one_call_act_once(s: Setup) {
+    let mut h = s.open(Some(3));
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    assert_eq!(h.q().mark_done(&[b, b]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, c]);
+    assert_eq!(h.q().set_held(&[c, c], true).unwrap().first(), Some(&true));
+    h.q().dead_letter(a, "x").unwrap();
+    add(&h, "d", "");
+    h.step();
+    // Depth 2 under a bound of 3: one requeue fits, two would not.
+    assert_eq!(h.q().requeue(&[a, a, a]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(drain(&h).iter().filter(|i| i.id == a).count(), 1);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert!(enq(&h, b"dup", "ka").deduplicated);
+    h.q().dead_letter(a, "x").unwrap();
+    h.q().dead_letter(c, "x").unwrap();
+    assert_eq!(h.q().purge(&[c, c]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert!(h.q().dead_get(a).unwrap().is_some());
 }
 
 // ---------------------------------------------------------------- attempts
