@@ -1,6 +1,7 @@
 //! Several processes enqueue into one spool at the same time: nothing is
-//! lost, nothing is duplicated, ids stay unique, and a key that several
-//! processes race to enqueue ends up as exactly one item.
+//! lost, nothing is duplicated, ids stay unique, a key that several
+//! processes race to enqueue ends up as exactly one item, and a bounded
+//! spool they race to fill holds exactly its bound.
 //!
 //! Two handles on one spool in one process must agree the same way; that
 //! case is deterministic and runs first.
@@ -35,8 +36,15 @@ const ENV_SPOOL: &str = "SPOOL_TEST_CHILD_SPOOL";
 const ENV_BACKEND: &str = "SPOOL_TEST_CHILD_BACKEND";
 const ENV_PREFIX: &str = "SPOOL_TEST_CHILD_PREFIX";
 const ENV_OUT: &str = "SPOOL_TEST_CHILD_OUT";
+/// `mixed` (singles, a batch, shared keys) or `bounded` (singles into a
+/// bounded spool until it is full).
+const ENV_MODE: &str = "SPOOL_TEST_CHILD_MODE";
+/// The bound of the spool in the `bounded` runs: less than the children
+/// try to enqueue together.
+const BOUND: u64 = 500;
 
-/// One enqueue a child made: `kind` is `single`, `shared` or `batch`.
+/// One enqueue a child made: `kind` is `single`, `shared` or `batch`, or
+/// `full` for a rejected one (whose `id` field holds the reported depth).
 #[derive(Debug)]
 struct Outcome {
     kind: String,
@@ -75,6 +83,21 @@ fn child_enqueue() {
     let mut note = |kind: &str, payload: &str, id: u64, dedup: bool| {
         out.push_str(&format!("{kind} {payload} {id} {dedup}\n"));
     };
+    if std::env::var(ENV_MODE).unwrap() == "bounded" {
+        for i in 0..PER_CHILD {
+            let payload = format!("{prefix}-single-{i}");
+            match q.enqueue(payload.as_bytes(), "") {
+                Ok(e) => note("single", &payload, e.id, e.deduplicated),
+                Err(Error::QueueFull {
+                    max_depth: BOUND,
+                    depth,
+                }) => note("full", &payload, depth, false),
+                Err(err) => panic!("{prefix}: enqueue {i}: {err}"),
+            }
+        }
+        std::fs::write(&out_path, out).expect("write the child's results");
+        return;
+    }
     for i in 0..PER_CHILD {
         if i % (PER_CHILD / SHARED_KEYS) == 0 {
             let j = i / (PER_CHILD / SHARED_KEYS);
@@ -138,8 +161,9 @@ fn read_outcomes(path: &Path) -> Vec<Outcome> {
         .collect()
 }
 
-fn concurrent_enqueue(backend: Backend) {
-    let mut h = Harness::new(backend, None);
+/// Run `CHILDREN` children in `mode` against the harness's spool; their
+/// outcomes, per child.
+fn run_children(h: &Harness, mode: &str) -> Vec<Vec<Outcome>> {
     let exe = std::env::current_exe().expect("current_exe");
     let backend_name = h.q().kind().name();
     let mut children = Vec::new();
@@ -156,6 +180,7 @@ fn concurrent_enqueue(backend: Backend) {
             .env(ENV_BACKEND, backend_name)
             .env(ENV_PREFIX, format!("c{c}"))
             .env(ENV_OUT, &out)
+            .env(ENV_MODE, mode)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -170,7 +195,7 @@ fn concurrent_enqueue(backend: Backend) {
         // tells why, below.
         let _ = stdin.write_all(b"g");
     }
-    let mut outcomes = Vec::new();
+    let mut all = Vec::new();
     for (c, (child, out)) in children.into_iter().enumerate() {
         let res = child.wait_with_output().expect("wait for a child");
         assert!(
@@ -180,7 +205,15 @@ fn concurrent_enqueue(backend: Backend) {
             String::from_utf8_lossy(&res.stdout),
             String::from_utf8_lossy(&res.stderr)
         );
-        let o = read_outcomes(&out);
+        all.push(read_outcomes(&out));
+    }
+    all
+}
+
+fn concurrent_enqueue(backend: Backend) {
+    let mut h = Harness::new(backend, None);
+    let mut outcomes = Vec::new();
+    for (c, o) in run_children(&h, "mixed").into_iter().enumerate() {
         assert_eq!(
             o.len(),
             PER_CHILD + SHARED_KEYS + BATCH,
@@ -257,6 +290,46 @@ fn concurrent_enqueue(backend: Backend) {
             "{round}: high-water mark"
         );
     }
+}
+
+/// Children race to fill a bounded spool: exactly `BOUND` items are
+/// stored, every rejection names the bound and the full depth, and the
+/// accepted enqueues are exactly the stored items.
+fn concurrent_enqueue_bounded(backend: Backend) {
+    let mut h = Harness::new(backend, Some(BOUND));
+    let outcomes: Vec<Outcome> = run_children(&h, "bounded").into_iter().flatten().collect();
+    assert_eq!(
+        outcomes.len(),
+        CHILDREN * PER_CHILD,
+        "every child did all its work"
+    );
+    let (stored, full): (Vec<&Outcome>, Vec<&Outcome>) =
+        outcomes.iter().partition(|o| o.kind == "single");
+    assert_eq!(stored.len() as u64, BOUND, "accepted enqueues");
+    assert!(
+        full.iter().all(|o| o.id == BOUND),
+        "a rejection reports a depth other than the bound"
+    );
+    h.reopen();
+    let items = h.q().drain().unwrap();
+    assert_eq!(items.len() as u64, BOUND, "stored items");
+    let mut want: Vec<(u64, Vec<u8>)> = stored
+        .iter()
+        .map(|o| (o.id, o.payload.clone().into_bytes()))
+        .collect();
+    want.sort();
+    let got: Vec<(u64, Vec<u8>)> = items.into_iter().map(|i| (i.id, i.payload)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn concurrent_enqueue_bounded_file() {
+    concurrent_enqueue_bounded(Backend::File);
+}
+
+#[test]
+fn concurrent_enqueue_bounded_sqlite() {
+    concurrent_enqueue_bounded(Backend::Sqlite);
 }
 
 #[test]
