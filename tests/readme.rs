@@ -17,6 +17,8 @@ fn subcommands() -> Vec<String> {
         .skip_while(|l| !l.starts_with("Commands:"))
         .skip(1)
         .take_while(|l| l.starts_with("  "))
+        // Command names sit at two spaces; wrapped help text is deeper.
+        .filter(|l| !l.starts_with("   "))
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .filter(|c| c != "help")
         .collect()

@@ -8,7 +8,7 @@ use spool::ops::json::ItemJson;
 use spool::ops::list::{list, ListOptions, RetryState, Row, PREVIEW_CHARS};
 use spool::{OpenMode, PAGE_SIZE};
 
-/// List pending items: id, key, attempts, age, next retry, size, preview, last error
+/// List pending items with their attempts, next retry and last error
 ///
 /// On a terminal, a table. When stdout is not a terminal, the same
 /// columns as plain lines, separated by tabs, without a header (key and
