@@ -35,8 +35,8 @@ complete -c spool -n "__fish_spool_needs_command" -s V -l version -d 'Print vers
 complete -c spool -n "__fish_spool_needs_command" -f -a "init" -d 'Create a new, empty spool'
 complete -c spool -n "__fish_spool_needs_command" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
 complete -c spool -n "__fish_spool_needs_command" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
-complete -c spool -n "__fish_spool_needs_command" -f -a "list" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
-complete -c spool -n "__fish_spool_needs_command" -f -a "ls" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
+complete -c spool -n "__fish_spool_needs_command" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
+complete -c spool -n "__fish_spool_needs_command" -f -a "ls" -d 'List pending items with their attempts, next retry and last error'
 complete -c spool -n "__fish_spool_needs_command" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
 complete -c spool -n "__fish_spool_needs_command" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
@@ -44,6 +44,7 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "release" -d 'Release he
 complete -c spool -n "__fish_spool_needs_command" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
 complete -c spool -n "__fish_spool_needs_command" -f -a "size" -d 'Print the number of pending items (held ones included)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_needs_command" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
 complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -165,6 +166,33 @@ complete -c spool -n "__fish_spool_using_subcommand stats" -s q -l quiet -d 'Pri
 complete -c spool -n "__fish_spool_using_subcommand stats" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l exec -d 'Run CMD once per item, the payload on stdin' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l reject-exit -d 'Exit codes of the --exec command that reject an item for good' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l url -d 'POST (or --method) each payload to URL' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l method -d 'HTTP method for --url' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l content-type -d 'Content-Type of the request body' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l timeout -d 'Bound on one delivery attempt' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l limit -d 'Attempt at most N items' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l deadline -d 'Start no new attempt after DURATION (for cron)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand replay" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l dry-run -d 'Show what would be attempted; deliver and change nothing'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand replay" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand replay" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand replay" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand replay" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -181,17 +209,18 @@ complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print
 complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand man" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "init" -d 'Create a new, empty spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "list" -d 'List pending items: id, key, attempts, age, next retry, size, preview'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "completions" -d 'Print a shell completion script'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "init" -d 'Create a new, empty spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "completions" -d 'Print a shell completion script'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

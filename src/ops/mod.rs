@@ -25,6 +25,7 @@ pub mod json;
 pub mod list;
 pub mod preview;
 pub mod release;
+pub mod replay;
 pub mod show;
 pub mod size;
 pub mod stats;

@@ -16,6 +16,7 @@ mod init;
 mod list;
 mod man;
 mod release;
+mod replay;
 mod show;
 mod size;
 mod stats;
@@ -43,6 +44,7 @@ pub enum Command {
     Attempts(attempts::AttemptsArgs),
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
+    Replay(replay::ReplayArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -62,6 +64,7 @@ impl Command {
             Command::Attempts(a) => attempts::run(a, ctx),
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
+            Command::Replay(a) => replay::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }
@@ -177,10 +180,8 @@ impl Ctx {
     /// Notes the backend has collected (an NDJSON spool reports a torn
     /// tail it cut off), on stderr unless `-q`.
     pub fn notices(&self, spool: &Spool) {
-        if let Spool::File(q) = spool {
-            for n in q.take_notices() {
-                self.note(&n);
-            }
+        for n in spool.take_notices() {
+            self.note(&n);
         }
     }
 
