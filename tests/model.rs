@@ -3,8 +3,8 @@
 //! clock. After every operation both must have answered the same (equal
 //! `Ok` values, or errors of the same kind) and hold the same state:
 //! pending items, dead letters, size, high-water mark, bound and stats.
-//! Reopening the durable spool and switching to a second handle on it are
-//! operations too.
+//! Reopening the durable spool, switching to a second handle on it, and
+//! compacting it are operations too.
 //!
 //! The seed is fixed so that runs are reproducible; set
 //! `PROPTEST_RNG_SEED` (and `PROPTEST_CASES`) to explore further.
@@ -14,6 +14,7 @@ mod common;
 use common::{Backend, Harness};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
+use spool::backend::sqlite::maint::CheckpointMode;
 use spool::{
     AttemptUpdate, DepthLimit, EnqueueOptions, Error, Item, ItemId, MemoryQueue, NewItem, Queue,
     Record, RecordState, Result, Spool, Timestamp,
@@ -46,6 +47,9 @@ enum Op {
     Reopen,
     /// Use the other of two handles on the durable spool from now on.
     Switch,
+    /// Maintenance that must not change what the spool holds: NDJSON
+    /// compaction, SQLite vacuum and checkpoint.
+    Compact,
 }
 
 /// An import record, resolved against the spool when the import runs.
@@ -162,6 +166,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..100_000).prop_map(Op::Advance),
         2 => Just(Op::Reopen),
         2 => Just(Op::Switch),
+        1 => Just(Op::Compact),
     ]
 }
 
@@ -329,6 +334,17 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             d.switch();
             Ok(())
         }
+        Op::Compact => {
+            let done = match d.spool() {
+                Spool::File(f) => f.compact().map(drop),
+                Spool::Sqlite(s) => s
+                    .vacuum(Duration::from_secs(10))
+                    .and_then(|_| s.checkpoint(CheckpointMode::Truncate, Duration::from_secs(10)))
+                    .map(drop),
+                Spool::Memory(_) => Ok(()),
+            };
+            same(&what, done, Ok(()))
+        }
     }
 }
 
@@ -393,11 +409,15 @@ struct Durable {
 }
 
 impl Durable {
-    fn q(&self) -> &dyn Queue {
+    fn spool(&self) -> &Spool {
         match (&self.second, self.use_second) {
-            (Some(s), true) => s.queue(),
-            _ => self.h.q(),
+            (Some(s), true) => s,
+            _ => self.h.spool(),
         }
+    }
+
+    fn q(&self) -> &dyn Queue {
+        self.spool().queue()
     }
 
     /// Known failure (see `bound_read_through_another_handle_file` in
