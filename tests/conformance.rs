@@ -31,14 +31,14 @@ impl Setup {
 }
 
 macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
+    (all: [$($case:ident),* $(,)?], durable: [$($dcase:ident),* $(,)?] $(,)?) => {
         conformance!(@flavour memory, Backend::Memory, false, []; $($case),*);
-        conformance!(@flavour file, Backend::File, false, []; $($case),*);
-        conformance!(@flavour file_reopen, Backend::File, true, []; $($case),*);
-        conformance!(@flavour sqlite, Backend::Sqlite, false, []; $($case),*);
-        conformance!(@flavour sqlite_reopen, Backend::Sqlite, true, []; $($case),*);
+        conformance!(@flavour file, Backend::File, false, []; $($case,)* $($dcase),*);
+        conformance!(@flavour file_reopen, Backend::File, true, []; $($case,)* $($dcase),*);
+        conformance!(@flavour sqlite, Backend::Sqlite, false, []; $($case,)* $($dcase),*);
+        conformance!(@flavour sqlite_reopen, Backend::Sqlite, true, []; $($case,)* $($dcase),*);
     };
-    (@flavour $flavour:ident, $backend:expr, $reopen:expr, $attrs:tt; $($case:ident),*) => {
+    (@flavour $flavour:ident, $backend:expr, $reopen:expr, $attrs:tt; $($case:ident),* $(,)?) => {
         mod $flavour {
             use super::*;
             $( conformance!(@case $case, $backend, $reopen, $attrs); )*
@@ -54,47 +54,53 @@ macro_rules! conformance {
 }
 
 conformance!(
-    ids_grow_monotonically,
-    ids_are_not_reused_after_done,
-    ids_are_not_reused_after_dead_letter_and_purge,
-    drain_is_non_destructive_and_in_enqueue_order,
-    drain_spans_pages,
-    enqueue_times_follow_the_clock,
-    mark_done_removes_and_ignores_unknown_ids,
-    repeated_ids_in_one_call_act_once,
-    set_attempts_persists,
-    record_attempt_persists,
-    size_counts_pending_and_held,
-    depth_bound_rejects_the_newest,
-    depth_bound_is_remembered,
-    open_options_bound_applies_only_when_creating,
-    depth_bound_below_current_depth_evicts_nothing,
-    depth_override_applies_to_one_call,
-    dedup_first_write_wins,
-    empty_key_never_dedups,
-    mark_done_releases_the_key,
-    dead_letter_releases_the_key,
-    dedup_survives_reopen,
-    dedup_hit_succeeds_on_a_full_spool,
-    keys_are_stored_verbatim,
-    batch_is_atomic,
-    batch_repeated_key_dedups_to_the_first,
-    held_items_stay_pending,
-    page_after_and_limit,
-    get_finds_only_pending_items,
-    dead_letter_moves_the_item,
-    dead_page_and_count,
-    requeue_restores_under_the_same_id,
-    requeue_key_conflict_changes_nothing,
-    requeue_over_the_bound_changes_nothing,
-    purge_deletes_dead_letters_only,
-    import_keeps_ids_above_high_water,
-    import_dedups_pending_keys,
-    import_with_a_malformed_record_changes_nothing,
-    stats_numbers,
-    uuid_is_stable_and_well_formed,
-    payload_bytes_round_trip,
-    large_payload_round_trips,
+    all: [
+        ids_grow_monotonically,
+        ids_are_not_reused_after_done,
+        ids_are_not_reused_after_dead_letter_and_purge,
+        drain_is_non_destructive_and_in_enqueue_order,
+        drain_spans_pages,
+        enqueue_times_follow_the_clock,
+        mark_done_removes_and_ignores_unknown_ids,
+        repeated_ids_in_one_call_act_once,
+        set_attempts_persists,
+        record_attempt_persists,
+        size_counts_pending_and_held,
+        depth_bound_rejects_the_newest,
+        depth_bound_is_remembered,
+        depth_bound_below_current_depth_evicts_nothing,
+        depth_override_applies_to_one_call,
+        dedup_first_write_wins,
+        empty_key_never_dedups,
+        mark_done_releases_the_key,
+        dead_letter_releases_the_key,
+        dedup_survives_reopen,
+        dedup_hit_succeeds_on_a_full_spool,
+        keys_are_stored_verbatim,
+        batch_is_atomic,
+        batch_repeated_key_dedups_to_the_first,
+        held_items_stay_pending,
+        page_after_and_limit,
+        get_finds_only_pending_items,
+        dead_letter_moves_the_item,
+        dead_page_and_count,
+        requeue_restores_under_the_same_id,
+        requeue_key_conflict_changes_nothing,
+        requeue_over_the_bound_changes_nothing,
+        purge_deletes_dead_letters_only,
+        import_keeps_ids_above_high_water,
+        import_dedups_pending_keys,
+        import_with_a_malformed_record_changes_nothing,
+        stats_numbers,
+        uuid_is_stable_and_well_formed,
+        payload_bytes_round_trip,
+        large_payload_round_trips,
+    ],
+    // Cases about paths and files, which the memory backend has not.
+    durable: [
+        open_options_bound_applies_only_when_creating,
+        read_only_open_changes_nothing,
+    ],
 );
 
 // ---------------------------------------------------------------- helpers
@@ -556,14 +562,12 @@ fn open_options_bound_applies_only_when_creating(s: Setup) {
     let mut h = s.open(Some(2));
     add(&h, "a", "");
     add(&h, "b", "");
-    if s.backend != Backend::Memory {
-        for bound in [Some(10), None] {
-            let mut opts = h.reopen_options();
-            opts.max_depth = bound;
-            let other = Spool::open(&h.path, &opts).expect("open with another bound");
-            assert_eq!(other.max_depth().unwrap(), Some(2), "opened with {bound:?}");
-            assert_full(other.enqueue(b"c", ""), 2, 2);
-        }
+    for bound in [Some(10), None] {
+        let mut opts = h.reopen_options();
+        opts.max_depth = bound;
+        let other = Spool::open(&h.path, &opts).expect("open with another bound");
+        assert_eq!(other.max_depth().unwrap(), Some(2), "opened with {bound:?}");
+        assert_full(other.enqueue(b"c", ""), 2, 2);
     }
     h.reopen();
     assert_eq!(h.q().max_depth().unwrap(), Some(2));
@@ -1533,4 +1537,106 @@ fn large_payload_round_trips(s: Setup) {
     let c = enq(&h, &text, "").id;
     h.reopen();
     assert_eq!(get(&h, c).payload, text);
+}
+
+// ---------------------------------------------------------------- read-only
+
+/// Every file in the spool's directory and its bytes, except SQLite's
+/// shared-memory index (`-shm`), which readers may write by design.
+fn snapshot(h: &Harness) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(h.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().ends_with("-shm"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `OpenMode::ReadOnly`: the spool must exist, and nothing on disk
+/// changes: every read answers as through a writable handle, and every
+/// mutation fails and changes nothing.
+fn read_only_open_changes_nothing(s: Setup) {
+    let mut h = s.open(Some(5));
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "kc");
+    h.q().set_held(&[b], true).unwrap();
+    h.q()
+        .record_attempt(
+            a,
+            &AttemptUpdate {
+                attempts: 1,
+                next_retry_at: Some(T0.saturating_add(secs(30))),
+                last_error: Some("e".into()),
+            },
+        )
+        .unwrap();
+    h.q().dead_letter(c, "dead").unwrap();
+    h.step();
+
+    let mut opts = h.reopen_options();
+    opts.mode = spool::OpenMode::ReadOnly;
+    let missing = h
+        .dir
+        .path()
+        .join(format!("missing-{}", s.backend.file_name()));
+    match Spool::open(&missing, &opts) {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "{e}"),
+        Ok(_) => panic!("a read-only open created {}", missing.display()),
+    }
+    assert!(!missing.exists(), "a read-only open created the spool");
+
+    let before = snapshot(&h);
+    let ro = Spool::open(&h.path, &opts).expect("open read-only");
+    let (w, r) = (h.q(), ro.queue());
+    assert_eq!(r.drain().unwrap(), w.drain().unwrap());
+    assert_eq!(r.page(a, 1).unwrap(), w.page(a, 1).unwrap());
+    assert_eq!(r.get(a).unwrap(), w.get(a).unwrap());
+    assert_eq!(r.size().unwrap(), 2);
+    assert_eq!(r.max_depth().unwrap(), Some(5));
+    assert_eq!(r.uuid().unwrap(), w.uuid().unwrap());
+    assert_eq!(r.high_water().unwrap(), c);
+    assert_eq!(r.dead_page(0, 10).unwrap(), w.dead_page(0, 10).unwrap());
+    assert_eq!(r.dead_get(c).unwrap(), w.dead_get(c).unwrap());
+    assert_eq!(r.dead_count().unwrap(), 1);
+    assert_eq!(r.stats(T0).unwrap(), w.stats(T0).unwrap());
+
+    let upd = AttemptUpdate::default();
+    let one = [NewItem::new("x", "")];
+    let rec = record(100, "r", "", RecordState::Pending);
+    let attempts: Vec<(&str, bool)> = vec![
+        ("enqueue", r.enqueue(b"x", "").is_err()),
+        (
+            "enqueue_batch",
+            r.enqueue_batch(&one, &EnqueueOptions::default()).is_err(),
+        ),
+        ("mark_done", r.mark_done(&[a]).is_err()),
+        ("set_attempts", r.set_attempts(a, 9).is_err()),
+        ("record_attempt", r.record_attempt(a, &upd).is_err()),
+        ("set_held", r.set_held(&[a], true).is_err()),
+        ("set_max_depth", r.set_max_depth(None).is_err()),
+        ("dead_letter", r.dead_letter(a, "x").is_err()),
+        ("requeue", r.requeue(&[c]).is_err()),
+        ("purge", r.purge(&[c]).is_err()),
+        ("import", r.import(std::slice::from_ref(&rec)).is_err()),
+    ];
+    let accepted: Vec<&str> = attempts
+        .iter()
+        .filter(|(_, failed)| !failed)
+        .map(|(name, _)| *name)
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "a read-only spool accepted {accepted:?}"
+    );
+    drop(ro);
+    assert!(snapshot(&h) == before, "the spool's files changed");
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, b]);
+    assert_eq!(h.q().dead_count().unwrap(), 1);
 }
