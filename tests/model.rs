@@ -366,20 +366,9 @@ fn same_state(
     same(&what("size"), q.size(), model.size())?;
     same(&what("dead_count"), q.dead_count(), model.dead_count())?;
     same(&what("high_water"), q.high_water(), model.high_water())?;
-    if d.bound_reads_are_fresh() {
-        same(&what("max_depth"), q.max_depth(), model.max_depth())?;
-        same(&what("stats"), q.stats(now), model.stats(now))?;
-    } else {
-        let unbound = |s: spool::QueueStats| spool::QueueStats {
-            max_depth: None,
-            ..s
-        };
-        same(
-            &what("stats"),
-            q.stats(now).map(unbound),
-            model.stats(now).map(unbound),
-        )?;
-    }
+    // Every handle reports the bound another handle set.
+    same(&what("max_depth"), q.max_depth(), model.max_depth())?;
+    same(&what("stats"), q.stats(now), model.stats(now))?;
     // The single-item and paged reads agree with the full ones.
     let hw = model.high_water().expect("model high_water");
     for id in 0..=hw + 1 {
@@ -418,15 +407,6 @@ impl Durable {
 
     fn q(&self) -> &dyn Queue {
         self.spool().queue()
-    }
-
-    /// Known failure (see `bound_read_through_another_handle_file` in
-    /// tests/multiprocess.rs): on the file backend a handle that has not
-    /// written since another handle changed the bound still reports the
-    /// old one. Until that is fixed, the bound a handle reports is only
-    /// compared while there is one handle; enforcement is always compared.
-    fn bound_reads_are_fresh(&self) -> bool {
-        self.h.backend != Backend::File || self.second.is_none()
     }
 
     /// Go over to the other handle (the memory backend has only one).

@@ -411,7 +411,6 @@ fn bound_read_through_another_handle(backend: Backend) {
 }
 
 #[test]
-#[ignore = "known failure of the file backend: a handle that only reads keeps a stale bound"]
 fn bound_read_through_another_handle_file() {
     bound_read_through_another_handle(Backend::File);
 }
