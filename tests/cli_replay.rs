@@ -621,3 +621,29 @@ fn progress_and_summary_streams() {
         assert_eq!(stdout(&a).lines().count(), 1);
     });
 }
+
+#[test]
+fn list_and_show_display_attempts_next_retry_and_last_error() {
+    each_backend(|env| {
+        env.enqueue("x");
+        env.run(&[
+            "replay",
+            "--exec",
+            "sh -c 'echo upstream said no >&2; exit 1'",
+        ])
+        .code(75);
+        let out = stdout(&env.run(&["list"]).success());
+        let row: Vec<&str> = out.lines().next().unwrap().split('\t').collect();
+        assert_eq!(row[2], "1", "attempts: {row:?}");
+        assert!(row[4].starts_with("in "), "next retry: {row:?}");
+        assert!(row[7].contains("upstream said no"), "last error: {row:?}");
+        let shown = stdout(&env.run(&["show", "1"]).success());
+        assert!(shown.contains("upstream said no"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("attempts") && l.contains('1')),
+            "{shown}"
+        );
+    });
+}

@@ -76,7 +76,7 @@ pub fn parse_statuses(s: &str) -> std::result::Result<Vec<u16>, String> {
 
 /// Split user info out of `url`: the URL without it, and the
 /// `user:password` text if there was any.
-fn split_userinfo(url: &str) -> (String, Option<String>) {
+pub(crate) fn split_userinfo(url: &str) -> (String, Option<String>) {
     let Some(scheme_end) = url.find("://") else {
         return (url.to_string(), None);
     };
@@ -98,7 +98,9 @@ fn split_userinfo(url: &str) -> (String, Option<String>) {
     }
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decode `%XX` escapes (user info in URLs); invalid escapes stay as
+/// they are.
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

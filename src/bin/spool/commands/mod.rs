@@ -183,10 +183,8 @@ impl Ctx {
     /// Notes the backend has collected (an NDJSON spool reports a torn
     /// tail it cut off), on stderr unless `-q`.
     pub fn notices(&self, spool: &Spool) {
-        if let Spool::File(q) = spool {
-            for n in q.take_notices() {
-                self.note(&n);
-            }
+        for n in spool.take_notices() {
+            self.note(&n);
         }
     }
 
