@@ -153,10 +153,15 @@ def sql_quote(s):
     return "'" + s.replace("'", "''") + "'"
 
 
-def make_reference_db(sqlite3, path):
-    for suffix in ("", "-wal", "-shm"):
+def remove_spool(path):
+    """Remove a spool (or database) and its companion files, if any."""
+    for suffix in ("", "-wal", "-shm", "-journal", ".meta", ".dead", ".replay.lock"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
+
+
+def make_reference_db(sqlite3, path):
+    remove_spool(path)
     check([sqlite3, path, "PRAGMA journal_mode=WAL;" + REFERENCE_SCHEMA])
 
 
@@ -170,6 +175,8 @@ def bench_latency(args, spool, sqlite3, sh, d):
     nd_spool = os.path.join(d, "a-spool.ndjson")
     ref_db = os.path.join(d, "a-ref.db")
     echo_file = os.path.join(d, "a-echo.txt")
+    for p in (db_spool, nd_spool, echo_file):
+        remove_spool(p)
     make_reference_db(sqlite3, ref_db)
 
     def sqlite3_argv(p):
@@ -247,6 +254,61 @@ def bench_latency(args, spool, sqlite3, sh, d):
     return "\n".join(out), {"times": {k: sorted(v) for k, v in times.items()}, "results": results, "ratios": {"sqlite_p50": r_sql, "ndjson_p50": r_nd}}
 
 
+def bench_drift(args, spool, sqlite3, d):
+    """Per-call latency as a spool ages: fresh spools, --drift-calls one-shot
+    enqueues into each, p50 per window, with the WAL size and the sync calls
+    of one call at the end of each window."""
+    n, w = args.drift_calls, args.drift_window
+    db_spool = os.path.join(d, "a2-spool.db")
+    nd_spool = os.path.join(d, "a2-spool.ndjson")
+    ref_db = os.path.join(d, "a2-ref.db")
+    remove_spool(db_spool)
+    remove_spool(nd_spool)
+    make_reference_db(sqlite3, ref_db)
+
+    def sqlite3_argv(p):
+        return [
+            sqlite3,
+            ref_db,
+            "PRAGMA synchronous=FULL; INSERT INTO morph_offline_queue(payload, enqueued_at) "
+            f"VALUES({sql_quote(p)}, CAST(strftime('%s','now') AS INTEGER));",
+        ]
+
+    variants = [
+        ("sqlite", lambda p: [spool, "-s", db_spool, "enqueue", "--", p]),
+        ("ndjson", lambda p: [spool, "-s", nd_spool, "enqueue", "--", p]),
+        ("sqlite3", sqlite3_argv),
+    ]
+    times = {k: [] for k, _ in variants}
+    windows = []
+    for i in range(n):
+        k = i % len(variants)
+        for name, argv in variants[k:] + variants[:k]:
+            t, _ = run_timed(argv(payload(i)))
+            times[name].append(t)
+        if (i + 1) % w == 0:
+            wal = db_spool + "-wal"
+            wal_mib = os.path.getsize(wal) / 2**20 if os.path.exists(wal) else 0.0
+            syncs = {name: sum(strace_syncs(argv(payload(-i)), os.path.join(d, "strace.txt")).values()) for name, argv in variants}
+            windows.append((i + 1, {k: pct(v[-w:], 50) for k, v in times.items()}, wal_mib, syncs))
+    out = []
+    out.append(
+        f"### (a′) Per-call latency as the spool ages: {n} one-shot enqueues into fresh spools, p50 per window of {w} calls\n"
+    )
+    out.append(
+        "| calls so far | SQLite spool p50 ms | NDJSON spool p50 ms | sqlite3 p50 ms | SQLite / sqlite3 | NDJSON / sqlite3 "
+        "| SQLite spool `-wal` MiB | syncs per call: SQLite spool / NDJSON spool / sqlite3 |"
+    )
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---|")
+    for calls, p50, wal_mib, syncs in windows:
+        out.append(
+            f"| {calls} | {ms(p50['sqlite'])} | {ms(p50['ndjson'])} | {ms(p50['sqlite3'])} | "
+            f"{p50['sqlite'] / p50['sqlite3']:.2f}× | {p50['ndjson'] / p50['sqlite3']:.2f}× | {wal_mib:.1f} | "
+            f"{syncs['sqlite']} / {syncs['ndjson']} / {syncs['sqlite3']} |"
+        )
+    return "\n".join(out), {"windows": windows}
+
+
 def verdict(ok):
     return "**met**" if ok else "**missed**"
 
@@ -289,11 +351,6 @@ def bench_batch(args, spool, sqlite3, d):
             "COMMIT;\n"
         )
 
-    def fresh(path):
-        for suffix in ("", "-wal", "-shm", ".meta", ".dead", ".replay.lock"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
-
     variants = ["spool SQLite", "spool NDJSON", "sqlite3 SQL script", "sqlite3 .import"]
     times = {v: [] for v in variants}
     for rep in range(args.reps):
@@ -301,12 +358,12 @@ def bench_batch(args, spool, sqlite3, d):
         for v in order:
             if v == "spool SQLite":
                 p = os.path.join(d, "b-spool.db")
-                fresh(p)
+                remove_spool(p)
                 t, _ = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines)
                 got = int(check([spool, "-s", p, "size"]).decode())
             elif v == "spool NDJSON":
                 p = os.path.join(d, "b-spool.ndjson")
-                fresh(p)
+                remove_spool(p)
                 t, _ = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines)
                 got = int(check([spool, "-s", p, "size"]).decode())
             else:
@@ -354,16 +411,47 @@ def bench_batch(args, spool, sqlite3, d):
 
 
 def bench_inspect(args, spool, sqlite3, timebin, d, lines):
+    """size / stats / list on spools built by `enqueue --lines`, measured
+    twice: as the writer left them (writers do not checkpoint on close, so
+    the last batch stays in the -wal file), then after the WAL was
+    checkpointed and truncated (`PRAGMA wal_checkpoint(TRUNCATE)`)."""
     out = []
     data = {}
     batch = args.lines
     rows = []
     build = {}
+
+    def mib(path):
+        return os.path.getsize(path) / 2**20 if os.path.exists(path) else 0.0
+
+    def measure(p, total, state):
+        cmds = [
+            ("spool size", [spool, "-s", p, "size"]),
+            ("spool stats", [spool, "-s", p, "stats"]),
+            ("spool list --limit 20", [spool, "-s", p, "list", "--limit", "20"]),
+        ]
+        db_mib, wal_mib = mib(p), mib(p + "-wal")
+        for name, argv in cmds:
+            run_timed(argv)  # warm-up
+        lat = {name: [] for name, _ in cmds}
+        for _ in range(args.inspect_runs):
+            for name, argv in cmds:
+                t, _ = run_timed(argv)
+                lat[name].append(t)
+        for name, argv in cmds:
+            rss = []
+            for _ in range(3):
+                rss_file = os.path.join(d, "rss.txt")
+                run_timed([timebin, "-f", "%M", "-o", rss_file] + argv)
+                with open(rss_file) as f:
+                    rss.append(int(f.read().strip().splitlines()[-1]))
+            t = lat[name]
+            rows.append((total, state, db_mib, wal_mib, name, pct(t, 50), max(t), max(rss)))
+            data[f"{total}:{state}:{name}"] = {"p50": pct(t, 50), "max": max(t), "rss_kib": max(rss), "db_mib": db_mib, "wal_mib": wal_mib}
+
     for total in (args.small, args.big):
         p = os.path.join(d, f"c-spool-{total}.db")
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(p + suffix):
-                os.remove(p + suffix)
+        remove_spool(p)
         t0 = time.perf_counter()
         left = total
         while left > 0:
@@ -378,45 +466,35 @@ def bench_inspect(args, spool, sqlite3, timebin, d, lines):
         got = int(check([spool, "-s", p, "size"]).decode())
         if got != total:
             raise RuntimeError(f"(c) spool holds {got}, expected {total}")
-        size_mb = sum(os.path.getsize(p + s) for s in ("", "-wal") if os.path.exists(p + s)) / 2**20
-        cmds = [
-            ("spool size", [spool, "-s", p, "size"]),
-            ("spool stats", [spool, "-s", p, "stats"]),
-            ("spool list --limit 20", [spool, "-s", p, "list", "--limit", "20"]),
-        ]
-        for name, argv in cmds:
-            run_timed(argv)  # warm-up
-        lat = {name: [] for name, _ in cmds}
-        for i in range(args.inspect_runs):
-            for name, argv in cmds:
-                t, _ = run_timed(argv)
-                lat[name].append(t)
-        for name, argv in cmds:
-            rss = []
-            for _ in range(3):
-                rss_file = os.path.join(d, "rss.txt")
-                run_timed([timebin, "-f", "%M", "-o", rss_file] + argv)
-                with open(rss_file) as f:
-                    rss.append(int(f.read().strip().splitlines()[-1]))
-            t = lat[name]
-            rows.append((total, size_mb, name, pct(t, 50), max(t), max(rss)))
-            data[f"{total}:{name}"] = {"p50": pct(t, 50), "max": max(t), "rss_kib": max(rss)}
+        measure(p, total, "as written")
+        check([sqlite3, p, "PRAGMA wal_checkpoint(TRUNCATE);"])
+        measure(p, total, "WAL truncated")
     out.append(
-        f"### (c) Inspecting SQLite spools (warm page cache; {args.inspect_runs} runs each after one warm-up; peak RSS from `/usr/bin/time -f %M`, max of 3)\n"
+        f"### (c) Inspecting SQLite spools (warm page cache; {args.inspect_runs} runs each after one warm-up; "
+        "peak RSS from `/usr/bin/time -f %M`, max of 3)\n"
     )
-    out.append("| items | spool MiB | command | p50 ms | max ms | peak RSS MiB | p50 < 100 ms |")
-    out.append("|---:|---:|---|---:|---:|---:|---|")
-    for total, size_mb, name, p50, mx, rss in rows:
-        out.append(f"| {total:,} | {size_mb:.0f} | `{name}` | {ms(p50)} | {ms(mx)} | {rss / 1024:.1f} | {verdict(p50 < 0.1)} |")
+    out.append(
+        "\"as written\": the spool as the `enqueue --lines` processes left it, with the `-wal` file they "
+        "wrote (writers do not checkpoint on close; a new process re-reads the whole valid WAL when it "
+        "opens the spool); \"WAL truncated\": after `sqlite3 SPOOL 'PRAGMA wal_checkpoint(TRUNCATE)'`.\n"
+    )
+    out.append("| items | state | db MiB | wal MiB | command | p50 ms | max ms | peak RSS MiB | p50 < 100 ms |")
+    out.append("|---:|---|---:|---:|---|---:|---:|---:|---|")
+    for total, state, db_mib, wal_mib, name, p50, mx, rss in rows:
+        out.append(
+            f"| {total:,} | {state} | {db_mib:.0f} | {wal_mib:.0f} | `{name}` | {ms(p50)} | {ms(mx)} | "
+            f"{rss / 1024:.1f} | {verdict(p50 < 0.1)} |"
+        )
     out.append("")
     out.append(
         "Built with `spool enqueue --stdin --lines` in batches of "
         f"{batch:,}: {args.small:,} items in {build[args.small]:.1f} s, {args.big:,} items in {build[args.big]:.1f} s."
     )
-    small = {r[2]: r[5] for r in rows if r[0] == args.small}
-    big = {r[2]: r[5] for r in rows if r[0] == args.big}
-    growth = ", ".join(f"`{k}` {small[k] / 1024:.1f} → {big[k] / 1024:.1f} MiB" for k in small)
-    out.append(f"Peak RSS from {args.small:,} to {args.big:,} items: {growth}.")
+    for state in ("as written", "WAL truncated"):
+        small = {r[4]: r[7] for r in rows if r[0] == args.small and r[1] == state}
+        big = {r[4]: r[7] for r in rows if r[0] == args.big and r[1] == state}
+        growth = ", ".join(f"`{k}` {small[k] / 1024:.1f} → {big[k] / 1024:.1f} MiB" for k in small)
+        out.append(f"Peak RSS from {args.small:,} to {args.big:,} items ({state}): {growth}.")
     return "\n".join(out), data
 
 
@@ -429,6 +507,8 @@ def main():
     ap.add_argument("--dir", required=True, help="work directory (files are created here)")
     ap.add_argument("--calls", type=int, default=400, help="(a) calls per command (default 400)")
     ap.add_argument("--warmup", type=int, default=10, help="(a) untimed calls per command first")
+    ap.add_argument("--drift-calls", type=int, default=2000, help="(a') calls per command on fresh spools (0: skip)")
+    ap.add_argument("--drift-window", type=int, default=250, help="(a') calls per reported window")
     ap.add_argument("--lines", type=int, default=100_000, help="(b) lines per batch (default 100000)")
     ap.add_argument("--reps", type=int, default=3, help="(b) runs per command (default 3)")
     ap.add_argument("--small", type=int, default=100_000, help="(c) small spool items")
@@ -464,6 +544,10 @@ def main():
         text, results["a"] = bench_latency(args, spool, sqlite3, sh, d)
         print(text + "\n")
         sys.stdout.flush()
+        if args.drift_calls:
+            text, results["a2"] = bench_drift(args, spool, sqlite3, d)
+            print(text + "\n")
+            sys.stdout.flush()
     if "b" in args.only or "c" in args.only:
         if "b" in args.only:
             text, results["b"], lines = bench_batch(args, spool, sqlite3, d)
