@@ -174,9 +174,36 @@ impl SqliteQueue {
         })?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
+        self.keep_wal_small(&conn);
         Ok(out)
     }
+
+    /// After a commit: when the WAL has grown past [`WAL_TRUNCATE_BYTES`],
+    /// checkpoint it and truncate it, without waiting for anyone.
+    ///
+    /// Connections do not checkpoint on close, and a process that opens
+    /// the database rebuilds its WAL index by reading the whole WAL and
+    /// forgets what was already checkpointed, so without this a spool
+    /// used by one-shot processes grows its WAL forever and every open
+    /// gets slower. The commit is already durable: a checkpoint that
+    /// cannot run now (a reader holds the WAL) changes nothing and is
+    /// simply tried again after a later commit.
+    fn keep_wal_small(&self, conn: &Connection) {
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        let big = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
+        if !big {
+            return;
+        }
+        let _ = conn.busy_timeout(std::time::Duration::ZERO);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let _ = conn.busy_timeout(self.busy_timeout);
+    }
 }
+
+/// WAL size above which a writer checkpoints and truncates it after its
+/// commit (64 pages of 4 KiB).
+const WAL_TRUNCATE_BYTES: u64 = 256 * 1024;
 
 /// Check that `path` exists or may be created as `mode` says, and create
 /// a new, empty database file (durably: its directory is synced) when it
