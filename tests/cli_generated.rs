@@ -26,6 +26,12 @@ const COMMANDS: &[&str] = &[
     "attempts",
     "size",
     "stats",
+    "compact",
+    "checkpoint",
+    "verify",
+    "dlq",
+    "export",
+    "import",
     "completions",
     "man",
 ];

@@ -7,11 +7,16 @@
 //! in [`Command`].
 
 mod attempts;
+mod checkpoint;
+mod compact;
 mod completions;
+mod dlq;
 mod done;
 mod drain;
 mod enqueue;
+mod export;
 mod hold;
+mod import;
 mod init;
 mod list;
 mod man;
@@ -19,6 +24,7 @@ mod release;
 mod show;
 mod size;
 mod stats;
+mod verify;
 
 use crate::exit::{self, CliError};
 use crate::render::Out;
@@ -43,6 +49,12 @@ pub enum Command {
     Attempts(attempts::AttemptsArgs),
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
+    Compact(compact::CompactArgs),
+    Checkpoint(checkpoint::CheckpointArgs),
+    Verify(verify::VerifyArgs),
+    Dlq(dlq::DlqArgs),
+    Export(export::ExportArgs),
+    Import(import::ImportArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -62,6 +74,12 @@ impl Command {
             Command::Attempts(a) => attempts::run(a, ctx),
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
+            Command::Compact(a) => compact::run(a, ctx),
+            Command::Checkpoint(a) => checkpoint::run(a, ctx),
+            Command::Verify(a) => verify::run(a, ctx),
+            Command::Dlq(a) => dlq::run(a, ctx),
+            Command::Export(a) => export::run(a, ctx),
+            Command::Import(a) => import::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }
@@ -165,6 +183,17 @@ impl Ctx {
             Some(h) => err.hint(h),
             None => err,
         }
+    }
+
+    /// Like [`Ctx::fail`] for an operation that wrote a stream to stdout:
+    /// a reader that closed the pipe is a quiet success, as everywhere.
+    pub fn fail_output(&self, action: &str, e: Error) -> CliError {
+        if let Error::Io { source, .. } = &e {
+            if source.kind() == std::io::ErrorKind::BrokenPipe {
+                return CliError::ClosedPipe;
+            }
+        }
+        self.fail(action, e)
     }
 
     /// A note on stderr, unless `-q`.
