@@ -456,7 +456,7 @@ fn list_prints_plain_rows_when_not_a_terminal() {
         let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
         assert_eq!(rows.len(), 3, "{out}");
         for r in &rows {
-            assert_eq!(r.len(), 7, "{r:?}");
+            assert_eq!(r.len(), 8, "{r:?}");
         }
         assert_eq!(rows[0][0], "1");
         assert_eq!(rows[0][1], "k1");

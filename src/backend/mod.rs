@@ -207,6 +207,15 @@ impl Spool {
         }
     }
 
+    /// Messages the backend collected about damage it found or repaired
+    /// (an NDJSON torn tail), oldest first; taking them clears the list.
+    pub fn take_notices(&self) -> Vec<String> {
+        match self {
+            Spool::File(q) => q.take_notices(),
+            Spool::Memory(_) | Spool::Sqlite(_) => Vec::new(),
+        }
+    }
+
     /// The spool's path (none for memory).
     pub fn path(&self) -> Option<&Path> {
         match self {

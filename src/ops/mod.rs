@@ -31,6 +31,7 @@ pub mod list;
 pub mod output;
 pub mod preview;
 pub mod release;
+pub mod replay;
 pub mod show;
 pub mod size;
 pub mod stats;

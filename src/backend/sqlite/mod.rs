@@ -259,8 +259,15 @@ fn connect(path: &Path, opts: &OpenOptions) -> Result<Connection> {
     };
     // The file exists (prepare_file); never let SQLite create one. The
     // handle's own mutex serialises use of the connection.
-    let conn =
-        Connection::open_with_flags(path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(err)?;
+    // ":memory:" (and any name starting with ':') means something else to
+    // SQLite; the spool is always the file of that name.
+    let file_name = if path.as_os_str().as_encoded_bytes().starts_with(b":") {
+        Path::new(".").join(path)
+    } else {
+        path.to_path_buf()
+    };
+    let conn = Connection::open_with_flags(&file_name, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .map_err(err)?;
     conn.busy_timeout(opts.busy_timeout).map_err(err)?;
     conn.set_prepared_statement_cache_capacity(64);
     if !opts.mode.writable() {

@@ -21,7 +21,6 @@ use std::process::ExitCode;
 /// Success.
 pub const OK: u8 = 0;
 /// Replay dead-lettered at least one item (used by `replay`).
-#[allow(dead_code)]
 pub const DEAD_LETTERED: u8 = 1;
 /// Usage error (`EX_USAGE`).
 pub const USAGE: u8 = 64;
@@ -40,10 +39,8 @@ pub const TEMP_FAIL: u8 = 75;
 /// Permission denied (`EX_NOPERM`).
 pub const NO_PERM: u8 = 77;
 /// Stopped by SIGINT (used by `replay` and `watch`).
-#[allow(dead_code)]
 pub const INTERRUPTED: u8 = 130;
 /// Stopped by SIGTERM (used by `replay` and `watch`).
-#[allow(dead_code)]
 pub const TERMINATED: u8 = 143;
 
 /// The exit code for a library error of `kind`.
@@ -77,6 +74,9 @@ pub enum CliError {
     /// The reader of stdout went away (`spool drain | head -1`): stop
     /// quietly, successfully.
     ClosedPipe,
+    /// An exit status whose explanation was already printed (replay's
+    /// summary goes to stdout whatever the exit code).
+    Silent(u8),
     /// A failure to report: one `spool: error: …` line, an optional
     /// `hint: …` line, and the exit code.
     Failed {
@@ -112,6 +112,7 @@ impl CliError {
     pub fn code(&self) -> u8 {
         match self {
             CliError::ClosedPipe => OK,
+            CliError::Silent(code) => *code,
             CliError::Failed { code, .. } => *code,
         }
     }

@@ -8,7 +8,7 @@ use spool::ops::json::ItemJson;
 use spool::ops::list::{list, ListOptions, RetryState, Row, PREVIEW_CHARS};
 use spool::{OpenMode, PAGE_SIZE};
 
-/// List pending items: id, key, attempts, age, next retry, size, preview
+/// List pending items with their attempts, next retry and last error
 ///
 /// On a terminal, a table. When stdout is not a terminal, the same
 /// columns as plain lines, separated by tabs, without a header (key and
@@ -82,7 +82,7 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     Ok(())
 }
 
-fn cells(row: &Row) -> [String; 7] {
+fn cells(row: &Row) -> [String; 8] {
     [
         row.id.to_string(),
         row.key.clone(),
@@ -95,6 +95,7 @@ fn cells(row: &Row) -> [String; 7] {
         },
         row.size.to_string(),
         row.preview.clone(),
+        row.last_error.clone().unwrap_or_default(),
     ]
 }
 
@@ -114,6 +115,7 @@ fn print_table(ctx: &mut Ctx, rows: &mut Vec<Row>) -> Result<(), CliError> {
         "next retry",
         "size",
         "preview",
+        "last error",
     ]);
     for r in rows.drain(..) {
         t.add_row(cells(&r).to_vec());

@@ -21,6 +21,7 @@ mod init;
 mod list;
 mod man;
 mod release;
+mod replay;
 mod show;
 mod size;
 mod stats;
@@ -49,6 +50,7 @@ pub enum Command {
     Attempts(attempts::AttemptsArgs),
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
+    Replay(replay::ReplayArgs),
     Compact(compact::CompactArgs),
     Checkpoint(checkpoint::CheckpointArgs),
     Verify(verify::VerifyArgs),
@@ -74,6 +76,7 @@ impl Command {
             Command::Attempts(a) => attempts::run(a, ctx),
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
+            Command::Replay(a) => replay::run(a, ctx),
             Command::Compact(a) => compact::run(a, ctx),
             Command::Checkpoint(a) => checkpoint::run(a, ctx),
             Command::Verify(a) => verify::run(a, ctx),
@@ -206,10 +209,8 @@ impl Ctx {
     /// Notes the backend has collected (an NDJSON spool reports a torn
     /// tail it cut off), on stderr unless `-q`.
     pub fn notices(&self, spool: &Spool) {
-        if let Spool::File(q) = spool {
-            for n in q.take_notices() {
-                self.note(&n);
-            }
+        for n in spool.take_notices() {
+            self.note(&n);
         }
     }
 

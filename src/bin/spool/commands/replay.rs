@@ -1,0 +1,439 @@
+//! `spool replay`: deliver pending items to a command or a URL.
+
+use super::{Ctx, Verbosity};
+use crate::exit::{self, CliError};
+use clap::{ArgGroup, Args};
+use indicatif::{ProgressBar, ProgressStyle};
+use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
+use spool::replay::exec::parse_exit_codes;
+use spool::replay::http::{parse_statuses, HttpOptions};
+use spool::replay::{
+    Backoff, ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
+    StopReason,
+};
+use spool::units::parse_duration;
+use spool::{Item, OpenMode};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Deliver pending items to a command (--exec) or a URL (--url)
+///
+/// Items are attempted in enqueue order; held items and items whose
+/// next retry time has not come are skipped. A delivered item is marked
+/// done only after its delivery succeeded. A failed attempt is counted
+/// durably and the item waits (exponential backoff with jitter, or the
+/// target's Retry-After) before its next attempt; after --max-attempts
+/// failed attempts, or at once when the target rejects it for good, the
+/// item moves to the dead-letter set (see `spool dlq`).
+///
+/// --exec CMD runs CMD once per item, split into words like a shell
+/// would (quotes honoured) but without a shell (unless --shell), with the
+/// payload on stdin and SPOOL_ITEM_ID, SPOOL_IDEMPOTENCY_KEY,
+/// SPOOL_ATTEMPT and SPOOL_PATH in its environment. Exit 0 = delivered;
+/// an exit code in --reject-exit (default 65) = rejected for good;
+/// anything else, a signal, or --timeout = failed (the last lines of its
+/// stderr become the item's last error; its stdout is discarded).
+///
+/// --url URL sends one request per item: the payload as the body, an
+/// Idempotency-Key header (the item's key, or <spool-uuid>:<id> when it
+/// has none: the same across retries and processes) and X-Spool-Attempt.
+/// 2xx = delivered; 408, 425, 429, 5xx, --retry-status codes, connection
+/// errors and timeouts = failed; other 4xx = rejected for good; a 3xx is
+/// a failed attempt (redirects are not followed).
+///
+/// One replay per spool runs at a time: a second one waits up to --wait,
+/// then exits 75 naming the holder. Enqueues keep working meanwhile.
+/// SIGINT/SIGTERM stop after the item in flight (exit 130/143).
+///
+/// Exit status: 0 every due item was delivered; 75 an item failed and
+/// stays queued, or due items were left by --limit/--deadline; 1 an item
+/// was dead-lettered in this run (wins over 75).
+///
+/// Examples:
+///   spool replay --url https://api.example.com/events -H 'Authorization: Bearer …'
+///   spool replay --exec 'curl -fsS --data-binary @- https://hooks.example.com/x'
+///   spool replay --exec ./deliver.sh --reject-exit 65,66 --max-attempts 10
+///   spool replay --url http://127.0.0.1:8080/in --concurrency 16 --deadline 5m
+///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(group(ArgGroup::new("target").args(["exec", "url"]).required(true)))]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub replay: ReplayFlags,
+}
+
+/// A comma-separated list of codes (one flag value, many numbers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Codes<T>(pub Vec<T>);
+
+fn codes(s: &str) -> Result<Codes<i32>, String> {
+    parse_exit_codes(s).map(Codes)
+}
+
+fn statuses(s: &str) -> Result<Codes<u16>, String> {
+    parse_statuses(s).map(Codes)
+}
+
+/// Where to deliver (shared with `spool watch`).
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// Run CMD once per item, the payload on stdin
+    #[arg(long, value_name = "CMD")]
+    pub exec: Option<String>,
+
+    /// Run the --exec command through /bin/sh -c (shell syntax allowed)
+    #[arg(long, requires = "exec")]
+    pub shell: bool,
+
+    /// Exit codes of the --exec command that reject an item for good
+    #[arg(long, value_name = "CODES", default_value = "65", value_parser = codes, requires = "exec")]
+    pub reject_exit: Codes<i32>,
+
+    /// POST (or --method) each payload to URL
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+
+    /// HTTP method for --url
+    #[arg(long, value_name = "METHOD", default_value = "POST", requires = "url")]
+    pub method: String,
+
+    /// Content-Type of the request body
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "application/octet-stream",
+        requires = "url"
+    )]
+    pub content_type: String,
+
+    /// Extra request header, 'Name: value' (repeatable)
+    #[arg(short = 'H', long = "header", value_name = "HEADER", requires = "url")]
+    pub headers: Vec<String>,
+
+    /// 4xx statuses to retry instead of rejecting (comma-separated)
+    #[arg(long, value_name = "CODES", value_parser = statuses, requires = "url")]
+    pub retry_status: Option<Codes<u16>>,
+
+    /// Bound on one delivery attempt
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+impl TargetArgs {
+    /// The library's description of the target.
+    pub fn spec(&self) -> TargetSpec {
+        match (&self.exec, &self.url) {
+            (Some(command), _) => TargetSpec::Exec {
+                command: command.clone(),
+                shell: self.shell,
+                reject_exit: self.reject_exit.0.clone(),
+                timeout: Some(self.timeout),
+            },
+            (None, url) => TargetSpec::Url {
+                url: url.clone().unwrap_or_default(),
+                http: HttpOptions {
+                    method: self.method.clone(),
+                    content_type: self.content_type.clone(),
+                    headers: self.headers.clone(),
+                    retry_status: self.retry_status.clone().map(|c| c.0).unwrap_or_default(),
+                    timeout: Some(self.timeout),
+                },
+            },
+        }
+    }
+}
+
+/// How to replay (shared with `spool watch`).
+#[derive(Args, Debug, Clone)]
+pub struct ReplayFlags {
+    /// Failed attempts (cumulative, across runs) before an item is dead-lettered
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+
+    /// Wait after the first failed attempt (doubles per attempt, with jitter)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub backoff_base: Duration,
+
+    /// Longest wait between attempts (a Retry-After may ask for more)
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub backoff_max: Duration,
+
+    /// Attempt items even when their next retry time has not come
+    #[arg(long)]
+    pub ignore_backoff: bool,
+
+    /// Stop at the first item that fails and stays queued (nothing overtakes it)
+    #[arg(long, conflicts_with = "concurrency")]
+    pub ordered: bool,
+
+    /// Attempt at most N items
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+
+    /// Start no new attempt after DURATION (for cron)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
+
+    /// Show what would be attempted; deliver and change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// If another replay holds the spool, wait up to DURATION for it
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub wait: Duration,
+
+    /// Keep up to N deliveries in flight at once
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
+}
+
+impl ReplayFlags {
+    /// The worker options.
+    pub fn options(&self) -> ReplayOptions {
+        ReplayOptions {
+            max_attempts: self.max_attempts,
+            backoff: Backoff {
+                base: self.backoff_base,
+                max: self.backoff_max,
+            },
+            ignore_backoff: self.ignore_backoff,
+            ordered: self.ordered,
+            limit: self.limit,
+            deadline: self.deadline,
+            dry_run: self.dry_run,
+            concurrency: self.concurrency as usize,
+        }
+    }
+}
+
+/// Progress bar (terminal only) and per-item lines on stderr.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    verbosity: Verbosity,
+}
+
+impl Progress {
+    /// A progress reporter for a run at `verbosity`.
+    pub fn new(verbosity: Verbosity, bar: bool) -> Progress {
+        let bar =
+            (bar && verbosity != Verbosity::Quiet && std::io::stderr().is_terminal()).then(|| {
+                let b = ProgressBar::new(0);
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{spinner} replay [{bar:30}] {pos}/{len} {per_sec} {msg}",
+                    )
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                b
+            });
+        Progress { bar, verbosity }
+    }
+
+    fn say(&self, level: Verbosity, msg: String) {
+        if self.verbosity >= level {
+            match &self.bar {
+                Some(b) => b.println(format!("spool: {msg}")),
+                None => {
+                    let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
+                }
+            }
+        }
+    }
+
+    /// Remove the bar.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl ReplayObserver for Progress {
+    fn started(&self, pending: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(pending);
+        }
+    }
+
+    fn attempted(&self, item: &Item, attempt: u32, outcome: &ItemOutcome) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+        let id = item.id;
+        match outcome {
+            ItemOutcome::Delivered => {
+                self.say(Verbosity::Verbose, format!("item {id}: delivered (attempt {attempt})"))
+            }
+            ItemOutcome::Failed {
+                error,
+                next_retry_at,
+            } => self.say(
+                Verbosity::Verbose,
+                format!("item {id}: attempt {attempt} failed: {error}; next try at {next_retry_at}"),
+            ),
+            ItemOutcome::DeadLettered { error, rejected } => self.say(
+                Verbosity::Normal,
+                format!(
+                    "item {id}: dead-lettered after attempt {attempt} ({}): {error}",
+                    if *rejected {
+                        "rejected by the target"
+                    } else {
+                        "out of attempts"
+                    }
+                ),
+            ),
+            ItemOutcome::SinkFailed { error, sink_error } => self.say(
+                Verbosity::Normal,
+                format!("item {id}: could not be dead-lettered ({sink_error}); it stays pending: {error}"),
+            ),
+            ItemOutcome::WouldAttempt => self.say(
+                Verbosity::Normal,
+                format!(
+                    "item {id}: would be attempted (attempt {attempt}, {} bytes, key {:?})",
+                    item.payload.len(),
+                    item.key
+                ),
+            ),
+        }
+    }
+
+    fn skipped(&self, _item: &Item) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+    }
+}
+
+/// Which signal stopped the run.
+#[derive(Clone, Default)]
+pub struct Signals {
+    int: Arc<AtomicBool>,
+    term: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Route SIGINT and SIGTERM to `stop` and remember which came.
+    pub fn install(stop: &StopHandle) -> Result<Signals, CliError> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let s = Signals::default();
+        let reg = |sig, flag: Arc<AtomicBool>| {
+            signal_hook::flag::register(sig, flag)
+                .map(|_| ())
+                .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))
+        };
+        reg(SIGINT, s.int.clone())?;
+        reg(SIGTERM, s.term.clone())?;
+        reg(SIGINT, stop.flag())?;
+        reg(SIGTERM, stop.flag())?;
+        Ok(s)
+    }
+
+    /// 130 after SIGINT, 143 after SIGTERM.
+    pub fn exit_code(&self) -> Option<u8> {
+        if self.int.load(Ordering::SeqCst) {
+            Some(exit::INTERRUPTED)
+        } else if self.term.load(Ordering::SeqCst) {
+            Some(exit::TERMINATED)
+        } else {
+            None
+        }
+    }
+}
+
+/// The one-line summary.
+pub fn summary(r: &ReplayReport, dry_run: bool) -> String {
+    let mut s = if dry_run {
+        format!("dry run: {} would be attempted", r.would_attempt)
+    } else {
+        format!(
+            "delivered {}, failed {}, dead-lettered {}",
+            r.delivered, r.failed, r.dead_lettered
+        )
+    };
+    s.push_str(&format!(", not due {}, held {}", r.not_due, r.held));
+    match r.stopped {
+        Some(StopReason::Stopped) => s.push_str("; stopped by a signal"),
+        Some(StopReason::Limit) => s.push_str("; --limit reached, due items left"),
+        Some(StopReason::Deadline) => s.push_str("; --deadline passed, due items left"),
+        Some(StopReason::OrderedFailure) => s.push_str("; --ordered: stopped at the first failure"),
+        None => {}
+    }
+    s
+}
+
+/// The report as JSON.
+pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
+    serde_json::json!({
+        "target": target,
+        "delivered": r.delivered,
+        "failed": r.failed,
+        "dead_lettered": r.dead_lettered,
+        "rejected": r.rejected,
+        "not_due": r.not_due,
+        "held": r.held,
+        "would_attempt": r.would_attempt,
+        "stopped": r.stopped.map(|s| match s {
+            StopReason::Stopped => "signal",
+            StopReason::Limit => "limit",
+            StopReason::Deadline => "deadline",
+            StopReason::OrderedFailure => "ordered_failure",
+        }),
+        "left_due": r.left_due,
+    })
+}
+
+pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    let options = args.replay.options();
+    let dry_run = options.dry_run;
+    check_options(&options).map_err(|e| ctx.fail("replay", e))?;
+    let target = args.target.spec();
+    // Refuse a bad --exec/--url before touching the spool.
+    target
+        .build()
+        .map_err(|e| CliError::new(exit::USAGE, format!("replay {}: {e}", ctx.spool.display())))?;
+    let mode = if options.dry_run {
+        OpenMode::ReadOnly
+    } else {
+        OpenMode::ReadWrite
+    };
+    let spool = ctx.open(mode, "replay")?;
+    let stop = StopHandle::default();
+    let signals = Signals::install(&stop)?;
+    let progress = Progress::new(ctx.verbosity, true);
+    let req = ReplayRequest {
+        target,
+        options,
+        wait: args.replay.wait,
+        clock: ctx.clock.clone(),
+        stop,
+        observer: Some(&progress),
+    };
+    let result = replay(&spool, &req);
+    progress.finish();
+    ctx.notices(&spool);
+    let run = result.map_err(|e| ctx.fail("replay", e))?;
+    let r = &run.report;
+    if ctx.json {
+        ctx.out.json(&report_json(r, &run.target))?;
+    } else {
+        ctx.out.line(&summary(r, dry_run))?;
+    }
+    ctx.out.flush()?;
+    if let Some(code) = signals.exit_code() {
+        return Err(CliError::Silent(code));
+    }
+    if dry_run {
+        return Ok(());
+    }
+    match r.status() {
+        ReplayStatus::Clean => Ok(()),
+        ReplayStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
+        ReplayStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+    }
+}

@@ -1,0 +1,649 @@
+//! `spool replay` end to end: the real binary, real spools, a real HTTP
+//! server on 127.0.0.1 and real child processes.
+
+mod cli_common;
+mod http_sink;
+
+use cli_common::*;
+use http_sink::{Answer, Dropper, Sink};
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn json_of(a: &assert_cmd::assert::Assert) -> serde_json::Value {
+    serde_json::from_slice(&a.get_output().stdout).expect("one JSON object")
+}
+
+fn item(env: &Env, id: u64) -> serde_json::Value {
+    let a = env.run(&["show", &id.to_string(), "--json"]).success();
+    json_of(&a)
+}
+
+fn uuid_of(env: &Env) -> String {
+    // The stable key of an unkeyed item is <uuid>:<id>; read it back from
+    // what the server receives instead of reaching into the spool.
+    let sink = Sink::always(200);
+    let id = env.enqueue("probe for the uuid");
+    env.run(&["replay", "--url", &sink.url("/uuid")]).success();
+    let key = sink.received()[0]
+        .header("Idempotency-Key")
+        .unwrap()
+        .to_string();
+    key.strip_suffix(&format!(":{id}")).unwrap().to_string()
+}
+
+#[test]
+fn url_delivers_exact_bytes_with_identity_headers_over_one_connection() {
+    each_backend(|env| {
+        let sink = Sink::always(200);
+        let uuid = uuid_of(env);
+        let payload: Vec<u8> = (0u8..=255).rev().collect();
+        env.run_in(&["enqueue", "--stdin"], payload.clone())
+            .success();
+        let keyed = env.enqueue_key("{\"n\":2}", "order-2");
+        let a = env
+            .run(&[
+                "replay",
+                "--url",
+                &sink.url("/in"),
+                "-H",
+                "X-Tenant: blue",
+                "--content-type",
+                "application/json",
+            ])
+            .success();
+        assert!(
+            stdout(&a).starts_with("delivered 2, failed 0, dead-lettered 0"),
+            "{}",
+            stdout(&a)
+        );
+        let got = sink.received();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].body, payload);
+        assert_eq!(
+            got[0].header("Idempotency-Key").unwrap(),
+            format!("{uuid}:{}", keyed - 1)
+        );
+        assert_eq!(got[1].body, b"{\"n\":2}");
+        assert_eq!(got[1].header("Idempotency-Key"), Some("order-2"));
+        for r in &got {
+            assert_eq!(r.method, "POST");
+            assert_eq!(r.path, "/in");
+            assert_eq!(r.header("X-Spool-Attempt"), Some("1"));
+            assert_eq!(r.header("X-Tenant"), Some("blue"));
+            assert_eq!(r.header("Content-Type"), Some("application/json"));
+        }
+        assert_eq!(
+            sink.connections(),
+            1,
+            "keep-alive: one connection for the run"
+        );
+        assert_eq!(env.size(), 0);
+    });
+}
+
+#[test]
+fn failures_keep_the_same_key_across_processes_and_count_attempts() {
+    each_backend(|env| {
+        let sink = Sink::always(500);
+        env.enqueue("x");
+        for run in 1..=3 {
+            let a = env
+                .run(&[
+                    "replay",
+                    "--url",
+                    &sink.url("/"),
+                    "--ignore-backoff",
+                    "--json",
+                ])
+                .code(75);
+            let r = json_of(&a);
+            assert_eq!(r["failed"], 1, "run {run}");
+            let it = item(env, 1);
+            assert_eq!(it["attempts"], run);
+            assert!(
+                it["last_error"].as_str().unwrap().contains("HTTP 500"),
+                "{it}"
+            );
+            assert!(it["next_retry_at"].is_string());
+        }
+        let got = sink.received();
+        let keys: Vec<_> = got
+            .iter()
+            .map(|r| r.header("Idempotency-Key").unwrap().to_string())
+            .collect();
+        assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+        let attempts: Vec<_> = got
+            .iter()
+            .map(|r| r.header("X-Spool-Attempt").unwrap().to_string())
+            .collect();
+        assert_eq!(attempts, ["1", "2", "3"]);
+        // Two more failures exhaust the default budget of 5: exit 1.
+        env.run(&["replay", "--url", &sink.url("/"), "--ignore-backoff"])
+            .code(75);
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--ignore-backoff"])
+            .code(1);
+        assert!(stderr(&a).contains("dead-lettered"), "{}", stderr(&a));
+        assert_eq!(env.size(), 0);
+        let stats = json_of(&env.run(&["stats", "--json"]).success());
+        assert_eq!(stats["dead_letters"], 1, "{stats}");
+    });
+}
+
+#[test]
+fn not_due_items_are_skipped_and_retry_after_is_honoured() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| {
+            Answer::Full(
+                429,
+                vec![("Retry-After".into(), "120".into())],
+                "slow down".into(),
+            )
+        });
+        env.enqueue("x");
+        let before = std::time::SystemTime::now();
+        env.run(&["replay", "--url", &sink.url("/"), "--backoff-max", "1s"])
+            .code(75);
+        let it = item(env, 1);
+        let next = humantime::parse_rfc3339_weak(
+            it["next_retry_at"].as_str().unwrap().trim_end_matches('Z'),
+        )
+        .unwrap();
+        let wait = next.duration_since(before).unwrap();
+        assert!(
+            wait >= Duration::from_secs(110) && wait <= Duration::from_secs(130),
+            "{wait:?}"
+        );
+        // The item is not due: a plain replay skips it, exit 0.
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--json"])
+            .success();
+        assert_eq!(json_of(&a)["not_due"], 1);
+        assert_eq!(sink.received().len(), 1);
+    });
+}
+
+#[test]
+fn a_permanent_reject_dead_letters_at_once() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| Answer::Full(400, vec![], "bad field".into()));
+        env.enqueue("x");
+        env.enqueue("y");
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--json"])
+            .code(1);
+        let r = json_of(&a);
+        assert_eq!(
+            (r["dead_lettered"].as_u64(), r["rejected"].as_u64()),
+            (Some(2), Some(2))
+        );
+        assert_eq!(sink.received().len(), 2, "never retried");
+        assert_eq!(env.size(), 0);
+        // --retry-status turns the 400 into a retry.
+        env.enqueue("z");
+        env.run(&["replay", "--url", &sink.url("/"), "--retry-status", "400"])
+            .code(75);
+        assert_eq!(env.size(), 1);
+    });
+}
+
+#[test]
+fn timeouts_and_dropped_connections_are_failed_attempts() {
+    each_backend(|env| {
+        let slow = Sink::start(|_, _| Answer::Slow(Duration::from_secs(5), 200));
+        env.enqueue("x");
+        let t = Instant::now();
+        env.run(&["replay", "--url", &slow.url("/"), "--timeout", "300ms"])
+            .code(75);
+        assert!(t.elapsed() < Duration::from_secs(4));
+        assert!(item(env, 1)["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"));
+
+        let dropper = Dropper::start();
+        env.run(&["replay", "--url", &dropper.url("/"), "--ignore-backoff"])
+            .code(75);
+        assert!(dropper.accepted() >= 1);
+        assert_eq!(item(env, 1)["attempts"], 2);
+    });
+}
+
+#[test]
+fn credentials_never_reach_output_or_last_error() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| {
+            Answer::Full(503, vec![], "echo hunter2pass Bearer-s3cr3t-token".into())
+        });
+        env.enqueue("x");
+        let url = sink
+            .url("/")
+            .replace("http://", "http://admin:hunter2pass@");
+        let a = env
+            .run(&[
+                "-v",
+                "replay",
+                "--url",
+                &url,
+                "-H",
+                "Authorization: Bearer-s3cr3t-token",
+            ])
+            .code(75);
+        let it = item(env, 1);
+        for text in [stdout(&a), stderr(&a), it.to_string()] {
+            assert!(!text.contains("hunter2pass"), "{text}");
+            assert!(!text.contains("s3cr3t"), "{text}");
+        }
+    });
+}
+
+#[test]
+fn exec_gets_exact_stdin_and_environment() {
+    each_backend(|env| {
+        let out = env.dir.path().join("out");
+        let payload: Vec<u8> = b"\x00\x01binary\xff\"'$(x)\n".to_vec();
+        env.run_in(&["enqueue", "--stdin", "--key", "k 1"], payload.clone())
+            .success();
+        let cmd = format!(
+            "sh -c 'cat > \"$0\"; printf \"\\n%s|%s|%s|%s\" \"$SPOOL_ITEM_ID\" \"$SPOOL_IDEMPOTENCY_KEY\" \"$SPOOL_ATTEMPT\" \"$SPOOL_PATH\" >> \"$0\"' {}",
+            out.display()
+        );
+        env.run(&["replay", "--exec", &cmd]).success();
+        let got = std::fs::read(&out).unwrap();
+        let mut want = payload.clone();
+        want.extend_from_slice(format!("\n1|k 1|1|{}", env.path.display()).as_bytes());
+        assert_eq!(got, want);
+    });
+}
+
+#[test]
+fn exec_reject_code_failure_and_stderr_tail() {
+    each_backend(|env| {
+        env.enqueue("a");
+        env.run(&[
+            "replay",
+            "--exec",
+            "sh -c 'echo something broke >&2; exit 3'",
+        ])
+        .code(75);
+        assert!(item(env, 1)["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("something broke"));
+        env.run(&[
+            "replay",
+            "--exec",
+            "sh -c 'exit 66'",
+            "--reject-exit",
+            "65,66",
+            "--ignore-backoff",
+        ])
+        .code(1);
+        assert_eq!(env.size(), 0);
+    });
+}
+
+#[test]
+fn exec_timeout_kills_the_process_group() {
+    each_backend(|env| {
+        env.enqueue("a");
+        let pidfile = env.dir.path().join("pid");
+        let cmd = format!("sh -c 'sleep 30 & echo $! > {}; wait'", pidfile.display());
+        let t = Instant::now();
+        env.run(&["replay", "--exec", &cmd, "--timeout", "300ms"])
+            .code(75);
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .to_string();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+            if stat.is_empty() || state == Some('Z') {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sleep {pid} survived the timeout"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(item(env, 1)["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"));
+    });
+}
+
+#[test]
+fn payloads_and_keys_never_run_through_a_shell() {
+    each_backend(|env| {
+        let marker = env.dir.path().join("marker");
+        let evil = format!("$(touch {})", marker.display());
+        env.enqueue_key(&evil, &format!("`touch {}`", marker.display()));
+        env.run(&["replay", "--exec", "cat"]).success();
+        env.enqueue(&evil);
+        env.run(&["replay", "--exec", "printf %s \"$SPOOL_IDEMPOTENCY_KEY\""])
+            .success();
+        assert!(!marker.exists());
+        // --shell is the explicit opt-in to shell syntax in the command.
+        let shell_out = env.dir.path().join("shell-out");
+        env.enqueue("via shell");
+        env.run(&[
+            "replay",
+            "--shell",
+            "--exec",
+            &format!("cat | tr a-z A-Z > {}", shell_out.display()),
+        ])
+        .success();
+        assert_eq!(std::fs::read_to_string(&shell_out).unwrap(), "VIA SHELL");
+    });
+}
+
+#[test]
+fn ordered_limit_deadline_and_dry_run() {
+    each_backend(|env| {
+        let sink = Sink::start(|r, _| {
+            if r.body == b"bad" {
+                Answer::Status(500)
+            } else {
+                Answer::Status(200)
+            }
+        });
+        for p in ["a", "bad", "c", "d"] {
+            env.enqueue(p);
+        }
+        // SQLite readers touch the -shm index; the data files must not change.
+        let data = || -> Vec<(std::path::PathBuf, Vec<u8>)> {
+            env.snapshot()
+                .into_iter()
+                .filter(|(p, _)| !p.to_string_lossy().ends_with("-shm"))
+                .collect()
+        };
+        let before = data();
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--dry-run"])
+            .success();
+        assert!(
+            stdout(&a).contains("dry run: 4 would be attempted"),
+            "{}",
+            stdout(&a)
+        );
+        assert!(data() == before, "dry run changes nothing");
+        assert!(sink.received().is_empty());
+
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--ordered", "--json"])
+            .code(75);
+        let r = json_of(&a);
+        assert_eq!(
+            (r["delivered"].as_u64(), r["failed"].as_u64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(r["stopped"], "ordered_failure");
+        assert_eq!(env.size(), 3, "c and d must not overtake bad");
+
+        env.run(&["hold", "2"]).success();
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--limit", "1", "--json"])
+            .code(75);
+        assert_eq!(json_of(&a)["stopped"], "limit");
+        assert_eq!(env.size(), 2);
+        let a = env
+            .run(&["replay", "--url", &sink.url("/"), "--json"])
+            .success();
+        let r = json_of(&a);
+        assert_eq!(
+            (r["delivered"].as_u64(), r["held"].as_u64()),
+            (Some(1), Some(1))
+        );
+    });
+}
+
+#[test]
+fn concurrency_delivers_each_item_once() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| Answer::Slow(Duration::from_millis(20), 200));
+        let lines: String = (0..64).map(|i| format!("item-{i}\n")).collect();
+        env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+            .success();
+        let t = Instant::now();
+        env.run(&["replay", "--url", &sink.url("/"), "--concurrency", "16"])
+            .success();
+        let elapsed = t.elapsed();
+        let mut count: HashMap<Vec<u8>, usize> = HashMap::new();
+        for r in sink.received() {
+            *count.entry(r.body).or_default() += 1;
+        }
+        assert_eq!(count.len(), 64);
+        assert!(count.values().all(|n| *n == 1));
+        assert_eq!(env.size(), 0);
+        // 64 × 20 ms sequentially is 1.3 s; in flight 16 at a time it is
+        // far less. A loose bound, only to show the deliveries overlapped.
+        assert!(elapsed < Duration::from_millis(1200), "{elapsed:?}");
+    });
+}
+
+#[test]
+fn usage_and_environment_errors() {
+    each_backend(|env| {
+        assert_error(
+            env.run(&["replay", "--url", "http://127.0.0.1:9/"]),
+            66,
+            &env.path,
+        );
+        assert!(!env.path.exists());
+        env.enqueue("a");
+        env.run(&["replay"]).code(64);
+        env.run(&["replay", "--exec", "cat", "--url", "http://x/"])
+            .code(64);
+        env.run(&[
+            "replay",
+            "--url",
+            "http://x/",
+            "--ordered",
+            "--concurrency",
+            "2",
+        ])
+        .code(64);
+        assert_error(env.run(&["replay", "--url", "ftp://x/"]), 64, &env.path);
+        assert_error(
+            env.run(&["replay", "--exec", "'unterminated"]),
+            64,
+            &env.path,
+        );
+        assert_error(
+            env.run(&["replay", "--exec", "/nonexistent/deliver-cmd"]),
+            64,
+            &env.path,
+        );
+        assert_eq!(
+            item(env, 1)["attempts"],
+            0,
+            "a broken command touches no item"
+        );
+    });
+}
+
+#[test]
+fn a_second_replay_waits_or_exits_75_naming_the_holder() {
+    each_backend(|env| {
+        env.enqueue("a");
+        let lock = spool::replay::ReplayLock::acquire(&env.path, Duration::ZERO).unwrap();
+        let a = assert_error(env.run(&["replay", "--exec", "cat"]), 75, &env.path);
+        assert!(
+            stderr(&a).contains(&format!("pid {}", std::process::id())),
+            "{}",
+            stderr(&a)
+        );
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(lock);
+        });
+        env.run(&["replay", "--exec", "cat", "--wait", "10s"])
+            .success();
+        releaser.join().unwrap();
+        assert_eq!(env.size(), 0);
+    });
+}
+
+#[test]
+fn overlapping_replays_deliver_every_item_exactly_once() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| Answer::Slow(Duration::from_millis(5), 200));
+        let lines: String = (0..40).map(|i| format!("p{i}\n")).collect();
+        env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+            .success();
+        let spawn = || {
+            env.std_cmd()
+                .args(["replay", "--url", &sink.url("/"), "--wait", "30s"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let (mut a, mut b) = (spawn(), spawn());
+        assert!(a.wait().unwrap().success());
+        assert!(b.wait().unwrap().success());
+        let mut count: HashMap<Vec<u8>, usize> = HashMap::new();
+        for r in sink.received() {
+            *count.entry(r.body).or_default() += 1;
+        }
+        assert_eq!(count.len(), 40);
+        assert!(count.values().all(|n| *n == 1), "{count:?}");
+    });
+}
+
+#[test]
+fn sigterm_and_sigint_stop_after_the_item_in_flight() {
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        each_backend(|env| {
+            let sink = Sink::start(|_, _| Answer::Slow(Duration::from_millis(150), 200));
+            let lines: String = (0..10).map(|i| format!("p{i}\n")).collect();
+            env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+                .success();
+            let child = env
+                .std_cmd()
+                .args(["replay", "--url", &sink.url("/"), "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while sink.received().is_empty() {
+                assert!(Instant::now() < deadline);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            unsafe {
+                libc::kill(child.id() as i32, sig);
+            }
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(r["stopped"], "signal");
+            let delivered = r["delivered"].as_u64().unwrap();
+            assert!((1..10).contains(&delivered), "{r}");
+            assert_eq!(
+                sink.received().len() as u64,
+                delivered,
+                "only delivered items were attempted"
+            );
+            assert_eq!(
+                env.size(),
+                10 - delivered,
+                "nothing marked done that was not delivered"
+            );
+        });
+    }
+}
+
+#[test]
+fn a_killed_replay_loses_nothing_and_redelivers_at_most_once() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| Answer::Slow(Duration::from_millis(10), 200));
+        let lines: String = (0..60).map(|i| format!("p{i}\n")).collect();
+        env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+            .success();
+        let mut child = env
+            .std_cmd()
+            .args(["replay", "--url", &sink.url("/")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sink.received().len() < 15 {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        env.run(&["replay", "--url", &sink.url("/")]).success();
+        assert_eq!(env.size(), 0);
+        let mut per_body: HashMap<Vec<u8>, Vec<String>> = HashMap::new();
+        for r in sink.received() {
+            per_body
+                .entry(r.body.clone())
+                .or_default()
+                .push(r.header("Idempotency-Key").unwrap().to_string());
+        }
+        assert_eq!(per_body.len(), 60, "every item delivered");
+        for (body, keys) in per_body {
+            assert!(
+                keys.len() <= 2,
+                "{:?} delivered {} times",
+                String::from_utf8_lossy(&body),
+                keys.len()
+            );
+            assert!(
+                keys.iter().all(|k| *k == keys[0]),
+                "same identity on redelivery"
+            );
+        }
+    });
+}
+
+#[test]
+fn progress_and_summary_streams() {
+    each_backend(|env| {
+        env.enqueue("a");
+        // Not a terminal: no progress bar on stderr, summary on stdout.
+        let a = env.run(&["replay", "--exec", "cat"]).success();
+        assert_eq!(stderr(&a), "");
+        assert_eq!(stdout(&a).lines().count(), 1);
+    });
+}
+
+#[test]
+fn list_and_show_display_attempts_next_retry_and_last_error() {
+    each_backend(|env| {
+        env.enqueue("x");
+        env.run(&[
+            "replay",
+            "--exec",
+            "sh -c 'echo upstream said no >&2; exit 1'",
+        ])
+        .code(75);
+        let out = stdout(&env.run(&["list"]).success());
+        let row: Vec<&str> = out.lines().next().unwrap().split('\t').collect();
+        assert_eq!(row[2], "1", "attempts: {row:?}");
+        assert!(row[4].starts_with("in "), "next retry: {row:?}");
+        assert!(row[7].contains("upstream said no"), "last error: {row:?}");
+        let shown = stdout(&env.run(&["show", "1"]).success());
+        assert!(shown.contains("upstream said no"), "{shown}");
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("attempts") && l.contains('1')),
+            "{shown}"
+        );
+    });
+}
