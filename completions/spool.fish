@@ -199,7 +199,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand replay" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'SQLite: wait up to DURATION for other connections\' locks' -r
+complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'Wait up to DURATION for another process\'s lock, then exit 75' -r
 complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand compact" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

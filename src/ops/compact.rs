@@ -24,7 +24,8 @@ use std::time::Duration;
 /// Options for [`compact`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompactOptions {
-    /// SQLite: how long to wait for other connections' locks.
+    /// SQLite: how long `VACUUM` and the checkpoint wait for other
+    /// connections (NDJSON waits as the spool was opened).
     pub wait: Duration,
 }
 

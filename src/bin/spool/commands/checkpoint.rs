@@ -79,7 +79,7 @@ pub fn run(args: CheckpointArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             .hint("run `spool compact` to shrink an NDJSON spool"),
         _ => ctx.fail(ACTION, e),
     })?;
-    let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_waiting(OpenMode::ReadWrite, ACTION, args.wait)?;
     let out = checkpoint(
         &spool,
         &CheckpointOptions {

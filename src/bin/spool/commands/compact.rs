@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// attempt count is kept, and so is the id high-water mark (a trailing
 /// done line, as the reference format does): no id is ever issued twice.
 /// Other processes that write meanwhile wait for the spool's lock and
-/// then continue on the new file. A torn trailing line left by a crash
+/// then continue on the new file (they lose nothing). A torn trailing line left by a crash
 /// is dropped (it was never committed).
 ///
 /// SQLite: VACUUM (rebuilds the database without free pages), then a
@@ -38,14 +38,14 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct CompactArgs {
-    /// SQLite: wait up to DURATION for other connections' locks
+    /// Wait up to DURATION for another process's lock, then exit 75
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     wait: Duration,
 }
 
 pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "compact";
-    let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_waiting(OpenMode::ReadWrite, ACTION, args.wait)?;
     let started = Instant::now();
     let r =
         compact(&spool, &CompactOptions { wait: args.wait }).map_err(|e| ctx.fail(ACTION, e))?;

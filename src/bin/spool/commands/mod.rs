@@ -156,10 +156,22 @@ impl Ctx {
     /// Open the spool. `action` says what the command was doing, for the
     /// error line (`"list"`, `"enqueue into"`).
     pub fn open(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
+        self.open_waiting(mode, action, OpenOptions::default().busy_timeout)
+    }
+
+    /// [`Ctx::open`], waiting at most `wait` for another process's lock
+    /// on every later call (a command's `--wait`).
+    pub fn open_waiting(
+        &self,
+        mode: OpenMode,
+        action: &str,
+        wait: std::time::Duration,
+    ) -> Result<Spool, CliError> {
         let opts = OpenOptions {
             mode,
             backend: if mode.creates() { self.backend } else { None },
             clock: self.clock.clone(),
+            busy_timeout: wait,
             ..OpenOptions::default()
         };
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;

@@ -61,14 +61,6 @@ pub fn run(args: VerifyArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         &mut { announce },
     )
     .map_err(|e| ctx.fail(ACTION, e))?;
-    for c in &outcome.repaired {
-        ctx.note(&format!(
-            "cut {} bytes off {} (line {})",
-            c.bytes,
-            c.file.display(),
-            c.line
-        ));
-    }
     let healthy = outcome.healthy();
     if ctx.json {
         ctx.out.json(&outcome.json())?;
