@@ -28,6 +28,12 @@ const COMMANDS: &[&str] = &[
     "stats",
     "replay",
     "watch",
+    "compact",
+    "checkpoint",
+    "verify",
+    "dlq",
+    "export",
+    "import",
     "completions",
     "man",
 ];

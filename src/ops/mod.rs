@@ -14,21 +14,28 @@
 //! [`crate::Clock`], and every failure is a typed [`crate::Error`].
 
 pub mod attempts;
+pub mod checkpoint;
+pub mod compact;
+pub mod dlq;
 pub mod done;
 pub mod drain;
 pub mod enqueue;
+pub mod export;
 pub mod hold;
 pub mod ids;
+pub mod import;
 pub mod init;
 pub mod input;
 pub mod json;
 pub mod list;
+pub mod output;
 pub mod preview;
 pub mod release;
 pub mod replay;
 pub mod show;
 pub mod size;
 pub mod stats;
+pub mod verify;
 pub mod watch;
 
 use crate::error::Error;

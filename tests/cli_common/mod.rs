@@ -202,3 +202,24 @@ pub fn each_backend(f: impl Fn(&Env)) {
         f(&env);
     }
 }
+
+impl Env {
+    /// The spool opened through the library (for setting up states the
+    /// CLI reaches only through replay, such as dead letters).
+    pub fn lib(&self, mode: spool::OpenMode) -> spool::Spool {
+        spool::Spool::open(&self.path, &spool::OpenOptions::new(mode)).expect("open the spool")
+    }
+
+    /// `<spool><suffix>`: `-wal`, `.dead`, `.meta`.
+    pub fn side(&self, suffix: &str) -> PathBuf {
+        let mut s = self.path.as_os_str().to_owned();
+        s.push(suffix);
+        PathBuf::from(s)
+    }
+}
+
+/// stdout parsed as one JSON object.
+pub fn json_out(a: &Assert) -> serde_json::Value {
+    serde_json::from_slice(&a.get_output().stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", stdout(a)))
+}

@@ -266,6 +266,17 @@ impl FileQueue {
         self.locked(true, |q, inner| q.compact_locked(inner))
     }
 
+    /// Cut a torn trailing line off the main and dead-letter files, if
+    /// either has one, and change nothing else (no append, no automatic
+    /// compaction). What was cut is reported through
+    /// [`FileQueue::take_notices`].
+    pub fn repair_torn_tail(&self) -> Result<()> {
+        self.require_writable("repair")?;
+        // Taking the exclusive lock brings the image up to date, which
+        // cuts any torn tail before returning.
+        self.locked(true, |_, _| Ok(()))
+    }
+
     fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;

@@ -33,12 +33,15 @@ Examples:
   spool show 17 --raw | jq .
   spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
   spool stats --prometheus > /var/lib/node_exporter/spool.prom
+  spool verify && spool compact
+  spool dlq export --format csv -o dead.csv && spool dlq requeue --all
+  spool -s old.db export | spool -s new.ndjson import -
 
 Conventions:
   Durations are written 500ms, 5s, 2m, 1h, 1h30m (a bare number is seconds);
   sizes 512, 64KiB, 16MiB. Data goes to stdout, diagnostics to stderr.
-  Commands that only read (drain, list, show, size, stats) never create or
-  modify a spool. With --json, items are objects with id, payload (or
+  Commands that only read (drain, list, show, size, stats, verify without
+  --repair, dlq list/show/export, export) never create or modify a spool. With --json, items are objects with id, payload (or
   payload_base64 when not UTF-8), key, attempts, enqueued_at, next_retry_at,
   last_error and held; streams are NDJSON.
 

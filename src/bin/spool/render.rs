@@ -63,6 +63,23 @@ impl Out {
     }
 }
 
+/// Library operations that write a stream (exports) take stdout as a
+/// plain writer; their write errors come back as library errors, which
+/// [`super::commands::Ctx::fail_output`] maps like [`write_error`].
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn write_error(e: io::Error, subject: &str) -> CliError {
     if e.kind() == io::ErrorKind::BrokenPipe {
         CliError::ClosedPipe

@@ -7,11 +7,16 @@
 //! in [`Command`].
 
 mod attempts;
+mod checkpoint;
+mod compact;
 mod completions;
+mod dlq;
 mod done;
 mod drain;
 mod enqueue;
+mod export;
 mod hold;
+mod import;
 mod init;
 mod list;
 mod man;
@@ -20,6 +25,7 @@ mod replay;
 mod show;
 mod size;
 mod stats;
+mod verify;
 mod watch;
 
 use crate::exit::{self, CliError};
@@ -47,6 +53,12 @@ pub enum Command {
     Stats(stats::StatsArgs),
     Replay(replay::ReplayArgs),
     Watch(watch::WatchArgs),
+    Compact(compact::CompactArgs),
+    Checkpoint(checkpoint::CheckpointArgs),
+    Verify(verify::VerifyArgs),
+    Dlq(dlq::DlqArgs),
+    Export(export::ExportArgs),
+    Import(import::ImportArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -68,6 +80,12 @@ impl Command {
             Command::Stats(a) => stats::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
             Command::Watch(a) => watch::run(a, ctx),
+            Command::Compact(a) => compact::run(a, ctx),
+            Command::Checkpoint(a) => checkpoint::run(a, ctx),
+            Command::Verify(a) => verify::run(a, ctx),
+            Command::Dlq(a) => dlq::run(a, ctx),
+            Command::Export(a) => export::run(a, ctx),
+            Command::Import(a) => import::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }
@@ -141,10 +159,22 @@ impl Ctx {
     /// Open the spool. `action` says what the command was doing, for the
     /// error line (`"list"`, `"enqueue into"`).
     pub fn open(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
+        self.open_waiting(mode, action, OpenOptions::default().busy_timeout)
+    }
+
+    /// [`Ctx::open`], waiting at most `wait` for another process's lock
+    /// on every later call (a command's `--wait`).
+    pub fn open_waiting(
+        &self,
+        mode: OpenMode,
+        action: &str,
+        wait: std::time::Duration,
+    ) -> Result<Spool, CliError> {
         let opts = OpenOptions {
             mode,
             backend: if mode.creates() { self.backend } else { None },
             clock: self.clock.clone(),
+            busy_timeout: wait,
             ..OpenOptions::default()
         };
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
@@ -171,6 +201,17 @@ impl Ctx {
             Some(h) => err.hint(h),
             None => err,
         }
+    }
+
+    /// Like [`Ctx::fail`] for an operation that wrote a stream to stdout:
+    /// a reader that closed the pipe is a quiet success, as everywhere.
+    pub fn fail_output(&self, action: &str, e: Error) -> CliError {
+        if let Error::Io { source, .. } = &e {
+            if source.kind() == std::io::ErrorKind::BrokenPipe {
+                return CliError::ClosedPipe;
+            }
+        }
+        self.fail(action, e)
     }
 
     /// A note on stderr, unless `-q`.

@@ -1,0 +1,112 @@
+//! `spool compact`: shrink a spool without losing anything.
+
+use super::Ctx;
+use crate::exit::CliError;
+use crate::render;
+use clap::Args;
+use spool::ops::checkpoint::CheckpointJson;
+use spool::ops::compact::{compact, CompactOptions};
+use spool::units::parse_duration;
+use spool::OpenMode;
+use std::time::{Duration, Instant};
+
+/// Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool
+///
+/// NDJSON: rewrites the main and dead-letter files last-write-wins, each
+/// into a temporary file that is synced and renamed over the original
+/// (then the directory is synced), so a crash at any point leaves either
+/// the old or the new file. Every pending item, dead letter, key and
+/// attempt count is kept, and so is the id high-water mark (a trailing
+/// done line, as the reference format does): no id is ever issued twice.
+/// Other processes that write meanwhile wait for the spool's lock and
+/// then continue on the new file (they lose nothing). A torn trailing line left by a crash
+/// is dropped (it was never committed).
+///
+/// SQLite: VACUUM (rebuilds the database without free pages), then a
+/// truncating WAL checkpoint. A reader holding the WAL is reported, not
+/// an error (see `spool checkpoint`).
+///
+/// With --json one object: spool, backend, bytes_before, bytes_after,
+/// bytes_saved, records_before, records_after (NDJSON lines; null for
+/// SQLite), pending, dead_letters, high_water, dropped_torn_tail
+/// ({line, offset, bytes, reason} or null), checkpoint (SQLite: the
+/// object `spool checkpoint --json` prints; null for NDJSON).
+///
+/// Examples:
+///   spool -s outbox.ndjson compact
+///   spool compact --json | jq .bytes_saved
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct CompactArgs {
+    /// Wait up to DURATION for another process's lock, then exit 75
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    wait: Duration,
+}
+
+pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    const ACTION: &str = "compact";
+    let spool = ctx.open_waiting(OpenMode::ReadWrite, ACTION, args.wait)?;
+    let started = Instant::now();
+    let r =
+        compact(&spool, &CompactOptions { wait: args.wait }).map_err(|e| ctx.fail(ACTION, e))?;
+    let took = started.elapsed();
+    ctx.notices(&spool);
+    ctx.detail(&format!("compaction took {}", render::duration(took)));
+    if ctx.json {
+        return ctx.out.json(&r.json());
+    }
+    let mut lines: Vec<(&str, String)> = vec![
+        (
+            "spool",
+            format!("{} ({})", r.path.display(), r.backend.name()),
+        ),
+        (
+            "size",
+            format!(
+                "{} -> {} ({} saved)",
+                render::bytes(r.bytes_before),
+                render::bytes(r.bytes_after),
+                render::bytes(r.bytes_saved())
+            ),
+        ),
+    ];
+    if let (Some(b), Some(a)) = (r.records_before, r.records_after) {
+        lines.push(("records", format!("{b} -> {a} lines")));
+    }
+    lines.push((
+        "kept",
+        format!(
+            "{} pending, {} dead letters, id high-water mark {}",
+            r.pending, r.dead_letters, r.high_water
+        ),
+    ));
+    if let Some(t) = &r.dropped_torn_tail {
+        lines.push((
+            "dropped",
+            format!(
+                "torn trailing line {} ({} bytes, never committed): {}",
+                t.line, t.bytes, t.reason
+            ),
+        ));
+    }
+    if let Some(c) = &r.checkpoint {
+        let j = CheckpointJson::from(c);
+        lines.push((
+            "checkpoint",
+            format!(
+                "WAL {} -> {}, {}",
+                render::bytes(j.wal_bytes_before),
+                render::bytes(j.wal_bytes_after),
+                match &j.note {
+                    None => "complete".to_string(),
+                    Some(n) => n.clone(),
+                }
+            ),
+        ));
+    }
+    lines.push(("took", render::duration(took)));
+    for (k, v) in lines {
+        ctx.out.line(&format!("{k:<11} {v}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! `import`: add the records of an export (see [`super::export`]) to a
+//! spool of any backend, all or nothing.
+//!
+//! [`read_records`] parses and checks the whole input before anything is
+//! changed: one malformed record anywhere is an error naming its line
+//! ([`crate::Error::InvalidInput`], exit 65), and nothing is imported.
+//! [`import`] then stores every record in one atomic [`Queue::import`]
+//! call, which keeps keys, attempts, errors, retry times and state, keeps
+//! an id only where the target never issued it (above its high-water
+//! mark) and renumbers the others, and turns a pending record whose key
+//! a pending item of the target already carries into a dedup hit.
+//!
+//! Accepted records: the item JSON object (`id`, exactly one of
+//! `payload`/`payload_base64`, `key`, `attempts`, `enqueued_at`,
+//! `next_retry_at`, `last_error`, `held`, `dead_at`) and `state`. Only
+//! `id` and the payload are required. Without `state`, a record with
+//! `dead_at` is dead, one with `"held": true` is held, any other pending —
+//! so the output of `drain`, `list --json` and `dlq export --format
+//! ndjson` imports too. Unknown fields, and a `state` that contradicts
+//! `held` or `dead_at`, are errors. Blank lines are skipped.
+
+use crate::error::{Error, Result};
+use crate::item::{Item, ItemId, Record, RecordState};
+use crate::queue::Queue;
+use crate::time::Timestamp;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use std::io::BufRead;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordIn {
+    id: u64,
+    #[serde(default)]
+    payload: Option<String>,
+    #[serde(default)]
+    payload_base64: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    attempts: Option<u32>,
+    #[serde(default)]
+    enqueued_at: Option<String>,
+    #[serde(default)]
+    next_retry_at: Option<String>,
+    #[serde(default)]
+    last_error: Option<String>,
+    #[serde(default)]
+    held: Option<bool>,
+    #[serde(default)]
+    dead_at: Option<String>,
+    #[serde(default)]
+    state: Option<RecordState>,
+}
+
+fn time(field: &str, v: Option<String>) -> std::result::Result<Option<Timestamp>, String> {
+    match v {
+        None => Ok(None),
+        Some(s) => Timestamp::parse_rfc3339(&s)
+            .map(Some)
+            .ok_or_else(|| format!("{field} {s:?} is not an RFC 3339 time")),
+    }
+}
+
+/// Parse one record (a line without its line ending).
+pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
+    let r: RecordIn = serde_json::from_slice(line).map_err(|e| {
+        let msg = e.to_string();
+        // The position serde reports is within this one line.
+        match msg.rfind(" at line 1 column ") {
+            Some(i) => format!("{} (column {})", &msg[..i], &msg[i + 18..]),
+            None => msg,
+        }
+    })?;
+    if r.id == 0 {
+        return Err("id must be a positive integer".into());
+    }
+    let payload = match (r.payload, r.payload_base64) {
+        (Some(p), None) => p.into_bytes(),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_bytes())
+            .map_err(|e| format!("payload_base64 is not valid base64: {e}"))?,
+        (Some(_), Some(_)) => {
+            return Err("both payload and payload_base64; give exactly one".into())
+        }
+        (None, None) => return Err("no payload (payload or payload_base64)".into()),
+    };
+    let dead_at = time("dead_at", r.dead_at)?;
+    let held = r.held.unwrap_or(false);
+    let state = match r.state {
+        Some(s) => s,
+        None if dead_at.is_some() => RecordState::Dead,
+        None if held => RecordState::Held,
+        None => RecordState::Pending,
+    };
+    match state {
+        RecordState::Dead => {
+            if dead_at.is_none() {
+                return Err("a dead record needs dead_at".into());
+            }
+            if held {
+                return Err("a dead record cannot be held".into());
+            }
+        }
+        RecordState::Held | RecordState::Pending => {
+            if dead_at.is_some() {
+                return Err(format!(
+                    "state {:?} with dead_at; only dead records have a time of death",
+                    state_name(state)
+                ));
+            }
+            if r.held.is_some() && held != (state == RecordState::Held) {
+                return Err(format!(
+                    "state {:?} contradicts \"held\": {held}",
+                    state_name(state)
+                ));
+            }
+        }
+    }
+    Ok(Record {
+        item: Item {
+            id: r.id,
+            payload,
+            key: r.key.unwrap_or_default(),
+            attempts: r.attempts.unwrap_or(0),
+            enqueued_at: time("enqueued_at", r.enqueued_at)?,
+            next_retry_at: time("next_retry_at", r.next_retry_at)?,
+            last_error: r.last_error,
+            held: state == RecordState::Held,
+        },
+        state,
+        dead_at,
+    })
+}
+
+fn state_name(s: RecordState) -> &'static str {
+    match s {
+        RecordState::Pending => "pending",
+        RecordState::Held => "held",
+        RecordState::Dead => "dead",
+    }
+}
+
+/// Read and check every record of `reader`; `label` names it in errors
+/// (`"stdin"`, a file name). Nothing is returned unless all of it parses.
+pub fn read_records(reader: &mut dyn BufRead, label: &str) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    loop {
+        buf.clear();
+        let got = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io(std::path::Path::new(label), "read", e))?;
+        if got == 0 {
+            break;
+        }
+        n += 1;
+        let mut line: &[u8] = &buf;
+        if let Some(l) = line.strip_suffix(b"\n") {
+            line = l;
+        }
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let rec = parse_record(line).map_err(|reason| {
+            Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
+        })?;
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// Read and check every record of the file at `path` (see
+/// [`read_records`]). A missing file is a not-found error.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<Record>> {
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
+    read_records(
+        &mut std::io::BufReader::with_capacity(1 << 16, f),
+        &path.display().to_string(),
+    )
+}
+
+/// A record that was renumbered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Renumbered {
+    /// Its id in the input.
+    pub from: ItemId,
+    /// Its id in the spool.
+    pub to: ItemId,
+}
+
+/// A record that was a dedup hit: nothing was stored for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DedupHit {
+    /// Its id in the input.
+    pub from: ItemId,
+    /// The pending item that already carries the key.
+    pub existing: ItemId,
+    /// The key.
+    pub key: String,
+}
+
+/// What [`import`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize)]
+pub struct ImportReport {
+    /// Records read.
+    pub records: u64,
+    /// Records stored.
+    pub imported: u64,
+    /// Stored records that kept their id.
+    pub kept_ids: u64,
+    /// Stored records that got a new id.
+    pub renumbered: Vec<Renumbered>,
+    /// Records not stored because their key was already pending.
+    pub deduplicated: Vec<DedupHit>,
+    /// Stored pending (not held) records.
+    pub pending: u64,
+    /// Stored held records.
+    pub held: u64,
+    /// Stored dead records.
+    pub dead: u64,
+}
+
+/// Store `records` in one atomic [`Queue::import`] call.
+pub fn import(queue: &dyn Queue, records: &[Record]) -> Result<ImportReport> {
+    let mut r = ImportReport {
+        records: records.len() as u64,
+        ..ImportReport::default()
+    };
+    if records.is_empty() {
+        return Ok(r);
+    }
+    let results = queue.import(records)?;
+    super::check_len("import", &results, records.len())?;
+    for (rec, res) in records.iter().zip(results) {
+        if res.deduplicated {
+            r.deduplicated.push(DedupHit {
+                from: rec.item.id,
+                existing: res.id,
+                key: rec.item.key.clone(),
+            });
+            continue;
+        }
+        r.imported += 1;
+        if res.kept_id {
+            r.kept_ids += 1;
+        } else {
+            r.renumbered.push(Renumbered {
+                from: rec.item.id,
+                to: res.id,
+            });
+        }
+        match rec.state {
+            RecordState::Pending => r.pending += 1,
+            RecordState::Held => r.held += 1,
+            RecordState::Dead => r.dead += 1,
+        }
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{OpenOptions, Spool};
+
+    #[test]
+    fn records_parse_and_check() {
+        let r = parse_record(br#"{"id":3,"payload_base64":"/wA=","state":"held"}"#).unwrap();
+        assert_eq!(r.item.payload, b"\xff\x00");
+        assert!(r.item.held);
+        let r = parse_record(br#"{"id":4,"payload":"x","dead_at":"2025-01-01T00:00:00.000Z"}"#)
+            .unwrap();
+        assert_eq!(r.state, RecordState::Dead);
+        for bad in [
+            &br#"{"id":1}"#[..],
+            br#"{"id":1,"payload":"a","payload_base64":"YQ=="}"#,
+            br#"{"id":1,"payload":"a","extra":1}"#,
+            br#"{"id":1,"payload":"a","state":"dead"}"#,
+            br#"{"id":1,"payload":"a","state":"pending","held":true}"#,
+            br#"{"id":1,"payload":"a","enqueued_at":"yesterday"}"#,
+            br#"{"id":0,"payload":"a"}"#,
+            br#"{"id":1,"payload":"a""#,
+        ] {
+            assert!(
+                parse_record(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_line_names_itself_and_nothing_is_returned() {
+        let mut input: &[u8] = b"{\"id\":1,\"payload\":\"a\"}\n\n{\"id\":2}\n";
+        let e = read_records(&mut input, "in.ndjson").unwrap_err();
+        assert!(e.to_string().starts_with("in.ndjson line 3: "), "{e}");
+        assert_eq!(e.kind(), crate::ErrorKind::Data);
+    }
+
+    #[test]
+    fn ids_kept_renumbered_and_dedup() {
+        let s = Spool::memory(&OpenOptions::default());
+        s.enqueue(b"old", "k").unwrap();
+        s.enqueue(b"old2", "").unwrap();
+        let mut input: &[u8] = b"{\"id\":1,\"payload\":\"a\"}\n{\"id\":5,\"payload\":\"b\",\"key\":\"k\"}\n{\"id\":9,\"payload\":\"c\"}\n";
+        let recs = read_records(&mut input, "x").unwrap();
+        let r = import(&*s, &recs).unwrap();
+        assert_eq!((r.records, r.imported, r.kept_ids), (3, 2, 1));
+        assert_eq!(r.renumbered, vec![Renumbered { from: 1, to: 3 }]);
+        assert_eq!(r.deduplicated[0].existing, 1);
+    }
+}
