@@ -392,28 +392,6 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// The one-line replay summary (the same words as `spool replay`).
-pub fn summary(r: &ReplayReport) -> String {
-    let mut s = if r.would_attempt > 0 {
-        format!("dry run: {} would be attempted", r.would_attempt)
-    } else {
-        format!(
-            "delivered {}, failed {}, dead-lettered {}",
-            r.delivered, r.failed, r.dead_lettered
-        )
-    };
-    s.push_str(&format!(", not due {}, held {}", r.not_due, r.held));
-    use crate::replay::StopReason;
-    match r.stopped {
-        Some(StopReason::Stopped) => s.push_str("; stopped after the item in flight"),
-        Some(StopReason::Limit) => s.push_str("; --limit reached, due items left"),
-        Some(StopReason::Deadline) => s.push_str("; --deadline passed, due items left"),
-        Some(StopReason::OrderedFailure) => s.push_str("; --ordered: stopped at the first failure"),
-        None => {}
-    }
-    s
-}
-
 impl fmt::Display for WatchEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -469,7 +447,7 @@ impl fmt::Display for WatchEvent {
                 let t = trigger.name();
                 match round {
                     Round::Ran(r) => {
-                        write!(f, "replay ({t}): {}", summary(r))?;
+                        write!(f, "replay ({t}): {}", r.summary(r.would_attempt > 0))?;
                         if *interrupted && r.stopped.is_some() {
                             f.write_str(" (link down or stopping)")?;
                         }

@@ -244,7 +244,8 @@ fn snippet(body: &[u8]) -> String {
     flat.trim().to_string()
 }
 
-fn describe_error(e: &ureq::Error) -> String {
+/// A ureq error in words, without the URL (which may hold credentials).
+pub(crate) fn describe_error(e: &ureq::Error) -> String {
     match e {
         ureq::Error::Timeout(t) => format!("request timed out ({t})"),
         ureq::Error::HostNotFound => "host not found".into(),

@@ -246,6 +246,30 @@ pub enum ReplayStatus {
 }
 
 impl ReplayReport {
+    /// The one-line summary `spool replay` prints (and `spool watch`
+    /// logs): `delivered 3, failed 1, dead-lettered 0, not due 2, held 0`,
+    /// plus why the run stopped early. A dry run says what would be
+    /// attempted instead.
+    pub fn summary(&self, dry_run: bool) -> String {
+        let mut s = if dry_run {
+            format!("dry run: {} would be attempted", self.would_attempt)
+        } else {
+            format!(
+                "delivered {}, failed {}, dead-lettered {}",
+                self.delivered, self.failed, self.dead_lettered
+            )
+        };
+        s.push_str(&format!(", not due {}, held {}", self.not_due, self.held));
+        s.push_str(match self.stopped {
+            Some(StopReason::Stopped) => "; stopped after the item in flight",
+            Some(StopReason::Limit) => "; --limit reached, due items left",
+            Some(StopReason::Deadline) => "; --deadline passed, due items left",
+            Some(StopReason::OrderedFailure) => "; --ordered: stopped at the first failure",
+            None => "",
+        });
+        s
+    }
+
     /// Dead letters win over retries, retries over clean.
     pub fn status(&self) -> ReplayStatus {
         if self.dead_lettered > 0 {

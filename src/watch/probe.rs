@@ -19,7 +19,7 @@
 //! masked, in [`Probe::describe`] and every error message.
 
 use crate::error::{Error, Result};
-use crate::replay::http::{percent_decode, split_userinfo};
+use crate::replay::http::{describe_error, percent_decode, split_userinfo};
 use base64::Engine;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -336,19 +336,6 @@ fn redact(text: &str, secrets: &[String]) -> String {
         }
     }
     out
-}
-
-fn describe_error(e: &ureq::Error) -> String {
-    match e {
-        ureq::Error::Timeout(t) => format!("request timed out ({t})"),
-        ureq::Error::HostNotFound => "host not found".into(),
-        ureq::Error::ConnectionFailed => "connection failed".into(),
-        ureq::Error::Io(io) => format!("connection error: {}", io.kind()),
-        ureq::Error::Tls(m) => format!("TLS error: {m}"),
-        ureq::Error::Rustls(r) => format!("TLS error: {r}"),
-        ureq::Error::Protocol(p) => format!("HTTP protocol error: {p}"),
-        other => format!("request failed: {other}"),
-    }
 }
 
 fn check_http(

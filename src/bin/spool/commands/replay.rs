@@ -358,27 +358,6 @@ impl Signals {
     }
 }
 
-/// The one-line summary.
-pub fn summary(r: &ReplayReport, dry_run: bool) -> String {
-    let mut s = if dry_run {
-        format!("dry run: {} would be attempted", r.would_attempt)
-    } else {
-        format!(
-            "delivered {}, failed {}, dead-lettered {}",
-            r.delivered, r.failed, r.dead_lettered
-        )
-    };
-    s.push_str(&format!(", not due {}, held {}", r.not_due, r.held));
-    match r.stopped {
-        Some(StopReason::Stopped) => s.push_str("; stopped by a signal"),
-        Some(StopReason::Limit) => s.push_str("; --limit reached, due items left"),
-        Some(StopReason::Deadline) => s.push_str("; --deadline passed, due items left"),
-        Some(StopReason::OrderedFailure) => s.push_str("; --ordered: stopped at the first failure"),
-        None => {}
-    }
-    s
-}
-
 /// The report as JSON.
 pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
     serde_json::json!({
@@ -434,7 +413,7 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     if ctx.json {
         ctx.out.json(&report_json(r, &run.target))?;
     } else {
-        ctx.out.line(&summary(r, dry_run))?;
+        ctx.out.line(&r.summary(dry_run))?;
     }
     ctx.out.flush()?;
     if let Some(code) = signals.exit_code() {
