@@ -192,6 +192,14 @@ fn compaction_drops_a_torn_tail() {
     let r = json_out(&a);
     assert_eq!(r["pending"], 2);
     assert_eq!(r["high_water"], 3, "the torn line was never committed");
+    let notices = r["notices"].as_array().unwrap();
+    assert!(
+        notices.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("cut a torn trailing line (line 5")),
+        "{r}"
+    );
     let text = std::fs::read_to_string(&env.path).unwrap();
     assert!(!text.contains("never comm"), "{text}");
     let payloads: Vec<_> = env.drain().iter().map(|v| v["payload"].clone()).collect();

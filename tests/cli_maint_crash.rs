@@ -238,3 +238,62 @@ fn compact_killed_at_random_points_loses_nothing() {
         env.files()
     );
 }
+
+#[test]
+fn sqlite_compact_killed_at_random_points_loses_nothing() {
+    let env = Env::new("spool.db");
+    let s = env.lib(OpenMode::Create);
+    let live: Vec<NewItem> = (0..20_000)
+        .map(|i| NewItem::new(format!("live {i} {}", "x".repeat(300)), format!("k{i}")))
+        .collect();
+    s.enqueue_batch(&live, &Default::default()).unwrap();
+    for i in 0..20 {
+        let id = s.enqueue(format!("dead {i}").as_bytes(), "").unwrap().id;
+        s.dead_letter(id, "rejected").unwrap();
+    }
+    drop(s);
+    let mut round = 0usize;
+    // Free pages for VACUUM to give back, and a WAL to checkpoint.
+    let mut prepare = || {
+        round += 1;
+        add_garbage(&env.lib(OpenMode::ReadWrite), 3000, round);
+        contents(&env.path)
+    };
+    let mut full = Duration::MAX;
+    for _ in 0..2 {
+        let want = prepare();
+        let started = Instant::now();
+        env.run(&["compact"]).success();
+        full = full.min(started.elapsed());
+        assert_eq!(contents(&env.path), want);
+    }
+    eprintln!("one SQLite compaction takes {full:?}");
+    let mut killed = 0;
+    for run in 0..15 {
+        let want = prepare();
+        let mut child = env
+            .std_cmd()
+            .arg("compact")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(full.mul_f64(fastrand::f64() * 1.1));
+        child.kill().unwrap();
+        if child.wait().unwrap().code().is_none() {
+            killed += 1;
+        }
+        let got = contents(&env.path);
+        assert_eq!(
+            got.0, want.0,
+            "run {run}: pending items differ after SIGKILL"
+        );
+        assert_eq!(
+            got.1, want.1,
+            "run {run}: dead letters differ after SIGKILL"
+        );
+        assert_eq!(got.2, want.2, "run {run}: the high-water mark changed");
+    }
+    eprintln!("{killed} of 15 SQLite compactions were killed before they finished");
+    env.run(&["verify"]).success();
+}

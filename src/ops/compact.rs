@@ -76,6 +76,10 @@ pub struct CompactReport {
     pub dropped_torn_tail: Option<DroppedTail>,
     /// SQLite: the truncating checkpoint after `VACUUM`.
     pub checkpoint: Option<CheckpointReport>,
+    /// What the backend noticed and repaired since the spool was opened
+    /// (an NDJSON torn tail is cut by the writable open, before the
+    /// compaction proper; see [`Spool::take_notices`]).
+    pub notices: Vec<String>,
 }
 
 impl CompactReport {
@@ -102,6 +106,7 @@ impl CompactReport {
                 .checkpoint
                 .as_ref()
                 .map(super::checkpoint::CheckpointJson::from),
+            notices: &self.notices,
         }
     }
 }
@@ -133,10 +138,19 @@ pub struct CompactJson<'a> {
     pub dropped_torn_tail: Option<&'a DroppedTail>,
     /// SQLite: the checkpoint after VACUUM (null for NDJSON).
     pub checkpoint: Option<super::checkpoint::CheckpointJson>,
+    /// What the backend noticed and repaired (a torn tail cut).
+    pub notices: &'a [String],
 }
 
-/// Compact `spool` (opened writable).
+/// Compact `spool` (opened writable). Notices the backend collected and
+/// nobody took yet (see [`Spool::take_notices`]) go into the report.
 pub fn compact(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport> {
+    let mut report = compact_backend(spool, opts)?;
+    report.notices = spool.take_notices();
+    Ok(report)
+}
+
+fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport> {
     match spool {
         Spool::File(q) => {
             let r = q.compact()?;
@@ -157,6 +171,7 @@ pub fn compact(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport> {
                     reason: t.reason,
                 }),
                 checkpoint: None,
+                notices: Vec::new(),
             })
         }
         Spool::Sqlite(q) => {
@@ -174,6 +189,7 @@ pub fn compact(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport> {
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,
                 checkpoint: Some(r.checkpoint),
+                notices: Vec::new(),
             })
         }
         Spool::Memory(_) => Err(Error::Unsupported(

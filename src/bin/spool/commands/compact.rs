@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 /// bytes_saved, records_before, records_after (NDJSON lines; null for
 /// SQLite), pending, dead_letters, high_water, dropped_torn_tail
 /// ({line, offset, bytes, reason} or null), checkpoint (SQLite: the
-/// object `spool checkpoint --json` prints; null for NDJSON).
+/// object `spool checkpoint --json` prints; null for NDJSON), notices
+/// (what was repaired on the way, such as a torn tail cut; also on
+/// stderr).
 ///
 /// Examples:
 ///   spool -s outbox.ndjson compact
@@ -45,12 +47,15 @@ pub struct CompactArgs {
 
 pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "compact";
-    let spool = ctx.open_waiting(OpenMode::ReadWrite, ACTION, args.wait)?;
+    // Reading the spool is most of the work on NDJSON: time it too.
     let started = Instant::now();
+    let spool = ctx.open_keeping_notices(OpenMode::ReadWrite, ACTION, args.wait)?;
     let r =
         compact(&spool, &CompactOptions { wait: args.wait }).map_err(|e| ctx.fail(ACTION, e))?;
     let took = started.elapsed();
-    ctx.notices(&spool);
+    for n in &r.notices {
+        ctx.note(n);
+    }
     ctx.detail(&format!("compaction took {}", render::duration(took)));
     if ctx.json {
         return ctx.out.json(&r.json());

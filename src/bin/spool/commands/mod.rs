@@ -170,6 +170,19 @@ impl Ctx {
         action: &str,
         wait: std::time::Duration,
     ) -> Result<Spool, CliError> {
+        let spool = self.open_keeping_notices(mode, action, wait)?;
+        self.notices(&spool);
+        Ok(spool)
+    }
+
+    /// [`Ctx::open_waiting`], leaving the backend's notices (a torn tail
+    /// cut while opening) for the operation to put in its report.
+    pub fn open_keeping_notices(
+        &self,
+        mode: OpenMode,
+        action: &str,
+        wait: std::time::Duration,
+    ) -> Result<Spool, CliError> {
         let opts = OpenOptions {
             mode,
             backend: if mode.creates() { self.backend } else { None },
@@ -183,7 +196,6 @@ impl Ctx {
             spool.kind().name(),
             self.spool.display()
         ));
-        self.notices(&spool);
         Ok(spool)
     }
 
