@@ -61,6 +61,53 @@ impl Default for HttpOptions {
     }
 }
 
+/// How long a resolved address is reused.
+const RESOLVE_TTL: Duration = Duration::from_secs(30);
+
+/// Resolves the target's host once and reuses the answer for
+/// [`RESOLVE_TTL`]. ureq's default resolver looks the host up before every
+/// request — on a new thread when a timeout is set — even when a kept-alive
+/// connection is then used; one replay sends thousands of requests to one
+/// host.
+#[derive(Debug, Default)]
+struct CachedResolver {
+    inner: ureq::unversioned::resolver::DefaultResolver,
+    cache: std::sync::Mutex<
+        Option<(
+            String,
+            std::time::Instant,
+            ureq::unversioned::resolver::ResolvedSocketAddrs,
+        )>,
+    >,
+}
+
+impl ureq::unversioned::resolver::Resolver for CachedResolver {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let key = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or_default(),
+            uri.authority().map(|a| a.as_str()).unwrap_or_default()
+        );
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((k, at, addrs)) = &*cache {
+                if *k == key && at.elapsed() < RESOLVE_TTL {
+                    return Ok(addrs.clone());
+                }
+            }
+        }
+        let addrs = self.inner.resolve(uri, config, timeout)?;
+        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((key, std::time::Instant::now(), addrs.clone()));
+        Ok(addrs)
+    }
+}
+
 /// Parse a comma-separated list of HTTP statuses (`409,423`).
 pub fn parse_statuses(s: &str) -> std::result::Result<Vec<u16>, String> {
     s.split(',')
@@ -188,13 +235,17 @@ impl HttpTarget {
                 secrets.push(pass.to_string());
             }
         }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(opts.timeout)
             .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+            .build();
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::new(),
+            CachedResolver::default(),
+        );
         Ok(HttpTarget {
             agent,
             url: clean.clone(),

@@ -278,6 +278,16 @@ impl FileQueue {
     }
 
     fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+        let r = self.compact_files(inner);
+        if r.is_err() {
+            // One file may have been replaced already: read both afresh.
+            inner.stale = true;
+            inner.dead = None;
+        }
+        r
+    }
+
+    fn compact_files(&self, inner: &mut Inner) -> Result<CompactReport> {
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;
         let dead_len = match &inner.dead {
@@ -288,7 +298,23 @@ impl FileQueue {
         let dropped_torn_tail = main.torn.clone();
         let st = &inner.state;
 
+        // The dead-letter file is replaced first, while every other
+        // process still waits on the lock of the old main file. Once the
+        // main file is replaced, a process can lock the new one at once;
+        // by then both files are final, so its appends land in files that
+        // stay. (The other order lets such a process append a dead letter
+        // to the old dead-letter file just before it is replaced.)
         let mut buf = Vec::new();
+        let mut bytes_after = 0;
+        if inner.dead.is_some() || !st.dead.is_empty() {
+            for dl in st.dead.values() {
+                format::write_dead(&mut buf, dl);
+            }
+            self.replace_file(&self.dead_path, &buf)?;
+            bytes_after += buf.len() as u64;
+            buf.clear();
+        }
+
         for item in st.pending.values() {
             format::write_put(&mut buf, item, None);
         }
@@ -299,16 +325,8 @@ impl FileQueue {
             records_after += 1;
         }
         self.replace_file(&self.path, &buf)?;
-        let mut bytes_after = buf.len() as u64;
+        bytes_after += buf.len() as u64;
 
-        if inner.dead.is_some() || !st.dead.is_empty() {
-            buf.clear();
-            for dl in st.dead.values() {
-                format::write_dead(&mut buf, dl);
-            }
-            self.replace_file(&self.dead_path, &buf)?;
-            bytes_after += buf.len() as u64;
-        }
         let report = CompactReport {
             bytes_before: main_len + dead_len,
             bytes_after,
