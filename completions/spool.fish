@@ -45,6 +45,7 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "attempts" -d 'Show or s
 complete -c spool -n "__fish_spool_needs_command" -f -a "size" -d 'Print the number of pending items (held ones included)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
 complete -c spool -n "__fish_spool_needs_command" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "watch" -d 'Probe the link; replay the spool as soon as it comes back'
 complete -c spool -n "__fish_spool_needs_command" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
 complete -c spool -n "__fish_spool_needs_command" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
 complete -c spool -n "__fish_spool_needs_command" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
@@ -187,6 +188,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l limit -d 'Attempt
 complete -c spool -n "__fish_spool_using_subcommand replay" -l deadline -d 'Start no new attempt after DURATION (for cron)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -199,6 +201,46 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand replay" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l probe -d 'What to probe: tcp://HOST:PORT, http(s)://URL or exec:CMD' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l probe-expect -d 'HTTP probes only: text the answer\'s body must contain' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l probe-timeout -d 'Bound on one probe' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l interval -d 'Time between probes' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l failure-threshold -d 'Failed probes in a row before the link counts as offline' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l online-threshold -d 'Good probes in a row before the link counts as online' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l reconnect-attempts -d 'Reconnect attempts (probes) per online sequence before giving up' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l retry-delay -d 'Wait between failed reconnect attempts' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l on-online -d 'Run CMD when the link comes back, before the replay' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l on-offline -d 'Run CMD when the link goes away (and at startup when it is down)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l replay-interval -d 'Also replay this often while online (0: only when the link comes back)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l metrics-file -d 'Write Prometheus metrics to FILE (replaced atomically)' -r -F
+complete -c spool -n "__fish_spool_using_subcommand watch" -l exec -d 'Run CMD once per item, the payload on stdin' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l reject-exit -d 'Exit codes of the --exec command that reject an item for good' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l url -d 'POST (or --method) each payload to URL' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l method -d 'HTTP method for --url' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l content-type -d 'Content-Type of the request body' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l timeout -d 'Bound on one delivery attempt' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l limit -d 'Attempt at most N items' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l deadline -d 'Start no new attempt after DURATION (for cron)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand watch" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand watch" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l dry-run -d 'Show what would be attempted; deliver and change nothing'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand watch" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand watch" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand watch" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'Wait up to DURATION for another process\'s lock, then exit 75' -r
 complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand compact" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
@@ -332,27 +374,28 @@ complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print
 complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand man" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "init" -d 'Create a new, empty spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "dlq" -d 'Inspect, export, requeue or purge dead letters'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "export" -d 'Write every pending, held and dead item as NDJSON records'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "import" -d 'Add the records of `spool export` to this spool (all or nothing)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "completions" -d 'Print a shell completion script'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay compact checkpoint verify dlq export import completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "init" -d 'Create a new, empty spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "watch" -d 'Probe the link; replay the spool as soon as it comes back'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "dlq" -d 'Inspect, export, requeue or purge dead letters'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "export" -d 'Write every pending, held and dead item as NDJSON records'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "import" -d 'Add the records of `spool export` to this spool (all or nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "completions" -d 'Print a shell completion script'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "list" -d 'List dead letters: id, key, attempts, when they died, last error, size, preview'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "show" -d 'Show one dead letter, or with --raw its exact payload bytes'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "export" -d 'Write every dead letter as NDJSON, a JSON array or CSV'

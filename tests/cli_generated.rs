@@ -27,6 +27,7 @@ const COMMANDS: &[&str] = &[
     "size",
     "stats",
     "replay",
+    "watch",
     "compact",
     "checkpoint",
     "verify",

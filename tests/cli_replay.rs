@@ -647,3 +647,45 @@ fn list_and_show_display_attempts_next_retry_and_last_error() {
         );
     });
 }
+
+#[test]
+fn group_commit_after_a_kill_redelivers_at_most_a_group() {
+    each_backend(|env| {
+        let sink = Sink::start(|_, _| Answer::Slow(Duration::from_millis(5), 200));
+        let lines: String = (0..80).map(|i| format!("p{i}\n")).collect();
+        env.run_in(&["enqueue", "--stdin", "--lines"], lines)
+            .success();
+        let mut child = env
+            .std_cmd()
+            .args(["replay", "--url", &sink.url("/"), "--commit-every", "8"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sink.received().len() < 30 {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let first_run = sink.received().len();
+        let pending_after_kill = env.size() as usize;
+        // At most one group (7 items, plus the one in flight) went out
+        // without its done record.
+        assert!(
+            pending_after_kill + first_run <= 80 + 8,
+            "{first_run} delivered, {pending_after_kill} still pending"
+        );
+        env.run(&["replay", "--url", &sink.url("/"), "--commit-every", "8"])
+            .success();
+        assert_eq!(env.size(), 0);
+        let mut per_body: HashMap<Vec<u8>, usize> = HashMap::new();
+        for r in sink.received() {
+            *per_body.entry(r.body).or_default() += 1;
+        }
+        assert_eq!(per_body.len(), 80);
+        let redelivered = per_body.values().filter(|n| **n > 1).count();
+        assert!(redelivered <= 8, "{redelivered} redelivered");
+    });
+}

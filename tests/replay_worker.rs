@@ -573,3 +573,79 @@ fn a_broken_target_touches_nothing() {
     assert!(err.to_string().contains("nosuchcommand"));
     assert_eq!(s.drain().unwrap(), before);
 }
+
+/// A target that records, at each delivery, how many items the spool
+/// still holds (so the test sees when done records were committed).
+struct SizeProbe<'a> {
+    queue: &'a dyn spool::Queue,
+    sizes: Mutex<Vec<u64>>,
+}
+
+impl Target for SizeProbe<'_> {
+    fn deliver(&self, _: &Delivery<'_>) -> Result<Outcome, String> {
+        self.sizes.lock().unwrap().push(self.queue.size().unwrap());
+        Ok(Outcome::Delivered)
+    }
+    fn describe(&self) -> String {
+        "size probe".into()
+    }
+}
+
+#[test]
+fn group_commit_marks_done_in_groups_and_flushes_at_the_end() {
+    let (_m, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for i in 0..25u32 {
+        s.enqueue(format!("{i}").as_bytes(), "").unwrap();
+    }
+    let target = SizeProbe {
+        queue: &*s,
+        sizes: Mutex::new(vec![]),
+    };
+    let mut o = fixed_opts();
+    o.commit_every = 10;
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(r.delivered, 25);
+    assert_eq!(s.size().unwrap(), 0, "the last partial group is committed");
+    let sizes = target.sizes.lock().unwrap().clone();
+    // Items 1-10 see 25 pending, 11-20 see 15, 21-25 see 5.
+    let want: Vec<u64> = (0..25).map(|k| 25 - (k / 10) * 10).collect();
+    assert_eq!(sizes, want);
+}
+
+#[test]
+fn group_commit_flushes_a_group_that_waited_too_long() {
+    let (manual, shared) = clock();
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for _ in 0..4 {
+        s.enqueue(b"x", "").unwrap();
+    }
+    let q: &dyn spool::Queue = &*s;
+    let m2 = manual.clone();
+    let sizes = Mutex::new(Vec::new());
+    let target = Scripted::new(|_: &[u8], _| {
+        sizes.lock().unwrap().push(q.size().unwrap());
+        m2.advance(Duration::from_millis(300));
+        Outcome::Delivered
+    });
+    let mut o = fixed_opts();
+    o.commit_every = 100;
+    SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    // Deliveries are recorded at t=300, 600, 900 and 1200ms. The group
+    // started at 300ms is 600ms old when the third one is recorded and is
+    // committed then; the fourth is committed at the end of the run.
+    assert_eq!(sizes.into_inner().unwrap(), vec![4, 4, 4, 1]);
+    assert_eq!(s.size().unwrap(), 0);
+}

@@ -110,3 +110,42 @@ fn verify_finds_a_damaged_page() {
         Err(e) => assert_eq!(e.kind(), spool::ErrorKind::Data, "{e}"),
     }
 }
+
+#[test]
+fn one_shot_writers_keep_the_wal_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.db");
+    let wal = dir.path().join("q.db-wal");
+    let mut largest = 0;
+    for i in 0..300u32 {
+        // A new connection per enqueue, as the CLI does.
+        let q = SqliteQueue::open(&p, &OpenOptions::new(OpenMode::Create)).unwrap();
+        q.enqueue(
+            format!("payload number {i} {}", "x".repeat(200)).as_bytes(),
+            "",
+        )
+        .unwrap();
+        drop(q);
+        largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    }
+    assert!(largest <= 512 * 1024, "the WAL grew to {largest} bytes");
+    let q = SqliteQueue::open(&p, &OpenOptions::new(OpenMode::ReadOnly)).unwrap();
+    assert_eq!(q.size().unwrap(), 300);
+}
+
+#[test]
+fn a_reader_holding_the_wal_does_not_block_writers() {
+    let (_d, p, q) = spool_with(10);
+    let reader = rusqlite::Connection::open(&p).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM morph_offline_queue", [], |r| r.get(0))
+        .unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..200 {
+        q.enqueue(&[b'y'; 3000], "").unwrap();
+    }
+    assert!(t.elapsed() < Duration::from_secs(20));
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(q.size().unwrap(), 210);
+}

@@ -20,8 +20,13 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Default, Clone)]
 pub(crate) struct State {
     pub pending: BTreeMap<ItemId, Item>,
-    /// Non-empty keys of pending items.
+    /// Non-empty keys of pending items: the dedup target of each key (the
+    /// first pending item that carried it).
     pub keys: HashMap<String, ItemId>,
+    /// Further pending items that carry a key already in `keys`. Only a
+    /// reference file can hold such duplicates (spool never stores one);
+    /// keeping them apart keeps removal O(log n) instead of a scan.
+    pub shared_keys: HashMap<String, std::collections::BTreeSet<ItemId>>,
     pub dead: BTreeMap<ItemId, DeadLetter>,
     pub high_water: ItemId,
     pub max_depth: Option<u64>,
@@ -42,12 +47,22 @@ impl State {
     /// high-water mark right.
     pub fn insert_pending(&mut self, item: Item) {
         if let Some(old) = self.pending.get(&item.id) {
-            if !old.key.is_empty() && self.keys.get(&old.key) == Some(&old.id) {
-                self.keys.remove(&old.key);
-            }
+            let (id, key) = (old.id, old.key.clone());
+            self.unlink_key(id, &key);
         }
         if !item.key.is_empty() {
-            self.keys.entry(item.key.clone()).or_insert(item.id);
+            match self.keys.get(&item.key) {
+                None => {
+                    self.keys.insert(item.key.clone(), item.id);
+                }
+                Some(&first) if first != item.id => {
+                    self.shared_keys
+                        .entry(item.key.clone())
+                        .or_default()
+                        .insert(item.id);
+                }
+                Some(_) => {}
+            }
         }
         self.high_water = self.high_water.max(item.id);
         self.pending.insert(item.id, item);
@@ -56,15 +71,36 @@ impl State {
     /// Remove a pending item, releasing its key.
     pub fn remove_pending(&mut self, id: ItemId) -> Option<Item> {
         let item = self.pending.remove(&id)?;
-        if !item.key.is_empty() && self.keys.get(&item.key) == Some(&id) {
-            self.keys.remove(&item.key);
-            // Another pending item may carry the same key (a reference
-            // file can hold duplicates); let the oldest take it over.
-            if let Some(other) = self.pending.values().find(|i| i.key == item.key) {
-                self.keys.insert(item.key.clone(), other.id);
-            }
-        }
+        self.unlink_key(id, &item.key);
         Some(item)
+    }
+
+    /// Forget that pending item `id` carries `key`. When it was the key's
+    /// dedup target and another pending item shares the key, the oldest of
+    /// those takes over.
+    fn unlink_key(&mut self, id: ItemId, key: &str) {
+        if key.is_empty() {
+            return;
+        }
+        if self.keys.get(key) == Some(&id) {
+            let next = self
+                .shared_keys
+                .get_mut(key)
+                .and_then(|set| set.pop_first());
+            match next {
+                Some(other) => {
+                    self.keys.insert(key.to_string(), other);
+                }
+                None => {
+                    self.keys.remove(key);
+                }
+            }
+        } else if let Some(set) = self.shared_keys.get_mut(key) {
+            set.remove(&id);
+        }
+        if self.shared_keys.get(key).is_some_and(|s| s.is_empty()) {
+            self.shared_keys.remove(key);
+        }
     }
 
     /// Change a pending item in place; the key must not change.
@@ -341,5 +377,33 @@ impl State {
             *s.attempts_histogram.entry(it.attempts).or_default() += 1;
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keyed(id: ItemId, key: &str) -> Item {
+        Item::new(id, b"p".to_vec(), key.into(), Timestamp::from_secs(1))
+    }
+
+    #[test]
+    fn shared_keys_hand_over_to_the_oldest_remaining_item() {
+        // Only a reference file can hold two pending items with one key.
+        let mut st = State::default();
+        for (id, key) in [(1, "k"), (2, "k"), (3, "k"), (4, "other")] {
+            st.insert_pending(keyed(id, key));
+        }
+        assert_eq!(st.keys.get("k"), Some(&1));
+        st.remove_pending(2);
+        assert_eq!(st.keys.get("k"), Some(&1));
+        st.remove_pending(1);
+        assert_eq!(st.keys.get("k"), Some(&3));
+        // Replacing item 3 with a new key releases "k" entirely.
+        st.insert_pending(keyed(3, "renamed"));
+        assert_eq!(st.keys.get("k"), None);
+        assert_eq!(st.keys.get("renamed"), Some(&3));
+        assert!(st.shared_keys.is_empty());
     }
 }

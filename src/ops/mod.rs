@@ -36,6 +36,7 @@ pub mod show;
 pub mod size;
 pub mod stats;
 pub mod verify;
+pub mod watch;
 
 use crate::error::Error;
 use crate::item::ItemId;

@@ -76,7 +76,7 @@ pub fn parse_statuses(s: &str) -> std::result::Result<Vec<u16>, String> {
 
 /// Split user info out of `url`: the URL without it, and the
 /// `user:password` text if there was any.
-fn split_userinfo(url: &str) -> (String, Option<String>) {
+pub(crate) fn split_userinfo(url: &str) -> (String, Option<String>) {
     let Some(scheme_end) = url.find("://") else {
         return (url.to_string(), None);
     };
@@ -98,7 +98,9 @@ fn split_userinfo(url: &str) -> (String, Option<String>) {
     }
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decode `%XX` escapes (user info in URLs); invalid escapes stay as
+/// they are.
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -242,7 +244,8 @@ fn snippet(body: &[u8]) -> String {
     flat.trim().to_string()
 }
 
-fn describe_error(e: &ureq::Error) -> String {
+/// A ureq error in words, without the URL (which may hold credentials).
+pub(crate) fn describe_error(e: &ureq::Error) -> String {
     match e {
         ureq::Error::Timeout(t) => format!("request timed out ({t})"),
         ureq::Error::HostNotFound => "host not found".into(),

@@ -129,7 +129,17 @@ pub struct ReplayOptions {
     pub dry_run: bool,
     /// Deliveries in flight at once (1 = sequential). Not with `ordered`.
     pub concurrency: usize,
+    /// Record delivered items as done in groups of up to this many, one
+    /// commit per group (1 = every delivery is committed before the next
+    /// item is sent). A group is also committed after
+    /// [`GROUP_COMMIT_MAX_AGE`] and at the end of every run, so a crash
+    /// redelivers at most `commit_every - 1` delivered items (with their
+    /// idempotency keys), never loses one.
+    pub commit_every: usize,
 }
+
+/// The longest a delivered item waits in a commit group.
+pub const GROUP_COMMIT_MAX_AGE: Duration = Duration::from_millis(500);
 
 impl Default for ReplayOptions {
     fn default() -> Self {
@@ -142,6 +152,7 @@ impl Default for ReplayOptions {
             deadline: None,
             dry_run: false,
             concurrency: 1,
+            commit_every: 1,
         }
     }
 }
@@ -235,6 +246,30 @@ pub enum ReplayStatus {
 }
 
 impl ReplayReport {
+    /// The one-line summary `spool replay` prints (and `spool watch`
+    /// logs): `delivered 3, failed 1, dead-lettered 0, not due 2, held 0`,
+    /// plus why the run stopped early. A dry run says what would be
+    /// attempted instead.
+    pub fn summary(&self, dry_run: bool) -> String {
+        let mut s = if dry_run {
+            format!("dry run: {} would be attempted", self.would_attempt)
+        } else {
+            format!(
+                "delivered {}, failed {}, dead-lettered {}",
+                self.delivered, self.failed, self.dead_lettered
+            )
+        };
+        s.push_str(&format!(", not due {}, held {}", self.not_due, self.held));
+        s.push_str(match self.stopped {
+            Some(StopReason::Stopped) => "; stopped after the item in flight",
+            Some(StopReason::Limit) => "; --limit reached, due items left",
+            Some(StopReason::Deadline) => "; --deadline passed, due items left",
+            Some(StopReason::OrderedFailure) => "; --ordered: stopped at the first failure",
+            None => "",
+        });
+        s
+    }
+
     /// Dead letters win over retries, retries over clean.
     pub fn status(&self) -> ReplayStatus {
         if self.dead_lettered > 0 {
@@ -280,6 +315,9 @@ pub struct SyncWorker<'a> {
     stop: StopHandle,
     spool_path: Option<PathBuf>,
     run_lock: Mutex<()>,
+    /// Delivered ids not yet committed as done, and when the oldest was
+    /// delivered (group commit).
+    done_group: Mutex<(Vec<ItemId>, Option<Timestamp>)>,
 }
 
 impl<'a> SyncWorker<'a> {
@@ -316,6 +354,7 @@ impl<'a> SyncWorker<'a> {
             stop: StopHandle::default(),
             spool_path: None,
             run_lock: Mutex::new(()),
+            done_group: Mutex::new((Vec::new(), None)),
         })
     }
 
@@ -379,11 +418,16 @@ impl<'a> SyncWorker<'a> {
             started,
             attempted: 0,
         };
-        if self.opts.concurrency > 1 && !self.opts.dry_run {
-            self.run_concurrent(&mut ctx, &mut report)?;
+        let ran = if self.opts.concurrency > 1 && !self.opts.dry_run {
+            self.run_concurrent(&mut ctx, &mut report)
         } else {
-            self.run_sequential(&mut ctx, &mut report)?;
-        }
+            self.run_sequential(&mut ctx, &mut report)
+        };
+        // Commit the last group whatever happened, so that a failed run
+        // does not make delivered items look pending.
+        let flushed = self.flush_done();
+        ran?;
+        flushed?;
         if report.stopped == Some(StopReason::Stopped) {
             self.stop.0.store(false, Ordering::SeqCst);
         }
@@ -596,7 +640,7 @@ impl<'a> SyncWorker<'a> {
         let now = self.clock.now();
         let result = match outcome {
             Outcome::Delivered => {
-                self.queue.mark_done(&[item.id])?;
+                self.delivered(item.id)?;
                 report.delivered += 1;
                 ItemOutcome::Delivered
             }
@@ -678,6 +722,40 @@ impl<'a> SyncWorker<'a> {
             error: reason,
             rejected,
         })
+    }
+}
+
+impl SyncWorker<'_> {
+    /// Mark a delivered item done: at once, or as part of a group.
+    fn delivered(&self, id: ItemId) -> Result<()> {
+        if self.opts.commit_every <= 1 {
+            self.queue.mark_done(&[id])?;
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let full = {
+            let mut g = self.done_group.lock().unwrap_or_else(|e| e.into_inner());
+            g.0.push(id);
+            let first = *g.1.get_or_insert(now);
+            g.0.len() >= self.opts.commit_every || now.since(first) >= GROUP_COMMIT_MAX_AGE
+        };
+        if full {
+            self.flush_done()?;
+        }
+        Ok(())
+    }
+
+    /// Commit the pending group of delivered items.
+    fn flush_done(&self) -> Result<()> {
+        let ids = {
+            let mut g = self.done_group.lock().unwrap_or_else(|e| e.into_inner());
+            g.1 = None;
+            std::mem::take(&mut g.0)
+        };
+        if !ids.is_empty() {
+            self.queue.mark_done(&ids)?;
+        }
+        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@
 //! masked, in [`Probe::describe`] and every error message.
 
 use crate::error::{Error, Result};
+use crate::replay::http::{describe_error, percent_decode, split_userinfo};
 use base64::Engine;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -79,28 +80,6 @@ fn invalid(shown: &str, why: &str) -> Error {
     Error::InvalidInput(format!("invalid --probe {shown:?}: {why}"))
 }
 
-/// Split user info out of `url`: the URL without it, and the info.
-fn split_userinfo(url: &str) -> (String, Option<String>) {
-    let Some(scheme_end) = url.find("://") else {
-        return (url.to_string(), None);
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => (
-            format!(
-                "{}{}{}",
-                &url[..scheme_end + 3],
-                &authority[at + 1..],
-                &rest[authority_end..]
-            ),
-            Some(authority[..at].to_string()),
-        ),
-        None => (url.to_string(), None),
-    }
-}
-
 /// `url` for people: the query string (which may carry a token) masked,
 /// the fragment dropped.
 fn shown_url(clean: &str) -> String {
@@ -109,25 +88,6 @@ fn shown_url(clean: &str) -> String {
         Some((base, _)) => format!("{base}?***"),
         None => no_fragment.to_string(),
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = |c: u8| (c as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn parse_tcp(rest: &str, shown: &str) -> Result<Kind> {
@@ -376,19 +336,6 @@ fn redact(text: &str, secrets: &[String]) -> String {
         }
     }
     out
-}
-
-fn describe_error(e: &ureq::Error) -> String {
-    match e {
-        ureq::Error::Timeout(t) => format!("request timed out ({t})"),
-        ureq::Error::HostNotFound => "host not found".into(),
-        ureq::Error::ConnectionFailed => "connection failed".into(),
-        ureq::Error::Io(io) => format!("connection error: {}", io.kind()),
-        ureq::Error::Tls(m) => format!("TLS error: {m}"),
-        ureq::Error::Rustls(r) => format!("TLS error: {r}"),
-        ureq::Error::Protocol(p) => format!("HTTP protocol error: {p}"),
-        other => format!("request failed: {other}"),
-    }
 }
 
 fn check_http(

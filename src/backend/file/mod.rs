@@ -452,9 +452,9 @@ impl FileQueue {
             let main_ok = dead_ok && self.refresh_main(inner)?;
             if !main_ok {
                 inner.stale = true;
-            } else if exclusive {
+            } else {
                 // The depth bound lives in the meta file, which another
-                // process may have replaced; writers always see the latest.
+                // process may have replaced: every call sees the latest.
                 inner.meta = meta::read(&self.meta_path)?;
                 inner.state.max_depth = inner.meta.max_depth;
             }
@@ -816,13 +816,14 @@ impl Queue for FileQueue {
     fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         self.mutate(|q, inner| {
             let mut seen = std::collections::HashSet::new();
+            // As in the other backends, a repeated id reports true once.
             let found: Vec<bool> = ids
                 .iter()
-                .map(|id| inner.state.pending.contains_key(id))
+                .map(|id| inner.state.pending.contains_key(id) && seen.insert(*id))
                 .collect();
             let mut buf = Vec::new();
             for (id, f) in ids.iter().zip(&found) {
-                if *f && seen.insert(*id) {
+                if *f {
                     format::write_done(&mut buf, *id);
                 }
             }
@@ -938,9 +939,10 @@ impl Queue for FileQueue {
     fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         self.mutate(|q, inner| {
             inner.state.check_requeue(ids)?;
+            let mut seen = std::collections::HashSet::new();
             let found: Vec<bool> = ids
                 .iter()
-                .map(|id| inner.state.dead.contains_key(id))
+                .map(|id| inner.state.dead.contains_key(id) && seen.insert(*id))
                 .collect();
             let mut items: Vec<Item> = Vec::new();
             for id in ids {
@@ -968,16 +970,14 @@ impl Queue for FileQueue {
 
     fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         self.mutate(|q, inner| {
+            let mut gone = std::collections::BTreeSet::new();
             let found: Vec<bool> = ids
                 .iter()
-                .map(|id| inner.state.dead.contains_key(id))
+                .map(|id| inner.state.dead.contains_key(id) && gone.insert(*id))
                 .collect();
-            let mut gone = std::collections::BTreeSet::new();
             let mut buf = Vec::new();
-            for (id, f) in ids.iter().zip(&found) {
-                if *f && gone.insert(*id) {
-                    format::write_done(&mut buf, *id);
-                }
+            for id in &gone {
+                format::write_done(&mut buf, *id);
             }
             q.append(inner, Target::Dead, &buf)?;
             for id in gone {

@@ -176,7 +176,35 @@ impl SqliteQueue {
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
         Ok(out)
     }
+
+    /// On close: when the WAL has grown past [`WAL_TRUNCATE_BYTES`],
+    /// checkpoint it and truncate it, without waiting for anyone.
+    ///
+    /// Connections do not checkpoint on close, and a process that opens
+    /// the database rebuilds its WAL index by reading the whole WAL and
+    /// forgets what was already checkpointed, so without this a spool
+    /// used by one-shot processes grows its WAL forever and every open
+    /// gets slower. While a connection stays open, SQLite's own
+    /// auto-checkpoint keeps restarting the WAL, so this runs only when
+    /// a handle closes. Every commit is already durable: a checkpoint that
+    /// cannot run now (a reader holds the WAL) changes nothing and is
+    /// tried again when the next handle closes.
+    fn keep_wal_small(&self, conn: &Connection) {
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        let big = std::fs::metadata(&wal).is_ok_and(|m| m.len() > WAL_TRUNCATE_BYTES);
+        if !big {
+            return;
+        }
+        let _ = conn.busy_timeout(std::time::Duration::ZERO);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let _ = conn.busy_timeout(self.busy_timeout);
+    }
 }
+
+/// WAL size above which a closing writer checkpoints and truncates it
+/// (64 pages of 4 KiB).
+const WAL_TRUNCATE_BYTES: u64 = 256 * 1024;
 
 /// Check that `path` exists or may be created as `mode` says, and create
 /// a new, empty database file (durably: its directory is synced) when it
@@ -308,6 +336,15 @@ fn set_up_writer(conn: &Connection, path: &Path) -> Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .map_err(err)?;
     Ok(())
+}
+
+impl Drop for SqliteQueue {
+    fn drop(&mut self) {
+        if !self.read_only {
+            let conn = self.lock();
+            self.keep_wal_small(&conn);
+        }
+    }
 }
 
 impl Queue for SqliteQueue {

@@ -26,6 +26,7 @@ mod show;
 mod size;
 mod stats;
 mod verify;
+mod watch;
 
 use crate::exit::{self, CliError};
 use crate::render::Out;
@@ -51,6 +52,7 @@ pub enum Command {
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
     Replay(replay::ReplayArgs),
+    Watch(watch::WatchArgs),
     Compact(compact::CompactArgs),
     Checkpoint(checkpoint::CheckpointArgs),
     Verify(verify::VerifyArgs),
@@ -77,6 +79,7 @@ impl Command {
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
+            Command::Watch(a) => watch::run(a, ctx),
             Command::Compact(a) => compact::run(a, ctx),
             Command::Checkpoint(a) => checkpoint::run(a, ctx),
             Command::Verify(a) => verify::run(a, ctx),

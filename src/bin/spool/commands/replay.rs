@@ -190,6 +190,17 @@ pub struct ReplayFlags {
     /// Keep up to N deliveries in flight at once
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
+
+    /// Commit delivered items as done in groups of N (a crash may redeliver up to N-1)
+    ///
+    /// By default every delivery is recorded durably before the next item
+    /// is sent. With N > 1, up to N deliveries share one commit (also
+    /// committed after 500ms and at the end of the run): much faster on
+    /// slow disks; a crash redelivers at most N-1 items, with the same
+    /// idempotency keys. Nothing is ever marked done before its delivery
+    /// succeeded.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub commit_every: u32,
 }
 
 impl ReplayFlags {
@@ -207,6 +218,7 @@ impl ReplayFlags {
             deadline: self.deadline,
             dry_run: self.dry_run,
             concurrency: self.concurrency as usize,
+            commit_every: self.commit_every as usize,
         }
     }
 }
@@ -346,27 +358,6 @@ impl Signals {
     }
 }
 
-/// The one-line summary.
-pub fn summary(r: &ReplayReport, dry_run: bool) -> String {
-    let mut s = if dry_run {
-        format!("dry run: {} would be attempted", r.would_attempt)
-    } else {
-        format!(
-            "delivered {}, failed {}, dead-lettered {}",
-            r.delivered, r.failed, r.dead_lettered
-        )
-    };
-    s.push_str(&format!(", not due {}, held {}", r.not_due, r.held));
-    match r.stopped {
-        Some(StopReason::Stopped) => s.push_str("; stopped by a signal"),
-        Some(StopReason::Limit) => s.push_str("; --limit reached, due items left"),
-        Some(StopReason::Deadline) => s.push_str("; --deadline passed, due items left"),
-        Some(StopReason::OrderedFailure) => s.push_str("; --ordered: stopped at the first failure"),
-        None => {}
-    }
-    s
-}
-
 /// The report as JSON.
 pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
     serde_json::json!({
@@ -422,7 +413,7 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     if ctx.json {
         ctx.out.json(&report_json(r, &run.target))?;
     } else {
-        ctx.out.line(&summary(r, dry_run))?;
+        ctx.out.line(&r.summary(dry_run))?;
     }
     ctx.out.flush()?;
     if let Some(code) = signals.exit_code() {

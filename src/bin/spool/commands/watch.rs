@@ -1,0 +1,229 @@
+//! `spool watch`: probe the link and replay the spool when it comes back.
+
+use super::replay::{ReplayFlags, TargetArgs};
+use super::{Ctx, Verbosity};
+use crate::exit::{self, CliError};
+use clap::{ArgGroup, Args};
+use spool::ops::watch::{Level, LogEntry, Watch, WatchConfig, WatchLog, WatchStop};
+use spool::units::parse_duration;
+use spool::OpenMode;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Probe the link; replay the spool as soon as it comes back
+///
+/// A long-running daemon. Every --interval it probes TARGET:
+///   tcp://HOST:PORT   up when a TCP connection opens
+///   http(s)://URL     up on a 2xx answer (and, with --probe-expect, a body
+///                     containing that text: a captive portal's 200 is not up)
+///   exec:CMD          up when CMD exits 0
+/// After --failure-threshold failed probes in a row the link is offline;
+/// after --online-threshold good ones it is online again.
+///
+/// When the link comes back: up to --reconnect-attempts probes (waiting
+/// --retry-delay between them), then the --on-online hook, then a replay
+/// of the spool with the options of `spool replay` (--exec or --url and
+/// the rest), unless the link went away again meanwhile. When it goes
+/// away: the replay in flight stops after its current item and the
+/// --on-offline hook runs. At startup the link is probed at once: up, it
+/// runs the online sequence; down, it runs --on-offline once and delivers
+/// nothing until the link is back. While online it also replays every
+/// --replay-interval (0 turns that off).
+///
+/// Hooks are split into words like --exec (no shell; write sh -c '...'
+/// for one), run with SPOOL_PATH and SPOOL_EVENT (online/offline) set,
+/// bounded by --timeout; a failing hook is logged and the sequence goes
+/// on. Each replay round holds the spool's replay lock, so a cron
+/// `spool replay` never overlaps it: a busy lock skips that round.
+///
+/// Logs go to stderr, one line per event: an RFC 3339 time, a level
+/// (detail, info, warn, error) and the message; -v adds per-item lines,
+/// -q keeps warnings and errors. --metrics-file is rewritten atomically
+/// (Prometheus text) after every transition and replay round.
+///
+/// SIGTERM or SIGINT stops it after the item in flight, with exit 0 (a
+/// second signal a second or more later exits at once with 143/130). The
+/// spool must exist (exit 66 otherwise); bad flags exit 64.
+///
+/// Examples:
+///   spool -s /var/spool/app.db watch --probe tcp://api.example.com:443 \
+///       --url https://api.example.com/events --metrics-file /run/spool.prom
+///   spool watch --probe https://api.example.com/health --probe-expect '"ok"' \
+///       --exec ./deliver.sh --on-online 'systemctl start app-sync' --interval 10s
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+#[command(group(ArgGroup::new("target").args(["exec", "url"]).required(true)))]
+pub struct WatchArgs {
+    /// What to probe: tcp://HOST:PORT, http(s)://URL or exec:CMD
+    #[arg(long, value_name = "TARGET")]
+    probe: String,
+
+    /// HTTP probes only: text the answer's body must contain
+    #[arg(long, value_name = "TEXT")]
+    probe_expect: Option<String>,
+
+    /// Bound on one probe
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    probe_timeout: Duration,
+
+    /// Time between probes
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    interval: Duration,
+
+    /// Failed probes in a row before the link counts as offline
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    failure_threshold: u32,
+
+    /// Good probes in a row before the link counts as online
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    online_threshold: u32,
+
+    /// Reconnect attempts (probes) per online sequence before giving up
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    reconnect_attempts: u32,
+
+    /// Wait between failed reconnect attempts
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    retry_delay: Duration,
+
+    /// Run CMD when the link comes back, before the replay
+    #[arg(long, value_name = "CMD")]
+    on_online: Option<String>,
+
+    /// Run CMD when the link goes away (and at startup when it is down)
+    #[arg(long, value_name = "CMD")]
+    on_offline: Option<String>,
+
+    /// Also replay this often while online (0: only when the link comes back)
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    replay_interval: Duration,
+
+    /// Write Prometheus metrics to FILE (replaced atomically)
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<PathBuf>,
+
+    #[command(flatten, next_help_heading = "Delivery (as in spool replay)")]
+    target: TargetArgs,
+
+    #[command(flatten, next_help_heading = "Each replay round (as in spool replay)")]
+    replay: ReplayFlags,
+}
+
+/// Log lines on stderr: `<time> <level>: <message>`, or one JSON object
+/// per line with `--json`.
+struct StderrLog {
+    verbosity: Verbosity,
+    json: bool,
+}
+
+impl StderrLog {
+    fn line(&self, at: spool::Timestamp, level: Level, event: &str, message: &str) {
+        let shown = match self.verbosity {
+            Verbosity::Quiet => level >= Level::Warn,
+            Verbosity::Normal => level >= Level::Info,
+            Verbosity::Verbose => true,
+        };
+        if !shown {
+            return;
+        }
+        let line = if self.json {
+            serde_json::json!({
+                "time": at.to_rfc3339(),
+                "level": level.name(),
+                "event": event,
+                "message": message,
+            })
+            .to_string()
+        } else {
+            format!("{} {}: {message}", at.to_rfc3339(), level.name())
+        };
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
+
+impl WatchLog for StderrLog {
+    fn log(&self, e: &LogEntry) {
+        self.line(e.at, e.level, e.event.name(), &e.event.to_string());
+    }
+}
+
+/// SIGINT/SIGTERM: the first stops the daemon cleanly. One that comes
+/// more than a second later exits at once (130/143); closer repeats
+/// (`timeout` signals both the child and its group) count as the same
+/// request.
+fn install_signals(stop: WatchStop, log: Arc<StderrLog>) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    std::thread::Builder::new()
+        .name("spool-signals".into())
+        .spawn(move || {
+            let mut first: Option<Instant> = None;
+            for sig in signals.forever() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                let now = spool::Timestamp::now();
+                match first {
+                    None => {
+                        first = Some(Instant::now());
+                        log.line(now, Level::Info, "signal", &format!("received {name}"));
+                        stop.stop();
+                    }
+                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
+                    Some(_) => {
+                        log.line(
+                            now,
+                            Level::Warn,
+                            "signal",
+                            &format!("received {name} again: exiting now"),
+                        );
+                        std::process::exit(i32::from(if sig == SIGINT {
+                            exit::INTERRUPTED
+                        } else {
+                            exit::TERMINATED
+                        }));
+                    }
+                }
+            }
+        })
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    Ok(())
+}
+
+pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    let mut cfg = WatchConfig::new(args.probe, args.target.spec());
+    cfg.probe_expect = args.probe_expect;
+    cfg.probe_timeout = args.probe_timeout;
+    cfg.interval = args.interval;
+    cfg.failure_threshold = args.failure_threshold;
+    cfg.online_threshold = args.online_threshold;
+    cfg.reconnect_attempts = args.reconnect_attempts;
+    cfg.retry_delay = args.retry_delay;
+    cfg.on_online = args.on_online;
+    cfg.on_offline = args.on_offline;
+    cfg.hook_timeout = args.target.timeout;
+    cfg.replay_interval = args.replay_interval;
+    cfg.metrics_file = args.metrics_file;
+    cfg.options = args.replay.options();
+    cfg.wait = args.replay.wait;
+    cfg.clock = ctx.clock.clone();
+    // Every flag is checked before the spool is touched.
+    let watch = Watch::new(cfg)
+        .map_err(|e| CliError::new(exit::USAGE, format!("watch {}: {e}", ctx.spool.display())))?;
+    // Like replay, watch needs an existing spool: a typo in --spool must
+    // not start a daemon watching an empty new file forever.
+    let spool = ctx.open(OpenMode::ReadWrite, "watch")?;
+    let stop = WatchStop::new();
+    let log = Arc::new(StderrLog {
+        verbosity: ctx.verbosity,
+        json: ctx.json,
+    });
+    install_signals(stop.clone(), log.clone())?;
+    let spool = Arc::new(spool);
+    watch
+        .run(spool.clone(), log, &stop)
+        .map_err(|e| ctx.fail("watch", e))?;
+    ctx.notices(&spool);
+    Ok(())
+}

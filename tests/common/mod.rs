@@ -1,0 +1,130 @@
+//! A tiny harness shared by the backend-independent suites: one spool of a
+//! chosen backend in a temporary directory, on a manual clock, that can be
+//! closed and opened again.
+
+#![allow(dead_code)]
+
+use spool::{BackendKind, Clock, ManualClock, OpenMode, OpenOptions, Queue, Spool, Timestamp};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+/// The start of every harness clock: a whole second, so that enqueue
+/// times (second precision) equal the clock.
+pub const T0: Timestamp = Timestamp::from_secs(1_767_225_600);
+
+/// Which backend a suite runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    File,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn kind(self) -> BackendKind {
+        match self {
+            Backend::Memory => BackendKind::Memory,
+            Backend::File => BackendKind::File,
+            Backend::Sqlite => BackendKind::Sqlite,
+        }
+    }
+
+    /// The spool's file name: the extension alone selects the backend.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Backend::Memory => "unused",
+            Backend::File => "spool.ndjson",
+            Backend::Sqlite => "spool.db",
+        }
+    }
+}
+
+/// One open spool in its own temporary directory.
+pub struct Harness {
+    pub backend: Backend,
+    pub clock: ManualClock,
+    pub path: PathBuf,
+    /// When true, [`Harness::step`] reopens the spool.
+    pub reopen_on_step: bool,
+    spool: Option<Spool>,
+    // Dropped last, after the spool.
+    pub dir: TempDir,
+}
+
+impl Harness {
+    /// A new spool (created with `max_depth`) on a clock at [`T0`].
+    pub fn new(backend: Backend, max_depth: Option<u64>) -> Harness {
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        let path = dir.path().join(backend.file_name());
+        let clock = ManualClock::new(T0);
+        let mut opts = OpenOptions::new(OpenMode::Create);
+        opts.clock = Arc::new(clock.clone());
+        opts.max_depth = max_depth;
+        let spool = match backend {
+            Backend::Memory => Spool::memory(&opts),
+            _ => {
+                opts.backend = Some(backend.kind());
+                Spool::open(&path, &opts)
+                    .unwrap_or_else(|e| panic!("create {backend:?} spool: {e}"))
+            }
+        };
+        Harness {
+            backend,
+            clock,
+            path,
+            reopen_on_step: false,
+            spool: Some(spool),
+            dir,
+        }
+    }
+
+    /// The same harness, reopening the spool on every [`Harness::step`].
+    pub fn reopening(mut self, on: bool) -> Harness {
+        self.reopen_on_step = on;
+        self
+    }
+
+    /// Options for opening the existing spool again (no depth bound: the
+    /// spool must remember its own).
+    pub fn reopen_options(&self) -> OpenOptions {
+        let mut opts = OpenOptions::new(OpenMode::ReadWrite);
+        opts.clock = Arc::new(self.clock.clone());
+        opts.backend = Some(self.backend.kind());
+        opts
+    }
+
+    /// Close the spool and open the same path again. The memory backend
+    /// keeps its instance.
+    pub fn reopen(&mut self) {
+        if self.backend == Backend::Memory {
+            return;
+        }
+        drop(self.spool.take());
+        let spool = Spool::open(&self.path, &self.reopen_options())
+            .unwrap_or_else(|e| panic!("reopen {:?} spool: {e}", self.backend));
+        self.spool = Some(spool);
+    }
+
+    /// A point between two steps of a test: reopens in the reopen flavour.
+    pub fn step(&mut self) {
+        if self.reopen_on_step {
+            self.reopen();
+        }
+    }
+
+    /// The open spool's queue operations.
+    pub fn q(&self) -> &dyn Queue {
+        self.spool.as_ref().expect("spool is open").queue()
+    }
+
+    /// The clock's current time.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The open spool.
+    pub fn spool(&self) -> &Spool {
+        self.spool.as_ref().expect("spool is open")
+    }
+}

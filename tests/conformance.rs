@@ -1,0 +1,1642 @@
+//! The `Queue` contract as tests, written once and run against every
+//! backend: memory, NDJSON file and SQLite, and the two durable ones again
+//! in a "reopen" flavour that closes and reopens the spool between the
+//! steps of every case (so every step must have reached the disk).
+//!
+//! Each case follows a sentence of the docs of `spool::Queue` or of the
+//! reference `IOfflineQueue` section; the comment above it names which.
+
+mod common;
+
+use common::{Backend, Harness, T0};
+use spool::{
+    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind, Imported,
+    Item, ItemId, NewItem, QueueStats, Record, RecordState, Spool, Timestamp, PAGE_SIZE,
+};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One flavour of the suite.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    backend: Backend,
+    /// Reopen the spool at every `h.step()`.
+    reopen: bool,
+}
+
+impl Setup {
+    fn open(self, max_depth: Option<u64>) -> Harness {
+        Harness::new(self.backend, max_depth).reopening(self.reopen)
+    }
+}
+
+macro_rules! conformance {
+    (all: [$($case:ident),* $(,)?], durable: [$($dcase:ident),* $(,)?] $(,)?) => {
+        conformance!(@flavour memory, Backend::Memory, false, []; $($case),*);
+        conformance!(@flavour file, Backend::File, false, []; $($case,)* $($dcase),*);
+        conformance!(@flavour file_reopen, Backend::File, true, []; $($case,)* $($dcase),*);
+        conformance!(@flavour sqlite, Backend::Sqlite, false, []; $($case,)* $($dcase),*);
+        conformance!(@flavour sqlite_reopen, Backend::Sqlite, true, []; $($case,)* $($dcase),*);
+    };
+    (@flavour $flavour:ident, $backend:expr, $reopen:expr, $attrs:tt; $($case:ident),* $(,)?) => {
+        mod $flavour {
+            use super::*;
+            $( conformance!(@case $case, $backend, $reopen, $attrs); )*
+        }
+    };
+    (@case $case:ident, $backend:expr, $reopen:expr, [$(#[$attr:meta])*]) => {
+        #[test]
+        $(#[$attr])*
+        fn $case() {
+            super::$case(Setup { backend: $backend, reopen: $reopen });
+        }
+    };
+}
+
+conformance!(
+    all: [
+        ids_grow_monotonically,
+        ids_are_not_reused_after_done,
+        ids_are_not_reused_after_dead_letter_and_purge,
+        drain_is_non_destructive_and_in_enqueue_order,
+        drain_spans_pages,
+        enqueue_times_follow_the_clock,
+        mark_done_removes_and_ignores_unknown_ids,
+        repeated_ids_in_one_call_act_once,
+        set_attempts_persists,
+        record_attempt_persists,
+        size_counts_pending_and_held,
+        depth_bound_rejects_the_newest,
+        depth_bound_is_remembered,
+        depth_bound_below_current_depth_evicts_nothing,
+        depth_override_applies_to_one_call,
+        dedup_first_write_wins,
+        empty_key_never_dedups,
+        mark_done_releases_the_key,
+        dead_letter_releases_the_key,
+        dedup_survives_reopen,
+        dedup_hit_succeeds_on_a_full_spool,
+        keys_are_stored_verbatim,
+        batch_is_atomic,
+        batch_repeated_key_dedups_to_the_first,
+        held_items_stay_pending,
+        page_after_and_limit,
+        get_finds_only_pending_items,
+        dead_letter_moves_the_item,
+        dead_page_and_count,
+        requeue_restores_under_the_same_id,
+        requeue_key_conflict_changes_nothing,
+        requeue_over_the_bound_changes_nothing,
+        purge_deletes_dead_letters_only,
+        import_keeps_ids_above_high_water,
+        import_dedups_pending_keys,
+        import_with_a_malformed_record_changes_nothing,
+        stats_numbers,
+        uuid_is_stable_and_well_formed,
+        payload_bytes_round_trip,
+        large_payload_round_trips,
+    ],
+    // Cases about paths and files, which the memory backend has not.
+    durable: [
+        open_options_bound_applies_only_when_creating,
+        read_only_open_changes_nothing,
+    ],
+);
+
+// ---------------------------------------------------------------- helpers
+
+fn enq(h: &Harness, payload: &[u8], key: &str) -> Enqueued {
+    h.q().enqueue(payload, key).unwrap_or_else(|e| {
+        panic!(
+            "enqueue {:?} key {key:?}: {e}",
+            String::from_utf8_lossy(payload)
+        )
+    })
+}
+
+/// Enqueue a fresh item and return its id.
+fn add(h: &Harness, payload: &str, key: &str) -> ItemId {
+    let e = enq(h, payload.as_bytes(), key);
+    assert!(
+        !e.deduplicated,
+        "{payload:?} with key {key:?} was a dedup hit"
+    );
+    e.id
+}
+
+fn drain(h: &Harness) -> Vec<Item> {
+    h.q().drain().expect("drain")
+}
+
+fn ids(items: &[Item]) -> Vec<ItemId> {
+    items.iter().map(|i| i.id).collect()
+}
+
+fn payloads(items: &[Item]) -> Vec<Vec<u8>> {
+    items.iter().map(|i| i.payload.clone()).collect()
+}
+
+fn dead(h: &Harness) -> Vec<DeadLetter> {
+    h.q().dead_page(0, 100_000).expect("dead_page")
+}
+
+fn get(h: &Harness, id: ItemId) -> Item {
+    h.q()
+        .get(id)
+        .expect("get")
+        .unwrap_or_else(|| panic!("item {id} is not pending"))
+}
+
+fn batch(h: &Harness, items: &[(&str, &str)], limit: DepthLimit) -> spool::Result<Vec<Enqueued>> {
+    let items: Vec<NewItem> = items.iter().map(|(p, k)| NewItem::new(*p, *k)).collect();
+    h.q()
+        .enqueue_batch(&items, &EnqueueOptions { depth_limit: limit })
+}
+
+fn assert_full<T: std::fmt::Debug>(r: spool::Result<T>, max_depth: u64, depth: u64) {
+    match r {
+        Err(Error::QueueFull {
+            max_depth: m,
+            depth: d,
+        }) => {
+            assert_eq!(
+                (m, d),
+                (max_depth, depth),
+                "QueueFull carries (max_depth, depth)"
+            );
+            let e = Error::QueueFull {
+                max_depth: m,
+                depth: d,
+            };
+            assert_eq!(e.kind(), ErrorKind::Temporary);
+        }
+        other => {
+            panic!("expected QueueFull {{ max_depth: {max_depth}, depth: {depth} }}, got {other:?}")
+        }
+    }
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn fresh(id: ItemId, payload: &str, key: &str, at: Timestamp) -> Item {
+    Item::new(id, payload.as_bytes().to_vec(), key.to_string(), at)
+}
+
+// ---------------------------------------------------------------- ids
+
+/// `high_water`: 0 for a new spool; ids of new items are always greater;
+/// `ItemId`: ids grow monotonically.
+fn ids_grow_monotonically(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().kind(), s.backend.kind());
+    assert_eq!(
+        h.q().high_water().unwrap(),
+        0,
+        "a new spool has issued no id"
+    );
+    let mut last = 0;
+    for i in 0..6 {
+        let key = if i % 2 == 0 {
+            String::new()
+        } else {
+            format!("k{i}")
+        };
+        let id = add(&h, &format!("p{i}"), &key);
+        assert!(id > last, "id {id} after {last}");
+        last = id;
+        assert_eq!(h.q().high_water().unwrap(), id);
+        h.step();
+    }
+    let b = batch(&h, &[("x", ""), ("y", ""), ("z", "")], DepthLimit::Stored).unwrap();
+    assert!(
+        b[0].id > last && b[0].id < b[1].id && b[1].id < b[2].id,
+        "{b:?}"
+    );
+    h.step();
+    assert_eq!(h.q().high_water().unwrap(), b[2].id);
+}
+
+/// Ids are never reused, not even after the item is done, and not after
+/// two restarts (the reference's regression: enqueue 1 and 2, done 2,
+/// restart, restart, and the next enqueue reissued 2).
+fn ids_are_not_reused_after_done(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "kb");
+    assert_eq!(h.q().mark_done(&[b]).unwrap(), vec![true]);
+    h.step();
+    h.reopen();
+    h.reopen();
+    assert_eq!(h.q().high_water().unwrap(), b);
+    let c = add(&h, "c", "kb");
+    assert!(c > b, "id {c} reissued (b was {b})");
+    assert_eq!(h.q().mark_done(&[a, c]).unwrap(), vec![true, true]);
+    h.reopen();
+    h.reopen();
+    assert_eq!(h.q().size().unwrap(), 0);
+    assert_eq!(h.q().high_water().unwrap(), c);
+    let d = add(&h, "d", "");
+    assert!(d > c, "id {d} reissued (c was {c})");
+}
+
+/// Ids are never reused after dead-lettering, nor after purging the dead
+/// letter.
+fn ids_are_not_reused_after_dead_letter_and_purge(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    assert!(h.q().dead_letter(b, "gone").unwrap());
+    h.step();
+    h.reopen();
+    let c = add(&h, "c", "");
+    assert!(c > b);
+    assert!(h.q().dead_letter(c, "gone").unwrap());
+    assert_eq!(h.q().purge(&[b, c]).unwrap(), vec![true, true]);
+    assert_eq!(h.q().mark_done(&[a]).unwrap(), vec![true]);
+    h.reopen();
+    h.reopen();
+    assert_eq!(h.q().high_water().unwrap(), c);
+    let d = add(&h, "d", "");
+    assert!(d > c, "id {d} reissued after purge (c was {c})");
+}
+
+// ---------------------------------------------------------------- drain
+
+/// `drain`: every pending item in enqueue order, without removing any;
+/// safe to call several times. A fresh item has no attempts, no retry
+/// time, no error, is not held, and carries its payload and key.
+fn drain_is_non_destructive_and_in_enqueue_order(s: Setup) {
+    let mut h = s.open(None);
+    assert!(drain(&h).is_empty());
+    let mut want = Vec::new();
+    for (i, key) in ["", "k1", "", "k2", ""].iter().enumerate() {
+        let payload = format!("payload {i}");
+        let id = add(&h, &payload, key);
+        want.push(fresh(id, &payload, key, h.now()));
+        h.clock.advance(secs(7));
+        h.step();
+    }
+    let first = drain(&h);
+    assert_eq!(first, want);
+    h.step();
+    assert_eq!(drain(&h), want, "a second drain sees the same items");
+    assert_eq!(h.q().size().unwrap(), 5, "drain removed nothing");
+}
+
+/// `drain` returns everything even when it spans several pages, and
+/// `page` with a huge limit returns everything.
+fn drain_spans_pages(s: Setup) {
+    let mut h = s.open(None);
+    let n = 2 * PAGE_SIZE + 3;
+    let items: Vec<NewItem> = (0..n)
+        .map(|i| {
+            NewItem::new(
+                format!("{i}"),
+                if i % 3 == 0 {
+                    format!("k{i}")
+                } else {
+                    String::new()
+                },
+            )
+        })
+        .collect();
+    let res = h
+        .q()
+        .enqueue_batch(&items, &EnqueueOptions::default())
+        .unwrap();
+    assert_eq!(res.len(), n);
+    h.step();
+    let all = drain(&h);
+    assert_eq!(all.len(), n);
+    assert_eq!(ids(&all), res.iter().map(|e| e.id).collect::<Vec<_>>());
+    for (i, it) in all.iter().enumerate() {
+        assert_eq!(it.payload, format!("{i}").into_bytes());
+    }
+    assert_eq!(h.q().page(0, usize::MAX).unwrap(), all);
+    assert_eq!(h.q().size().unwrap(), n as u64);
+}
+
+/// `enqueued_at`: when the item was enqueued, at second precision.
+fn enqueue_times_follow_the_clock(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    h.clock.advance(Duration::from_millis(61_750));
+    let b = add(&h, "b", "");
+    h.step();
+    assert_eq!(get(&h, a).enqueued_at, Some(T0));
+    assert_eq!(
+        get(&h, b).enqueued_at,
+        Some(Timestamp::from_secs(T0.as_secs() + 61)),
+        "second precision, rounded down"
+    );
+}
+
+// ---------------------------------------------------------------- mark_done
+
+/// `mark_done`: removes pending items in one commit, per id whether it
+/// was pending; unknown ids are a no-op (reference: "No-op if not
+/// found"). A dead letter is not pending.
+fn mark_done_removes_and_ignores_unknown_ids(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().mark_done(&[1]).unwrap(), vec![false], "empty spool");
+    assert_eq!(h.q().mark_done(&[]).unwrap(), Vec::<bool>::new());
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    let d = add(&h, "d", "");
+    let x = add(&h, "x", "");
+    assert!(h.q().dead_letter(x, "dead").unwrap());
+    h.step();
+    assert_eq!(
+        h.q().mark_done(&[999, d, b, x]).unwrap(),
+        vec![false, true, true, false]
+    );
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, c]);
+    assert_eq!(h.q().mark_done(&[b]).unwrap(), vec![false], "already done");
+    assert_eq!(h.q().size().unwrap(), 2);
+    assert_eq!(h.q().dead_count().unwrap(), 1, "the dead letter stays");
+    assert_eq!(h.q().high_water().unwrap(), x, "mark_done issues no id");
+}
+
+/// An id named twice in one call acts once: one removal, one requeue
+/// (counted once against the bound), one purge. What such a call returns
+/// for the repeat is left open by the contract and not checked here.
+fn repeated_ids_in_one_call_act_once(s: Setup) {
+    let mut h = s.open(Some(3));
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    assert_eq!(h.q().mark_done(&[b, b]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, c]);
+    assert_eq!(h.q().set_held(&[c, c], true).unwrap().first(), Some(&true));
+    h.q().dead_letter(a, "x").unwrap();
+    add(&h, "d", "");
+    h.step();
+    // Depth 2 under a bound of 3: one requeue fits, two would not.
+    assert_eq!(h.q().requeue(&[a, a, a]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(drain(&h).iter().filter(|i| i.id == a).count(), 1);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert!(enq(&h, b"dup", "ka").deduplicated);
+    h.q().dead_letter(a, "x").unwrap();
+    h.q().dead_letter(c, "x").unwrap();
+    assert_eq!(h.q().purge(&[c, c]).unwrap().first(), Some(&true));
+    h.step();
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert!(h.q().dead_get(a).unwrap().is_some());
+}
+
+// ---------------------------------------------------------------- attempts
+
+/// `set_attempts`: sets the durable attempt count; returns whether the
+/// item exists; changes nothing else.
+fn set_attempts_persists(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let before = get(&h, a);
+    assert!(h.q().set_attempts(a, 3).unwrap());
+    h.step();
+    assert_eq!(
+        get(&h, a),
+        Item {
+            attempts: 3,
+            ..before.clone()
+        }
+    );
+    assert_eq!(get(&h, b).attempts, 0, "other items keep theirs");
+    assert!(h.q().set_attempts(a, u32::MAX).unwrap());
+    h.step();
+    assert_eq!(get(&h, a).attempts, u32::MAX);
+    assert!(h.q().set_attempts(a, 0).unwrap());
+    h.step();
+    assert_eq!(drain(&h)[0], before);
+    assert!(!h.q().set_attempts(999, 1).unwrap(), "unknown id");
+    assert_eq!(h.q().high_water().unwrap(), b);
+}
+
+/// `record_attempt`: attempts, next retry time and last error in one
+/// commit; returns whether the item exists.
+fn record_attempt_persists(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    assert_eq!(h.q().set_held(&[b], true).unwrap(), vec![true]);
+    let retry = Timestamp::from_millis(T0.as_millis() + 90_500);
+    let err = "HTTP 503: \"busy\"\nretry \\later\u{2028}\t\u{1} ☃";
+    let upd = AttemptUpdate {
+        attempts: 2,
+        next_retry_at: Some(retry),
+        last_error: Some(err.to_string()),
+    };
+    let before = get(&h, a);
+    assert!(h.q().record_attempt(a, &upd).unwrap());
+    h.step();
+    let want = Item {
+        attempts: 2,
+        next_retry_at: Some(retry),
+        last_error: Some(err.to_string()),
+        ..before.clone()
+    };
+    assert_eq!(get(&h, a), want);
+    // A held item stays held.
+    assert!(h.q().record_attempt(b, &upd).unwrap());
+    h.step();
+    assert!(get(&h, b).held);
+    assert_eq!(get(&h, b).next_retry_at, Some(retry));
+    // An update without retry time or error clears them.
+    let clear = AttemptUpdate {
+        attempts: 3,
+        next_retry_at: None,
+        last_error: None,
+    };
+    assert!(h.q().record_attempt(a, &clear).unwrap());
+    h.step();
+    assert_eq!(
+        get(&h, a),
+        Item {
+            attempts: 3,
+            ..before
+        }
+    );
+    assert!(!h.q().record_attempt(999, &upd).unwrap(), "unknown id");
+    assert_eq!(h.q().size().unwrap(), 2);
+}
+
+// ---------------------------------------------------------------- size
+
+/// `size`: pending items, held ones included.
+fn size_counts_pending_and_held(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().size().unwrap(), 0);
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "k");
+    let c = add(&h, "c", "");
+    enq(&h, b"dup", "k");
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3, "a dedup hit adds nothing");
+    h.q().set_held(&[a], true).unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3, "held items count");
+    h.q().mark_done(&[b]).unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 2);
+    h.q().dead_letter(c, "x").unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1, "dead letters do not count");
+    h.q().requeue(&[c]).unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 2);
+    assert_eq!(h.q().size().unwrap(), drain(&h).len() as u64);
+}
+
+// ---------------------------------------------------------------- depth bound
+
+/// Reject-newest: an enqueue that would pass the bound fails with
+/// `QueueFull { max_depth, depth }` and stores nothing; nothing is
+/// evicted.
+fn depth_bound_rejects_the_newest(s: Setup) {
+    let mut h = s.open(Some(2));
+    assert_eq!(h.q().max_depth().unwrap(), Some(2));
+    let a = add(&h, "a", "");
+    h.step();
+    let b = add(&h, "b", "kb");
+    h.step();
+    assert_full(h.q().enqueue(b"c", ""), 2, 2);
+    assert_full(h.q().enqueue(b"c", "kc"), 2, 2);
+    h.step();
+    assert_eq!(
+        ids(&drain(&h)),
+        vec![a, b],
+        "nothing evicted, nothing stored"
+    );
+    assert_eq!(
+        h.q().high_water().unwrap(),
+        b,
+        "a rejected enqueue issues no id"
+    );
+    // The rejected key was not stored: it is not a dedup candidate.
+    h.q().mark_done(&[a]).unwrap();
+    h.step();
+    let c = enq(&h, b"c2", "kc");
+    assert!(!c.deduplicated && c.id > b);
+    assert_full(h.q().enqueue(b"d", ""), 2, 2);
+    // Held items count against the bound.
+    h.q().set_held(&[b, c.id], true).unwrap();
+    assert_full(h.q().enqueue(b"d", ""), 2, 2);
+}
+
+/// The depth bound is remembered by the spool for every later call.
+fn depth_bound_is_remembered(s: Setup) {
+    let mut h = s.open(Some(1));
+    add(&h, "a", "");
+    h.reopen();
+    assert_eq!(h.q().max_depth().unwrap(), Some(1));
+    assert_full(h.q().enqueue(b"b", ""), 1, 1);
+    h.q().set_max_depth(Some(3)).unwrap();
+    h.reopen();
+    assert_eq!(h.q().max_depth().unwrap(), Some(3));
+    add(&h, "b", "");
+    add(&h, "c", "");
+    assert_full(h.q().enqueue(b"d", ""), 3, 3);
+    h.q().set_max_depth(None).unwrap();
+    h.reopen();
+    assert_eq!(h.q().max_depth().unwrap(), None);
+    for i in 0..5 {
+        add(&h, &format!("more {i}"), "");
+    }
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 8);
+    assert_eq!(h.q().stats(T0).unwrap().max_depth, None);
+}
+
+/// `OpenOptions::max_depth` is "the depth bound a newly created spool
+/// remembers": opening an existing spool with another bound (or none)
+/// leaves the remembered one alone.
+fn open_options_bound_applies_only_when_creating(s: Setup) {
+    let mut h = s.open(Some(2));
+    add(&h, "a", "");
+    add(&h, "b", "");
+    for bound in [Some(10), None] {
+        let mut opts = h.reopen_options();
+        opts.max_depth = bound;
+        let other = Spool::open(&h.path, &opts).expect("open with another bound");
+        assert_eq!(other.max_depth().unwrap(), Some(2), "opened with {bound:?}");
+        assert_full(other.enqueue(b"c", ""), 2, 2);
+    }
+    h.reopen();
+    assert_eq!(h.q().max_depth().unwrap(), Some(2));
+    assert_full(h.q().enqueue(b"c", ""), 2, 2);
+}
+
+/// A bound set below the current depth evicts nothing, and a rejection
+/// reports the actual depth.
+fn depth_bound_below_current_depth_evicts_nothing(s: Setup) {
+    let mut h = s.open(None);
+    let all: Vec<ItemId> = (0..4).map(|i| add(&h, &format!("{i}"), "")).collect();
+    h.q().set_max_depth(Some(2)).unwrap();
+    h.step();
+    assert_eq!(ids(&drain(&h)), all);
+    assert_full(h.q().enqueue(b"x", ""), 2, 4);
+    h.q().set_max_depth(Some(0)).unwrap();
+    h.q().mark_done(&all).unwrap();
+    h.step();
+    assert_full(h.q().enqueue(b"x", ""), 0, 0);
+    assert_eq!(h.q().size().unwrap(), 0);
+}
+
+/// `DepthLimit::Override` applies its bound to one call only.
+fn depth_override_applies_to_one_call(s: Setup) {
+    let mut h = s.open(Some(1));
+    add(&h, "a", "");
+    let r = batch(&h, &[("b", ""), ("c", "")], DepthLimit::Override(Some(3))).unwrap();
+    assert_eq!(r.len(), 2);
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert_full(batch(&h, &[("d", "")], DepthLimit::Override(Some(3))), 3, 3);
+    batch(&h, &[("d", ""), ("e", "")], DepthLimit::Override(None)).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().max_depth().unwrap(),
+        Some(1),
+        "the stored bound is unchanged"
+    );
+    assert_full(h.q().enqueue(b"f", ""), 1, 5);
+    assert_full(batch(&h, &[("f", "")], DepthLimit::Stored), 1, 5);
+    // An override can be stricter than the stored bound.
+    h.q().set_max_depth(Some(100)).unwrap();
+    assert_full(batch(&h, &[("g", "")], DepthLimit::Override(Some(5))), 5, 5);
+    assert_eq!(h.q().size().unwrap(), 5);
+}
+
+// ---------------------------------------------------------------- dedup
+
+/// A dedup hit stores nothing, keeps the first payload and returns the
+/// existing id with `deduplicated: true`.
+fn dedup_first_write_wins(s: Setup) {
+    let mut h = s.open(None);
+    let first = enq(&h, b"first", "op-1");
+    assert!(!first.deduplicated);
+    h.step();
+    let again = enq(&h, b"corrected", "op-1");
+    assert_eq!(
+        again,
+        Enqueued {
+            id: first.id,
+            deduplicated: true
+        }
+    );
+    h.step();
+    let all = drain(&h);
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].payload, b"first");
+    assert_eq!(
+        h.q().high_water().unwrap(),
+        first.id,
+        "a dedup hit issues no id"
+    );
+    // The hit does not touch the stored item.
+    h.q().set_attempts(first.id, 4).unwrap();
+    enq(&h, b"third", "op-1");
+    h.step();
+    assert_eq!(get(&h, first.id).attempts, 4);
+    // Another key is another item.
+    let other = enq(&h, b"first", "op-2");
+    assert!(!other.deduplicated && other.id > first.id);
+}
+
+/// An empty key is never a dedup token.
+fn empty_key_never_dedups(s: Setup) {
+    let mut h = s.open(Some(10));
+    let a = enq(&h, b"same", "");
+    h.step();
+    let b = enq(&h, b"same", "");
+    assert!(!a.deduplicated && !b.deduplicated);
+    assert_ne!(a.id, b.id);
+    let r = batch(&h, &[("same", ""), ("same", "")], DepthLimit::Stored).unwrap();
+    assert!(r.iter().all(|e| !e.deduplicated));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 4);
+}
+
+/// `mark_done` releases the key.
+fn mark_done_releases_the_key(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq(&h, b"one", "k");
+    h.q().mark_done(&[a.id]).unwrap();
+    h.step();
+    let b = enq(&h, b"two", "k");
+    assert!(!b.deduplicated, "the key was released");
+    assert!(b.id > a.id);
+    h.step();
+    assert_eq!(payloads(&drain(&h)), vec![b"two".to_vec()]);
+    assert!(
+        enq(&h, b"three", "k").deduplicated,
+        "the new item holds the key"
+    );
+}
+
+/// Dead-lettering releases the key.
+fn dead_letter_releases_the_key(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq(&h, b"one", "k");
+    assert!(h.q().dead_letter(a.id, "bad").unwrap());
+    h.step();
+    let b = enq(&h, b"two", "k");
+    assert!(!b.deduplicated, "a dead letter is no dedup candidate");
+    assert!(b.id > a.id);
+    h.step();
+    assert_eq!(h.q().dead_get(a.id).unwrap().unwrap().item.key, "k");
+    assert!(enq(&h, b"three", "k").deduplicated);
+}
+
+/// A durable queue still recognises the key after a reopen.
+fn dedup_survives_reopen(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq(&h, b"one", "k");
+    h.reopen();
+    assert_eq!(
+        enq(&h, b"two", "k"),
+        Enqueued {
+            id: a.id,
+            deduplicated: true
+        }
+    );
+    h.reopen();
+    assert_eq!(payloads(&drain(&h)), vec![b"one".to_vec()]);
+}
+
+/// A dedup hit succeeds even on a full spool, since it stores nothing.
+fn dedup_hit_succeeds_on_a_full_spool(s: Setup) {
+    let mut h = s.open(Some(1));
+    let a = enq(&h, b"one", "k");
+    h.step();
+    assert_eq!(
+        enq(&h, b"two", "k"),
+        Enqueued {
+            id: a.id,
+            deduplicated: true
+        }
+    );
+    let r = batch(&h, &[("x", "k"), ("y", "k")], DepthLimit::Stored).unwrap();
+    assert!(r.iter().all(|e| e.deduplicated && e.id == a.id), "{r:?}");
+    assert_full(h.q().enqueue(b"three", ""), 1, 1);
+    assert_full(
+        batch(&h, &[("x", "k"), ("y", "")], DepthLimit::Stored),
+        1,
+        1,
+    );
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1);
+}
+
+/// The queue stores the key verbatim and never interprets it: keys that
+/// differ in any byte are different keys.
+fn keys_are_stored_verbatim(s: Setup) {
+    let mut h = s.open(None);
+    let long = "k".repeat(10_000);
+    let keys = [
+        "k",
+        "K",
+        "k ",
+        " k",
+        "\"quoted\"",
+        "back\\slash",
+        "line\nbreak",
+        "tab\tcr\r",
+        "ctl\u{1}\u{1f}\u{7f}",
+        "nul\0byte",
+        "sep\u{2028}\u{2029}",
+        "ünïcødé ☃ 🦀",
+        "{\"op\":\"done\",\"id\":1}",
+        long.as_str(),
+    ];
+    let mut want = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let e = enq(&h, format!("p{i}").as_bytes(), k);
+        assert!(!e.deduplicated, "key {k:?} collided with another");
+        want.push((e.id, k.to_string()));
+    }
+    h.step();
+    h.reopen();
+    let got: Vec<(ItemId, String)> = drain(&h).into_iter().map(|i| (i.id, i.key)).collect();
+    assert_eq!(got, want);
+    for (id, k) in &want {
+        assert_eq!(
+            enq(&h, b"again", k),
+            Enqueued {
+                id: *id,
+                deduplicated: true
+            },
+            "key {k:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- batch
+
+/// A batch is one atomic commit: one that does not fit under the bound
+/// stores nothing; an empty batch does nothing.
+fn batch_is_atomic(s: Setup) {
+    let mut h = s.open(Some(3));
+    assert_eq!(batch(&h, &[], DepthLimit::Stored).unwrap(), vec![]);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    h.step();
+    assert_full(
+        batch(&h, &[("c", "kc"), ("d", "")], DepthLimit::Stored),
+        3,
+        2,
+    );
+    h.step();
+    assert_eq!(
+        ids(&drain(&h)),
+        vec![a, b],
+        "the failed batch stored nothing"
+    );
+    assert_eq!(h.q().high_water().unwrap(), b);
+    assert!(
+        !enq(&h, b"c", "kc").deduplicated,
+        "its keys were not stored"
+    );
+    h.q().mark_done(&[a]).unwrap();
+    // One free slot: one new item and one dedup hit fit.
+    let r = batch(&h, &[("e", "kc"), ("f", "")], DepthLimit::Stored).unwrap();
+    assert!(r[0].deduplicated && !r[1].deduplicated, "{r:?}");
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(
+        payloads(&drain(&h)),
+        vec![b"b".to_vec(), b"c".to_vec(), b"f".to_vec()]
+    );
+}
+
+/// A key repeated within a batch dedups against the batch's first item
+/// with that key; results come in input order.
+fn batch_repeated_key_dedups_to_the_first(s: Setup) {
+    let mut h = s.open(None);
+    let pre = add(&h, "pre", "kp");
+    let r = batch(
+        &h,
+        &[
+            ("a", "k"),
+            ("b", ""),
+            ("c", "k"),
+            ("d", "k2"),
+            ("e", "kp"),
+            ("f", "k2"),
+            ("g", ""),
+        ],
+        DepthLimit::Stored,
+    )
+    .unwrap();
+    assert_eq!(r.len(), 7);
+    let (ia, ib, id, ig) = (r[0].id, r[1].id, r[3].id, r[6].id);
+    assert!(pre < ia && ia < ib && ib < id && id < ig, "{r:?}");
+    let want = vec![
+        Enqueued {
+            id: ia,
+            deduplicated: false,
+        },
+        Enqueued {
+            id: ib,
+            deduplicated: false,
+        },
+        Enqueued {
+            id: ia,
+            deduplicated: true,
+        },
+        Enqueued {
+            id,
+            deduplicated: false,
+        },
+        Enqueued {
+            id: pre,
+            deduplicated: true,
+        },
+        Enqueued {
+            id,
+            deduplicated: true,
+        },
+        Enqueued {
+            id: ig,
+            deduplicated: false,
+        },
+    ];
+    assert_eq!(r, want);
+    h.step();
+    let all = drain(&h);
+    assert_eq!(ids(&all), vec![pre, ia, ib, id, ig]);
+    assert_eq!(
+        payloads(&all),
+        ["pre", "a", "b", "d", "g"].map(|p| p.as_bytes().to_vec())
+    );
+}
+
+// ---------------------------------------------------------------- hold
+
+/// A held item is kept, listed and counted (`held: true`) in size, drain
+/// and page, and keeps its key for dedup; `set_held` returns per id
+/// whether it was pending.
+fn held_items_stay_pending(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let x = add(&h, "x", "");
+    h.q().dead_letter(x, "dead").unwrap();
+    assert_eq!(
+        h.q().set_held(&[a, 999, x], true).unwrap(),
+        vec![true, false, false]
+    );
+    h.step();
+    assert!(get(&h, a).held);
+    assert!(!get(&h, b).held);
+    assert_eq!(h.q().size().unwrap(), 2);
+    let all = drain(&h);
+    assert_eq!(ids(&all), vec![a, b]);
+    assert!(all[0].held && !all[1].held);
+    assert_eq!(h.q().page(0, 1).unwrap()[0], all[0]);
+    assert_eq!(
+        enq(&h, b"dup", "ka"),
+        Enqueued {
+            id: a,
+            deduplicated: true
+        },
+        "a held item keeps its key"
+    );
+    assert_eq!(h.q().stats(T0).unwrap().held, 1);
+    assert!(!h.q().dead_get(x).unwrap().unwrap().item.held);
+    // Holding twice is fine; releasing restores the item as it was.
+    assert_eq!(h.q().set_held(&[a], true).unwrap(), vec![true]);
+    h.step();
+    assert_eq!(h.q().set_held(&[a, b], false).unwrap(), vec![true, true]);
+    h.step();
+    assert_eq!(get(&h, a), fresh(a, "a", "ka", T0));
+    assert_eq!(h.q().stats(T0).unwrap().held, 0);
+}
+
+// ---------------------------------------------------------------- page, get
+
+/// `page(after, limit)`: up to `limit` pending items with `id > after`,
+/// in id order.
+fn page_after_and_limit(s: Setup) {
+    let mut h = s.open(None);
+    let i: Vec<ItemId> = (0..6).map(|n| add(&h, &format!("{n}"), "")).collect();
+    h.q().mark_done(&[i[2]]).unwrap();
+    h.q().dead_letter(i[4], "dead").unwrap();
+    h.step();
+    let page = |after, limit| ids(&h.q().page(after, limit).unwrap());
+    assert_eq!(page(0, 2), vec![i[0], i[1]]);
+    assert_eq!(page(i[1], 2), vec![i[3], i[5]], "skips done and dead items");
+    assert_eq!(page(i[2], 1), vec![i[3]], "`after` need not be pending");
+    assert_eq!(page(i[3], 10), vec![i[5]]);
+    assert_eq!(page(i[5], 10), Vec::<ItemId>::new());
+    assert_eq!(page(0, 0), Vec::<ItemId>::new());
+    assert_eq!(page(ItemId::MAX, 10), Vec::<ItemId>::new());
+    assert_eq!(page(0, usize::MAX), vec![i[0], i[1], i[3], i[5]]);
+    assert_eq!(h.q().page(0, 10).unwrap(), drain(&h));
+}
+
+/// `get`: one pending item; `None` for unknown, done and dead ids.
+fn get_finds_only_pending_items(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    h.q().mark_done(&[b]).unwrap();
+    h.q().dead_letter(c, "dead").unwrap();
+    h.step();
+    assert_eq!(h.q().get(a).unwrap(), Some(fresh(a, "a", "ka", T0)));
+    assert_eq!(h.q().get(b).unwrap(), None, "done");
+    assert_eq!(h.q().get(c).unwrap(), None, "dead");
+    assert_eq!(h.q().get(999).unwrap(), None, "unknown");
+    assert_eq!(h.q().get(0).unwrap(), None);
+}
+
+// ---------------------------------------------------------------- dead letters
+
+/// `dead_letter`: moves a pending item to the dead-letter set with
+/// `last_error` and the current time as its time of death, keeping the
+/// item as it was (attempts included); returns whether it was pending.
+fn dead_letter_moves_the_item(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "payload", "ka");
+    let retry = Timestamp::from_millis(T0.as_millis() + 30_250);
+    h.q()
+        .record_attempt(
+            a,
+            &AttemptUpdate {
+                attempts: 4,
+                next_retry_at: Some(retry),
+                last_error: Some("503".into()),
+            },
+        )
+        .unwrap();
+    h.clock.advance(Duration::from_millis(45_500));
+    h.step();
+    assert!(h.q().dead_letter(a, "gave up: \"503\"\n").unwrap());
+    let died = h.now();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    assert_eq!(h.q().get(a).unwrap(), None);
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    let want = DeadLetter {
+        item: Item {
+            attempts: 4,
+            next_retry_at: Some(retry),
+            last_error: Some("gave up: \"503\"\n".into()),
+            ..fresh(a, "payload", "ka", T0)
+        },
+        dead_at: died,
+    };
+    assert_eq!(h.q().dead_get(a).unwrap(), Some(want.clone()));
+    assert_eq!(dead(&h), vec![want]);
+    assert!(!h.q().dead_letter(a, "again").unwrap(), "no longer pending");
+    assert!(!h.q().dead_letter(999, "x").unwrap(), "unknown");
+    assert_eq!(h.q().dead_get(999).unwrap(), None);
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert_eq!(h.q().high_water().unwrap(), a);
+}
+
+/// `dead_page(after, limit)` in id order (not order of death);
+/// `dead_count`.
+fn dead_page_and_count(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert!(dead(&h).is_empty());
+    let i: Vec<ItemId> = (0..5).map(|n| add(&h, &format!("{n}"), "")).collect();
+    for &id in i.iter().rev() {
+        if id != i[2] {
+            assert!(h.q().dead_letter(id, &format!("e{id}")).unwrap());
+            h.clock.advance(secs(1));
+            h.step();
+        }
+    }
+    assert_eq!(h.q().dead_count().unwrap(), 4);
+    let page = |after, limit| -> Vec<ItemId> {
+        h.q()
+            .dead_page(after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.item.id)
+            .collect()
+    };
+    assert_eq!(page(0, 100), vec![i[0], i[1], i[3], i[4]]);
+    assert_eq!(page(0, 2), vec![i[0], i[1]]);
+    assert_eq!(page(i[1], 1), vec![i[3]]);
+    assert_eq!(page(i[2], 5), vec![i[3], i[4]]);
+    assert_eq!(page(i[4], 5), Vec::<ItemId>::new());
+    assert_eq!(page(0, 0), Vec::<ItemId>::new());
+    assert_eq!(page(0, usize::MAX).len(), 4);
+    let all = dead(&h);
+    assert_eq!(
+        all[0].item.last_error.as_deref(),
+        Some(format!("e{}", i[0]).as_str())
+    );
+    assert!(
+        all[0].dead_at > all[3].dead_at,
+        "dead_at is each item's own time"
+    );
+    assert_eq!(ids(&drain(&h)), vec![i[2]]);
+}
+
+/// `requeue`: dead letters back to pending under their own ids, attempts
+/// reset, next retry and hold cleared, keys kept; per id whether it was a
+/// dead letter.
+fn requeue_restores_under_the_same_id(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    h.q()
+        .record_attempt(
+            a,
+            &AttemptUpdate {
+                attempts: 5,
+                next_retry_at: Some(T0.saturating_add(secs(600))),
+                last_error: Some("boom".into()),
+            },
+        )
+        .unwrap();
+    h.q().set_held(&[a], true).unwrap();
+    h.clock.advance(secs(10));
+    h.q().dead_letter(a, "exhausted").unwrap();
+    h.q().dead_letter(b, "rejected").unwrap();
+    h.step();
+    assert_eq!(
+        h.q().requeue(&[a, 999, c]).unwrap(),
+        vec![true, false, false],
+        "only dead letters are requeued"
+    );
+    h.step();
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert_eq!(h.q().dead_get(a).unwrap(), None);
+    let item = get(&h, a);
+    assert_eq!(item.id, a);
+    assert_eq!(item.payload, b"a");
+    assert_eq!(item.key, "ka");
+    assert_eq!(item.attempts, 0);
+    assert_eq!(item.next_retry_at, None);
+    assert!(!item.held);
+    assert_eq!(item.enqueued_at, Some(T0));
+    assert_eq!(ids(&drain(&h)), vec![a, c], "enqueue (id) order");
+    assert_eq!(
+        enq(&h, b"dup", "ka"),
+        Enqueued {
+            id: a,
+            deduplicated: true
+        },
+        "the requeued item carries its key again"
+    );
+    assert_eq!(h.q().requeue(&[a]).unwrap(), vec![false], "already pending");
+    assert_eq!(h.q().requeue(&[]).unwrap(), Vec::<bool>::new());
+    assert_eq!(h.q().requeue(&[b]).unwrap(), vec![true]);
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, b, c]);
+    assert_eq!(h.q().high_water().unwrap(), c);
+}
+
+/// `requeue` fails, changing nothing, when a pending item already
+/// carries a requeued item's key (two requeued items with one key would
+/// do the same).
+fn requeue_key_conflict_changes_nothing(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "k");
+    let ok = add(&h, "ok", "");
+    h.q().dead_letter(a, "x").unwrap();
+    h.q().dead_letter(ok, "x").unwrap();
+    let b = add(&h, "b", "k");
+    h.step();
+    let dead_before = dead(&h);
+    assert!(
+        h.q().requeue(&[ok, a]).is_err(),
+        "pending {b} carries key k"
+    );
+    h.step();
+    assert_eq!(dead(&h), dead_before, "nothing requeued, not even {ok}");
+    assert_eq!(ids(&drain(&h)), vec![b]);
+    // Two dead letters with one key cannot both be pending.
+    h.q().mark_done(&[b]).unwrap();
+    let c = add(&h, "c", "k");
+    h.q().dead_letter(c, "x").unwrap();
+    h.step();
+    let dead_before = dead(&h);
+    assert!(h.q().requeue(&[a, c]).is_err());
+    h.step();
+    assert_eq!(dead(&h), dead_before);
+    assert_eq!(h.q().size().unwrap(), 0);
+    // Without the conflict it works.
+    assert_eq!(h.q().requeue(&[a, ok]).unwrap(), vec![true, true]);
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, ok]);
+}
+
+/// `requeue` fails, changing nothing, when the result would exceed the
+/// stored depth bound.
+fn requeue_over_the_bound_changes_nothing(s: Setup) {
+    let mut h = s.open(Some(2));
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    h.q().dead_letter(a, "x").unwrap();
+    h.q().dead_letter(b, "x").unwrap();
+    let c = add(&h, "c", "");
+    h.step();
+    assert_full(h.q().requeue(&[a, b]), 2, 1);
+    h.step();
+    assert_eq!(h.q().dead_count().unwrap(), 2);
+    assert_eq!(ids(&drain(&h)), vec![c]);
+    assert_eq!(h.q().requeue(&[b]).unwrap(), vec![true]);
+    h.step();
+    assert_full(h.q().requeue(&[a]), 2, 2);
+    assert_eq!(ids(&drain(&h)), vec![b, c]);
+}
+
+/// `purge`: deletes dead letters for good; per id whether it was one.
+fn purge_deletes_dead_letters_only(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "kb");
+    let c = add(&h, "c", "");
+    h.q().dead_letter(a, "x").unwrap();
+    h.q().dead_letter(b, "x").unwrap();
+    h.step();
+    assert_eq!(
+        h.q().purge(&[a, 999, c]).unwrap(),
+        vec![true, false, false],
+        "a pending item is not purged"
+    );
+    h.step();
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert_eq!(h.q().dead_get(a).unwrap(), None);
+    assert!(h.q().dead_get(b).unwrap().is_some());
+    assert_eq!(ids(&drain(&h)), vec![c]);
+    assert_eq!(h.q().purge(&[a]).unwrap(), vec![false], "already purged");
+    assert_eq!(h.q().requeue(&[a]).unwrap(), vec![false]);
+    assert_eq!(h.q().purge(&[]).unwrap(), Vec::<bool>::new());
+}
+
+// ---------------------------------------------------------------- import
+
+fn record(id: ItemId, payload: &str, key: &str, state: RecordState) -> Record {
+    let at = Timestamp::from_secs(1_600_000_000 + id as i64);
+    let mut item = fresh(id, payload, key, at);
+    item.attempts = id as u32 % 4;
+    item.held = state == RecordState::Held;
+    if id.is_multiple_of(2) {
+        item.next_retry_at = Some(Timestamp::from_millis(at.as_millis() + 1_234));
+        item.last_error = Some(format!("err {id}"));
+    }
+    Record {
+        item,
+        state,
+        dead_at: (state == RecordState::Dead)
+            .then(|| Timestamp::from_millis(at.as_millis() + 5_678)),
+    }
+}
+
+/// `import`: a record keeps its id when it is above the high-water mark
+/// and above every id kept earlier in the batch, else gets a new one;
+/// keys, attempts, times and state are kept; the depth bound is not
+/// enforced.
+fn import_keeps_ids_above_high_water(s: Setup) {
+    let mut h = s.open(Some(3));
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "");
+    assert_eq!(c, 3);
+    h.q().mark_done(&[b]).unwrap();
+    h.step();
+    let recs = vec![
+        record(10, "ten", "k10", RecordState::Pending),
+        record(11, "eleven", "", RecordState::Held),
+        record(12, "twelve", "k12", RecordState::Dead),
+        record(2, "two", "", RecordState::Pending),
+        record(11, "eleven again", "", RecordState::Pending),
+        record(20, "twenty", "", RecordState::Dead),
+        record(15, "fifteen", "k15", RecordState::Held),
+    ];
+    let r = h.q().import(&recs).unwrap();
+    let imp = |id, kept_id| Imported {
+        id,
+        kept_id,
+        deduplicated: false,
+    };
+    assert_eq!(
+        r,
+        vec![
+            imp(10, true),
+            imp(11, true),
+            imp(12, true),
+            imp(13, false),
+            imp(14, false),
+            imp(20, true),
+            imp(21, false),
+        ]
+    );
+    h.step();
+    assert_eq!(h.q().high_water().unwrap(), 21);
+    let renumbered = |rec: &Record, id| Item {
+        id,
+        ..rec.item.clone()
+    };
+    let want_pending = vec![
+        get(&h, a),
+        get(&h, c),
+        recs[0].item.clone(),
+        recs[1].item.clone(),
+        renumbered(&recs[3], 13),
+        renumbered(&recs[4], 14),
+        renumbered(&recs[6], 21),
+    ];
+    assert_eq!(drain(&h), want_pending);
+    assert!(get(&h, 11).held && get(&h, 21).held && !get(&h, 10).held);
+    let want_dead = vec![
+        DeadLetter {
+            item: recs[2].item.clone(),
+            dead_at: recs[2].dead_at.unwrap(),
+        },
+        DeadLetter {
+            item: recs[5].item.clone(),
+            dead_at: recs[5].dead_at.unwrap(),
+        },
+    ];
+    assert_eq!(dead(&h), want_dead);
+    assert_eq!(h.q().size().unwrap(), 7, "the bound of 3 is not enforced");
+    assert_eq!(h.q().stats(T0).unwrap().held, 2);
+    // New ids continue above everything imported.
+    h.q().mark_done(&[10, 11, 13, 14, 21]).unwrap();
+    assert!(add(&h, "next", "") > 21);
+    // A dead import's key is no dedup candidate.
+    h.q().set_max_depth(None).unwrap();
+    let x = enq(&h, b"x", "k12");
+    assert!(!x.deduplicated && x.id > 21);
+}
+
+/// `import`: a pending or held record whose key a pending item already
+/// carries (or an earlier record of the batch) is a dedup hit and stores
+/// nothing; dead records never dedup.
+fn import_dedups_pending_keys(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let held = add(&h, "h", "kh");
+    h.q().set_held(&[held], true).unwrap();
+    let x = add(&h, "x", "kx");
+    h.q().dead_letter(x, "dead").unwrap();
+    h.step();
+    let recs = vec![
+        record(100, "other a", "ka", RecordState::Pending),
+        record(101, "other h", "kh", RecordState::Held),
+        record(102, "dead a", "ka", RecordState::Dead),
+        record(103, "new x", "kx", RecordState::Pending),
+        record(104, "first n", "kn", RecordState::Held),
+        record(105, "second n", "kn", RecordState::Pending),
+        record(106, "no key", "", RecordState::Pending),
+        record(107, "no key", "", RecordState::Pending),
+    ];
+    let r = h.q().import(&recs).unwrap();
+    let hit = |id| Imported {
+        id,
+        kept_id: false,
+        deduplicated: true,
+    };
+    let kept = |id| Imported {
+        id,
+        kept_id: true,
+        deduplicated: false,
+    };
+    assert_eq!(
+        r,
+        vec![
+            hit(a),
+            hit(held),
+            kept(102),
+            kept(103),
+            kept(104),
+            hit(104),
+            kept(106),
+            kept(107),
+        ]
+    );
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, held, 103, 104, 106, 107]);
+    assert_eq!(get(&h, a).payload, b"a", "first write wins");
+    assert_eq!(h.q().dead_count().unwrap(), 2);
+    assert_eq!(h.q().high_water().unwrap(), 107);
+    assert_eq!(enq(&h, b"y", "kn").id, 104, "a held import carries its key");
+    assert_eq!(enq(&h, b"y", "kx").id, 103);
+}
+
+/// `import` is all-or-nothing: a dead record without a time of death is
+/// malformed and nothing of the batch is stored.
+fn import_with_a_malformed_record_changes_nothing(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    let mut bad = record(51, "dead", "", RecordState::Dead);
+    bad.dead_at = None;
+    let recs = vec![record(50, "fine", "k50", RecordState::Pending), bad];
+    assert!(h.q().import(&recs).is_err());
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a]);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert_eq!(h.q().high_water().unwrap(), a);
+    assert!(!enq(&h, b"b", "k50").deduplicated);
+}
+
+// ---------------------------------------------------------------- stats
+
+/// `stats(now)`: depth, held, dead letters, waiting (next retry after
+/// `now`), oldest item, attempt histogram, bound, high-water mark.
+fn stats_numbers(s: Setup) {
+    let mut h = s.open(Some(10));
+    assert_eq!(
+        h.q().stats(T0).unwrap(),
+        QueueStats {
+            max_depth: Some(10),
+            ..QueueStats::default()
+        },
+        "an empty spool"
+    );
+    let a = add(&h, "a", "");
+    h.clock.advance(secs(5));
+    let now = h.now();
+    let b = add(&h, "b", "");
+    let upd = |attempts, at: Timestamp| AttemptUpdate {
+        attempts,
+        next_retry_at: Some(at),
+        last_error: Some("x".into()),
+    };
+    h.q()
+        .record_attempt(b, &upd(2, now.saturating_add(secs(60))))
+        .unwrap();
+    let c = add(&h, "c", "");
+    h.q().set_attempts(c, 2).unwrap();
+    h.q().set_held(&[c], true).unwrap();
+    let d = add(&h, "d", "");
+    h.q().record_attempt(d, &upd(1, now)).unwrap();
+    let e = add(&h, "e", "");
+    h.q().dead_letter(e, "dead").unwrap();
+    let f = add(&h, "f", "");
+    h.q().mark_done(&[f]).unwrap();
+    h.step();
+    let want = QueueStats {
+        depth: 4,
+        held: 1,
+        dead_letters: 1,
+        waiting: 1,
+        oldest_enqueued_at: Some(T0),
+        oldest_id: Some(a),
+        attempts_histogram: BTreeMap::from([(0, 1), (1, 1), (2, 2)]),
+        max_depth: Some(10),
+        high_water: f,
+    };
+    assert_eq!(h.q().stats(now).unwrap(), want);
+    assert_eq!(
+        h.q().stats(now.saturating_add(secs(61))).unwrap().waiting,
+        0,
+        "waiting depends on `now`, not on the clock"
+    );
+    assert_eq!(h.q().stats(T0).unwrap().waiting, 2);
+    h.q().mark_done(&[a]).unwrap();
+    h.step();
+    let s2 = h.q().stats(now).unwrap();
+    assert_eq!(s2.oldest_id, Some(b));
+    assert_eq!(s2.oldest_enqueued_at, Some(now));
+    assert_eq!(s2.depth, 3);
+    assert_eq!(s2.attempts_histogram, BTreeMap::from([(1, 1), (2, 2)]));
+}
+
+// ---------------------------------------------------------------- uuid
+
+/// `uuid`: RFC 4122, lowercase hyphenated, created with the spool and
+/// kept by it.
+fn uuid_is_stable_and_well_formed(s: Setup) {
+    let mut h = s.open(None);
+    let u = h.q().uuid().unwrap();
+    assert_eq!(u.len(), 36, "{u:?}");
+    for (i, ch) in u.chars().enumerate() {
+        if [8, 13, 18, 23].contains(&i) {
+            assert_eq!(ch, '-', "{u:?}");
+        } else {
+            assert!(matches!(ch, '0'..='9' | 'a'..='f'), "{u:?}");
+        }
+    }
+    assert!(
+        matches!(u.as_bytes()[14], b'1'..=b'8'),
+        "version digit of {u:?}"
+    );
+    assert!(
+        matches!(u.as_bytes()[19], b'8' | b'9' | b'a' | b'b'),
+        "variant of {u:?}"
+    );
+    add(&h, "a", "");
+    h.step();
+    h.reopen();
+    assert_eq!(h.q().uuid().unwrap(), u, "kept across reopen");
+    let other = s.open(None);
+    assert_ne!(other.q().uuid().unwrap(), u, "every spool has its own");
+}
+
+// ---------------------------------------------------------------- payloads
+
+fn odd_payloads() -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = vec![
+        b"".to_vec(),
+        b"\0".to_vec(),
+        (0..=255u8).collect(),
+        (0..=255u8).rev().collect(),
+        vec![0xff, 0xfe, 0xfd],
+        vec![b'a', 0xc3],
+        vec![0xed, 0xa0, 0x80],
+        b"\"quoted\" and \\\"escaped\\\"".to_vec(),
+        b"back\\slash\\".to_vec(),
+        b"\\u0000 \\n not escapes".to_vec(),
+        (1..0x20u8).chain([0x7f]).collect(),
+        b"line\nbreak\r\nand\rcr".to_vec(),
+        "sep\u{2028}\u{2029}".as_bytes().to_vec(),
+        "ünïcødé ☃ 🦀".as_bytes().to_vec(),
+        b"{\"op\":\"done\",\"id\":1}".to_vec(),
+        b"x\n{\"op\":\"done\",\"id\":1}\n".to_vec(),
+        b" leading and trailing spaces ".to_vec(),
+        b"\n".to_vec(),
+        b"payload_base64".to_vec(),
+        b"base64:AAAA".to_vec(),
+    ];
+    v.push("\u{feff}bom".as_bytes().to_vec());
+    v
+}
+
+/// Payloads are arbitrary bytes and round-trip exactly, as single
+/// enqueues, in a batch, through the dead-letter set and back.
+fn payload_bytes_round_trip(s: Setup) {
+    let mut h = s.open(None);
+    let all = odd_payloads();
+    let mut single = Vec::new();
+    for (i, p) in all.iter().enumerate() {
+        let e = enq(&h, p, &format!("k{i}"));
+        assert!(!e.deduplicated);
+        single.push(e.id);
+    }
+    h.step();
+    let items: Vec<NewItem> = all.iter().map(|p| NewItem::new(p.clone(), "")).collect();
+    let res = h
+        .q()
+        .enqueue_batch(&items, &EnqueueOptions::default())
+        .unwrap();
+    h.step();
+    h.reopen();
+    let drained = drain(&h);
+    assert_eq!(drained.len(), 2 * all.len());
+    for (i, it) in drained.iter().enumerate() {
+        let want = &all[i % all.len()];
+        assert_eq!(&it.payload, want, "payload {i} changed");
+    }
+    for (i, id) in single.iter().chain(res.iter().map(|e| &e.id)).enumerate() {
+        assert_eq!(&get(&h, *id).payload, &all[i % all.len()]);
+    }
+    // Through the dead-letter set and back.
+    for id in &single {
+        assert!(h.q().dead_letter(*id, "x").unwrap());
+    }
+    h.step();
+    for (id, want) in single.iter().zip(&all) {
+        assert_eq!(&h.q().dead_get(*id).unwrap().unwrap().item.payload, want);
+    }
+    let n = single.len();
+    assert_eq!(h.q().requeue(&single).unwrap(), vec![true; n]);
+    h.step();
+    for (id, want) in single.iter().zip(&all) {
+        assert_eq!(&get(&h, *id).payload, want);
+    }
+}
+
+/// A 1 MiB payload of every byte value round-trips.
+fn large_payload_round_trips(s: Setup) {
+    let mut h = s.open(None);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let big: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let a = enq(&h, &big, "big").id;
+    let b = add(&h, "after", "");
+    h.step();
+    h.reopen();
+    assert_eq!(get(&h, a).payload, big);
+    assert_eq!(get(&h, b).payload, b"after");
+    let mut text = "é".repeat(1 << 19).into_bytes();
+    text.push(b'\n');
+    let c = enq(&h, &text, "").id;
+    h.reopen();
+    assert_eq!(get(&h, c).payload, text);
+}
+
+// ---------------------------------------------------------------- read-only
+
+/// Every file in the spool's directory and its bytes, except SQLite's
+/// shared-memory index (`-shm`), which readers may write by design.
+fn snapshot(h: &Harness) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(h.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.to_string_lossy().ends_with("-shm"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `OpenMode::ReadOnly`: the spool must exist, and nothing on disk
+/// changes: every read answers as through a writable handle, and every
+/// mutation fails and changes nothing.
+fn read_only_open_changes_nothing(s: Setup) {
+    let mut h = s.open(Some(5));
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "kc");
+    h.q().set_held(&[b], true).unwrap();
+    h.q()
+        .record_attempt(
+            a,
+            &AttemptUpdate {
+                attempts: 1,
+                next_retry_at: Some(T0.saturating_add(secs(30))),
+                last_error: Some("e".into()),
+            },
+        )
+        .unwrap();
+    h.q().dead_letter(c, "dead").unwrap();
+    h.step();
+
+    let mut opts = h.reopen_options();
+    opts.mode = spool::OpenMode::ReadOnly;
+    let missing = h
+        .dir
+        .path()
+        .join(format!("missing-{}", s.backend.file_name()));
+    match Spool::open(&missing, &opts) {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "{e}"),
+        Ok(_) => panic!("a read-only open created {}", missing.display()),
+    }
+    assert!(!missing.exists(), "a read-only open created the spool");
+
+    let before = snapshot(&h);
+    let ro = Spool::open(&h.path, &opts).expect("open read-only");
+    let (w, r) = (h.q(), ro.queue());
+    assert_eq!(r.drain().unwrap(), w.drain().unwrap());
+    assert_eq!(r.page(a, 1).unwrap(), w.page(a, 1).unwrap());
+    assert_eq!(r.get(a).unwrap(), w.get(a).unwrap());
+    assert_eq!(r.size().unwrap(), 2);
+    assert_eq!(r.max_depth().unwrap(), Some(5));
+    assert_eq!(r.uuid().unwrap(), w.uuid().unwrap());
+    assert_eq!(r.high_water().unwrap(), c);
+    assert_eq!(r.dead_page(0, 10).unwrap(), w.dead_page(0, 10).unwrap());
+    assert_eq!(r.dead_get(c).unwrap(), w.dead_get(c).unwrap());
+    assert_eq!(r.dead_count().unwrap(), 1);
+    assert_eq!(r.stats(T0).unwrap(), w.stats(T0).unwrap());
+
+    let upd = AttemptUpdate::default();
+    let one = [NewItem::new("x", "")];
+    let rec = record(100, "r", "", RecordState::Pending);
+    let attempts: Vec<(&str, bool)> = vec![
+        ("enqueue", r.enqueue(b"x", "").is_err()),
+        (
+            "enqueue_batch",
+            r.enqueue_batch(&one, &EnqueueOptions::default()).is_err(),
+        ),
+        ("mark_done", r.mark_done(&[a]).is_err()),
+        ("set_attempts", r.set_attempts(a, 9).is_err()),
+        ("record_attempt", r.record_attempt(a, &upd).is_err()),
+        ("set_held", r.set_held(&[a], true).is_err()),
+        ("set_max_depth", r.set_max_depth(None).is_err()),
+        ("dead_letter", r.dead_letter(a, "x").is_err()),
+        ("requeue", r.requeue(&[c]).is_err()),
+        ("purge", r.purge(&[c]).is_err()),
+        ("import", r.import(std::slice::from_ref(&rec)).is_err()),
+    ];
+    let accepted: Vec<&str> = attempts
+        .iter()
+        .filter(|(_, failed)| !failed)
+        .map(|(name, _)| *name)
+        .collect();
+    assert!(
+        accepted.is_empty(),
+        "a read-only spool accepted {accepted:?}"
+    );
+    drop(ro);
+    assert!(snapshot(&h) == before, "the spool's files changed");
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a, b]);
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+}
