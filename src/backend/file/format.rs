@@ -41,8 +41,9 @@ pub(crate) enum Line {
 }
 
 #[derive(Deserialize)]
-struct LineIn {
-    op: String,
+struct LineIn<'a> {
+    #[serde(borrow)]
+    op: std::borrow::Cow<'a, str>,
     id: u64,
     #[serde(default)]
     payload: Option<PayloadIn>,
@@ -62,11 +63,48 @@ struct LineIn {
     dead_at: Option<i64>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
+/// A payload as read: a JSON string, or `{"base64": "..."}`.
+///
+/// Deserialised by hand rather than as an untagged enum: serde buffers an
+/// untagged value before trying each variant, which made parsing — the
+/// cost of opening and compacting a spool — much slower.
 enum PayloadIn {
     Text(String),
-    Encoded { base64: String },
+    Encoded(String),
+}
+
+impl<'de> Deserialize<'de> for PayloadIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = PayloadIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an object {\"base64\": \"...\"}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PayloadIn, E> {
+                Ok(PayloadIn::Text(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<PayloadIn, E> {
+                Ok(PayloadIn::Text(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<PayloadIn, A::Error> {
+                let mut b64: Option<String> = None;
+                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if k == "base64" {
+                        b64 = Some(m.next_value()?);
+                    } else {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                b64.map(PayloadIn::Encoded)
+                    .ok_or_else(|| serde::de::Error::missing_field("base64"))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Serialize)]
@@ -98,13 +136,13 @@ struct PutOut<'a> {
 
 /// Parse one line (without its line ending). The error is a short reason.
 pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
-    let raw: LineIn = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    match raw.op.as_str() {
+    let raw: LineIn<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    match raw.op.as_ref() {
         "done" => Ok(Line::Done { id: raw.id }),
         "put" => {
             let payload = match raw.payload {
                 Some(PayloadIn::Text(s)) => s.into_bytes(),
-                Some(PayloadIn::Encoded { base64 }) => base64::engine::general_purpose::STANDARD
+                Some(PayloadIn::Encoded(base64)) => base64::engine::general_purpose::STANDARD
                     .decode(base64.as_bytes())
                     .map_err(|e| format!("payload.base64 is not valid base64: {e}"))?,
                 None => return Err("a put line without a payload".into()),
