@@ -11,8 +11,9 @@
 /// Valid UTF-8 text stays as it is, except: `\` → `\\`; `\n`, `\r`, `\t`,
 /// `\0` → those escapes; other control characters and Unicode format
 /// characters that change how text is laid out (bidi overrides,
-/// zero-width characters) → `\u{XXXX}`; bytes that are not UTF-8 →
-/// `\xNN`.
+/// zero-width characters) → their code point as four hex digits, e.g.
+/// `\u{001b}` for ESC or `\u{200b}` for a zero-width space; bytes that are
+/// not UTF-8 → two hex digits, e.g. `\xff`.
 pub fn escape(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     push_escaped(&mut out, bytes, usize::MAX);

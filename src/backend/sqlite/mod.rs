@@ -277,6 +277,17 @@ fn missing_directory(path: &Path) -> Error {
     )
 }
 
+/// The name to hand SQLite for the spool at `path`: ":memory:" (and any
+/// name starting with ':') means something else to SQLite, but a spool is
+/// always the file of that name.
+fn file_name(path: &Path) -> PathBuf {
+    if path.as_os_str().as_encoded_bytes().starts_with(b":") {
+        Path::new(".").join(path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// Open the connection, read-only or read-write as `opts.mode` says.
 fn connect(path: &Path, opts: &OpenOptions) -> Result<Connection> {
     let err = |e| Error::sqlite(path, "open", e);
@@ -287,15 +298,9 @@ fn connect(path: &Path, opts: &OpenOptions) -> Result<Connection> {
     };
     // The file exists (prepare_file); never let SQLite create one. The
     // handle's own mutex serialises use of the connection.
-    // ":memory:" (and any name starting with ':') means something else to
-    // SQLite; the spool is always the file of that name.
-    let file_name = if path.as_os_str().as_encoded_bytes().starts_with(b":") {
-        Path::new(".").join(path)
-    } else {
-        path.to_path_buf()
-    };
-    let conn = Connection::open_with_flags(&file_name, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(err)?;
+    let conn =
+        Connection::open_with_flags(file_name(path), access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .map_err(err)?;
     conn.busy_timeout(opts.busy_timeout).map_err(err)?;
     conn.set_prepared_statement_cache_capacity(64);
     if !opts.mode.writable() {
@@ -642,5 +647,23 @@ impl Queue for SqliteQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.snapshot("read stats of", |db| db.stats(now))
+    }
+}
+
+#[cfg(test)]
+mod file_name_tests {
+    use super::*;
+
+    #[test]
+    fn names_sqlite_reads_specially_become_relative_paths() {
+        assert_eq!(
+            file_name(Path::new(":memory:")),
+            PathBuf::from("./:memory:")
+        );
+        assert_eq!(file_name(Path::new("q.db")), PathBuf::from("q.db"));
+        assert_eq!(
+            file_name(Path::new("/tmp/:memory:")),
+            PathBuf::from("/tmp/:memory:")
+        );
     }
 }

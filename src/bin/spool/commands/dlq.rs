@@ -5,7 +5,7 @@ use crate::exit::{self, CliError};
 use crate::render;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use spool::ops::dlq::{self, ExportFormat, ExportOptions, Selection};
-use spool::ops::ids::{IdArg, IdsReport};
+use spool::ops::ids::IdArg;
 use spool::ops::json::ItemJson;
 use spool::ops::list::PREVIEW_CHARS;
 use spool::ops::output::Destination;
@@ -370,7 +370,7 @@ fn requeue(args: RequeueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         }
     })?;
     ctx.notices(&spool);
-    finish(ctx, &r, ACTION, "requeued")
+    ctx.finish_id_list(&r, &super::DEAD_IDS, ACTION, "requeued", "requeued")
 }
 
 fn purge(args: PurgeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -389,47 +389,5 @@ fn purge(args: PurgeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
     let r = dlq::purge(&*spool, &sel).map_err(|e| ctx.fail(ACTION, e))?;
     ctx.notices(&spool);
-    finish(ctx, &r, ACTION, "purged")
-}
-
-/// Exit 65 naming ids that were not dead letters (nothing on stdout, as
-/// every error); otherwise a note and, with --json,
-/// `{"<verb>": [...], "unknown": []}`.
-fn finish(ctx: &mut Ctx, r: &IdsReport, action: &str, verb: &str) -> Result<(), CliError> {
-    let n = r.changed.len();
-    if !r.unknown.is_empty() {
-        let list: Vec<String> = r.unknown.iter().map(|i| i.to_string()).collect();
-        let others = if n > 0 {
-            format!(
-                " (the {n} other dead letter{} {verb})",
-                if n == 1 { " was" } else { "s were" }
-            )
-        } else {
-            String::new()
-        };
-        return Err(CliError::new(
-            exit::DATA,
-            format!(
-                "{action} {}: no dead letter with id {}{others}",
-                ctx.spool.display(),
-                list.join(", ")
-            ),
-        )
-        .hint("`spool dlq list` shows the dead letters and their ids"));
-    }
-    if ctx.json {
-        ctx.out.json(&serde_json::json!({
-            verb: r.changed,
-            "unknown": r.unknown,
-        }))?;
-    }
-    if n == 0 {
-        ctx.note("no dead letters");
-    } else {
-        ctx.note(&format!(
-            "{verb} {n} dead letter{}",
-            if n == 1 { "" } else { "s" }
-        ));
-    }
-    Ok(())
+    ctx.finish_id_list(&r, &super::DEAD_IDS, ACTION, "purged", "purged")
 }

@@ -258,8 +258,7 @@ impl Ctx {
         })
     }
 
-    /// Report the outcome of an id-list command: a note for the changed
-    /// ids, and exit 65 naming the unknown ones.
+    /// Report the outcome of an id-list command on pending items.
     pub fn finish_ids(
         &mut self,
         report: &spool::ops::ids::IdsReport,
@@ -267,13 +266,36 @@ impl Ctx {
         done_verb: &str,
         json_name: &str,
     ) -> Result<(), CliError> {
+        self.finish_id_list(report, &PENDING_IDS, action, done_verb, json_name)
+    }
+
+    /// Report the outcome of an id-list command: exit 65 naming the ids
+    /// that were not `kind` (nothing on stdout, as every error);
+    /// otherwise a note for the changed ids and, with --json,
+    /// `{"<json_name>": [...], "unknown": []}`.
+    pub fn finish_id_list(
+        &mut self,
+        report: &spool::ops::ids::IdsReport,
+        kind: &IdKind,
+        action: &str,
+        done_verb: &str,
+        json_name: &str,
+    ) -> Result<(), CliError> {
         let n = report.changed.len();
+        let nouns = |n: usize| {
+            if n == 1 {
+                kind.noun.to_string()
+            } else {
+                format!("{}s", kind.noun)
+            }
+        };
         if !report.unknown.is_empty() {
             let list: Vec<String> = report.unknown.iter().map(|i| i.to_string()).collect();
             let others = if n > 0 {
                 format!(
-                    " (the {n} other item{} {done_verb})",
-                    if n == 1 { " was" } else { "s were" }
+                    " (the {n} other {} {} {done_verb})",
+                    nouns(n),
+                    if n == 1 { "was" } else { "were" }
                 )
             } else {
                 String::new()
@@ -281,18 +303,18 @@ impl Ctx {
             return Err(CliError::new(
                 exit::DATA,
                 format!(
-                    "{action} {}: no pending item with id {}{others}",
+                    "{action} {}: no {} with id {}{others}",
                     self.spool.display(),
+                    kind.missing,
                     list.join(", ")
                 ),
             )
-            .hint("`spool list` shows the pending items and their ids"));
+            .hint(kind.hint));
         }
         if n > 0 {
-            self.note(&format!(
-                "{done_verb} {n} item{}",
-                if n == 1 { "" } else { "s" }
-            ));
+            self.note(&format!("{done_verb} {n} {}", nouns(n)));
+        } else if let Some(none) = kind.note_when_none {
+            self.note(none);
         }
         if self.json {
             let mut obj = serde_json::Map::new();
@@ -303,6 +325,34 @@ impl Ctx {
         Ok(())
     }
 }
+
+/// What the ids of an id-list command name, for its messages.
+pub struct IdKind {
+    /// One of them: "item", "dead letter".
+    pub noun: &'static str,
+    /// What an unknown id is not: "pending item", "dead letter".
+    pub missing: &'static str,
+    /// The hint after an unknown id.
+    pub hint: &'static str,
+    /// A note when nothing changed (and nothing was unknown).
+    pub note_when_none: Option<&'static str>,
+}
+
+/// Ids of pending items (done, hold, release).
+pub const PENDING_IDS: IdKind = IdKind {
+    noun: "item",
+    missing: "pending item",
+    hint: "`spool list` shows the pending items and their ids",
+    note_when_none: None,
+};
+
+/// Ids of dead letters (dlq requeue, dlq purge).
+pub const DEAD_IDS: IdKind = IdKind {
+    noun: "dead letter",
+    missing: "dead letter",
+    hint: "`spool dlq list` shows the dead letters and their ids",
+    note_when_none: Some("no dead letters"),
+};
 
 /// The library's message, without a repetition of the spool path.
 fn describe(e: &Error, spool: &Path) -> String {
