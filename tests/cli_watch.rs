@@ -44,12 +44,12 @@ struct Link {
 }
 
 impl Link {
-    /// A port that is off (bound once to reserve a number, then freed).
+    /// A port that is off, and that no other test can take while it is.
     fn off_port() -> Link {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = l.local_addr().unwrap().port();
-        drop(l);
-        Link { port, on: None }
+        Link {
+            port: http_sink::quiet_port(),
+            on: None,
+        }
     }
 
     fn up() -> Link {

@@ -143,10 +143,7 @@ fn http_timeouts_and_dropped_connections_are_failures() {
     assert!(dropper.accepted() >= 1);
 
     // Nobody listening at all.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = http_sink::quiet_port();
     let t = HttpTarget::new(
         &format!("http://127.0.0.1:{port}/"),
         &HttpOptions::default(),

@@ -3,6 +3,8 @@
 //! local listeners, and the metrics text. Nothing here sleeps for real
 //! except the exec probe's own timeout test.
 
+mod http_sink;
+
 use spool::replay::{Delivery, Outcome, ReplayOptions, ReplayReport, SyncWorker, Target};
 use spool::watch::metrics::{self, render_gauges, render_watch, write_atomic};
 use spool::watch::{
@@ -761,8 +763,8 @@ fn probe(target: &str) -> Probe {
 
 #[test]
 fn tcp_probe_follows_a_listener() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let port = http_sink::quiet_port();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     let p = probe(&format!("tcp://127.0.0.1:{port}"));
     assert_eq!(p.describe(), format!("tcp://127.0.0.1:{port}"));
     assert_eq!(p.check(), Ok(()));
@@ -840,9 +842,7 @@ fn http_probe_needs_2xx_and_the_expected_text() {
     assert!(auth.lock().unwrap().iter().any(|h| h.starts_with("Basic ")));
 
     // Nobody listening: a failed probe, not an error of the caller.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
+    let port = http_sink::quiet_port();
     assert!(probe(&format!("http://127.0.0.1:{port}/")).check().is_err());
 }
 

@@ -201,3 +201,37 @@ impl Drop for Dropper {
         }
     }
 }
+
+/// A TCP port on 127.0.0.1 that nothing listens on and that no other socket
+/// of this test run can take while the test leaves it closed.
+///
+/// A port freed after `bind("127.0.0.1:0")` is back in the kernel's
+/// ephemeral range, where a server another test starts meanwhile (or the
+/// same test's next `bind(0)`) can be handed it: a "closed" link then looks
+/// open. Ports below the ephemeral range are only ever taken by an explicit
+/// bind, so this picks one of those (distinct per call within a process,
+/// spread by process id across processes) and checks that it is free.
+pub fn quiet_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let span = low.saturating_sub(2048).min(16384);
+    if span < 256 {
+        // An unusual range leaves no room below it: fall back to the kernel's choice.
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        return l.local_addr().expect("addr").port();
+    }
+    let base = low - span;
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (base + (start + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 127.0.0.1:{base}..{low}");
+}
