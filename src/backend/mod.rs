@@ -67,6 +67,11 @@ pub struct OpenOptions {
     /// How long to wait for another process's write lock before failing
     /// with [`Error::Busy`].
     pub busy_timeout: Duration,
+    /// NDJSON: open without reading the files; the first operation reads
+    /// them (and reports damage then). [`crate::FileQueue::compact`]
+    /// streams the files itself, so a spool opened only to be compacted
+    /// never needs its whole image in memory. SQLite ignores it.
+    pub defer_load: bool,
 }
 
 impl Default for OpenOptions {
@@ -77,6 +82,7 @@ impl Default for OpenOptions {
             max_depth: None,
             clock: system_clock(),
             busy_timeout: Duration::from_secs(10),
+            defer_load: false,
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) enum Line {
 }
 
 #[derive(Deserialize)]
+#[serde(expecting = "a JSON object with op and id")]
 struct LineIn<'a> {
     #[serde(borrow)]
     op: std::borrow::Cow<'a, str>,
@@ -134,9 +135,20 @@ struct PutOut<'a> {
     dead_at: Option<i64>,
 }
 
+/// Deserialise a line. A line that is valid UTF-8 (nearly all) is
+/// checked for it once, as a whole, rather than string by string; any
+/// other line goes through the byte parser, which words the error.
+fn from_line<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    }
+    .map_err(|e| e.to_string())
+}
+
 /// Parse one line (without its line ending). The error is a short reason.
 pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
-    let raw: LineIn<'_> = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let raw: LineIn<'_> = from_line(bytes)?;
     match raw.op.as_ref() {
         "done" => Ok(Line::Done { id: raw.id }),
         "put" => {
@@ -161,6 +173,137 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
                 dead_at: raw.dead_at.map(Timestamp::from_millis),
             })
         }
+        other => Err(format!("unknown op {other:?}")),
+    }
+}
+
+/// What [`check_line`] learns of a line: its op and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    /// A `put` line (else `done`).
+    pub put: bool,
+    pub id: ItemId,
+}
+
+/// The fields of a line, checked as [`parse_line`] checks them but kept
+/// nowhere: strings are validated, not copied.
+#[derive(Deserialize)]
+#[serde(expecting = "a JSON object with op and id")]
+struct LineCheck<'a> {
+    #[serde(borrow)]
+    op: std::borrow::Cow<'a, str>,
+    id: u64,
+    #[serde(default)]
+    payload: Option<PayloadCheck>,
+    #[serde(default, rename = "idempotencyKey")]
+    _key: Option<AnyStr>,
+    #[serde(default, rename = "attempts")]
+    _attempts: Option<u32>,
+    #[serde(default, rename = "enqueuedAt")]
+    _enqueued_at: Option<i64>,
+    #[serde(default, rename = "nextRetryAt")]
+    _next_retry_at: Option<i64>,
+    #[serde(default, rename = "lastError")]
+    _last_error: Option<AnyStr>,
+    #[serde(default, rename = "held")]
+    _held: Option<bool>,
+    #[serde(default, rename = "deadAt")]
+    _dead_at: Option<i64>,
+}
+
+/// A JSON string, validated and dropped.
+struct AnyStr;
+
+impl<'de> Deserialize<'de> for AnyStr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = AnyStr;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<AnyStr, E> {
+                Ok(AnyStr)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A payload as [`PayloadIn`] accepts it; a `base64` form is decoded (to
+/// check it) into a buffer that is reused from line to line.
+enum PayloadCheck {
+    Text,
+    Encoded(bool),
+}
+
+thread_local! {
+    static BASE64_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<'de> Deserialize<'de> for PayloadCheck {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = PayloadCheck;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an object {\"base64\": \"...\"}")
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<PayloadCheck, E> {
+                Ok(PayloadCheck::Text)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<PayloadCheck, A::Error> {
+                let mut valid: Option<bool> = None;
+                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if k == "base64" {
+                        let text: std::borrow::Cow<'de, str> = m.next_value()?;
+                        valid = Some(BASE64_SCRATCH.with_borrow_mut(|buf| {
+                            buf.clear();
+                            base64::engine::general_purpose::STANDARD
+                                .decode_vec(text.as_bytes(), buf)
+                                .is_ok()
+                        }));
+                    } else {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                valid
+                    .map(PayloadCheck::Encoded)
+                    .ok_or_else(|| serde::de::Error::missing_field("base64"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Check one line (without its line ending) exactly as [`parse_line`]
+/// does — the same lines pass, the same lines fail — without building the
+/// item. Compaction uses it: it needs each line's op and id, and copies
+/// the bytes of the lines it keeps.
+pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
+    let raw: LineCheck<'_> = from_line(bytes)?;
+    match raw.op.as_ref() {
+        "done" => Ok(Head {
+            put: false,
+            id: raw.id,
+        }),
+        "put" => match raw.payload {
+            Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => Ok(Head {
+                put: true,
+                id: raw.id,
+            }),
+            Some(PayloadCheck::Encoded(false)) => {
+                // Let the full parser word the error.
+                match parse_line(bytes) {
+                    Err(e) => Err(e),
+                    Ok(_) => Err("payload.base64 is not valid base64".into()),
+                }
+            }
+            None => Err("a put line without a payload".into()),
+        },
         other => Err(format!("unknown op {other:?}")),
     }
 }
@@ -278,6 +421,72 @@ mod tests {
         assert_eq!(out, b"{\"op\":\"done\",\"id\":42}\n");
     }
 
+    /// Lines near the format: every field, with values of the right and of
+    /// the wrong type, sometimes cut short or with a byte changed.
+    fn line_like() -> impl Strategy<Value = String> {
+        let value = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("\"\"".to_string()),
+            Just("\"a\\u0001\\\"b\"".to_string()),
+            Just("\"\\ud800\"".to_string()),
+            Just("{\"base64\":\"aGk=\"}".to_string()),
+            Just("{\"base64\":\"***\"}".to_string()),
+            Just("{\"base64\":null}".to_string()),
+            Just("{\"other\":1}".to_string()),
+            Just("[1]".to_string()),
+            (-5i64..5_000_000_000).prop_map(|n| n.to_string()),
+            Just("1.5".to_string()),
+        ];
+        let name = prop_oneof![
+            Just("op"),
+            Just("id"),
+            Just("payload"),
+            Just("idempotencyKey"),
+            Just("attempts"),
+            Just("enqueuedAt"),
+            Just("nextRetryAt"),
+            Just("lastError"),
+            Just("held"),
+            Just("deadAt"),
+            Just("extra"),
+        ];
+        let op = prop_oneof![
+            Just("\"put\""),
+            Just("\"done\""),
+            Just("\"zap\""),
+            Just("7")
+        ];
+        (
+            op,
+            0u64..100,
+            proptest::collection::vec((name, value), 0..6),
+            any::<bool>(),
+            any::<u16>(),
+            any::<u8>(),
+            any::<bool>(),
+        )
+            .prop_map(|(op, id, fields, payload, cut, byte, mutate)| {
+                let mut s = format!("{{\"op\":{op},\"id\":{id}");
+                if payload {
+                    s.push_str(",\"payload\":\"p\"");
+                }
+                for (n, v) in fields {
+                    s.push_str(&format!(",\"{n}\":{v}"));
+                }
+                s.push('}');
+                if mutate && !s.is_empty() {
+                    let at = cut as usize % s.len();
+                    if byte.is_ascii() && s.is_char_boundary(at) && s.is_char_boundary(at + 1) {
+                        s.replace_range(at..at + 1, &(byte as char).to_string());
+                    } else {
+                        s.truncate(if s.is_char_boundary(at) { at } else { 0 });
+                    }
+                }
+                s
+            })
+    }
+
     proptest! {
         #[test]
         fn put_round_trips(payload in proptest::collection::vec(any::<u8>(), 0..200),
@@ -292,6 +501,24 @@ mod tests {
             prop_assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
             let parsed = parse_line(&out[..out.len() - 1]).unwrap();
             prop_assert_eq!(parsed, Line::Put { item: it, dead_at: dead.map(Timestamp::from_millis) });
+        }
+
+        #[test]
+        fn check_line_agrees_with_parse_line(line in line_like(), bad_byte in proptest::option::of(any::<u16>())) {
+            // Sometimes a byte that is not UTF-8, inside a string or not.
+            let mut line = line.into_bytes();
+            if let Some(at) = bad_byte {
+                let at = at as usize % (line.len() + 1);
+                line.insert(at, 0xff);
+            }
+            let full = parse_line(&line);
+            let checked = check_line(&line);
+            match (&full, &checked) {
+                (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id }),
+                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id }),
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
+            }
         }
 
         #[test]

@@ -58,8 +58,9 @@ use crate::item::{
 };
 use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
+use std::collections::BTreeMap;
 use std::fs::{File, TryLockError};
-use std::io::{BufReader, Seek, SeekFrom};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -198,7 +199,11 @@ impl FileQueue {
             }),
         };
         let max_depth = opts.max_depth;
-        q.locked(writable, |q, inner| {
+        let defer = opts.defer_load;
+        let init = |q: &FileQueue, inner: &mut Inner| {
+            if defer {
+                inner.meta = meta::read(&q.meta_path)?;
+            }
             if writable && inner.meta.uuid.is_none() {
                 let mut m = inner.meta.clone();
                 m.version = meta::META_VERSION;
@@ -211,7 +216,12 @@ impl FileQueue {
                 inner.meta = m;
             }
             Ok(())
-        })?;
+        };
+        if defer {
+            q.locked_unloaded(writable, init)?;
+        } else {
+            q.locked(writable, init)?;
+        }
         Ok(q)
     }
 
@@ -261,9 +271,16 @@ impl FileQueue {
     /// the high-water mark when it is above every pending id, so ids are
     /// never reissued. A torn tail is dropped. Concurrent writers wait on
     /// the lock and then continue on the new file.
+    ///
+    /// Compaction reads the files afresh, not the in-memory image, and
+    /// streams the main file: every line is checked as a normal read
+    /// checks it (a damaged line stops the compaction and changes
+    /// nothing), but only each live item's position is kept, and the
+    /// bytes of its last line are copied as they are. Memory grows with
+    /// the live items and the dead letters, never with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
-        self.locked(true, |q, inner| q.compact_locked(inner))
+        self.locked_unloaded(true, |q, inner| q.compact_locked(inner))
     }
 
     /// Cut a torn trailing line off the main and dead-letter files, if
@@ -277,26 +294,56 @@ impl FileQueue {
         self.locked(true, |_, _| Ok(()))
     }
 
+    /// Compact with the exclusive lock held. Afterwards the image is
+    /// read afresh on the next call: the files were replaced (or, after a
+    /// failure, one of them may have been).
     fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
         let r = self.compact_files(inner);
-        if r.is_err() {
-            // One file may have been replaced already: read both afresh.
-            inner.stale = true;
-            inner.dead = None;
-        }
+        inner.stale = true;
+        inner.dead = None;
         r
     }
 
     fn compact_files(&self, inner: &mut Inner) -> Result<CompactReport> {
+        // Dead letters are few: read them whole, as an image.
+        let mut dead = State::default();
+        let mut dead_len = 0;
+        let dead_file = open_existing(&self.dead_path, false)?;
+        let dead_exists = dead_file.is_some();
+        let mut dead_torn = None;
+        if let Some(file) = dead_file {
+            let mut t = Tracked::new(file, &self.dead_path)?;
+            dead_len = file_len(&t.file, &self.dead_path)?;
+            read_into(&self.dead_path, &mut t, |l| apply_dead(&mut dead, l))?;
+            dead_torn = t.torn;
+        }
+
+        // The main file: where the last line of each live item is, as the
+        // image would apply the lines (a put of a dead letter's id only
+        // raises the high-water mark).
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;
-        let dead_len = match &inner.dead {
-            Some(d) => file_len(&d.file, &self.dead_path)?,
-            None => 0,
-        };
-        let records_before = main.records;
-        let dropped_torn_tail = main.torn.clone();
-        let st = &inner.state;
+        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
+        let mut high_water = dead.high_water;
+        let mut f = &main.file;
+        f.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        let scanned = scan::scan_with(
+            &self.path,
+            BufReader::with_capacity(1 << 20, f),
+            0,
+            0,
+            false,
+            format::check_line,
+            |head, offset, content| {
+                high_water = high_water.max(head.id);
+                if !head.put {
+                    live.remove(&head.id);
+                } else if !dead.dead.contains_key(&head.id) {
+                    live.insert(head.id, (offset, content.len()));
+                }
+            },
+        )?;
 
         // The dead-letter file is replaced first, while every other
         // process still waits on the lock of the old main file. Once the
@@ -304,64 +351,100 @@ impl FileQueue {
         // by then both files are final, so its appends land in files that
         // stay. (The other order lets such a process append a dead letter
         // to the old dead-letter file just before it is replaced.)
-        let mut buf = Vec::new();
         let mut bytes_after = 0;
-        if inner.dead.is_some() || !st.dead.is_empty() {
-            for dl in st.dead.values() {
+        if dead_exists || !dead.dead.is_empty() {
+            let mut buf = Vec::new();
+            for dl in dead.dead.values() {
                 format::write_dead(&mut buf, dl);
             }
-            self.replace_file(&self.dead_path, &buf)?;
-            bytes_after += buf.len() as u64;
-            buf.clear();
+            bytes_after += self.replace_file(&self.dead_path, |w| w.push(&buf))?;
         }
 
-        for item in st.pending.values() {
-            format::write_put(&mut buf, item, None);
-        }
-        let max_live = st.pending.keys().next_back().copied().unwrap_or(0);
-        let mut records_after = st.pending.len() as u64;
-        if st.high_water > max_live {
-            format::write_done(&mut buf, st.high_water);
+        // Copy the kept lines in file order, reading the file once more.
+        let pending = live.len() as u64;
+        let max_live = live.keys().next_back().copied().unwrap_or(0);
+        let mut ranges: Vec<(u64, usize)> = live.into_values().collect();
+        ranges.sort_unstable();
+        let mut records_after = pending;
+        if high_water > max_live {
             records_after += 1;
         }
-        self.replace_file(&self.path, &buf)?;
-        bytes_after += buf.len() as u64;
+        bytes_after += self.replace_file(&self.path, |w| {
+            let mut r = BufReader::with_capacity(1 << 20, &main.file);
+            r.seek(SeekFrom::Start(0))?;
+            let mut pos = 0u64;
+            let mut line = Vec::new();
+            for (offset, len) in ranges {
+                r.seek_relative(offset.saturating_sub(pos) as i64)?;
+                line.resize(len, 0);
+                r.read_exact(&mut line)?;
+                line.push(b'\n');
+                w.push(&line)?;
+                pos = offset + len as u64;
+            }
+            if high_water > max_live {
+                line.clear();
+                format::write_done(&mut line, high_water);
+                w.push(&line)?;
+            }
+            Ok(())
+        })?;
 
-        let report = CompactReport {
+        for (path, torn) in [(&self.path, &scanned.torn), (&self.dead_path, &dead_torn)] {
+            if let Some(torn) = torn {
+                inner.notices.push(torn_notice(path, torn, true));
+                inner.notices.push(cut_notice(path, torn));
+            }
+        }
+        Ok(CompactReport {
             bytes_before: main_len + dead_len,
             bytes_after,
-            records_before,
+            records_before: scanned.records,
             records_after,
-            pending: st.pending.len() as u64,
-            dead_letters: st.dead.len() as u64,
-            high_water: st.high_water,
-            dropped_torn_tail,
-        };
-        // The handles now point at the replaced files; the next call
-        // opens the new ones and reads them afresh.
-        inner.stale = true;
-        inner.dead = None;
-        Ok(report)
+            pending,
+            dead_letters: dead.dead.len() as u64,
+            high_water,
+            dropped_torn_tail: scanned.torn,
+        })
     }
 
-    fn replace_file(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+    /// Replace `path` with what `fill` writes: into a temporary file,
+    /// synced, renamed over `path`, directory synced. Returns the bytes
+    /// written.
+    fn replace_file(
+        &self,
+        path: &Path,
+        fill: impl FnOnce(&mut Replacement<'_>) -> std::io::Result<()>,
+    ) -> Result<u64> {
         let tmp = companion(path, "compact.tmp");
-        let mut f = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(|e| Error::io(&tmp, "create", e))?;
-        write_all(&*self.io, &mut f, bytes).map_err(|e| Error::io(&tmp, "write", e))?;
-        self.io.sync(&f).map_err(|e| Error::io(&tmp, "fsync", e))?;
-        drop(f);
+        let mut w = Replacement {
+            io: &*self.io,
+            file,
+            buf: Vec::with_capacity(Replacement::CHUNK),
+            written: 0,
+        };
+        fill(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| Error::io(&tmp, "write", e))?;
+        self.io
+            .sync(&w.file)
+            .map_err(|e| Error::io(&tmp, "fsync", e))?;
+        let written = w.written;
+        drop(w);
         self.io
             .rename(&tmp, path)
             .map_err(|e| Error::io(path, "replace", e))?;
         let dir = parent_dir(path);
         self.io
             .sync_dir(dir)
-            .map_err(|e| Error::io(dir, "fsync directory", e))
+            .map_err(|e| Error::io(dir, "fsync directory", e))?;
+        Ok(written)
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -386,10 +469,23 @@ impl FileQueue {
         exclusive: bool,
         f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
     ) -> Result<T> {
+        self.locked_unloaded(exclusive, |q, inner| {
+            q.refresh(inner, exclusive)?;
+            f(q, inner)
+        })
+    }
+
+    /// Run `f` with the advisory lock held, leaving the in-memory image as
+    /// it is (up to date or not).
+    fn locked_unloaded<T>(
+        &self,
+        exclusive: bool,
+        f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
+    ) -> Result<T> {
         let mut inner = self.lock_inner();
         let inner = &mut *inner;
         self.acquire(inner, exclusive)?;
-        let result = self.refresh(inner, exclusive).and_then(|()| f(self, inner));
+        let result = f(self, inner);
         if let Some(m) = &inner.main {
             let _ = m.file.unlock();
         }
@@ -579,13 +675,7 @@ impl FileQueue {
             .map_err(|e| Error::io(path, "cut the torn tail of", e))?;
         t.torn = None;
         t.end = torn.offset;
-        inner.notices.push(format!(
-            "{}: cut a torn trailing line (line {}, {} bytes) left by an interrupted write: {}",
-            path.display(),
-            torn.line,
-            torn.len,
-            torn.reason
-        ));
+        inner.notices.push(cut_notice(path, &torn));
         Ok(())
     }
 
@@ -677,6 +767,34 @@ impl FileQueue {
     }
 }
 
+/// The temporary file of a compaction, written in large chunks through
+/// the I/O seam.
+struct Replacement<'a> {
+    io: &'a dyn FileIo,
+    file: File,
+    buf: Vec<u8>,
+    written: u64,
+}
+
+impl Replacement<'_> {
+    const CHUNK: usize = 1 << 20;
+
+    fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= Self::CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        write_all(self.io, &mut self.file, &self.buf)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
 fn no_handle() -> Error {
     Error::Internal("NDJSON spool file handle missing".into())
 }
@@ -693,6 +811,16 @@ fn torn_notice(path: &Path, torn: &TornTail, writable: bool) -> String {
         } else {
             "the next write will cut it"
         }
+    )
+}
+
+fn cut_notice(path: &Path, torn: &TornTail) -> String {
+    format!(
+        "{}: cut a torn trailing line (line {}, {} bytes) left by an interrupted write: {}",
+        path.display(),
+        torn.line,
+        torn.len,
+        torn.reason
     )
 }
 

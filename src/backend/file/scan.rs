@@ -54,11 +54,35 @@ struct Bad {
 /// with a newline.
 pub(crate) fn scan(
     path: &Path,
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     start: u64,
     start_line: u64,
     prev_needs_newline: bool,
     mut apply: impl FnMut(Line),
+) -> Result<Scanned> {
+    scan_with(
+        path,
+        reader,
+        start,
+        start_line,
+        prev_needs_newline,
+        parse_line,
+        |line, _, _| apply(line),
+    )
+}
+
+/// [`scan`] with another line parser: `parse` judges each non-blank line
+/// (an error is damage, as for [`parse_line`]), and `apply` gets what it
+/// returned with the line's byte offset and its content (without the line
+/// ending).
+pub(crate) fn scan_with<T>(
+    path: &Path,
+    mut reader: impl BufRead,
+    start: u64,
+    start_line: u64,
+    prev_needs_newline: bool,
+    mut parse: impl FnMut(&[u8]) -> std::result::Result<T, String>,
+    mut apply: impl FnMut(T, u64, &[u8]),
 ) -> Result<Scanned> {
     let mut out = Scanned {
         end: start,
@@ -100,9 +124,9 @@ pub(crate) fn scan(
         if let Some(b) = &bad {
             return Err(Error::corrupt(path, Some(b.line), b.reason.clone()));
         }
-        match parse_line(content) {
+        match parse(content) {
             Ok(line) => {
-                apply(line);
+                apply(line, line_start, content);
                 out.records += 1;
                 out.end = offset;
                 out.lines = line_no;

@@ -170,24 +170,28 @@ impl Ctx {
         action: &str,
         wait: std::time::Duration,
     ) -> Result<Spool, CliError> {
-        let spool = self.open_keeping_notices(mode, action, wait)?;
+        let spool = self.open_keeping_notices(mode, action, wait, false)?;
         self.notices(&spool);
         Ok(spool)
     }
 
     /// [`Ctx::open_waiting`], leaving the backend's notices (a torn tail
-    /// cut while opening) for the operation to put in its report.
+    /// cut while opening) for the operation to put in its report; with
+    /// `defer_load`, an NDJSON spool is not read until the operation needs
+    /// it (see [`OpenOptions::defer_load`]).
     pub fn open_keeping_notices(
         &self,
         mode: OpenMode,
         action: &str,
         wait: std::time::Duration,
+        defer_load: bool,
     ) -> Result<Spool, CliError> {
         let opts = OpenOptions {
             mode,
             backend: if mode.creates() { self.backend } else { None },
             clock: self.clock.clone(),
             busy_timeout: wait,
+            defer_load,
             ..OpenOptions::default()
         };
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
