@@ -273,13 +273,16 @@ fn compaction_copies_each_live_item_s_last_line_as_it_is() {
     assert_eq!(
         text,
         [
-            "{\"op\":\"put\",\"id\":3,\"payload\":{\"base64\":\"/w==\"},\"idempotencyKey\":\"k3\",\"attempts\":0}",
             lines[5],
+            "{\"op\":\"put\",\"id\":3,\"payload\":{\"base64\":\"/w==\"},\"idempotencyKey\":\"k3\",\"attempts\":0}",
             lines[8],
             "",
         ]
-        .join("\n")
+        .join("\n"),
+        "one line per item, in id order, then the high-water mark"
     );
+    let r = spool::backend::file::verify::verify_path(&p).unwrap();
+    assert!(r.healthy(), "{r:?}");
     // The same items, and the handle reads the new file.
     assert_eq!(q.drain().unwrap(), before);
     assert_eq!(before[0].attempts, 3);

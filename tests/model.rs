@@ -336,7 +336,13 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
         }
         Op::Compact => {
             let done = match d.spool() {
-                Spool::File(f) => f.compact().map(drop),
+                Spool::File(f) => f.compact().map(|_| {
+                    // The rewritten file is one a fresh check finds healthy
+                    // (ids first appear in increasing order, among others).
+                    let r = spool::backend::file::verify::verify_path(f.path())
+                        .expect("verify after compaction");
+                    assert!(r.healthy(), "after {what}: {r:?}");
+                }),
                 Spool::Sqlite(s) => s
                     .vacuum(Duration::from_secs(10))
                     .and_then(|_| s.checkpoint(CheckpointMode::Truncate, Duration::from_secs(10)))

@@ -7,7 +7,8 @@
 //!   high-water mark so no id is ever issued twice. It holds the spool's
 //!   exclusive lock for the duration: concurrent enqueuers wait and then
 //!   append to the new file. Memory grows with the live items, not with
-//!   the file (the backend keeps only the last version of each item).
+//!   the file: the backend streams the file, keeping only where the last
+//!   line of each live item lies, and copies those lines as they are.
 //! * SQLite: `VACUUM` (rebuilds the file without free pages) and then a
 //!   truncating WAL checkpoint. A reader holding an old snapshot can stop
 //!   the checkpoint; the report says so rather than failing.

@@ -61,7 +61,7 @@ use crate::time::{SharedClock, Timestamp};
 use std::collections::BTreeMap;
 use std::fs::{File, TryLockError};
 use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -325,22 +325,16 @@ impl FileQueue {
         let main_len = file_len(&main.file, &self.path)?;
         let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
         let mut high_water = dead.high_water;
-        let mut f = &main.file;
-        f.seek(SeekFrom::Start(0))
-            .map_err(|e| Error::io(&self.path, "read", e))?;
-        let scanned = scan::scan_with(
+        let scanned = scan::scan_file_parallel(
             &self.path,
-            BufReader::with_capacity(1 << 20, f),
-            0,
-            0,
-            false,
+            &main.file,
             format::check_line,
-            |head, offset, content| {
+            |head, offset, len| {
                 high_water = high_water.max(head.id);
                 if !head.put {
                     live.remove(&head.id);
                 } else if !dead.dead.contains_key(&head.id) {
-                    live.insert(head.id, (offset, content.len()));
+                    live.insert(head.id, (offset, len));
                 }
             },
         )?;
@@ -360,27 +354,41 @@ impl FileQueue {
             bytes_after += self.replace_file(&self.dead_path, |w| w.push(&buf))?;
         }
 
-        // Copy the kept lines in file order, reading the file once more.
+        // Copy the kept lines in id order (the order in which ids first
+        // appear must only grow; `verify` checks it). Most of them lie in
+        // that order in the file already and are copied in one forward
+        // pass: a line is read in passing when no line of a later id lies
+        // before it. The others (an item updated after later ones were
+        // enqueued) are read on their own.
         let pending = live.len() as u64;
         let max_live = live.keys().next_back().copied().unwrap_or(0);
-        let mut ranges: Vec<(u64, usize)> = live.into_values().collect();
-        ranges.sort_unstable();
         let mut records_after = pending;
         if high_water > max_live {
             records_after += 1;
+        }
+        let order: Vec<(u64, usize)> = live.into_values().collect();
+        let mut later_min = vec![u64::MAX; order.len()];
+        let mut m = u64::MAX;
+        for (i, &(offset, _)) in order.iter().enumerate().rev() {
+            later_min[i] = m;
+            m = m.min(offset);
         }
         bytes_after += self.replace_file(&self.path, |w| {
             let mut r = BufReader::with_capacity(1 << 20, &main.file);
             r.seek(SeekFrom::Start(0))?;
             let mut pos = 0u64;
             let mut line = Vec::new();
-            for (offset, len) in ranges {
-                r.seek_relative(offset.saturating_sub(pos) as i64)?;
-                line.resize(len, 0);
-                r.read_exact(&mut line)?;
-                line.push(b'\n');
-                w.push(&line)?;
-                pos = offset + len as u64;
+            for (&(offset, len), &later) in order.iter().zip(&later_min) {
+                if offset >= pos && offset <= later {
+                    r.seek_relative((offset - pos) as i64)?;
+                    w.push_line_from(&mut r, len)?;
+                    pos = offset + len as u64;
+                } else {
+                    line.resize(len, 0);
+                    main.file.read_exact_at(&mut line, offset)?;
+                    line.push(b'\n');
+                    w.push(&line)?;
+                }
             }
             if high_water > max_live {
                 line.clear();
@@ -781,6 +789,18 @@ impl Replacement<'_> {
 
     fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= Self::CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Copy the next `len` bytes of `r` and a newline.
+    fn push_line_from(&mut self, r: &mut impl Read, len: usize) -> std::io::Result<()> {
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        r.read_exact(&mut self.buf[start..])?;
+        self.buf.push(b'\n');
         if self.buf.len() >= Self::CHUNK {
             self.flush()?;
         }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 /// Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool
 ///
-/// NDJSON: rewrites the main and dead-letter files last-write-wins, each
+/// NDJSON: rewrites the main and dead-letter files last-write-wins (the
+/// last line of each pending item is copied as it is), each
 /// into a temporary file that is synced and renamed over the original
 /// (then the directory is synced), so a crash at any point leaves either
 /// the old or the new file. Every pending item, dead letter, key and
