@@ -27,6 +27,7 @@ use crate::item::{DeadLetter, Item, ItemId};
 use crate::time::Timestamp;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +136,180 @@ struct PutOut<'a> {
     dead_at: Option<i64>,
 }
 
+/// A line in exactly the shape `spool` writes — its fields in its order,
+/// strings without `\u` escapes or control characters, integers as plain
+/// digits — read without serde. Anything else is `None` and goes through
+/// serde, which stays the authority: a line read here is one serde reads
+/// with the same values (tested against it).
+#[derive(Default)]
+struct Plain<'a> {
+    put: bool,
+    id: u64,
+    payload: Cow<'a, str>,
+    key: Cow<'a, str>,
+    attempts: u32,
+    enqueued_at: Option<i64>,
+    next_retry_at: Option<i64>,
+    last_error: Option<Cow<'a, str>>,
+    held: bool,
+    dead_at: Option<i64>,
+}
+
+impl<'a> Plain<'a> {
+    /// Read `text`; with `decode` false, strings are checked but not
+    /// unescaped (their values are then the raw text).
+    fn read(text: &'a str, decode: bool) -> Option<Plain<'a>> {
+        let mut c = Cursor {
+            text,
+            at: 0,
+            decode,
+        };
+        if c.eat(r#"{"op":"done","id":"#) {
+            let id = c.uint()?;
+            c.end()?;
+            return Some(Plain {
+                id,
+                ..Plain::default()
+            });
+        }
+        c.eat(r#"{"op":"put","id":"#).then_some(())?;
+        let id = c.uint()?;
+        c.eat(r#","payload":""#).then_some(())?;
+        let payload = c.string()?;
+        c.eat(r#","idempotencyKey":""#).then_some(())?;
+        let key = c.string()?;
+        c.eat(r#","attempts":"#).then_some(())?;
+        let attempts = u32::try_from(c.uint()?).ok()?;
+        let enqueued_at = c.int_field(r#","enqueuedAt":"#)?;
+        let next_retry_at = c.int_field(r#","nextRetryAt":"#)?;
+        let last_error = if c.eat(r#","lastError":""#) {
+            Some(c.string()?)
+        } else {
+            None
+        };
+        let held = c.eat(r#","held":true"#);
+        let dead_at = c.int_field(r#","deadAt":"#)?;
+        c.end()?;
+        Some(Plain {
+            put: true,
+            id,
+            payload,
+            key,
+            attempts,
+            enqueued_at,
+            next_retry_at,
+            last_error,
+            held,
+            dead_at,
+        })
+    }
+
+    fn into_line(self) -> Line {
+        if !self.put {
+            return Line::Done { id: self.id };
+        }
+        Line::Put {
+            item: Item {
+                id: self.id,
+                payload: self.payload.into_owned().into_bytes(),
+                key: self.key.into_owned(),
+                attempts: self.attempts,
+                enqueued_at: self.enqueued_at.map(Timestamp::from_secs),
+                next_retry_at: self.next_retry_at.map(Timestamp::from_millis),
+                last_error: self.last_error.map(Cow::into_owned),
+                held: self.held,
+            },
+            dead_at: self.dead_at.map(Timestamp::from_millis),
+        }
+    }
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+    decode: bool,
+}
+
+impl<'a> Cursor<'a> {
+    /// Step over `lit` if it comes next.
+    fn eat(&mut self, lit: &str) -> bool {
+        let next = self.text[self.at..].starts_with(lit);
+        if next {
+            self.at += lit.len();
+        }
+        next
+    }
+
+    /// A non-negative integer without sign, fraction, exponent or
+    /// leading zero, that fits a `u64`.
+    fn uint(&mut self) -> Option<u64> {
+        let rest = &self.text[self.at..];
+        let len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let digits = &rest[..len];
+        if digits.is_empty() || (len > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        self.at += len;
+        digits.parse().ok()
+    }
+
+    /// `Some(None)` when `name` does not come next, `Some(Some(n))` for
+    /// the field with an integer that fits an `i64`, `None` otherwise.
+    fn int_field(&mut self, name: &str) -> Option<Option<i64>> {
+        if !self.eat(name) {
+            return Some(None);
+        }
+        Some(Some(i64::try_from(self.uint()?).ok()?))
+    }
+
+    /// The rest of a string whose opening quote was eaten: no control
+    /// character, and only the one-letter escapes (`\u` goes to serde).
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let mut owned: Option<String> = None;
+        let mut from = start;
+        loop {
+            let at = from + memchr::memchr2(b'"', b'\\', &bytes[from..])?;
+            if bytes[from..at].iter().any(|&b| b < 0x20) {
+                return None;
+            }
+            if bytes[at] == b'"' {
+                self.at = at + 1;
+                return Some(match owned {
+                    Some(mut s) => {
+                        s.push_str(&self.text[from..at]);
+                        Cow::Owned(s)
+                    }
+                    None => Cow::Borrowed(&self.text[start..at]),
+                });
+            }
+            let unescaped = match bytes.get(at + 1)? {
+                b'"' => '"',
+                b'\\' => '\\',
+                b'/' => '/',
+                b'b' => '\u{8}',
+                b'f' => '\u{c}',
+                b'n' => '\n',
+                b'r' => '\r',
+                b't' => '\t',
+                _ => return None,
+            };
+            if self.decode {
+                let s = owned.get_or_insert_with(String::new);
+                s.push_str(&self.text[from..at]);
+                s.push(unescaped);
+            }
+            from = at + 2;
+        }
+    }
+
+    /// The closing brace, and nothing after it.
+    fn end(&mut self) -> Option<()> {
+        (&self.text[self.at..] == "}").then_some(())
+    }
+}
+
 /// Deserialise a line. A line that is valid UTF-8 (nearly all) is
 /// checked for it once, as a whole, rather than string by string; any
 /// other line goes through the byte parser, which words the error.
@@ -148,6 +323,17 @@ fn from_line<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
 
 /// Parse one line (without its line ending). The error is a short reason.
 pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
+    if let Some(line) = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| Plain::read(text, true))
+    {
+        return Ok(line.into_line());
+    }
+    parse_line_serde(bytes)
+}
+
+/// [`parse_line`] through serde alone: the authority on what a line says.
+fn parse_line_serde(bytes: &[u8]) -> Result<Line, String> {
     let raw: LineIn<'_> = from_line(bytes)?;
     match raw.op.as_ref() {
         "done" => Ok(Line::Done { id: raw.id }),
@@ -284,6 +470,15 @@ impl<'de> Deserialize<'de> for PayloadCheck {
 /// item. Compaction uses it: it needs each line's op and id, and copies
 /// the bytes of the lines it keeps.
 pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
+    if let Some(line) = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| Plain::read(text, false))
+    {
+        return Ok(Head {
+            put: line.put,
+            id: line.id,
+        });
+    }
     let raw: LineCheck<'_> = from_line(bytes)?;
     match raw.op.as_ref() {
         "done" => Ok(Head {
@@ -415,6 +610,36 @@ mod tests {
     }
 
     #[test]
+    fn lines_spool_writes_take_the_plain_path() {
+        let mut it = item(b"{\"event\":1}");
+        it.key = "order-7".into();
+        it.last_error = Some("HTTP 503".into());
+        for dead in [None, Some(Timestamp::from_millis(5))] {
+            let mut out = Vec::new();
+            write_put(&mut out, &it, dead);
+            let text = std::str::from_utf8(&out[..out.len() - 1]).unwrap();
+            let plain = Plain::read(text, true).expect("the plain path reads it");
+            assert_eq!(
+                plain.into_line(),
+                Line::Put {
+                    item: it.clone(),
+                    dead_at: dead
+                }
+            );
+        }
+        assert!(Plain::read(r#"{"op":"done","id":42}"#, true).is_some());
+        // \u escapes, other field orders and spacing go through serde.
+        for other in [
+            r#"{"op":"put","id":1,"payload":"a\u0001b","idempotencyKey":"","attempts":0}"#,
+            r#"{"id":1,"op":"done"}"#,
+            r#"{"op":"done","id":1} "#,
+            r#"{"op":"done","id":01}"#,
+        ] {
+            assert!(Plain::read(other, true).is_none(), "{other}");
+        }
+    }
+
+    #[test]
     fn done_lines_are_reference_shaped() {
         let mut out = Vec::new();
         write_done(&mut out, 42);
@@ -519,6 +744,50 @@ mod tests {
                 (Err(a), Err(b)) => prop_assert_eq!(a, b),
                 _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
             }
+        }
+
+        #[test]
+        fn plain_lines_read_as_serde_reads_them(
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+            key in ".{0,6}", attempts in any::<u32>(), held in any::<bool>(),
+            times in proptest::option::of((0i64..4_000_000_000_000, 0i64..4_000_000_000_000)),
+            error in proptest::option::of(".{0,8}"),
+            dead in proptest::option::of(0i64..4_000_000_000_000),
+            done in any::<bool>(),
+            edits in proptest::collection::vec((any::<u16>(), prop_oneof![
+                Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
+                Just(b'\\'), Just(b' '), Just(b'}'), Just(b','), Just(b':'), Just(0x01), Just(b'x'),
+            ]), 0..3),
+        ) {
+            let mut it = item(&payload);
+            it.key = key;
+            it.attempts = attempts;
+            it.held = held;
+            it.enqueued_at = times.map(|t| Timestamp::from_secs(t.0));
+            it.next_retry_at = times.map(|t| Timestamp::from_millis(t.1));
+            it.last_error = error;
+            let mut line = Vec::new();
+            if done {
+                write_done(&mut line, it.id);
+            } else {
+                write_put(&mut line, &it, dead.map(Timestamp::from_millis));
+            }
+            line.pop();
+            // Change, insert or drop a byte here and there.
+            for (at, b) in edits {
+                let at = at as usize % (line.len() + 1);
+                match at % 3 {
+                    0 if at < line.len() => line[at] = b,
+                    1 if at < line.len() => { line.remove(at); }
+                    _ => line.insert(at, b),
+                }
+            }
+            prop_assert_eq!(parse_line(&line), parse_line_serde(&line), "{}", String::from_utf8_lossy(&line));
+            let head = parse_line(&line).map(|l| match l {
+                Line::Put { item, .. } => Head { put: true, id: item.id },
+                Line::Done { id } => Head { put: false, id },
+            });
+            prop_assert_eq!(check_line(&line), head);
         }
 
         #[test]
