@@ -809,9 +809,28 @@ impl Replacement<'_> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         write_all(self.io, &mut self.file, &self.buf)?;
+        start_writeback(&self.file, self.written, self.buf.len());
         self.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
+    }
+}
+
+/// Ask the kernel to start writing `len` bytes at `offset` of `file` to
+/// disk now, so that the fsync at the end of a large rewrite finds little
+/// left to do. Only a hint: durability still comes from that fsync.
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    // SAFETY: sync_file_range only reads its integer arguments; the
+    // descriptor stays open while `file` is borrowed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
