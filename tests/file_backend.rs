@@ -407,6 +407,8 @@ struct Faulty {
     /// Write only half of the buffer on the next write, then fail.
     short_write: Mutex<bool>,
     fail_sync_in: AtomicUsize,
+    /// Fail every in-kernel copy.
+    fail_copy: std::sync::atomic::AtomicBool,
 }
 
 fn countdown(c: &AtomicUsize) -> bool {
@@ -440,6 +442,13 @@ impl FileIo for Faulty {
             return Err(io::Error::from_raw_os_error(5));
         }
         RealIo.sync(file)
+    }
+
+    fn copy(&self, from: &File, offset: u64, to: &mut File, len: usize) -> io::Result<usize> {
+        if self.fail_copy.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(5));
+        }
+        RealIo.copy(from, offset, to, len)
     }
 }
 
@@ -527,6 +536,26 @@ fn compaction_failure_leaves_the_spool_as_it_was() {
     assert!(q.compact().is_err());
     assert_eq!(std::fs::read(&p).unwrap(), before);
     assert_only_committed(&p);
+}
+
+#[test]
+fn a_failed_copy_during_compaction_leaves_the_spool_as_it_was() {
+    let (_d, p, io, q) = faulty_spool();
+    // A long run of adjacent live lines: compaction copies it in the kernel.
+    let payload = "x".repeat(300);
+    for _ in 0..400 {
+        q.enqueue(payload.as_bytes(), "").unwrap();
+    }
+    let drained = q.drain().unwrap();
+    let before = std::fs::read(&p).unwrap();
+    io.fail_copy.store(true, Ordering::SeqCst);
+    assert!(q.compact().is_err());
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+    assert_eq!(q.drain().unwrap(), drained);
+    io.fail_copy.store(false, Ordering::SeqCst);
+    let r = q.compact().unwrap();
+    assert_eq!(r.pending, 401);
+    assert_eq!(q.drain().unwrap(), drained);
 }
 
 #[test]

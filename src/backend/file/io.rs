@@ -39,6 +39,68 @@ pub trait FileIo: Send + Sync + Debug {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
+
+    /// Copy up to `len` bytes at `offset` of `from` to `to` at its current
+    /// position (compaction copies kept lines this way, inside the kernel
+    /// where it can): may copy fewer.
+    fn copy(&self, from: &File, offset: u64, to: &mut File, len: usize) -> io::Result<usize> {
+        copy_range(from, offset, to, len)
+    }
+}
+
+/// One `copy_file_range(2)`, or a read and a write where the file system
+/// cannot do it.
+fn copy_range(from: &File, offset: u64, to: &mut File, len: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let mut off_in = libc::loff_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: both descriptors are open while borrowed; `off_in` outlives
+    // the call and the output offset is the file's own (null).
+    let n = unsafe {
+        libc::copy_file_range(
+            from.as_raw_fd(),
+            &mut off_in,
+            to.as_raw_fd(),
+            std::ptr::null_mut(),
+            len,
+            0,
+        )
+    };
+    if let Ok(n) = usize::try_from(n) {
+        return Ok(n);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSYS | libc::EXDEV | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => {
+            let mut buf = vec![0; len.min(1 << 20)];
+            let n = from.read_at(&mut buf, offset)?;
+            to.write(&buf[..n])
+        }
+        _ => Err(e),
+    }
+}
+
+/// Copy all `len` bytes at `offset` of `from` to `to` through `io`. A
+/// copy that makes no progress (the source ended early) is an error.
+pub(crate) fn copy_all(
+    io: &dyn FileIo,
+    from: &File,
+    mut offset: u64,
+    to: &mut File,
+    mut len: usize,
+) -> io::Result<()> {
+    while len > 0 {
+        match io.copy(from, offset, to, len) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                offset += n as u64;
+                len -= n.min(len);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The real system calls.

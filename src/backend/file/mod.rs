@@ -46,7 +46,7 @@ pub(crate) mod scan;
 pub mod verify;
 
 use self::format::Line;
-use self::io::{parent_dir, write_all, FileIo, RealIo};
+use self::io::{copy_all, parent_dir, write_all, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
 use super::state::State;
@@ -70,6 +70,9 @@ use std::time::{Duration, Instant};
 const AUTO_COMPACT_MIN_BYTES: u64 = 4 << 20;
 /// Auto-compaction threshold: records per live item.
 const AUTO_COMPACT_RATIO: u64 = 4;
+/// Compaction copies a run of adjacent kept lines at least this long inside
+/// the kernel (`copy_file_range`) instead of through its buffer.
+const COMPACT_COPY_RUN: u64 = 64 << 10;
 
 /// What [`FileQueue::compact`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,7 +381,27 @@ impl FileQueue {
             r.seek(SeekFrom::Start(0))?;
             let mut pos = 0u64;
             let mut line = Vec::new();
-            for (&(offset, len), &later) in order.iter().zip(&later_min) {
+            let mut i = 0;
+            while i < order.len() {
+                // Lines next to each other in the file (one newline
+                // between them) that come one after the other in id order
+                // too: a long run of them is copied inside the kernel.
+                let (start, first_len) = order[i];
+                let mut end = start + first_len as u64;
+                let mut next = i + 1;
+                while next < order.len() && order[next].0 == end + 1 {
+                    end = order[next].0 + order[next].1 as u64;
+                    next += 1;
+                }
+                if next - i > 1 && end - start >= COMPACT_COPY_RUN {
+                    w.copy_from(&main.file, start, (end - start) as usize)?;
+                    w.push(b"\n")?;
+                    i = next;
+                    continue;
+                }
+                let (offset, len) = order[i];
+                let later = later_min[i];
+                i += 1;
                 if offset >= pos && offset <= later {
                     r.seek_relative((offset - pos) as i64)?;
                     w.push_line_from(&mut r, len)?;
@@ -792,6 +815,15 @@ impl Replacement<'_> {
         if self.buf.len() >= Self::CHUNK {
             self.flush()?;
         }
+        Ok(())
+    }
+
+    /// Copy `len` bytes at `offset` of `from`.
+    fn copy_from(&mut self, from: &File, offset: u64, len: usize) -> std::io::Result<()> {
+        self.flush()?;
+        copy_all(self.io, from, offset, &mut self.file, len)?;
+        start_writeback(&self.file, self.written, len);
+        self.written += len as u64;
         Ok(())
     }
 
