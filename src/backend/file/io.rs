@@ -1,6 +1,6 @@
 //! The I/O seam of the NDJSON backend.
 //!
-//! Every write, sync, truncate and rename the backend makes on its files
+//! Every write, copy, sync, truncate and rename the backend makes on its files
 //! goes through a [`FileIo`]. Production code uses [`RealIo`]; tests pass
 //! their own implementation (through [`super::FileQueue::open_with_io`])
 //! to force short writes, write errors and fsync failures and check that

@@ -276,14 +276,19 @@ fn scan_blocks_parallel<T: Send>(
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Vec<u8>)>(workers);
     let work_rx = Mutex::new(work_rx);
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Vec<Parsed<T>>, Vec<u8>)>();
+    // A block's lines, or None when its parser panicked (so that the walk
+    // stops instead of waiting for a block that never comes).
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Option<Vec<Parsed<T>>>, Vec<u8>)>();
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let (work_rx, done_tx) = (&work_rx, done_tx.clone());
             scope.spawn(move || loop {
                 let job = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok((index, bytes)) = job else { break };
-                let lines = parse_block(&bytes, parse);
+                let lines = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    parse_block(&bytes, parse)
+                }))
+                .ok();
                 if done_tx.send((index, lines, bytes)).is_err() {
                     break;
                 }
@@ -324,6 +329,7 @@ fn scan_blocks_parallel<T: Send>(
                 .recv()
                 .map_err(|_| Error::Internal("a parsing thread stopped".into()))?;
             spare.push(bytes);
+            let lines = lines.ok_or_else(|| Error::Internal("a line parser panicked".into()))?;
             ready.insert(index, lines);
             while let Some(lines) = ready.remove(&walked) {
                 for (raw_len, has_newline, content_len, class) in lines {
