@@ -121,6 +121,10 @@ impl<'p> Walk<'p> {
         let line_start = self.offset;
         self.offset += raw_len;
         self.line_no += 1;
+        if let (Some(b), false) = (&self.bad, matches!(class, Class::Blank)) {
+            // A line after the malformed one: that one was no torn tail.
+            return Err(Error::corrupt(self.path, Some(b.line), b.reason.clone()));
+        }
         match class {
             Class::Blank => {
                 if self.bad.is_none() {
@@ -128,11 +132,6 @@ impl<'p> Walk<'p> {
                     self.out.lines = self.line_no;
                     self.out.needs_newline = !has_newline;
                 }
-            }
-            _ if self.bad.is_some() => {
-                let b = self.bad.as_ref().map(|b| (b.line, b.reason.clone()));
-                let (line, reason) = b.unwrap_or_default();
-                return Err(Error::corrupt(self.path, Some(line), reason));
             }
             Class::Parsed(t) => {
                 apply(t, line_start, content_len);
@@ -263,7 +262,7 @@ pub(crate) fn scan_file_parallel<T: Send>(
 }
 
 /// One parsed line of a block: raw length, newline, content length, class.
-type Parsed<T> = (u32, bool, u32, Class<T>);
+type Parsed<T> = (usize, bool, usize, Class<T>);
 
 fn scan_blocks_parallel<T: Send>(
     path: &Path,
@@ -333,13 +332,7 @@ fn scan_blocks_parallel<T: Send>(
             ready.insert(index, lines);
             while let Some(lines) = ready.remove(&walked) {
                 for (raw_len, has_newline, content_len, class) in lines {
-                    walk.step(
-                        u64::from(raw_len),
-                        has_newline,
-                        content_len as usize,
-                        class,
-                        &mut apply,
-                    )?;
+                    walk.step(raw_len as u64, has_newline, content_len, class, &mut apply)?;
                 }
                 walked += 1;
             }
@@ -360,9 +353,9 @@ fn parse_block<T>(
         let (raw, tail) = rest.split_at(end);
         let (content, has_newline) = content_of(raw);
         lines.push((
-            raw.len() as u32,
+            raw.len(),
             has_newline,
-            content.len() as u32,
+            content.len(),
             classify(content, parse),
         ));
         rest = tail;
