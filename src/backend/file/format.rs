@@ -41,28 +41,37 @@ pub(crate) enum Line {
     Done { id: ItemId },
 }
 
+/// The fields of a line. [`parse_line`] reads them with `P` = [`PayloadIn`]
+/// and `S` = `String`; [`check_line`] with [`PayloadCheck`] and [`AnyStr`],
+/// which check the same JSON without keeping it — one field list, so the
+/// two accept exactly the same lines.
 #[derive(Deserialize)]
 #[serde(expecting = "a JSON object with op and id")]
-struct LineIn<'a> {
+struct Fields<'a, P, S> {
     #[serde(borrow)]
     op: std::borrow::Cow<'a, str>,
     id: u64,
-    #[serde(default)]
-    payload: Option<PayloadIn>,
-    #[serde(default, rename = "idempotencyKey")]
-    key: Option<String>,
+    #[serde(default = "none")]
+    payload: Option<P>,
+    #[serde(default = "none", rename = "idempotencyKey")]
+    key: Option<S>,
     #[serde(default)]
     attempts: Option<u32>,
     #[serde(default, rename = "enqueuedAt")]
     enqueued_at: Option<i64>,
     #[serde(default, rename = "nextRetryAt")]
     next_retry_at: Option<i64>,
-    #[serde(default, rename = "lastError")]
-    last_error: Option<String>,
+    #[serde(default = "none", rename = "lastError")]
+    last_error: Option<S>,
     #[serde(default)]
     held: Option<bool>,
     #[serde(default, rename = "deadAt")]
     dead_at: Option<i64>,
+}
+
+/// An absent field (without asking the field's type for a default).
+fn none<T>() -> Option<T> {
+    None
 }
 
 /// A payload as read: a JSON string, or `{"base64": "..."}`.
@@ -334,7 +343,7 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
 
 /// [`parse_line`] through serde alone: the authority on what a line says.
 fn parse_line_serde(bytes: &[u8]) -> Result<Line, String> {
-    let raw: LineIn<'_> = from_line(bytes)?;
+    let raw: Fields<'_, PayloadIn, String> = from_line(bytes)?;
     match raw.op.as_ref() {
         "done" => Ok(Line::Done { id: raw.id }),
         "put" => {
@@ -369,32 +378,6 @@ pub(crate) struct Head {
     /// A `put` line (else `done`).
     pub put: bool,
     pub id: ItemId,
-}
-
-/// The fields of a line, checked as [`parse_line`] checks them but kept
-/// nowhere: strings are validated, not copied.
-#[derive(Deserialize)]
-#[serde(expecting = "a JSON object with op and id")]
-struct LineCheck<'a> {
-    #[serde(borrow)]
-    op: std::borrow::Cow<'a, str>,
-    id: u64,
-    #[serde(default)]
-    payload: Option<PayloadCheck>,
-    #[serde(default, rename = "idempotencyKey")]
-    _key: Option<AnyStr>,
-    #[serde(default, rename = "attempts")]
-    _attempts: Option<u32>,
-    #[serde(default, rename = "enqueuedAt")]
-    _enqueued_at: Option<i64>,
-    #[serde(default, rename = "nextRetryAt")]
-    _next_retry_at: Option<i64>,
-    #[serde(default, rename = "lastError")]
-    _last_error: Option<AnyStr>,
-    #[serde(default, rename = "held")]
-    _held: Option<bool>,
-    #[serde(default, rename = "deadAt")]
-    _dead_at: Option<i64>,
 }
 
 /// A JSON string, validated and dropped.
@@ -479,7 +462,7 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             id: line.id,
         });
     }
-    let raw: LineCheck<'_> = from_line(bytes)?;
+    let raw: Fields<'_, PayloadCheck, AnyStr> = from_line(bytes)?;
     match raw.op.as_ref() {
         "done" => Ok(Head {
             put: false,
