@@ -332,19 +332,11 @@ impl Db<'_> {
         if self.layout == Layout::Empty || limit == 0 {
             return Ok(Vec::new());
         }
-        let after = sql_id(after).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT {} FROM morph_offline_queue WHERE id > ?1 ORDER BY id LIMIT ?2",
             self.item_columns()
         );
-        self.conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| {
-                s.query_map([after, limit], item_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .map_err(|e| self.err(e))
+        self.page_of(&sql, after, limit, item_from_row)
     }
 
     /// One pending item.
@@ -359,10 +351,7 @@ impl Db<'_> {
             "SELECT {} FROM morph_offline_queue WHERE id = ?1",
             self.item_columns()
         );
-        self.conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| s.query_row([id], item_from_row).optional())
-            .map_err(|e| self.err(e))
+        self.one_of(&sql, id, item_from_row)
     }
 
     /// Up to `limit` dead letters after `after`, in id order.
@@ -370,18 +359,10 @@ impl Db<'_> {
         if self.layout != Layout::Spool || limit == 0 {
             return Ok(Vec::new());
         }
-        let after = sql_id(after).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let sql = format!(
             "SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2"
         );
-        self.conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| {
-                s.query_map([after, limit], dead_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .map_err(|e| self.err(e))
+        self.page_of(&sql, after, limit, dead_from_row)
     }
 
     /// One dead letter.
@@ -393,9 +374,38 @@ impl Db<'_> {
             return Ok(None);
         }
         let sql = format!("SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id = ?1");
+        self.one_of(&sql, id, dead_from_row)
+    }
+
+    /// Rows of `sql` (ids above `?1`, at most `?2` of them), mapped.
+    fn page_of<T>(
+        &self,
+        sql: &str,
+        after: ItemId,
+        limit: usize,
+        map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let after = sql_id(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.conn
-            .prepare_cached(&sql)
-            .and_then(|mut s| s.query_row([id], dead_from_row).optional())
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_map([after, limit], map)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// The row of `sql` for id `?1`, mapped, if there is one.
+    fn one_of<T>(
+        &self,
+        sql: &str,
+        id: i64,
+        map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row([id], map).optional())
             .map_err(|e| self.err(e))
     }
 
