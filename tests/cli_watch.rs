@@ -174,6 +174,32 @@ fn bodies(sink: &Sink) -> Vec<String> {
 }
 
 /// A hook that appends `word` to `file` (no shell in spool: sh -c here).
+/// The flags of a watch that notices a change within ~100 ms: probe
+/// `link` every 50 ms, offline after 2 failures, deliver to `sink`, record
+/// each hook run in `hooks`, replay every `replay_interval`.
+fn quick_watch(link: &Link, sink: &Sink, hooks: &Path, replay_interval: &str) -> Vec<String> {
+    [
+        "--probe",
+        &link.probe(),
+        "--url",
+        &sink.url("/in"),
+        "--interval",
+        "50ms",
+        "--failure-threshold",
+        "2",
+        "--retry-delay",
+        "20ms",
+        "--replay-interval",
+        replay_interval,
+        "--on-online",
+        &hook(hooks, "online"),
+        "--on-offline",
+        &hook(hooks, "offline"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 fn hook(file: &Path, word: &str) -> String {
     format!(
         "sh -c {}",
@@ -281,29 +307,9 @@ fn items_queued_offline_are_delivered_in_order_when_the_link_returns() {
         env.enqueue("early-2");
         let hooks = env.dir.path().join("hooks");
         let metrics = env.dir.path().join("watch.prom");
-        let d = Daemon::start(
-            env,
-            &[
-                "--probe",
-                &link.probe(),
-                "--url",
-                &sink.url("/in"),
-                "--interval",
-                "50ms",
-                "--failure-threshold",
-                "2",
-                "--retry-delay",
-                "20ms",
-                "--replay-interval",
-                "200ms",
-                "--on-online",
-                &hook(&hooks, "online"),
-                "--on-offline",
-                &hook(&hooks, "offline"),
-                "--metrics-file",
-                &metrics.to_string_lossy(),
-            ],
-        );
+        let mut args = quick_watch(&link, &sink, &hooks, "200ms");
+        args.extend(["--metrics-file".into(), metrics.to_string_lossy().into()]);
+        let d = Daemon::start(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
         let log = || d.log();
         assert!(
             wait_until(Duration::from_secs(10), || bodies(&sink).len() == 2),
@@ -402,27 +408,8 @@ fn a_link_down_at_startup_runs_on_offline_once_and_delivers_nothing_until_it_ret
         env.enqueue("a");
         env.enqueue("b");
         let hooks = env.dir.path().join("hooks");
-        let d = Daemon::start(
-            env,
-            &[
-                "--probe",
-                &link.probe(),
-                "--url",
-                &sink.url("/in"),
-                "--interval",
-                "50ms",
-                "--failure-threshold",
-                "2",
-                "--retry-delay",
-                "20ms",
-                "--replay-interval",
-                "100ms",
-                "--on-online",
-                &hook(&hooks, "online"),
-                "--on-offline",
-                &hook(&hooks, "offline"),
-            ],
-        );
+        let args = quick_watch(&link, &sink, &hooks, "100ms");
+        let d = Daemon::start(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(
             wait_until(Duration::from_secs(10), || !words(&hooks).is_empty()),
             "{}",
