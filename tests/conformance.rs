@@ -79,6 +79,7 @@ conformance!(
         keys_are_stored_verbatim,
         batch_is_atomic,
         batch_repeated_key_dedups_to_the_first,
+        large_batch_keeps_every_item_in_order,
         held_items_stay_pending,
         page_after_and_limit,
         get_finds_only_pending_items,
@@ -1472,6 +1473,60 @@ fn odd_payloads() -> Vec<Vec<u8>> {
 
 /// Payloads are arbitrary bytes and round-trip exactly, as single
 /// enqueues, in a batch, through the dead-letter set and back.
+/// A batch of hundreds of items, with dedup hits and binary payloads
+/// scattered through it, stores every fresh item under consecutive ids,
+/// in input order, with its own payload and key, fresh state, and the
+/// batch's enqueue time; the dedup hits point at the right items.
+fn large_batch_keeps_every_item_in_order(s: Setup) {
+    let mut h = s.open(None);
+    let pre = add(&h, "pre", "k-pre");
+    h.clock.advance(Duration::from_millis(90_500));
+    let when = Timestamp::from_secs(h.now().as_secs());
+    let mut input = Vec::new();
+    for i in 0..300u32 {
+        let (payload, key) = match i % 7 {
+            0 => (format!("{i}").into_bytes(), format!("k{i}")),
+            3 => (vec![0xff, 0x00, i as u8, b'\n'], String::new()),
+            5 => (b"repeat".to_vec(), "k-pre".to_string()),
+            6 => (format!("again {i}").into_bytes(), format!("k{}", i - 6)),
+            _ => (format!("{{\"n\":{i}}}").into_bytes(), String::new()),
+        };
+        input.push(NewItem::new(payload, key));
+    }
+    let r = h
+        .q()
+        .enqueue_batch(&input, &EnqueueOptions::default())
+        .unwrap();
+    assert_eq!(r.len(), input.len());
+    let mut next = pre;
+    let mut fresh = Vec::new();
+    for (i, (e, it)) in r.iter().zip(&input).enumerate() {
+        match i % 7 {
+            5 => assert_eq!((e.id, e.deduplicated), (pre, true), "item {i}"),
+            6 => assert_eq!((e.id, e.deduplicated), (r[i - 6].id, true), "item {i}"),
+            _ => {
+                next += 1;
+                assert_eq!((e.id, e.deduplicated), (next, false), "item {i}");
+                fresh.push(it);
+            }
+        }
+    }
+    h.step();
+    h.reopen();
+    let all = drain(&h);
+    assert_eq!(all.len(), fresh.len() + 1);
+    for (it, want) in all[1..].iter().zip(&fresh) {
+        assert_eq!(it.payload, want.payload, "item {}", it.id);
+        assert_eq!(it.key, want.key, "item {}", it.id);
+        assert_eq!(it.attempts, 0, "item {}", it.id);
+        assert_eq!(it.next_retry_at, None, "item {}", it.id);
+        assert_eq!(it.last_error, None, "item {}", it.id);
+        assert!(!it.held, "item {}", it.id);
+        assert_eq!(it.enqueued_at, Some(when), "item {}", it.id);
+    }
+    assert_eq!(h.q().size().unwrap(), all.len() as u64);
+}
+
 fn payload_bytes_round_trip(s: Setup) {
     let mut h = s.open(None);
     let all = odd_payloads();

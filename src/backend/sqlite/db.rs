@@ -9,7 +9,7 @@
 
 use super::schema::{self, Layout};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Item, ItemId, QueueStats};
+use crate::item::{DeadLetter, Item, ItemId, NewItem, QueueStats};
 use crate::time::Timestamp;
 use rusqlite::types::{ToSqlOutput, Type, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -53,6 +53,26 @@ const HISTOGRAM_BY_GROUPING: &str =
     "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
 /// Walks `ix_dead_dead_at`, not the payloads.
 const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
+
+/// Fresh items per multi-row INSERT (see [`Db::insert_fresh`]); with
+/// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
+const FRESH_ROWS_PER_INSERT: usize = 64;
+/// Parameters per row of a fresh insert.
+const FRESH_COLUMNS: usize = 4;
+
+/// `INSERT` of `rows` fresh items: id, payload, key, enqueue time.
+fn fresh_insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO morph_offline_queue (id, payload, idempotency_key, enqueued_at) VALUES ",
+    );
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?,?,?)");
+    }
+    sql
+}
 
 /// A connection in the context of one spool operation.
 pub(super) struct Db<'a> {
@@ -297,6 +317,60 @@ impl Db<'_> {
                 ])
             })
             .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Store freshly enqueued items under the given ids: no attempts, no
+    /// backoff, not held, so only the reference columns are written and
+    /// the rest take their defaults.
+    ///
+    /// Rows go [`FRESH_ROWS_PER_INSERT`] to a statement: one multi-row
+    /// INSERT opens the table and index cursors once for all of them,
+    /// which is most of what a one-row INSERT costs beyond the B-tree
+    /// work itself.
+    pub fn insert_fresh(&self, rows: &[(ItemId, &NewItem)], enqueued_at: Timestamp) -> Result<()> {
+        let at = enqueued_at.as_secs();
+        let mut chunks = rows.chunks_exact(FRESH_ROWS_PER_INSERT);
+        if rows.len() >= FRESH_ROWS_PER_INSERT {
+            let mut stmt = self
+                .conn
+                .prepare_cached(&fresh_insert_sql(FRESH_ROWS_PER_INSERT))
+                .map_err(|e| self.err(e))?;
+            for chunk in &mut chunks {
+                self.bind_fresh(&mut stmt, chunk, at)?;
+                stmt.raw_execute().map_err(|e| self.err(e))?;
+            }
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut stmt = self
+                .conn
+                .prepare_cached(&fresh_insert_sql(1))
+                .map_err(|e| self.err(e))?;
+            for row in rest {
+                self.bind_fresh(&mut stmt, std::slice::from_ref(row), at)?;
+                stmt.raw_execute().map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bind `rows` to the parameters of a [`fresh_insert_sql`] statement.
+    fn bind_fresh(
+        &self,
+        stmt: &mut rusqlite::Statement<'_>,
+        rows: &[(ItemId, &NewItem)],
+        at: i64,
+    ) -> Result<()> {
+        for (i, (id, item)) in rows.iter().enumerate() {
+            let first = i * FRESH_COLUMNS + 1;
+            let id = self.insert_id(*id)?;
+            stmt.raw_bind_parameter(first, id)
+                .and_then(|()| stmt.raw_bind_parameter(first + 1, payload_value(&item.payload)))
+                .and_then(|()| stmt.raw_bind_parameter(first + 2, item.key.as_str()))
+                .and_then(|()| stmt.raw_bind_parameter(first + 3, at))
+                .map_err(|e| self.err(e))?;
+        }
         Ok(())
     }
 

@@ -398,6 +398,7 @@ impl Queue for SqliteQueue {
             }
             let mut next = db.high_water()?;
             let mut results: Vec<Enqueued> = Vec::with_capacity(items.len());
+            let mut fresh_rows: Vec<(ItemId, &NewItem)> = Vec::with_capacity(fresh as usize);
             for (it, plan) in items.iter().zip(&plans) {
                 let result = match *plan {
                     Plan::Dedup(id) => Enqueued {
@@ -415,8 +416,7 @@ impl Queue for SqliteQueue {
                         next = next
                             .checked_add(1)
                             .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-                        let item = Item::new(next, it.payload.clone(), it.key.clone(), now);
-                        db.insert_pending(&item)?;
+                        fresh_rows.push((next, it));
                         Enqueued {
                             id: next,
                             deduplicated: false,
@@ -425,6 +425,7 @@ impl Queue for SqliteQueue {
                 };
                 results.push(result);
             }
+            db.insert_fresh(&fresh_rows, now)?;
             Ok(results)
         })
     }
