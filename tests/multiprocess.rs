@@ -404,10 +404,28 @@ fn bound_read_through_another_handle(backend: Backend) {
     let other = Spool::open(&h.path, &h.reopen_options()).expect("a second handle");
     assert_eq!(h.q().max_depth().unwrap(), Some(3));
     other.set_max_depth(Some(4)).unwrap();
+    // Operations that have no use for the bound, which a backend may run
+    // without reading it, come in between and must not hide the change.
+    assert_eq!(h.q().size().unwrap(), 0);
+    assert_eq!(h.q().mark_done(&[1]).unwrap(), vec![false]);
     assert_eq!(h.q().max_depth().unwrap(), Some(4), "max_depth()");
     assert_eq!(h.q().stats(T0).unwrap().max_depth, Some(4), "stats()");
     other.set_max_depth(None).unwrap();
     assert_eq!(h.q().max_depth().unwrap(), None, "max_depth()");
+    // The same for the bound an enqueue enforces.
+    for p in [b"a", b"b"] {
+        h.q().enqueue(p, "").unwrap();
+    }
+    other.set_max_depth(Some(2)).unwrap();
+    assert!(h.q().get(1).unwrap().is_some());
+    assert_eq!(h.q().mark_done(&[99]).unwrap(), vec![false]);
+    match h.q().enqueue(b"c", "") {
+        Err(Error::QueueFull {
+            max_depth: 2,
+            depth: 2,
+        }) => {}
+        other => panic!("expected QueueFull {{ 2, 2 }}, got {other:?}"),
+    }
 }
 
 #[test]

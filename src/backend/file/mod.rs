@@ -137,6 +137,19 @@ impl Tracked {
     }
 }
 
+/// Whether an operation re-reads the meta file (the depth bound, the
+/// uuid) first. Only those that use the bound or the uuid do: another
+/// process may replace the file at any time, so reading it costs an
+/// open, a read and a close on every call, which the hot paths of replay
+/// (`done`, a recorded attempt) have no use for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MetaUse {
+    /// Re-read it: the operation uses the depth bound or the uuid.
+    Read,
+    /// Keep the copy read before.
+    Skip,
+}
+
 #[derive(Debug)]
 struct Inner {
     main: Option<Tracked>,
@@ -223,7 +236,7 @@ impl FileQueue {
         if defer {
             q.locked_unloaded(writable, init)?;
         } else {
-            q.locked(writable, init)?;
+            q.locked(writable, MetaUse::Read, init)?;
         }
         Ok(q)
     }
@@ -250,7 +263,7 @@ impl FileQueue {
 
     /// Numbers about the main file.
     pub fn file_stats(&self) -> Result<FileStats> {
-        self.locked(false, |_, inner| {
+        self.locked(false, MetaUse::Skip, |_, inner| {
             let main = inner.main.as_ref().ok_or_else(no_handle)?;
             let live = inner.state.pending.len() as u64;
             let records = main.records;
@@ -294,7 +307,7 @@ impl FileQueue {
         self.require_writable("repair")?;
         // Taking the exclusive lock brings the image up to date, which
         // cuts any torn tail before returning.
-        self.locked(true, |_, _| Ok(()))
+        self.locked(true, MetaUse::Skip, |_, _| Ok(()))
     }
 
     /// Compact with the exclusive lock held. Afterwards the image is
@@ -494,14 +507,16 @@ impl FileQueue {
     }
 
     /// Run `f` with the advisory lock held (exclusive for writers) and the
-    /// in-memory image caught up with the files.
+    /// in-memory image caught up with the files; `meta` says whether `f`
+    /// needs the latest meta file too.
     fn locked<T>(
         &self,
         exclusive: bool,
+        meta: MetaUse,
         f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
     ) -> Result<T> {
         self.locked_unloaded(exclusive, |q, inner| {
-            q.refresh(inner, exclusive)?;
+            q.refresh(inner, exclusive, meta)?;
             f(q, inner)
         })
     }
@@ -591,15 +606,16 @@ impl FileQueue {
     /// appended since the last call, or everything after a replacement or
     /// a failure. Dead letters are read before the main file so that a
     /// move between the files is seen whole.
-    fn refresh(&self, inner: &mut Inner, exclusive: bool) -> Result<()> {
+    fn refresh(&self, inner: &mut Inner, exclusive: bool, meta: MetaUse) -> Result<()> {
         if !inner.stale {
             let dead_ok = self.refresh_dead(inner)?;
             let main_ok = dead_ok && self.refresh_main(inner)?;
             if !main_ok {
                 inner.stale = true;
-            } else {
+            } else if meta == MetaUse::Read {
                 // The depth bound lives in the meta file, which another
-                // process may have replaced: every call sees the latest.
+                // process may have replaced: every call that uses it sees
+                // the latest.
                 inner.meta = meta::read(&self.meta_path)?;
                 inner.state.max_depth = inner.meta.max_depth;
             }
@@ -775,9 +791,13 @@ impl FileQueue {
 
     /// Run a mutation: `f` plans it against the image and appends its
     /// lines; then auto-compaction runs if garbage dominates.
-    fn mutate<T>(&self, f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>) -> Result<T> {
+    fn mutate<T>(
+        &self,
+        meta: MetaUse,
+        f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
+    ) -> Result<T> {
         self.require_writable("write")?;
-        self.locked(true, |q, inner| {
+        self.locked(true, meta, |q, inner| {
             let out = f(q, inner)?;
             let compact = match &inner.main {
                 Some(m) => {
@@ -1008,7 +1028,7 @@ impl Queue for FileQueue {
 
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
         let now = self.clock.now();
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Read, |q, inner| {
             let (results, fresh) = inner.state.plan_enqueue(items, opts, now)?;
             let mut buf = Vec::new();
             for it in &fresh {
@@ -1023,15 +1043,19 @@ impl Queue for FileQueue {
     }
 
     fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
-        self.locked(false, |_, inner| Ok(inner.state.page(after, limit)))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.page(after, limit))
+        })
     }
 
     fn get(&self, id: ItemId) -> Result<Option<Item>> {
-        self.locked(false, |_, inner| Ok(inner.state.pending.get(&id).cloned()))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.pending.get(&id).cloned())
+        })
     }
 
     fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Skip, |q, inner| {
             let mut seen = std::collections::HashSet::new();
             // As in the other backends, a repeated id reports true once.
             let found: Vec<bool> = ids
@@ -1061,7 +1085,7 @@ impl Queue for FileQueue {
     }
 
     fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Skip, |q, inner| {
             let mut found = Vec::with_capacity(ids.len());
             let mut changed: Vec<Item> = Vec::new();
             for id in ids {
@@ -1090,15 +1114,17 @@ impl Queue for FileQueue {
     }
 
     fn size(&self) -> Result<u64> {
-        self.locked(false, |_, inner| Ok(inner.state.pending.len() as u64))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.pending.len() as u64)
+        })
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {
-        self.locked(false, |_, inner| Ok(inner.state.max_depth))
+        self.locked(false, MetaUse::Read, |_, inner| Ok(inner.state.max_depth))
     }
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Read, |q, inner| {
             let mut m = inner.meta.clone();
             m.version = meta::META_VERSION;
             m.max_depth = bound;
@@ -1110,7 +1136,7 @@ impl Queue for FileQueue {
     }
 
     fn uuid(&self) -> Result<String> {
-        self.locked(false, |q, inner| {
+        self.locked(false, MetaUse::Read, |q, inner| {
             inner.meta.uuid.clone().ok_or_else(|| {
                 Error::Unsupported(format!(
                     "{} has no uuid yet; the first write to the spool assigns one",
@@ -1121,12 +1147,12 @@ impl Queue for FileQueue {
     }
 
     fn high_water(&self) -> Result<ItemId> {
-        self.locked(false, |_, inner| Ok(inner.state.high_water))
+        self.locked(false, MetaUse::Skip, |_, inner| Ok(inner.state.high_water))
     }
 
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         let now = self.clock.now();
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Skip, |q, inner| {
             let Some(dl) = inner.state.prepare_kill(id, last_error, now) else {
                 return Ok(false);
             };
@@ -1142,19 +1168,25 @@ impl Queue for FileQueue {
     }
 
     fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
-        self.locked(false, |_, inner| Ok(inner.state.dead_page(after, limit)))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.dead_page(after, limit))
+        })
     }
 
     fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
-        self.locked(false, |_, inner| Ok(inner.state.dead.get(&id).cloned()))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.dead.get(&id).cloned())
+        })
     }
 
     fn dead_count(&self) -> Result<u64> {
-        self.locked(false, |_, inner| Ok(inner.state.dead.len() as u64))
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.dead.len() as u64)
+        })
     }
 
     fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Read, |q, inner| {
             inner.state.check_requeue(ids)?;
             let mut seen = std::collections::HashSet::new();
             let found: Vec<bool> = ids
@@ -1186,7 +1218,7 @@ impl Queue for FileQueue {
     }
 
     fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Skip, |q, inner| {
             let mut gone = std::collections::BTreeSet::new();
             let found: Vec<bool> = ids
                 .iter()
@@ -1205,7 +1237,7 @@ impl Queue for FileQueue {
     }
 
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Read, |q, inner| {
             let (results, store) = inner.state.plan_import(records)?;
             let mut main = Vec::new();
             let mut dead = Vec::new();
@@ -1227,13 +1259,13 @@ impl Queue for FileQueue {
     }
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
-        self.locked(false, |_, inner| Ok(inner.state.stats(now)))
+        self.locked(false, MetaUse::Read, |_, inner| Ok(inner.state.stats(now)))
     }
 }
 
 impl FileQueue {
     fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
-        self.mutate(|q, inner| {
+        self.mutate(MetaUse::Skip, |q, inner| {
             let Some(item) = inner.state.pending.get(&id) else {
                 return Ok(false);
             };
