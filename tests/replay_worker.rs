@@ -6,6 +6,7 @@ use spool::replay::{
 };
 use spool::{Item, ManualClock, OpenMode, OpenOptions, SharedClock, Spool, Timestamp};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -572,6 +573,100 @@ fn a_broken_target_touches_nothing() {
         .unwrap_err();
     assert!(err.to_string().contains("nosuchcommand"));
     assert_eq!(s.drain().unwrap(), before);
+}
+
+/// A broken target that counts how often it was called.
+struct CountingBroken(AtomicUsize);
+impl Target for CountingBroken {
+    fn deliver(&self, _: &Delivery<'_>) -> Result<Outcome, String> {
+        self.0.fetch_add(1, AtomicOrdering::SeqCst);
+        Err("cannot run nosuchcommand: No such file or directory".into())
+    }
+    fn describe(&self) -> String {
+        "broken".into()
+    }
+}
+
+fn hundred_items(shared: &SharedClock) -> Spool {
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for i in 0..100u32 {
+        s.enqueue(format!("{i}").as_bytes(), "").unwrap();
+    }
+    s
+}
+
+/// With deliveries in flight, a target that cannot work stops every
+/// thread from taking another item: each thread calls it at most once,
+/// and the spool is left as it was.
+#[test]
+fn a_broken_target_stops_a_concurrent_run() {
+    let (_m, shared) = clock();
+    let s = hundred_items(&shared);
+    let before = s.drain().unwrap();
+    let target = CountingBroken(AtomicUsize::new(0));
+    let mut o = fixed_opts();
+    o.concurrency = 4;
+    let err = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap_err();
+    assert!(err.to_string().contains("nosuchcommand"), "{err}");
+    let calls = target.0.load(AtomicOrdering::SeqCst);
+    assert!((1..=4).contains(&calls), "{calls} calls");
+    assert_eq!(s.drain().unwrap(), before);
+}
+
+/// A target whose first delivery asks the worker to stop. Every delivery
+/// passes through one lock, which the first holds until the stop is
+/// asked, so no delivery finishes before it.
+struct StopsFirst {
+    stop: spool::replay::StopHandle,
+    seen: Mutex<Vec<u64>>,
+}
+
+impl Target for StopsFirst {
+    fn deliver(&self, d: &Delivery<'_>) -> Result<Outcome, String> {
+        let mut seen = self.seen.lock().unwrap();
+        if seen.is_empty() {
+            self.stop.stop();
+        }
+        seen.push(d.item.id);
+        Ok(Outcome::Delivered)
+    }
+    fn describe(&self) -> String {
+        "stops first".into()
+    }
+}
+
+/// A stop during a concurrent run lets the deliveries in flight finish
+/// and records each of them; no thread takes another item.
+#[test]
+fn stop_during_a_concurrent_run_records_what_was_in_flight() {
+    let (_m, shared) = clock();
+    let s = hundred_items(&shared);
+    let stop = spool::replay::StopHandle::default();
+    let target = StopsFirst {
+        stop: stop.clone(),
+        seen: Mutex::new(vec![]),
+    };
+    let mut o = fixed_opts();
+    o.concurrency = 4;
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .with_stop_handle(stop)
+        .run()
+        .unwrap();
+    assert_eq!(r.stopped, Some(StopReason::Stopped));
+    assert!(r.left_due);
+    let seen = target.seen.lock().unwrap().clone();
+    assert!((1..=4).contains(&seen.len()), "{seen:?}");
+    assert_eq!(r.delivered, seen.len() as u64, "every delivery recorded");
+    let left: Vec<u64> = s.drain().unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(left.len(), 100 - seen.len());
+    assert!(seen.iter().all(|id| !left.contains(id)));
 }
 
 /// A target that records, at each delivery, how many items the spool

@@ -37,7 +37,7 @@ use crate::queue::{Queue, PAGE_SIZE};
 use crate::time::{SharedClock, Timestamp};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// When a target asks to be retried.
@@ -535,98 +535,101 @@ impl<'a> SyncWorker<'a> {
         })
     }
 
+    /// Deliver with up to `concurrency` items in flight. Each of that many
+    /// threads takes the next candidate, delivers it and records the
+    /// outcome itself, under one lock that guards the walk and the report;
+    /// no item passes from thread to thread, so a delivery costs no
+    /// wake-up beyond its own round trip. The first error (reading the
+    /// spool, recording an outcome, a target that cannot work) stops every
+    /// thread from taking another item; the deliveries in flight finish
+    /// and are recorded.
     fn run_concurrent(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<()> {
-        type Done = (Item, u32, std::result::Result<Outcome, String>);
-        let n = self.opts.concurrency;
-        std::thread::scope(|s| -> Result<()> {
-            let (work_tx, work_rx) = mpsc::sync_channel::<(Item, u32, String)>(n);
-            let work_rx = Arc::new(Mutex::new(work_rx));
-            let (done_tx, done_rx) = mpsc::channel::<Done>();
-            for _ in 0..n {
-                let rx = work_rx.clone();
-                let tx = done_tx.clone();
-                let target = self.target;
-                let spool_path = self.spool_path.as_deref();
-                s.spawn(move || loop {
-                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                    let Ok((item, attempt, key)) = next else {
+        let shared = Mutex::new(Feed {
+            ctx,
+            report,
+            page: Vec::new().into_iter(),
+            after: 0,
+            last_page: false,
+            closed: false,
+            error: None,
+            fatal: None,
+        });
+        let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::scope(|s| {
+            for _ in 0..self.opts.concurrency {
+                s.spawn(|| loop {
+                    let Some((item, attempt, key)) = self.take(&mut lock()) else {
                         break;
                     };
-                    let out = target.deliver(&Delivery {
+                    let out = self.target.deliver(&Delivery {
                         item: &item,
                         attempt,
                         idempotency_key: &key,
-                        spool_path,
+                        spool_path: self.spool_path.as_deref(),
                     });
-                    if tx.send((item, attempt, out)).is_err() {
-                        break;
+                    let mut feed = lock();
+                    let feed = &mut *feed;
+                    match out {
+                        Ok(outcome) => {
+                            if let Err(e) = self.record(&item, attempt, outcome, feed.report) {
+                                feed.error.get_or_insert(e);
+                                feed.closed = true;
+                            }
+                        }
+                        Err(e) => {
+                            feed.fatal.get_or_insert(Error::Unsupported(e));
+                            feed.closed = true;
+                        }
                     }
                 });
             }
-            drop(done_tx);
-            let mut in_flight = 0usize;
-            let mut fatal: Option<Error> = None;
-            let mut settle = |done: Done, report: &mut ReplayReport| -> Result<()> {
-                let (item, attempt, out) = done;
-                match out {
-                    Ok(outcome) => {
-                        self.record(&item, attempt, outcome, report)?;
+        });
+        let feed = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+        match feed.error.or(feed.fatal) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The next item a concurrent run should deliver, with its attempt
+    /// number and key; `None` when the walk is over or was stopped.
+    fn take(&self, feed: &mut Feed<'_>) -> Option<(Item, u32, String)> {
+        loop {
+            if feed.closed {
+                return None;
+            }
+            let Some(item) = feed.page.next() else {
+                if feed.last_page {
+                    feed.closed = true;
+                    return None;
+                }
+                match self.queue.page(feed.after, PAGE_SIZE) {
+                    Ok(page) => {
+                        feed.last_page = page.len() < PAGE_SIZE;
+                        feed.page = page.into_iter();
                     }
                     Err(e) => {
-                        if fatal.is_none() {
-                            fatal = Some(Error::Unsupported(e));
-                        }
+                        feed.error.get_or_insert(e);
+                        feed.closed = true;
                     }
                 }
-                Ok(())
+                continue;
             };
-            let walked = self.walk(report, |item, report| {
-                while in_flight >= n {
-                    if let Ok(d) = done_rx.recv() {
-                        in_flight -= 1;
-                        settle(d, report)?;
-                    } else {
-                        break;
-                    }
-                }
-                while let Ok(d) = done_rx.try_recv() {
-                    in_flight -= 1;
-                    settle(d, report)?;
-                }
-                if let Some(why) = self.halt(ctx) {
-                    report.stopped = Some(why);
-                    report.left_due = true;
-                    return Ok(false);
-                }
-                ctx.attempted += 1;
-                let attempt = item.attempts.saturating_add(1);
-                let key = self.key_for(ctx, &item);
-                if work_tx.send((item, attempt, key)).is_err() {
-                    return Ok(false);
-                }
-                in_flight += 1;
-                Ok(true)
-            });
-            drop(work_tx);
-            // Settle everything in flight, even after an error, so that no
-            // delivered item goes unrecorded.
-            let mut first_err = walked.err();
-            while in_flight > 0 {
-                match done_rx.recv() {
-                    Ok(d) => {
-                        in_flight -= 1;
-                        if let Err(e) = settle(d, report) {
-                            first_err.get_or_insert(e);
-                        }
-                    }
-                    Err(_) => break,
-                }
+            feed.after = item.id;
+            if !self.is_candidate(&item, feed.report) {
+                continue;
             }
-            if let Some(e) = first_err.or(fatal) {
-                return Err(e);
+            if let Some(why) = self.halt(feed.ctx) {
+                feed.report.stopped = Some(why);
+                feed.report.left_due = true;
+                feed.closed = true;
+                return None;
             }
-            Ok(())
-        })
+            feed.ctx.attempted += 1;
+            let attempt = item.attempts.saturating_add(1);
+            let key = self.key_for(feed.ctx, &item);
+            return Some((item, attempt, key));
+        }
     }
 
     /// Write the outcome of one attempt to the spool.
@@ -757,6 +760,25 @@ impl SyncWorker<'_> {
         }
         Ok(())
     }
+}
+
+/// What the threads of a concurrent run share: the walk through the
+/// spool and the report.
+struct Feed<'r> {
+    ctx: &'r mut RunCtx,
+    report: &'r mut ReplayReport,
+    /// The rest of the current page.
+    page: std::vec::IntoIter<Item>,
+    /// The last id taken from a page.
+    after: ItemId,
+    /// The current page was the spool's last.
+    last_page: bool,
+    /// No thread takes another item.
+    closed: bool,
+    /// The first error reading or writing the spool.
+    error: Option<Error>,
+    /// The first error of a target that cannot work.
+    fatal: Option<Error>,
 }
 
 struct RunCtx {

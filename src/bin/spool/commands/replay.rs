@@ -45,7 +45,7 @@ use std::time::Duration;
 ///
 /// One replay per spool runs at a time: a second one waits up to --wait,
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
-/// SIGINT/SIGTERM stop after the item in flight (exit 130/143).
+/// SIGINT/SIGTERM stop after the item(s) in flight (exit 130/143).
 ///
 /// Exit status: 0 every due item was delivered; 75 an item failed and
 /// stays queued, or due items were left by --limit/--deadline; 1 an item
