@@ -4,17 +4,19 @@
 //! (after `--delay-ms N` when asked, to play a distant endpoint) and counts
 //! the requests it answered. `GET /count` returns that count (and is not
 //! counted itself), so a benchmark can check that every item arrived.
+//! Every connection has its own thread, so any number of kept-alive
+//! clients are served at once (the server of the replay tests,
+//! `tests/http_sink`).
 //!
 //! ```sh
 //! cargo build --release --example http_sink
-//! target/release/examples/http_sink --port 0 --delay-ms 20 --threads 64
+//! target/release/examples/http_sink --port 0 --delay-ms 20
 //! ```
-//!
-//! The first line on stdout is `listening on http://127.0.0.1:PORT`; the
-//! sink runs until it is killed. Requests are served by `--threads`
-//! worker threads (default 64), so up to that many delayed answers are in
-//! flight at once.
 
+#[path = "../tests/http_sink/mod.rs"]
+mod http_sink;
+
+use http_sink::{Answer, Server};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,11 +25,12 @@ use std::time::Duration;
 struct Options {
     port: u16,
     delay: Duration,
-    threads: usize,
 }
 
+const USAGE: &str = "usage: http_sink [--port N] [--delay-ms N]";
+
 fn usage() -> ! {
-    eprintln!("usage: http_sink [--port N] [--delay-ms N] [--threads N]");
+    eprintln!("{USAGE}");
     std::process::exit(64);
 }
 
@@ -35,7 +38,6 @@ fn parse_args() -> Options {
     let mut opts = Options {
         port: 0,
         delay: Duration::ZERO,
-        threads: 64,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -47,9 +49,8 @@ fn parse_args() -> Options {
         match flag.as_str() {
             "--port" => opts.port = u16::try_from(value()).unwrap_or_else(|_| usage()),
             "--delay-ms" => opts.delay = Duration::from_millis(value()),
-            "--threads" => opts.threads = usize::try_from(value()).unwrap_or(1).max(1),
             "-h" | "--help" => {
-                println!("usage: http_sink [--port N] [--delay-ms N] [--threads N]");
+                println!("{USAGE}");
                 std::process::exit(0);
             }
             _ => usage(),
@@ -60,57 +61,29 @@ fn parse_args() -> Options {
 
 fn main() {
     let opts = parse_args();
-    let server = match tiny_http::Server::http(("127.0.0.1", opts.port)) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("http_sink: cannot listen on 127.0.0.1:{}: {e}", opts.port);
-            std::process::exit(71);
-        }
-    };
-    let port = server
-        .server_addr()
-        .to_ip()
-        .map(|a| a.port())
-        .unwrap_or(opts.port);
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on http://127.0.0.1:{port}");
-        let _ = out.flush();
-    }
     let count = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..opts.threads)
-        .map(|_| {
-            let server = server.clone();
-            let count = count.clone();
-            let delay = opts.delay;
-            std::thread::spawn(move || serve(&server, &count, delay))
-        })
-        .collect();
-    for w in workers {
-        let _ = w.join();
-    }
-}
-
-fn serve(server: &tiny_http::Server, count: &AtomicU64, delay: Duration) {
-    let mut body = Vec::with_capacity(4096);
-    loop {
-        let mut request = match server.recv() {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        if request.method() == &tiny_http::Method::Get && request.url() == "/count" {
-            let n = count.load(Ordering::SeqCst).to_string();
-            let _ = request.respond(tiny_http::Response::from_string(n));
-            continue;
+    let delay = opts.delay;
+    let server = Server::bind(opts.port, move |r| {
+        if r.method == "GET" && r.path == "/count" {
+            return Answer::Full(200, vec![], count.load(Ordering::SeqCst).to_string());
         }
-        body.clear();
-        let _ = request.as_reader().read_to_end(&mut body);
         if !delay.is_zero() {
             std::thread::sleep(delay);
         }
-        // Count before answering: once a client has its 200, the count
-        // includes it.
         count.fetch_add(1, Ordering::SeqCst);
-        let _ = request.respond(tiny_http::Response::empty(200));
+        Answer::Status(200)
+    })
+    .unwrap_or_else(|e| {
+        eprintln!("http_sink: cannot listen on 127.0.0.1:{}: {e}", opts.port);
+        std::process::exit(71);
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{}", server.addr());
+        let _ = out.flush();
+    }
+    // Serve until killed.
+    loop {
+        std::thread::park();
     }
 }

@@ -774,45 +774,29 @@ fn tcp_probe_follows_a_listener() {
 }
 
 /// A local HTTP server: `/ok` 200 with the health text, `/fail` 500,
-/// `/portal` 200 with a captive-portal page, `/moved` 302. Records the
-/// Authorization headers it saw.
-fn http_server() -> (String, Arc<Mutex<Vec<String>>>) {
-    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let addr = server.server_addr().to_ip().unwrap();
-    let auth: Arc<Mutex<Vec<String>>> = Arc::default();
-    let a = auth.clone();
-    std::thread::spawn(move || {
-        for mut req in server.incoming_requests() {
-            let mut body = String::new();
-            let _ = req.as_reader().read_to_string(&mut body);
-            if let Some(h) = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Authorization"))
-            {
-                a.lock().unwrap().push(h.value.to_string());
-            }
-            let path = req.url().split('?').next().unwrap_or("").to_string();
-            let resp = match path.as_str() {
-                "/ok" => tiny_http::Response::from_string("status: ok"),
-                "/fail" => tiny_http::Response::from_string("boom").with_status_code(500),
-                "/portal" => tiny_http::Response::from_string("<h1>Welcome to the hotel wifi</h1>"),
-                "/moved" => tiny_http::Response::from_string("")
-                    .with_status_code(302)
-                    .with_header(
-                        tiny_http::Header::from_bytes("Location", "http://127.0.0.1:1/").unwrap(),
-                    ),
-                _ => tiny_http::Response::from_string("nope").with_status_code(404),
-            };
-            let _ = req.respond(resp);
+/// `/portal` 200 with a captive-portal page, `/moved` 302. It records the
+/// requests it saw (their Authorization headers, for one).
+fn http_server() -> (String, http_sink::Sink) {
+    let sink = http_sink::Sink::start(|r, _| {
+        let page = |status: u16, body: &str| http_sink::Answer::Full(status, vec![], body.into());
+        match r.path.split('?').next().unwrap_or("") {
+            "/ok" => page(200, "status: ok"),
+            "/fail" => page(500, "boom"),
+            "/portal" => page(200, "<h1>Welcome to the hotel wifi</h1>"),
+            "/moved" => http_sink::Answer::Full(
+                302,
+                vec![("Location".into(), "http://127.0.0.1:1/".into())],
+                String::new(),
+            ),
+            _ => page(404, "nope"),
         }
     });
-    (format!("http://{addr}"), auth)
+    (sink.url(""), sink)
 }
 
 #[test]
 fn http_probe_needs_2xx_and_the_expected_text() {
-    let (base, auth) = http_server();
+    let (base, sink) = http_server();
     assert_eq!(probe(&format!("{base}/ok")).check(), Ok(()));
     let e = probe(&format!("{base}/fail")).check().unwrap_err();
     assert!(e.contains("500"), "{e}");
@@ -839,7 +823,11 @@ fn http_probe_needs_2xx_and_the_expected_text() {
     assert_eq!(p.describe(), format!("{base}/fail?***"));
     let e = p.check().unwrap_err();
     assert!(!e.contains("pa55word") && !e.contains("t0ps3cret"), "{e}");
-    assert!(auth.lock().unwrap().iter().any(|h| h.starts_with("Basic ")));
+    assert!(sink
+        .received()
+        .iter()
+        .filter_map(|r| r.header("Authorization"))
+        .any(|h| h.starts_with("Basic ")));
 
     // Nobody listening: a failed probe, not an error of the caller.
     let port = http_sink::quiet_port();

@@ -1,12 +1,19 @@
 //! A real HTTP server on 127.0.0.1 (ephemeral port) for replay tests:
 //! it answers as a script says and records what it received. Started and
 //! stopped by the test that owns it.
+//!
+//! Every connection gets its own thread, for as long as the client keeps
+//! it open, so any number of kept-alive connections are served at once
+//! (a bounded pool starves connections once each of its threads holds a
+//! kept-alive one). Requests are parsed with `httparse`; bodies are read
+//! by `Content-Length`, which is what spool's client sends.
 
 #![allow(dead_code)]
 
-use std::collections::HashSet;
-use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -41,76 +48,225 @@ pub enum Answer {
     Slow(Duration, u16),
 }
 
+type Handler = dyn Fn(Received) -> Answer + Send + Sync;
+
+/// A listener on 127.0.0.1 that answers every request with what
+/// `handler` returns; stops (and stops accepting) when dropped.
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    /// The connections open now, to shut down when the server stops.
+    open: Arc<Mutex<HashMap<u64, TcpStream>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Listen on `port` (0: an ephemeral one).
+    pub fn bind(
+        port: u16,
+        handler: impl Fn(Received) -> Answer + Send + Sync + 'static,
+    ) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<HashMap<u64, TcpStream>>> = Arc::default();
+        let handler: Arc<Handler> = Arc::new(handler);
+        let (st, op) = (stop.clone(), open.clone());
+        let thread = std::thread::spawn(move || {
+            for (id, conn) in (0u64..).zip(listener.incoming()) {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = conn else { continue };
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
+                op.lock().unwrap().insert(id, handle);
+                let (handler, op) = (handler.clone(), op.clone());
+                std::thread::spawn(move || {
+                    serve_connection(stream, &*handler);
+                    op.lock().unwrap().remove(&id);
+                });
+            }
+        });
+        Ok(Server {
+            addr,
+            stop,
+            open,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // Kept-alive connections end with the server, as a stopped
+        // endpoint's would.
+        for (_, c) in self.open.lock().unwrap().drain() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Serve the requests of one connection, one after the other, until the
+/// client closes it or sends something that is not HTTP/1.1.
+fn serve_connection(mut stream: TcpStream, handler: &Handler) {
+    let _ = stream.set_nodelay(true);
+    let peer = stream.peer_addr().ok();
+    let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    let mut chunk = [0u8; 8192];
+    loop {
+        // Read until a whole request head is in the buffer.
+        let (head_len, method, path, headers) = loop {
+            let mut slots = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut slots);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let headers = req
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.name.to_string(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
+                        })
+                        .collect::<Vec<_>>();
+                    break (
+                        len,
+                        req.method.unwrap_or("").to_string(),
+                        req.path.unwrap_or("").to_string(),
+                        headers,
+                    );
+                }
+                Ok(httparse::Status::Partial) => match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                },
+                Err(_) => {
+                    let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return;
+                }
+            }
+        };
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let body_len: usize = header("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_len + body_len {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body = buf[head_len..head_len + body_len].to_vec();
+        buf.drain(..head_len + body_len);
+        let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let head_only = method == "HEAD";
+        let answer = handler(Received {
+            method,
+            path,
+            headers,
+            body,
+            peer,
+        });
+        let (status, extra, body) = match answer {
+            Answer::Status(s) => (s, vec![], String::new()),
+            Answer::Full(s, h, b) => (s, h, b),
+            Answer::Slow(d, s) => {
+                std::thread::sleep(d);
+                (s, vec![], String::new())
+            }
+        };
+        let mut out = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+        // No body, and no length, for 1xx, 204 and 304.
+        let bodiless = status < 200 || status == 204 || status == 304;
+        if !bodiless {
+            out.push_str(&format!("content-length: {}\r\n", body.len()));
+        }
+        for (k, v) in extra {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if close {
+            out.push_str("connection: close\r\n");
+        }
+        out.push_str("\r\n");
+        if !(head_only || bodiless) {
+            out.push_str(&body);
+        }
+        if stream.write_all(out.as_bytes()).is_err() || close {
+            return;
+        }
+    }
+}
+
+/// The reason phrase of the statuses tests use.
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        422 => "Unprocessable Entity",
+        425 => "Too Early",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
 type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
 
+/// A [`Server`] that records every request and answers the n-th one
+/// (0-based, counted across connections) as a script says.
 pub struct Sink {
-    addr: SocketAddr,
-    server: Arc<tiny_http::Server>,
+    server: Server,
     received: Arc<Mutex<Vec<Received>>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl Sink {
     /// Start a server whose answer to the n-th request (0-based) is
     /// `script(request, n)`.
     pub fn start(script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static) -> Sink {
-        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind 127.0.0.1:0"));
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .expect("an IP listener address");
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let script: Arc<Script> = Arc::new(script);
-        let (srv, rec) = (server.clone(), received.clone());
-        let thread = std::thread::spawn(move || {
-            let mut n = 0usize;
-            while let Ok(mut req) = srv.recv() {
-                let mut body = Vec::new();
-                let _ = req.as_reader().read_to_end(&mut body);
-                let r = Received {
-                    method: req.method().to_string(),
-                    path: req.url().to_string(),
-                    headers: req
-                        .headers()
-                        .iter()
-                        .map(|h| (h.field.to_string(), h.value.to_string()))
-                        .collect(),
-                    body,
-                    peer: req.remote_addr().copied(),
-                };
-                rec.lock().unwrap().push(r.clone());
-                let answer = script(&r, n);
-                n += 1;
-                let respond = move |req: tiny_http::Request, answer: Answer| {
-                    let (status, headers, body) = match answer {
-                        Answer::Status(s) => (s, vec![], String::new()),
-                        Answer::Full(s, h, b) => (s, h, b),
-                        Answer::Slow(d, s) => {
-                            std::thread::sleep(d);
-                            (s, vec![], String::new())
-                        }
-                    };
-                    let mut resp = tiny_http::Response::from_string(body).with_status_code(status);
-                    for (k, v) in headers {
-                        if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
-                            resp = resp.with_header(h);
-                        }
-                    }
-                    let _ = req.respond(resp);
-                };
-                if matches!(answer, Answer::Slow(..)) {
-                    std::thread::spawn(move || respond(req, answer));
-                } else {
-                    respond(req, answer);
-                }
-            }
-        });
-        Sink {
-            addr,
-            server,
-            received,
-            thread: Some(thread),
-        }
+        let rec = received.clone();
+        let server = Server::bind(0, move |r| {
+            let n = {
+                let mut all = rec.lock().unwrap();
+                all.push(r.clone());
+                all.len() - 1
+            };
+            script(&r, n)
+        })
+        .expect("bind 127.0.0.1:0");
+        Sink { server, received }
     }
 
     /// A server that answers every request with `status`.
@@ -119,7 +275,7 @@ impl Sink {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("http://{}{}", self.server.addr(), path)
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -133,15 +289,6 @@ impl Sink {
             .filter_map(|r| r.peer)
             .collect::<HashSet<_>>()
             .len()
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
