@@ -424,6 +424,13 @@ fn concurrency_delivers_each_item_once() {
         // 64 × 20 ms sequentially is 1.3 s; in flight 16 at a time it is
         // far less. A loose bound, only to show the deliveries overlapped.
         assert!(elapsed < Duration::from_millis(1200), "{elapsed:?}");
+        // Every delivery in flight keeps its connection for the next one:
+        // at most 16 connections for 64 requests, not one per request.
+        assert!(
+            (1..=16).contains(&sink.connections()),
+            "{} connections",
+            sink.connections()
+        );
     });
 }
 

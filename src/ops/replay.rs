@@ -35,8 +35,9 @@ pub enum TargetSpec {
 }
 
 impl TargetSpec {
-    /// Build the target, checking the command line or URL.
-    pub fn build(&self) -> Result<Box<dyn Target>> {
+    /// Build the target for up to `in_flight` deliveries at once,
+    /// checking the command line or URL.
+    pub fn build(&self, in_flight: usize) -> Result<Box<dyn Target>> {
         Ok(match self {
             TargetSpec::Exec {
                 command,
@@ -49,7 +50,13 @@ impl TargetSpec {
                 reject_exit.clone(),
                 *timeout,
             )?),
-            TargetSpec::Url { url, http } => Box::new(HttpTarget::new(url, http)?),
+            TargetSpec::Url { url, http } => Box::new(HttpTarget::new(
+                url,
+                &HttpOptions {
+                    connections: in_flight.max(1),
+                    ..http.clone()
+                },
+            )?),
         })
     }
 }
@@ -83,7 +90,7 @@ pub struct ReplayRun {
 /// run takes no lock: it changes nothing), so two overlapping replays
 /// never deliver the same item twice at the same time.
 pub fn replay(spool: &Spool, req: &ReplayRequest<'_>) -> Result<ReplayRun> {
-    let target = req.target.build()?;
+    let target = req.target.build(req.options.concurrency)?;
     let path = spool.path().map(|p| p.to_path_buf());
     let _lock = match (&path, req.options.dry_run) {
         (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),

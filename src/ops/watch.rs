@@ -785,7 +785,7 @@ impl Watch {
             ));
         }
         check_options(&cfg.options)?;
-        let target_shown = cfg.target.build()?.describe();
+        let target_shown = cfg.target.build(cfg.options.concurrency)?.describe();
         let on_online = cfg
             .on_online
             .as_deref()

@@ -47,6 +47,10 @@ pub struct HttpOptions {
     pub retry_status: Vec<u16>,
     /// Bound on one request, connect to last byte.
     pub timeout: Option<Duration>,
+    /// Connections kept open between requests (at least 1). A replay sets
+    /// it to its concurrency, so that every delivery in flight goes out
+    /// on a kept-alive connection instead of a new one.
+    pub connections: usize,
 }
 
 impl Default for HttpOptions {
@@ -57,6 +61,7 @@ impl Default for HttpOptions {
             headers: Vec::new(),
             retry_status: Vec::new(),
             timeout: Some(Duration::from_secs(30)),
+            connections: 1,
         }
     }
 }
@@ -239,6 +244,8 @@ impl HttpTarget {
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(opts.timeout)
+            .max_idle_connections(opts.connections.max(1))
+            .max_idle_connections_per_host(opts.connections.max(1))
             .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")))
             .build();
         let agent = ureq::Agent::with_parts(

@@ -142,6 +142,7 @@ impl TargetArgs {
                     headers: self.headers.clone(),
                     retry_status: self.retry_status.clone().map(|c| c.0).unwrap_or_default(),
                     timeout: Some(self.timeout),
+                    ..HttpOptions::default()
                 },
             },
         }
@@ -386,7 +387,7 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let target = args.target.spec();
     // Refuse a bad --exec/--url before touching the spool.
     target
-        .build()
+        .build(options.concurrency)
         .map_err(|e| CliError::new(exit::USAGE, format!("replay {}: {e}", ctx.spool.display())))?;
     let mode = if options.dry_run {
         OpenMode::ReadOnly
