@@ -23,11 +23,11 @@ import json
 import math
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import time
+
+from benchlib import check, machine_info, run_timed, strace_counts, uptime, verdict, which
 
 REFERENCE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS morph_offline_queue (
@@ -42,39 +42,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS ix_queue_idem
 """
 
 SYNC_CALLS = "fsync,fdatasync,sync_file_range"
+INSTALLER = "benches/cli.sh"
 
 
 # --------------------------------------------------------------------------
 # Process helpers
-
-
-def which(name):
-    path = shutil.which(name)
-    if not path:
-        sys.exit(f"cli_bench: {name} not found (benches/cli.sh installs it)")
-    return path
-
-
-def run_timed(argv, stdin_path=None, stdout_path=os.devnull):
-    """Spawn argv directly (no shell, no Python wrapper), wait for it, and
-    return (wall seconds, max RSS in KiB). Raises on a non-zero exit."""
-    actions = [(os.POSIX_SPAWN_OPEN, 1, stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)]
-    if stdin_path is not None:
-        actions.append((os.POSIX_SPAWN_OPEN, 0, stdin_path, os.O_RDONLY, 0))
-    else:
-        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
-    t0 = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
-    _, status, usage = os.wait4(pid, 0)
-    t1 = time.perf_counter()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise RuntimeError(f"{argv!r} exited with {code}")
-    return t1 - t0, usage.ru_maxrss
-
-
-def check(argv, **kw):
-    return subprocess.run(argv, check=True, stdout=subprocess.PIPE, **kw).stdout
 
 
 def pct(values, p):
@@ -89,52 +61,9 @@ def ms(x):
 
 
 def strace_syncs(argv, out_path):
-    """Run argv once under `strace -f -c` and return {syscall: calls}."""
-    subprocess.run(
-        ["strace", "-f", "-c", "-o", out_path, "-e", f"trace={SYNC_CALLS}"] + argv,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    counts = {name: 0 for name in SYNC_CALLS.split(",")}
-    with open(out_path) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 5 and parts[-1] in counts:
-                # columns: %time seconds usecs/call calls [errors] syscall
-                counts[parts[-1]] = int(parts[3])
-    return counts
-
-
-def machine_info(workdir):
-    info = {}
-    info["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    info["nproc"] = os.cpu_count()
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info["cpu"] = model
-    try:
-        df = check(["df", "-T", workdir]).decode().splitlines()[-1].split()
-        info["fs"] = f"{df[1]} on {df[0]}"
-    except (subprocess.CalledProcessError, IndexError):
-        info["fs"] = "?"
-    info["kernel"] = platform.release()
-    info["load"] = uptime()
-    return info
-
-
-def uptime():
-    try:
-        return check(["uptime"]).decode().strip()
-    except (OSError, subprocess.CalledProcessError):
-        with open("/proc/loadavg") as f:
-            return "load average: " + " ".join(f.read().split()[:3])
+    """Run argv once under `strace -f -c` and return {sync call: calls}."""
+    counts = strace_counts(argv, out_path, trace=SYNC_CALLS, must_succeed=True)
+    return {name: counts.get(name, 0) for name in SYNC_CALLS.split(",")}
 
 
 # --------------------------------------------------------------------------
@@ -160,6 +89,17 @@ def remove_spool(path):
             os.remove(path + suffix)
 
 
+def sqlite3_insert_argv(sqlite3, ref_db, p):
+    """One `sqlite3` call that inserts payload p into the reference table,
+    durably (WAL, synchronous=FULL), as a shell script would."""
+    return [
+        sqlite3,
+        ref_db,
+        "PRAGMA synchronous=FULL; INSERT INTO morph_offline_queue(payload, enqueued_at) "
+        f"VALUES({sql_quote(p)}, CAST(strftime('%s','now') AS INTEGER));",
+    ]
+
+
 def make_reference_db(sqlite3, path):
     remove_spool(path)
     check([sqlite3, path, "PRAGMA journal_mode=WAL;" + REFERENCE_SCHEMA])
@@ -180,12 +120,7 @@ def bench_latency(args, spool, sqlite3, sh, d):
     make_reference_db(sqlite3, ref_db)
 
     def sqlite3_argv(p):
-        return [
-            sqlite3,
-            ref_db,
-            "PRAGMA synchronous=FULL; INSERT INTO morph_offline_queue(payload, enqueued_at) "
-            f"VALUES({sql_quote(p)}, CAST(strftime('%s','now') AS INTEGER));",
-        ]
+        return sqlite3_insert_argv(sqlite3, ref_db, p)
 
     variants = [
         ("spool enqueue (SQLite spool)", lambda p: [spool, "-s", db_spool, "enqueue", "--", p]),
@@ -205,7 +140,7 @@ def bench_latency(args, spool, sqlite3, sh, d):
         # on the shared machine hit all of them alike.
         k = i % len(variants)
         for name, argv in variants[k:] + variants[:k]:
-            t, _ = run_timed(argv(payload(i)))
+            t = run_timed(argv(payload(i))).wall
             times[name].append(t)
 
     # Check the work was really done.
@@ -267,12 +202,7 @@ def bench_drift(args, spool, sqlite3, d):
     make_reference_db(sqlite3, ref_db)
 
     def sqlite3_argv(p):
-        return [
-            sqlite3,
-            ref_db,
-            "PRAGMA synchronous=FULL; INSERT INTO morph_offline_queue(payload, enqueued_at) "
-            f"VALUES({sql_quote(p)}, CAST(strftime('%s','now') AS INTEGER));",
-        ]
+        return sqlite3_insert_argv(sqlite3, ref_db, p)
 
     variants = [
         ("sqlite", lambda p: [spool, "-s", db_spool, "enqueue", "--", p]),
@@ -284,7 +214,7 @@ def bench_drift(args, spool, sqlite3, d):
     for i in range(n):
         k = i % len(variants)
         for name, argv in variants[k:] + variants[:k]:
-            t, _ = run_timed(argv(payload(i)))
+            t = run_timed(argv(payload(i))).wall
             times[name].append(t)
         if (i + 1) % w == 0:
             wal = db_spool + "-wal"
@@ -307,10 +237,6 @@ def bench_drift(args, spool, sqlite3, d):
             f"{syncs['sqlite']} / {syncs['ndjson']} / {syncs['sqlite3']} |"
         )
     return "\n".join(out), {"windows": windows}
-
-
-def verdict(ok):
-    return "**met**" if ok else "**missed**"
 
 
 # --------------------------------------------------------------------------
@@ -359,18 +285,18 @@ def bench_batch(args, spool, sqlite3, d):
             if v == "spool SQLite":
                 p = os.path.join(d, "b-spool.db")
                 remove_spool(p)
-                t, _ = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines)
+                t = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines).wall
                 got = int(check([spool, "-s", p, "size"]).decode())
             elif v == "spool NDJSON":
                 p = os.path.join(d, "b-spool.ndjson")
                 remove_spool(p)
-                t, _ = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines)
+                t = run_timed([spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=lines).wall
                 got = int(check([spool, "-s", p, "size"]).decode())
             else:
                 p = os.path.join(d, "b-ref.db")
                 make_reference_db(sqlite3, p)
                 script = sql if v == "sqlite3 SQL script" else imp
-                t, _ = run_timed([sqlite3, p], stdin_path=script)
+                t = run_timed([sqlite3, p], stdin_path=script).wall
                 got = int(check([sqlite3, p, "SELECT count(*) FROM morph_offline_queue"]).decode())
             if got != n:
                 raise RuntimeError(f"(b) {v} holds {got} items, expected {n}")
@@ -440,7 +366,7 @@ def bench_inspect(args, spool, sqlite3, timebin, d, lines):
         lat = {name: [] for name, _ in cmds}
         for _ in range(args.inspect_runs):
             for name, argv in cmds:
-                t, _ = run_timed(argv)
+                t = run_timed(argv).wall
                 lat[name].append(t)
         for name, argv in cmds:
             rss = []
@@ -523,9 +449,9 @@ def main():
     args = ap.parse_args()
 
     spool = os.path.abspath(args.spool)
-    sqlite3 = which("sqlite3")
-    sh = which("sh")
-    which("strace")
+    sqlite3 = which("sqlite3", INSTALLER)
+    sh = which("sh", INSTALLER)
+    which("strace", INSTALLER)
     timebin = "/usr/bin/time"
     if not os.access(timebin, os.X_OK):
         sys.exit("cli_bench: /usr/bin/time not found (apt-get install time)")

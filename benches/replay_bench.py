@@ -33,6 +33,9 @@ import sys
 import time
 import urllib.request
 
+from benchlib import check, machine_info, run_timed, strace_counts, uptime, verdict, which
+
+INSTALLER = "benches/replay.sh"
 CURL_LOOP = 'while read -r line; do curl -s -o /dev/null --data-binary "$line" "$1"; done'
 SHELL_EXEC_LOOP = "while read -r l; do printf '%s' \"$l\" | cat >/dev/null; done"
 PY_LOOP = r'''
@@ -46,64 +49,6 @@ for line in sys.stdin.buffer:
     if r.status_code != 200:
         sys.exit(f"HTTP {r.status_code}")
 '''
-
-
-def which(name):
-    path = shutil.which(name)
-    if not path:
-        sys.exit(f"replay_bench: {name} not found (benches/replay.sh installs it)")
-    return path
-
-
-def run_timed(argv, stdin_path=None, ok=(0,)):
-    """Spawn argv directly, wait, return (wall s, cpu s of it and its
-    children). Raises on an unexpected exit status."""
-    actions = [
-        (os.POSIX_SPAWN_OPEN, 0, stdin_path or os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-    ]
-    t0 = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    if code not in ok:
-        raise RuntimeError(f"{argv!r} exited with {code}")
-    return wall, ru.ru_utime + ru.ru_stime
-
-
-def check(argv, **kw):
-    return subprocess.run(argv, check=True, stdout=subprocess.PIPE, **kw).stdout
-
-
-def uptime():
-    try:
-        return check(["uptime"]).decode().strip()
-    except (OSError, subprocess.CalledProcessError):
-        with open("/proc/loadavg") as f:
-            return "load average: " + " ".join(f.read().split()[:3])
-
-
-def machine_info(workdir):
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    try:
-        df = check(["df", "-T", workdir]).decode().splitlines()[-1].split()
-        fs = f"{df[1]} on {df[0]}"
-    except (subprocess.CalledProcessError, IndexError):
-        fs = "?"
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "nproc": os.cpu_count(),
-        "cpu": model,
-        "fs": fs,
-        "kernel": platform.release(),
-        "load": uptime(),
-    }
 
 
 class Sink:
@@ -142,8 +87,8 @@ class Bench:
         self.spool = spool
         self.sinks = sinks
         self.d = d
-        self.bash = which("bash")
-        self.curl = which("curl")
+        self.bash = which("bash", INSTALLER)
+        self.curl = which("curl", INSTALLER)
         self.python = sys.executable
         self.pyloop = os.path.join(d, "requests_loop.py")
         with open(self.pyloop, "w") as f:
@@ -180,7 +125,7 @@ class Bench:
         argv = [self.spool, "-s", p, "replay", "-q"]
         argv += ["--url", sink.url] if sink else ["--exec", target]
         argv += list(extra)
-        wall, cpu = run_timed(argv)
+        wall, cpu, _ = run_timed(argv)
         left = self.spool_size(p)
         if left != 0:
             raise RuntimeError(f"{label}: {left} items left in the spool")
@@ -190,14 +135,14 @@ class Bench:
 
     def loop(self, label, n, script, args, sink=None):
         before = sink.count() if sink else 0
-        wall, cpu = run_timed([self.bash, "-c", script, "bash"] + list(args), stdin_path=self.items(n))
+        wall, cpu, _ = run_timed([self.bash, "-c", script, "bash"] + list(args), stdin_path=self.items(n))
         if sink and sink.count() - before != n:
             raise RuntimeError(f"{label}: the sink saw {sink.count() - before} requests, expected {n}")
         return self.record(label, n, wall, cpu)
 
     def pyloop_run(self, label, n, sink):
         before = sink.count()
-        wall, cpu = run_timed([self.python, self.pyloop, sink.url], stdin_path=self.items(n))
+        wall, cpu, _ = run_timed([self.python, self.pyloop, sink.url], stdin_path=self.items(n))
         if sink.count() - before != n:
             raise RuntimeError(f"{label}: the sink saw {sink.count() - before} requests, expected {n}")
         return self.record(label, n, wall, cpu)
@@ -252,28 +197,6 @@ def table(rows, ref=None, ref_label=""):
     return "\n".join(out)
 
 
-def verdict(ok):
-    return "**met**" if ok else "**missed**"
-
-
-def strace_counts(argv, out_path, stdin_path=None):
-    """Run argv under `strace -f -c`; return {syscall: calls}."""
-    with open(stdin_path or os.devnull, "rb") as stdin:
-        subprocess.run(
-            ["strace", "-f", "-c", "-o", out_path] + argv,
-            check=False,
-            stdin=stdin,
-            stdout=subprocess.DEVNULL,
-        )
-    counts = {}
-    with open(out_path) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
-                counts[parts[-1]] = int(parts[3])
-    return counts
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spool", required=True, help="the spool binary (release build)")
@@ -299,10 +222,10 @@ def main():
     spool = os.path.abspath(args.spool)
     d = os.path.abspath(args.dir)
     os.makedirs(d, exist_ok=True)
-    which("strace")
+    which("strace", INSTALLER)
     info = machine_info(d)
     version = check([spool, "--version"]).decode().strip()
-    curl_version = check([which("curl"), "--version"]).decode().split()[1]
+    curl_version = check([which("curl", INSTALLER), "--version"]).decode().split()[1]
     try:
         import requests  # noqa: F401  (only to report its version)
 
