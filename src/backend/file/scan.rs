@@ -497,23 +497,32 @@ mod tests {
         )
     }
 
+    /// A text made of the fragments that `parts` picks: whole lines (LF and
+    /// CRLF), blank ones, an unterminated line, and (the last one) a
+    /// malformed line.
+    fn assemble(parts: &[u8]) -> Vec<u8> {
+        let fragments = [
+            format!("{PUT}\n"),
+            "\n".to_string(),
+            format!("{PUT}\r\n"),
+            "  \t \n".to_string(),
+            "{\"op\":\"done\",\"id\":1}\n".to_string(),
+            "{\"op\":\"pu".to_string(),
+            "not json\n".to_string(),
+        ];
+        parts
+            .iter()
+            .flat_map(|&p| fragments[usize::from(p)].bytes())
+            .collect()
+    }
+
     proptest::proptest! {
         #[test]
         fn lines_across_buffer_fills_scan_alike(
             parts in proptest::collection::vec(0u8..6, 0..12),
             capacity in 1usize..80,
         ) {
-            let mut text = Vec::new();
-            for p in parts {
-                text.extend_from_slice(match p {
-                    0 => format!("{PUT}\n"),
-                    1 => "\n".to_string(),
-                    2 => format!("{PUT}\r\n"),
-                    3 => "  \t \n".to_string(),
-                    4 => "{\"op\":\"done\",\"id\":1}\n".to_string(),
-                    _ => "{\"op\":\"pu".to_string(),
-                }.as_bytes());
-            }
+            let text = assemble(&parts);
             proptest::prop_assert_eq!(outline(&text, capacity), outline(&text, 1 << 16));
         }
 
@@ -522,18 +531,7 @@ mod tests {
             parts in proptest::collection::vec(0u8..7, 0..40),
             block in 1usize..200,
         ) {
-            let mut text = Vec::new();
-            for p in parts {
-                text.extend_from_slice(match p {
-                    0 => format!("{PUT}\n"),
-                    1 => "\n".to_string(),
-                    2 => format!("{PUT}\r\n"),
-                    3 => "  \t \n".to_string(),
-                    4 => "{\"op\":\"done\",\"id\":1}\n".to_string(),
-                    5 => "not json\n".to_string(),
-                    _ => "{\"op\":\"pu".to_string(),
-                }.as_bytes());
-            }
+            let text = assemble(&parts);
             proptest::prop_assert_eq!(outline_parallel(&text, block), outline(&text, 1 << 16));
         }
     }
