@@ -97,6 +97,20 @@ impl OpenOptions {
     }
 }
 
+/// The backend of the spool at `path`, which must exist
+/// ([`Error::NotFound`] otherwise); nothing is created or changed.
+pub fn detect_existing(path: &Path) -> Result<BackendKind> {
+    let exists = path
+        .try_exists()
+        .map_err(|e| Error::io(path, "inspect spool", e))?;
+    if !exists {
+        return Err(Error::NotFound {
+            path: path.to_path_buf(),
+        });
+    }
+    detect(path, None)
+}
+
 /// Decide which backend `path` uses (see the module docs).
 pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind> {
     match std::fs::File::open(path) {

@@ -10,7 +10,7 @@
 //! spools have no WAL; asking is a usage error that points to `compact`.
 
 pub use crate::backend::sqlite::maint::{CheckpointMode, CheckpointReport};
-use crate::backend::{detect, Spool};
+use crate::backend::{detect_existing, Spool};
 use crate::error::{Error, Result};
 use crate::queue::BackendKind;
 use serde::Serialize;
@@ -169,15 +169,7 @@ fn not_for_ndjson(path: &Path) -> Error {
 /// Call it before opening the spool for writing, which on an NDJSON spool
 /// would already cut a torn tail.
 pub fn check_applies(path: &Path) -> Result<()> {
-    let exists = path
-        .try_exists()
-        .map_err(|e| Error::io(path, "inspect spool", e))?;
-    if !exists {
-        return Err(Error::NotFound {
-            path: path.to_path_buf(),
-        });
-    }
-    match detect(path, None)? {
+    match detect_existing(path)? {
         BackendKind::File => Err(not_for_ndjson(path)),
         _ => Ok(()),
     }

@@ -19,7 +19,7 @@
 //! afterwards.
 
 use crate::backend::file::verify::verify_path;
-use crate::backend::{detect, FileQueue, OpenMode, OpenOptions, SqliteQueue};
+use crate::backend::{detect_existing, FileQueue, OpenMode, OpenOptions, SqliteQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::queue::BackendKind;
 use crate::verify::{Finding, Severity, VerifyReport};
@@ -147,15 +147,7 @@ pub fn verify(
     opts: &VerifyOptions,
     before_cut: &mut dyn FnMut(&Cut),
 ) -> Result<VerifyOutcome> {
-    let exists = path
-        .try_exists()
-        .map_err(|e| Error::io(path, "inspect spool", e))?;
-    if !exists {
-        return Err(Error::NotFound {
-            path: path.to_path_buf(),
-        });
-    }
-    let backend = detect(path, None)?;
+    let backend = detect_existing(path)?;
     let mut outcome = VerifyOutcome {
         path: path.to_path_buf(),
         backend,
