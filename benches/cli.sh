@@ -15,6 +15,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 # Tools a fresh Debian machine may lack.
 missing=()
@@ -23,13 +25,7 @@ command -v strace >/dev/null || missing+=(strace)
 command -v curl >/dev/null || missing+=(curl)
 [ -x /usr/bin/time ] || missing+=(time)
 command -v python3 >/dev/null || missing+=(python3)
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "cli.sh: installing ${missing[*]}" >&2
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    $sudo apt-get install -y "${missing[@]}"
-fi
+apt_install cli.sh "${missing[@]}"
 
 cargo build --release --locked >&2
 spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"

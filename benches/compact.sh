@@ -29,14 +29,9 @@ PAYLOAD=${BENCH_PAYLOAD:-200}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 
-if [[ ! -x /usr/bin/time ]]; then
-    echo "installing GNU time (/usr/bin/time)" >&2
-    if [[ $(id -u) -eq 0 ]]; then
-        apt-get update -qq && apt-get install -y -qq time >/dev/null
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq time >/dev/null
-    fi
-fi
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+[[ -x /usr/bin/time ]] || apt_install compact.sh time
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
 cargo build --release --quiet --bin spool

@@ -14,19 +14,15 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 # Tools a fresh Debian machine may lack.
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v strace >/dev/null || missing+=(strace)
 command -v python3 >/dev/null || missing+=(python3 python3-pip)
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "replay.sh: installing ${missing[*]}" >&2
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    $sudo apt-get install -y "${missing[@]}"
-fi
+apt_install replay.sh "${missing[@]}"
 # The Python contender uses requests.
 if ! python3 -c 'import requests' 2>/dev/null; then
     echo "replay.sh: installing the Python package requests" >&2

@@ -1,0 +1,14 @@
+# Shell helpers shared by the benchmark scripts; sourced, not run.
+
+# apt_install WHO PACKAGE...: install Debian packages a fresh machine
+# lacks, as root or through sudo, saying so on stderr as WHO.
+apt_install() {
+    local who=$1
+    shift
+    [ $# -gt 0 ] || return 0
+    echo "$who: installing $*" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq "$@" >/dev/null
+}
