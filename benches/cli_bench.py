@@ -29,17 +29,10 @@ import time
 
 from benchlib import check, machine_info, run_timed, strace_counts, uptime, verdict, which
 
-REFERENCE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS morph_offline_queue (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    payload         TEXT    NOT NULL,
-    idempotency_key TEXT    NOT NULL DEFAULT '',
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    enqueued_at     INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS ix_queue_idem
-    ON morph_offline_queue(idempotency_key) WHERE idempotency_key <> '';
-"""
+# The reference table spool's own databases start with.
+REFERENCE_SCHEMA_FILE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "src", "backend", "sqlite", "migrations", "0000_reference.sql"
+)
 
 SYNC_CALLS = "fsync,fdatasync,sync_file_range"
 INSTALLER = "benches/cli.sh"
@@ -102,7 +95,9 @@ def sqlite3_insert_argv(sqlite3, ref_db, p):
 
 def make_reference_db(sqlite3, path):
     remove_spool(path)
-    check([sqlite3, path, "PRAGMA journal_mode=WAL;" + REFERENCE_SCHEMA])
+    with open(REFERENCE_SCHEMA_FILE) as f:
+        schema = f.read()
+    check([sqlite3, path, "PRAGMA journal_mode=WAL;\n" + schema])
 
 
 # --------------------------------------------------------------------------
