@@ -67,6 +67,11 @@ pub enum Error {
         detail: String,
     },
 
+    /// The path holds a file that is not a spool (a mistyped `--spool`);
+    /// it is left exactly as it is.
+    #[error("{} is not a spool: {detail}; it was left untouched", path.display())]
+    NotASpool { path: PathBuf, detail: String },
+
     /// The spool was written by a newer version of spool.
     #[error("{}: spool schema version {found} is newer than this spool supports ({supported})", path.display())]
     SchemaTooNew {
@@ -120,9 +125,10 @@ impl Error {
         match self {
             Error::Io { source, .. } => io_kind(source),
             Error::Sqlite { source, .. } => sqlite_kind(source),
-            Error::Corrupt { .. } | Error::SchemaTooNew { .. } | Error::InvalidInput(_) => {
-                ErrorKind::Data
-            }
+            Error::Corrupt { .. }
+            | Error::NotASpool { .. }
+            | Error::SchemaTooNew { .. }
+            | Error::InvalidInput(_) => ErrorKind::Data,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. } | Error::CannotCreate { .. } => ErrorKind::CannotCreate,
             Error::QueueFull { .. } | Error::ReplayLocked { .. } | Error::Busy { .. } => {

@@ -100,6 +100,62 @@ fn a_damaged_spool_is_65_and_left_unchanged() {
     });
 }
 
+/// `-s` pointing at a file that spool did not write — notes, a JSON
+/// document, a binary — must never damage it: every command, the
+/// mutating ones first of all, refuses it with 65 (`init`: 73), and the
+/// file and its directory stay exactly as they were.
+#[test]
+fn a_file_that_is_not_a_spool_is_refused_by_every_command_and_left_untouched() {
+    let files: &[(&str, &[u8])] = &[
+        ("notes.txt", b"my important notes\nsecond line\n"),
+        ("one-line.txt", b"my important notes\n"),
+        ("no-newline.txt", b"my important notes"),
+        (
+            "list.json",
+            b"[{\"op\":\"put\",\"id\":1,\"payload\":\"a\"}]\n",
+        ),
+        ("config.json", b"{\"debug\": true}"),
+        ("program.bin", b"\x7fELF\x02\x01\x01\x00\xff\xfe\n\x00\x01"),
+    ];
+    let record = r#"{"id":1,"payload":"x","key":"","attempts":0,"enqueued_at":null,"next_retry_at":null,"last_error":null,"held":false,"state":"pending"}"#;
+    let mut commands: Vec<(Vec<&str>, &[u8])> = NEVER_CREATE
+        .iter()
+        .map(|a| (a.to_vec(), &b""[..]))
+        .collect();
+    commands.extend([
+        (vec!["enqueue", "more"], &b""[..]),
+        (vec!["enqueue", "--key", "k", "more"], b""),
+        (vec!["enqueue", "--stdin", "--lines"], b"a\nb\n"),
+        (
+            vec!["enqueue", "--stdin", "--ndjson"],
+            b"{\"payload\":\"a\"}\n",
+        ),
+        (vec!["done", "-"], b"1\n"),
+        (vec!["replay", "--exec", "true"], b""),
+        (vec!["compact"], b""),
+        (vec!["verify"], b""),
+        (vec!["verify", "--repair"], b""),
+        (vec!["dlq", "list"], b""),
+        (vec!["dlq", "requeue", "--all"], b""),
+        (vec!["dlq", "purge", "--all", "--yes"], b""),
+        (vec!["export"], b""),
+        (vec!["import", "-"], record.as_bytes()),
+    ]);
+    for (name, text) in files {
+        let env = Env::new(name);
+        std::fs::write(&env.path, text).unwrap();
+        let before = env.snapshot();
+        for (args, input) in &commands {
+            let a = assert_error(env.run_in(args, input.to_vec()), 65, &env.path);
+            let err = stderr(&a);
+            assert!(err.contains("is not a spool"), "{name} {args:?}: {err}");
+            assert_eq!(env.snapshot(), before, "{name}: {args:?} changed something");
+        }
+        assert_error(env.run(&["init"]), 73, &env.path);
+        assert_eq!(env.snapshot(), before, "{name}: init changed something");
+    }
+}
+
 #[test]
 fn a_closed_stdout_pipe_ends_quietly_with_0() {
     each_backend(|env| {

@@ -178,6 +178,114 @@ fn every_truncation_of_the_last_line_opens() {
     }
 }
 
+/// A batch is one commit: cut the file at every byte of a batch append
+/// (as a crash in the middle of the write would) and at every cut the
+/// spool shows none of the batch, or all of it once its last line is
+/// whole; the next write cuts the unfinished part off, and `verify`
+/// reports it as repairable until then. NUL bytes after the cut (a crash
+/// before the data reached the disk) change nothing.
+#[test]
+fn a_batch_cut_at_any_byte_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.ndjson");
+    let before;
+    {
+        let q = open(&good, OpenMode::Create).unwrap();
+        q.enqueue(b"first", "a").unwrap();
+        q.enqueue(b"second", "").unwrap();
+        before = std::fs::metadata(&good).unwrap().len() as usize;
+        let batch: Vec<spool::NewItem> = (0..3)
+            .map(|i| spool::NewItem::new(format!("b{i}\x01\""), format!("k{i}")))
+            .collect();
+        q.enqueue_batch(&batch, &Default::default()).unwrap();
+    }
+    let bytes = std::fs::read(&good).unwrap();
+    for cut in before..bytes.len() {
+        // NUL bytes after the cuts around line ends.
+        let near_line_end =
+            bytes[cut.saturating_sub(1)..(cut + 2).min(bytes.len())].contains(&b'\n');
+        let nuls: &[usize] = if near_line_end { &[0, 37] } else { &[0] };
+        for &nul in nuls {
+            let p = dir.path().join(format!("cut-{cut}-{nul}.ndjson"));
+            let mut text = bytes[..cut].to_vec();
+            text.extend(std::iter::repeat_n(0u8, nul));
+            std::fs::write(&p, &text).unwrap();
+            let meta = spool::backend::companion(&good, "meta");
+            std::fs::copy(&meta, spool::backend::companion(&p, "meta")).unwrap();
+            // Complete once every byte of the last line but its newline
+            // is there.
+            let whole = cut == bytes.len() || (cut == bytes.len() - 1 && nul == 0);
+            let want = if whole { 5 } else { 2 };
+            let q = open(&p, OpenMode::ReadOnly).unwrap();
+            assert_eq!(q.size().unwrap(), want, "cut at {cut} +{nul} NULs");
+            drop(q);
+            let report = spool::backend::file::verify::verify_path(&p).unwrap();
+            let damaged = nul > 0 || (cut > before && !whole);
+            assert_eq!(
+                report.findings.iter().any(|f| f.repairable),
+                damaged,
+                "cut at {cut} +{nul}: {:?}",
+                report.findings
+            );
+            assert!(
+                report
+                    .findings
+                    .iter()
+                    .all(|f| f.repairable || f.severity != spool::verify::Severity::Damage),
+                "cut at {cut} +{nul}: {:?}",
+                report.findings
+            );
+            let q = open(&p, OpenMode::ReadWrite).unwrap();
+            let next = q.enqueue(b"after", "k0").unwrap();
+            assert_eq!(
+                next.deduplicated, whole,
+                "cut at {cut}: k0 is pending only if the batch is"
+            );
+            drop(q);
+            let q = open(&p, OpenMode::ReadOnly).unwrap();
+            assert_eq!(q.size().unwrap(), if whole { 5 } else { 3 }, "cut at {cut}");
+            assert!(q.take_notices().is_empty(), "cut at {cut}: no damage left");
+        }
+    }
+}
+
+/// A file that is not a spool — what a mistyped `--spool` points at — is
+/// refused by every open, and nothing is written to it or beside it.
+#[test]
+fn a_file_that_is_not_a_spool_is_never_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        ("notes.txt", &b"my important notes\nsecond line\n"[..]),
+        ("one-line.txt", b"my important notes\n"),
+        ("no-newline.txt", b"my important notes"),
+        (
+            "array.json",
+            b"[{\"op\":\"put\",\"id\":1,\"payload\":\"a\"}]\n",
+        ),
+        ("config.json", b"{\"debug\": true}"),
+        ("binary.bin", b"\x7fELF\x02\x01\x01\x00\xff\xfe\n\x00"),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
+            let err = open(&p, mode).unwrap_err();
+            assert!(matches!(err, Error::NotASpool { .. }), "{name}: {err}");
+            assert_eq!(err.kind(), ErrorKind::Data);
+        }
+        let deferred = FileQueue::open(
+            &p,
+            &OpenOptions {
+                defer_load: true,
+                ..OpenOptions::new(OpenMode::ReadWrite)
+            },
+        );
+        assert!(matches!(deferred, Err(Error::NotASpool { .. })), "{name}");
+        assert_eq!(std::fs::read(&p).unwrap(), text, "{name}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 6, "no companion file was created");
+}
+
 #[test]
 fn compaction_keeps_the_high_water_mark_across_repeated_reopen() {
     let dir = tempfile::tempdir().unwrap();

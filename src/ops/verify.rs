@@ -314,7 +314,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = spool(dir.path());
         let mut text = std::fs::read(&p).unwrap();
-        text.splice(0..1, b"X".iter().copied());
+        // Damage the second line, and leave a torn tail too.
+        let second = text.iter().position(|b| *b == b'\n').unwrap() + 1;
+        text.splice(second..second + 1, b"X".iter().copied());
         text.extend_from_slice(b"{\"op\":");
         std::fs::write(&p, &text).unwrap();
         let r = verify(&p, &VerifyOptions { repair: true }, &mut |_| {

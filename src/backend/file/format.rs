@@ -67,6 +67,8 @@ struct Fields<'a, P, S> {
     held: Option<bool>,
     #[serde(default, rename = "deadAt")]
     dead_at: Option<i64>,
+    #[serde(default)]
+    tx: Option<u64>,
 }
 
 /// An absent field (without asking the field's type for a default).
@@ -162,6 +164,7 @@ struct Plain<'a> {
     last_error: Option<Cow<'a, str>>,
     held: bool,
     dead_at: Option<i64>,
+    tx: Option<u64>,
 }
 
 impl<'a> Plain<'a> {
@@ -175,9 +178,11 @@ impl<'a> Plain<'a> {
         };
         if c.eat(r#"{"op":"done","id":"#) {
             let id = c.uint()?;
+            let tx = c.uint_field(r#","tx":"#)?;
             c.end()?;
             return Some(Plain {
                 id,
+                tx,
                 ..Plain::default()
             });
         }
@@ -198,6 +203,7 @@ impl<'a> Plain<'a> {
         };
         let held = c.eat(r#","held":true"#);
         let dead_at = c.int_field(r#","deadAt":"#)?;
+        let tx = c.uint_field(r#","tx":"#)?;
         c.end()?;
         Some(Plain {
             put: true,
@@ -210,6 +216,7 @@ impl<'a> Plain<'a> {
             last_error,
             held,
             dead_at,
+            tx,
         })
     }
 
@@ -269,6 +276,14 @@ impl<'a> Cursor<'a> {
             return Some(None);
         }
         Some(Some(i64::try_from(self.uint()?).ok()?))
+    }
+
+    /// Like [`Cursor::int_field`], for an unsigned integer.
+    fn uint_field(&mut self, name: &str) -> Option<Option<u64>> {
+        if !self.eat(name) {
+            return Some(None);
+        }
+        Some(Some(self.uint()?))
     }
 
     /// The rest of a string whose opening quote was eaten: no control
@@ -333,17 +348,30 @@ fn from_line<'a, T: Deserialize<'a>>(bytes: &'a [u8], text: Option<&'a str>) -> 
 
 /// Parse one line (without its line ending). The error is a short reason.
 pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
+    parse_line_tx(bytes).map(|(line, _)| line)
+}
+
+/// [`parse_line`], also giving the line's `tx` field: the offset of the
+/// first line of the batch it belongs to, carried by every line of a
+/// multi-line append but its last (see [`frame_batch`]).
+pub(crate) fn parse_line_tx(bytes: &[u8]) -> Result<(Line, Option<u64>), String> {
     let text = std::str::from_utf8(bytes).ok();
     if let Some(line) = text.and_then(|text| Plain::read(text, true)) {
-        return Ok(line.into_line());
+        let tx = line.tx;
+        return Ok((line.into_line(), tx));
     }
     parse_line_serde(bytes, text)
 }
 
-/// [`parse_line`] through serde alone: the authority on what a line says.
-fn parse_line_serde<'a>(bytes: &'a [u8], text: Option<&'a str>) -> Result<Line, String> {
+/// [`parse_line_tx`] through serde alone: the authority on what a line
+/// says.
+fn parse_line_serde<'a>(
+    bytes: &'a [u8],
+    text: Option<&'a str>,
+) -> Result<(Line, Option<u64>), String> {
     let raw: Fields<'_, PayloadIn, String> = from_line(bytes, text)?;
-    match raw.op.as_ref() {
+    let tx = raw.tx;
+    let line = match raw.op.as_ref() {
         "done" => Ok(Line::Done { id: raw.id }),
         "put" => {
             let payload = match raw.payload {
@@ -368,7 +396,8 @@ fn parse_line_serde<'a>(bytes: &'a [u8], text: Option<&'a str>) -> Result<Line, 
             })
         }
         other => Err(format!("unknown op {other:?}")),
-    }
+    }?;
+    Ok((line, tx))
 }
 
 /// What [`check_line`] learns of a line: its op and id.
@@ -521,6 +550,63 @@ pub(crate) fn write_done(out: &mut Vec<u8>, id: ItemId) {
     out.extend_from_slice(b"}\n");
 }
 
+/// Frame `lines` (whole lines as this module writes them, each ending in
+/// `}` and a newline) as one batch that starts at byte `start` of its
+/// file: every line but the last gets a trailing `"tx":<start>` field.
+///
+/// A batch is committed when its last line is in the file. After a crash
+/// in the middle of the append, the last complete line of the file still
+/// carries `tx`, which names where the unfinished batch began, so a
+/// reader can leave the whole batch out and a writer can cut it off (see
+/// `scan::unfinished_batch`). Readers that do not know the field — the
+/// reference, older versions of `spool` — ignore it. A single line needs
+/// no framing: it is in the file whole or it is a torn tail.
+pub(crate) fn frame_batch(lines: &[u8], start: u64) -> Cow<'_, [u8]> {
+    let count = memchr::memchr_iter(b'\n', lines).count();
+    if count < 2 {
+        return Cow::Borrowed(lines);
+    }
+    let field = format!(r#","tx":{start}}}"#);
+    let mut out = Vec::with_capacity(lines.len() + (count - 1) * field.len());
+    let mut rest = lines;
+    for _ in 0..count - 1 {
+        let Some(nl) = memchr::memchr(b'\n', rest) else {
+            break;
+        };
+        let line = &rest[..nl];
+        match line.strip_suffix(b"}") {
+            Some(body) => {
+                out.extend_from_slice(body);
+                out.extend_from_slice(field.as_bytes());
+            }
+            None => out.extend_from_slice(line),
+        }
+        out.push(b'\n');
+        rest = &rest[nl + 1..];
+    }
+    out.extend_from_slice(rest);
+    Cow::Owned(out)
+}
+
+/// `line` (without its line ending) without a `tx` field. Lines that
+/// `spool` framed carry it last, as `,"tx":N}`, and lose it by a cut;
+/// any other placement is removed through a JSON round trip, which keeps
+/// every other field. `None` when the line has no `tx` field.
+pub(crate) fn strip_tx(line: &[u8]) -> Option<Vec<u8>> {
+    let (_, tx) = parse_line_tx(line).ok()?;
+    let tx = tx?;
+    let suffix = format!(r#","tx":{tx}}}"#);
+    if let Some(body) = line.strip_suffix(suffix.as_bytes()) {
+        let mut out = body.to_vec();
+        out.push(b'}');
+        return Some(out);
+    }
+    let mut value: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(line).ok()?;
+    value.remove("tx");
+    serde_json::to_vec(&value).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,6 +706,46 @@ mod tests {
     }
 
     #[test]
+    fn batches_are_framed_on_every_line_but_the_last() {
+        let mut lines = Vec::new();
+        write_put(&mut lines, &item(b"a"), None);
+        write_done(&mut lines, 7);
+        write_put(&mut lines, &item(b"\xff"), None);
+        let framed = frame_batch(&lines, 1234);
+        let text: Vec<&[u8]> = framed.split(|b| *b == b'\n').collect();
+        assert_eq!(text.len(), 4, "three lines and the empty rest");
+        assert_eq!(parse_line_tx(text[0]).unwrap().1, Some(1234));
+        assert_eq!(
+            parse_line_tx(text[1]).unwrap(),
+            (Line::Done { id: 7 }, Some(1234))
+        );
+        assert_eq!(parse_line_tx(text[2]).unwrap().1, None);
+        // The framed lines still read as the same records.
+        assert_eq!(
+            parse_line(text[0]).unwrap(),
+            parse_line(lines.split(|b| *b == b'\n').next().unwrap()).unwrap()
+        );
+        // One line needs no frame.
+        let mut one = Vec::new();
+        write_done(&mut one, 1);
+        assert_eq!(&*frame_batch(&one, 9), &one[..]);
+    }
+
+    #[test]
+    fn strip_tx_keeps_every_other_field() {
+        let line = br#"{"op":"done","id":4,"tx":77}"#;
+        assert_eq!(strip_tx(line).unwrap(), br#"{"op":"done","id":4}"#);
+        let line = br#"{"op":"put","tx":77,"id":4,"payload":"p","extra":[1]}"#;
+        let stripped = strip_tx(line).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&stripped).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"op":"put","id":4,"payload":"p","extra":[1]})
+        );
+        assert_eq!(strip_tx(br#"{"op":"done","id":4}"#), None);
+    }
+
+    #[test]
     fn done_lines_are_reference_shaped() {
         let mut out = Vec::new();
         write_done(&mut out, 42);
@@ -654,6 +780,7 @@ mod tests {
             Just("lastError"),
             Just("held"),
             Just("deadAt"),
+            Just("tx"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -734,6 +861,7 @@ mod tests {
             error in proptest::option::of(".{0,8}"),
             dead in proptest::option::of(0i64..4_000_000_000_000),
             done in any::<bool>(),
+            tx in proptest::option::of(0u64..1_000_000),
             edits in proptest::collection::vec((any::<u16>(), prop_oneof![
                 Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
                 Just(b'\\'), Just(b' '), Just(b'}'), Just(b','), Just(b':'), Just(0x01), Just(b'x'),
@@ -752,6 +880,12 @@ mod tests {
             } else {
                 write_put(&mut line, &it, dead.map(Timestamp::from_millis));
             }
+            if let Some(tx) = tx {
+                // A line inside a framed batch.
+                line.extend_from_slice(b"{\"op\":\"done\",\"id\":1}\n");
+                line = frame_batch(&line, tx).into_owned();
+                line.truncate(line.len() - br#"{"op":"done","id":1}"#.len() - 1);
+            }
             line.pop();
             // Change, insert or drop a byte here and there.
             for (at, b) in edits {
@@ -762,7 +896,7 @@ mod tests {
                     _ => line.insert(at, b),
                 }
             }
-            prop_assert_eq!(parse_line(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
+            prop_assert_eq!(parse_line_tx(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
             let head = parse_line(&line).map(|l| match l {
                 Line::Put { item, .. } => Head { put: true, id: item.id },
                 Line::Done { id } => Head { put: false, id },

@@ -22,11 +22,18 @@
 //!   file; only then does it return `Ok`. A short write or failed sync is
 //!   an error, and the backend cuts the file back to where the append
 //!   started, so a failed call leaves nothing behind.
-//! * A malformed *trailing* line is a torn write: it is reported (see
+//! * A trailing line without its newline that does not parse (or NUL
+//!   bytes at the end) is a torn write: it is reported (see
 //!   [`FileQueue::take_notices`]) and, by the next mutating call, cut off
-//!   before anything is appended — never glued onto. A malformed line
-//!   elsewhere is corruption: [`Error::Corrupt`] with its line number, and
-//!   the file is not touched.
+//!   before anything is appended — never glued onto. A newline-terminated
+//!   malformed line anywhere is corruption: [`Error::Corrupt`] with its
+//!   line number, and the file is not touched. A file that is not a spool
+//!   at all is refused ([`Error::NotASpool`]) before anything is written
+//!   to it or beside it.
+//! * A write of several lines is one batch: all but its last line carry a
+//!   `tx` field naming the batch's first byte (`format::frame_batch`), so
+//!   a batch that a crash cut short is seen by every reader as not
+//!   written at all, and is cut off like a torn write.
 //! * Opening reads the file once and never rewrites it. Later calls read
 //!   only what other processes appended since (or everything again after
 //!   another process compacted). Compaction runs when asked
@@ -192,6 +199,9 @@ impl FileQueue {
     pub fn open_with_io(path: &Path, opts: &OpenOptions, io: Arc<dyn FileIo>) -> Result<FileQueue> {
         let writable = opts.mode.writable();
         let (file, created) = open_main(path, opts.mode)?;
+        if !created {
+            scan::check_head(path, &file)?;
+        }
         if created {
             let dir = parent_dir(path);
             io.sync_dir(dir)
@@ -383,6 +393,18 @@ impl FileQueue {
             records_after += 1;
         }
         let order: Vec<(u64, usize)> = live.into_values().collect();
+        // The new file must not end in a line that carries a batch's `tx`
+        // field (it would read as an unfinished batch): such a last line
+        // is written without the field.
+        let mut last_line = None;
+        if let (Some(&(offset, len)), false) = (order.last(), high_water > max_live) {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            last_line = format::strip_tx(&line);
+        }
+        let copied = order.len() - usize::from(last_line.is_some());
         let mut later_min = vec![u64::MAX; order.len()];
         let mut m = u64::MAX;
         for (i, &(offset, _)) in order.iter().enumerate().rev() {
@@ -395,14 +417,14 @@ impl FileQueue {
             let mut pos = 0u64;
             let mut line = Vec::new();
             let mut i = 0;
-            while i < order.len() {
+            while i < copied {
                 // Lines next to each other in the file (one newline
                 // between them) that come one after the other in id order
                 // too: a long run of them is copied inside the kernel.
                 let (start, first_len) = order[i];
                 let mut end = start + first_len as u64;
                 let mut next = i + 1;
-                while next < order.len() && order[next].0 == end + 1 {
+                while next < copied && order[next].0 == end + 1 {
                     end = order[next].0 + order[next].1 as u64;
                     next += 1;
                 }
@@ -425,6 +447,10 @@ impl FileQueue {
                     line.push(b'\n');
                     w.push(&line)?;
                 }
+            }
+            if let Some(last) = &last_line {
+                w.push(last)?;
+                w.push(b"\n")?;
             }
             if high_water > max_live {
                 line.clear();
@@ -763,7 +789,9 @@ impl FileQueue {
         if t.needs_newline {
             buf.push(b'\n');
         }
-        buf.extend_from_slice(bytes);
+        // Several lines are one batch: framed so that a crash halfway
+        // leaves none of them visible.
+        buf.extend_from_slice(&format::frame_batch(bytes, start + buf.len() as u64));
         let written = write_all(&*self.io, &mut t.file, &buf)
             .map_err(|e| Error::io(path, "append to", e))
             .and_then(|()| {
@@ -968,20 +996,10 @@ fn open_existing(path: &Path, writable: bool) -> Result<Option<File>> {
     }
 }
 
-/// Read `t.file` from `t.end` to its end, applying records and updating
-/// the tracking numbers.
+/// Read `t.file` from `t.end` to its end (leaving out an unfinished batch
+/// there), applying records and updating the tracking numbers.
 fn read_into(path: &Path, t: &mut Tracked, apply: impl FnMut(Line)) -> Result<()> {
-    let mut f = &t.file;
-    f.seek(SeekFrom::Start(t.end))
-        .map_err(|e| Error::io(path, "read", e))?;
-    let s = scan::scan(
-        path,
-        BufReader::with_capacity(1 << 16, f),
-        t.end,
-        t.lines,
-        t.needs_newline,
-        apply,
-    )?;
+    let s = scan::scan_tail(path, &t.file, t.end, t.lines, t.needs_newline, apply)?;
     t.end = s.end;
     t.lines = s.lines;
     t.records += s.records;

@@ -1,15 +1,29 @@
 //! Reading an NDJSON spool file line by line.
 //!
 //! The scanner streams (memory grows with what the caller keeps, not with
-//! the file) and applies the reference's rule for damage: a malformed line
-//! that is the last non-blank line of the file is a *torn write* — an
-//! append interrupted by a crash — and is reported, not applied; a
-//! malformed line anywhere else is *corruption* and stops the scan with an
-//! error that names its line number.
+//! the file) and sorts damage into three kinds:
+//!
+//! * A *torn write* — an append interrupted by a crash — is a malformed
+//!   last line that lacks its newline, or a run of NUL bytes at the end
+//!   (what a crash can leave when the file grew but its data never reached
+//!   the disk). It is reported, not applied, and cut off by the next
+//!   writer. A torn write never ends with a newline: a complete,
+//!   newline-terminated malformed line is never torn, wherever it is.
+//! * An *unfinished batch* — a multi-line append cut short — is found by
+//!   [`unfinished_batch`] before the lines are walked: its lines are left
+//!   out and reported like a torn tail, so a batch is seen whole or not at
+//!   all (see `format::frame_batch`).
+//! * *Corruption*: any other malformed line stops the scan with an error
+//!   that names its line number.
+//!
+//! A file that is not a spool at all — one whose first non-blank byte is
+//! not `{`, or whose first line is not a spool record — is refused with
+//! [`Error::NotASpool`] before anything is applied, so that a mistyped
+//! `--spool` path can never be "repaired" into a spool.
 
-use super::format::{parse_line, Line};
+use super::format::{parse_line, parse_line_tx, Line};
 use crate::error::{Error, Result};
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 /// A malformed last line left by an interrupted append.
@@ -51,8 +65,37 @@ struct Bad {
 /// What a line is on its own, before its neighbours are known.
 enum Class<T> {
     Blank,
+    /// Nothing but NUL bytes (and whitespace).
+    Nul,
     Parsed(T),
-    Bad(String),
+    Bad(BadLine),
+}
+
+/// A line that does not parse.
+struct BadLine {
+    reason: String,
+    /// Its first byte that is neither whitespace nor NUL is `{`.
+    brace: bool,
+    /// It could be the beginning of a record that a crash cut short: it
+    /// starts with (a prefix of) `{"op"`.
+    record_prefix: bool,
+}
+
+impl BadLine {
+    fn of(content: &[u8], reason: String) -> BadLine {
+        let start = content
+            .iter()
+            .position(|b| !b.is_ascii_whitespace() && *b != 0)
+            .unwrap_or(content.len());
+        let text = &content[start..];
+        const HEAD: &[u8] = br#"{"op""#;
+        let n = text.len().min(HEAD.len());
+        BadLine {
+            reason,
+            brace: text.first() == Some(&b'{'),
+            record_prefix: !text.is_empty() && text[..n] == HEAD[..n],
+        }
+    }
 }
 
 /// A line's content without its line ending (`\n`, `\r\n`), and whether
@@ -76,20 +119,27 @@ fn classify<T>(
     if content.iter().all(|b| b.is_ascii_whitespace()) {
         return Class::Blank;
     }
+    if content.iter().all(|b| *b == 0 || b.is_ascii_whitespace()) {
+        return Class::Nul;
+    }
     match parse(content) {
         Ok(t) => Class::Parsed(t),
-        Err(reason) => Class::Bad(reason),
+        Err(reason) => Class::Bad(BadLine::of(content, reason)),
     }
 }
 
-/// The rules that need a line's neighbours — a malformed line is a torn
-/// tail only when nothing but blank lines follows it — and the counting.
+/// The rules that need a line's neighbours — a run of NUL bytes is a torn
+/// tail only when nothing but blank lines, more NULs or a last line
+/// without its newline follows it; the first line decides whether the
+/// file is a spool at all — and the counting.
 struct Walk<'p> {
     path: &'p Path,
     out: Scanned,
     offset: u64,
     line_no: u64,
     bad: Option<Bad>,
+    /// No line but blank ones has been seen since the start of the file.
+    at_start: bool,
 }
 
 impl<'p> Walk<'p> {
@@ -105,6 +155,14 @@ impl<'p> Walk<'p> {
             offset: start,
             line_no: start_line,
             bad: None,
+            at_start: start == 0,
+        }
+    }
+
+    fn not_a_spool(&self, detail: &str) -> Error {
+        Error::NotASpool {
+            path: self.path.to_path_buf(),
+            detail: detail.to_string(),
         }
     }
 
@@ -121,8 +179,10 @@ impl<'p> Walk<'p> {
         let line_start = self.offset;
         self.offset += raw_len;
         self.line_no += 1;
-        if let (Some(b), false) = (&self.bad, matches!(class, Class::Blank)) {
-            // A line after the malformed one: that one was no torn tail.
+        let torn_may_follow = matches!(class, Class::Blank | Class::Nul)
+            || matches!(class, Class::Bad(_) if !has_newline);
+        if let (Some(b), false) = (&self.bad, torn_may_follow) {
+            // A line after the NUL bytes: they were no torn tail.
             return Err(Error::corrupt(self.path, Some(b.line), b.reason.clone()));
         }
         match class {
@@ -133,19 +193,44 @@ impl<'p> Walk<'p> {
                     self.out.needs_newline = !has_newline;
                 }
             }
+            Class::Nul => {
+                if self.bad.is_none() {
+                    self.bad = Some(Bad {
+                        line: self.line_no,
+                        offset: line_start,
+                        reason: "a run of NUL bytes where data never reached the disk".into(),
+                    });
+                }
+            }
             Class::Parsed(t) => {
+                self.at_start = false;
                 apply(t, line_start, content_len);
                 self.out.records += 1;
                 self.out.end = self.offset;
                 self.out.lines = self.line_no;
                 self.out.needs_newline = !has_newline;
             }
-            Class::Bad(reason) => {
-                self.bad = Some(Bad {
-                    line: self.line_no,
-                    offset: line_start,
-                    reason,
-                })
+            Class::Bad(bad) => {
+                if self.at_start && !bad.brace {
+                    return Err(self.not_a_spool("it does not start with a JSON object"));
+                }
+                if self.at_start && (has_newline || !bad.record_prefix) {
+                    return Err(self.not_a_spool(&format!(
+                        "its first line is not a spool record ({})",
+                        bad.reason
+                    )));
+                }
+                if has_newline {
+                    // Complete lines are never torn writes.
+                    return Err(Error::corrupt(self.path, Some(self.line_no), bad.reason));
+                }
+                if self.bad.is_none() {
+                    self.bad = Some(Bad {
+                        line: self.line_no,
+                        offset: line_start,
+                        reason: bad.reason,
+                    });
+                }
             }
         }
         Ok(())
@@ -244,6 +329,242 @@ pub(crate) fn scan_with<T>(
     Ok(walk.finish())
 }
 
+/// Where the unfinished batch at the end of `file` begins, if the file
+/// ends in one: the last line of the file (its last complete line, or a
+/// last line without newline that parses) carries a `tx` field. Only the
+/// part from `start` (a line start) to `len` is looked at; nothing before
+/// `start` is read but the batch's first line, which must be at a line
+/// start and carry the same `tx`, so that a stray field can never make a
+/// reader drop committed lines — anything that does not add up is
+/// corruption, and nothing is cut.
+///
+/// Reads backwards from the end: the cost is the size of the last lines,
+/// not of the file.
+pub(crate) fn unfinished_batch(
+    path: &Path,
+    file: &std::fs::File,
+    start: u64,
+    len: u64,
+) -> Result<Option<u64>> {
+    let Some((line_start, line)) = last_record(path, file, start, len)? else {
+        return Ok(None);
+    };
+    let Ok((_, Some(tx))) = parse_line_tx(&line) else {
+        return Ok(None);
+    };
+    let bad = |detail: String| Err(Error::corrupt(path, None, detail));
+    if tx < start || tx > line_start {
+        return bad(format!(
+            "the last line (at byte {line_start}) belongs to a batch said to start at byte {tx}, which is not before it"
+        ));
+    }
+    let first = if tx == line_start {
+        Some(line)
+    } else {
+        let at_line_start = tx == 0 || read_at(path, file, tx - 1, 1)? == b"\n";
+        let end = find_forward(path, file, tx, line_start, b'\n')?;
+        match (at_line_start, end) {
+            (true, Some(end)) => {
+                Some(strip_ending(&read_at(path, file, tx, (end - tx) as usize)?).to_vec())
+            }
+            _ => None,
+        }
+    };
+    match first.map(|l| parse_line_tx(&l)) {
+        Some(Ok((_, Some(t)))) if t == tx => Ok(Some(tx)),
+        _ => bad(format!(
+            "the last line (at byte {line_start}) belongs to a batch said to start at byte {tx}, but no line of that batch starts there"
+        )),
+    }
+}
+
+/// The last line of `file[start..len]` that holds a record: the trailing
+/// line without newline when it parses, else the last complete line that
+/// is neither blank nor NUL bytes. `None` when there is none, or when
+/// that line does not parse (the forward scan reports it).
+fn last_record(
+    path: &Path,
+    file: &std::fs::File,
+    start: u64,
+    len: u64,
+) -> Result<Option<(u64, Vec<u8>)>> {
+    let mut end = len;
+    let mut newline_ended = false;
+    loop {
+        if end <= start {
+            return Ok(None);
+        }
+        let search_end = if newline_ended { end - 1 } else { end };
+        let line_start =
+            find_backward(path, file, start, search_end, b'\n')?.map_or(start, |p| p + 1);
+        let raw = read_at(path, file, line_start, (search_end - line_start) as usize)?;
+        let content = strip_ending(&raw);
+        let filler = content.iter().all(|b| *b == 0 || b.is_ascii_whitespace());
+        if !filler {
+            if parse_line(content).is_ok() {
+                return Ok(Some((line_start, content.to_vec())));
+            }
+            if newline_ended {
+                return Ok(None);
+            }
+        }
+        end = line_start;
+        newline_ended = true;
+    }
+}
+
+fn strip_ending(raw: &[u8]) -> &[u8] {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    raw.strip_suffix(b"\r").unwrap_or(raw)
+}
+
+fn read_at(path: &Path, file: &std::fs::File, offset: u64, len: usize) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, offset)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(buf)
+}
+
+/// Chunk size of the backward and forward byte searches.
+const SEARCH_CHUNK: u64 = 64 << 10;
+
+/// The offset of the last `byte` in `file[from..to]`.
+fn find_backward(
+    path: &Path,
+    file: &std::fs::File,
+    from: u64,
+    to: u64,
+    byte: u8,
+) -> Result<Option<u64>> {
+    let mut hi = to;
+    while hi > from {
+        let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
+        let chunk = read_at(path, file, lo, (hi - lo) as usize)?;
+        if let Some(i) = memchr::memrchr(byte, &chunk) {
+            return Ok(Some(lo + i as u64));
+        }
+        hi = lo;
+    }
+    Ok(None)
+}
+
+/// The offset of the first `byte` in `file[from..to]`.
+fn find_forward(
+    path: &Path,
+    file: &std::fs::File,
+    from: u64,
+    to: u64,
+    byte: u8,
+) -> Result<Option<u64>> {
+    let mut lo = from;
+    while lo < to {
+        let hi = (lo + SEARCH_CHUNK).min(to);
+        let chunk = read_at(path, file, lo, (hi - lo) as usize)?;
+        if let Some(i) = memchr::memchr(byte, &chunk) {
+            return Ok(Some(lo + i as u64));
+        }
+        lo = hi;
+    }
+    Ok(None)
+}
+
+/// What an unfinished batch looks like as a torn tail: `line` is its
+/// first line's number, `offset` where it starts, `len` the file length.
+pub(crate) fn unfinished_tail(line: u64, offset: u64, len: u64) -> TornTail {
+    TornTail {
+        line,
+        offset,
+        len: len - offset,
+        reason: "unfinished batch: a multi-line write was interrupted before its last line".into(),
+    }
+}
+
+/// Scan `file[start..]` (open for reading), as [`scan`] does, leaving out
+/// an unfinished batch at its end, which is reported as the torn tail.
+pub(crate) fn scan_tail(
+    path: &Path,
+    file: &std::fs::File,
+    start: u64,
+    start_line: u64,
+    prev_needs_newline: bool,
+    apply: impl FnMut(Line),
+) -> Result<Scanned> {
+    use std::io::{Seek, SeekFrom};
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "inspect", e))?
+        .len();
+    let limit = unfinished_batch(path, file, start, len)?.unwrap_or(len);
+    let mut f = file;
+    f.seek(SeekFrom::Start(start))
+        .map_err(|e| Error::io(path, "read", e))?;
+    let reader = std::io::BufReader::with_capacity(1 << 16, f.take(limit - start));
+    let mut s = scan(path, reader, start, start_line, prev_needs_newline, apply)?;
+    if limit < len && s.torn.is_none() {
+        s.torn = Some(unfinished_tail(s.lines + 1, limit, len));
+    }
+    Ok(s)
+}
+
+/// How much of a first line [`check_head`] reads.
+const HEAD_LINE_MAX: usize = 1 << 20;
+
+/// Refuse a file that is not a spool, reading only its first line (what
+/// every scan from the start would find first, and fail on, anyway):
+/// openers call it before they create a companion file, so that a
+/// mistyped `--spool` path gets nothing written beside it either.
+pub(crate) fn check_head(path: &Path, file: &std::fs::File) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut walk = Walk::new(path, 0, 0, false);
+    let mut line = Vec::new();
+    let mut offset = 0u64;
+    let mut chunk = vec![0u8; 4096];
+    loop {
+        let n = loop {
+            match file.read_at(&mut chunk, offset) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.map_err(|e| Error::io(path, "read", e))?,
+            }
+        };
+        let got = &chunk[..n];
+        let nl = memchr::memchr(b'\n', got);
+        line.extend_from_slice(&got[..nl.map_or(n, |i| i + 1)]);
+        offset += n as u64;
+        if nl.is_none() && n > 0 {
+            if line.len() < HEAD_LINE_MAX {
+                continue;
+            }
+            // A very long first line: judge it by its first byte only
+            // and leave the rest to the full read.
+            let first = line.iter().find(|b| !b.is_ascii_whitespace() && **b != 0);
+            return match first {
+                Some(b'{') | None => Ok(()),
+                Some(_) => Err(walk.not_a_spool("it does not start with a JSON object")),
+            };
+        }
+        let (content, has_newline) = content_of(&line);
+        let class = classify(content, parse_line);
+        if matches!(class, Class::Blank) && has_newline {
+            line.clear();
+            offset -= (n - nl.map_or(n, |i| i + 1)) as u64;
+            continue;
+        }
+        // Only the verdict on the file as a whole counts here; damage
+        // further on is for the full read to report.
+        return match walk.step(
+            line.len() as u64,
+            has_newline,
+            content.len(),
+            class,
+            &mut |_, _, _| {},
+        ) {
+            Err(e @ Error::NotASpool { .. }) => Err(e),
+            _ => Ok(()),
+        };
+    }
+}
+
 /// Bytes per block of [`scan_file_parallel`].
 const BLOCK: usize = 1 << 20;
 
@@ -251,14 +572,24 @@ const BLOCK: usize = 1 << 20;
 /// several threads: the file is read in blocks cut at line ends, the
 /// blocks are parsed in parallel, and the results are walked and applied
 /// in file order, so `apply` sees exactly what [`scan_with`] would show
-/// it. Memory holds a few blocks at a time.
+/// it. Memory holds a few blocks at a time. An unfinished batch at the
+/// end is left out and reported as the torn tail, as [`scan_tail`] does.
 pub(crate) fn scan_file_parallel<T: Send>(
     path: &Path,
     file: &std::fs::File,
     parse: fn(&[u8]) -> std::result::Result<T, String>,
     apply: impl FnMut(T, u64, usize),
 ) -> Result<Scanned> {
-    scan_blocks_parallel(path, file, BLOCK, parse, apply)
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "inspect", e))?
+        .len();
+    let limit = unfinished_batch(path, file, 0, len)?.unwrap_or(len);
+    let mut s = scan_blocks_parallel(path, file, BLOCK, limit, parse, apply)?;
+    if limit < len && s.torn.is_none() {
+        s.torn = Some(unfinished_tail(s.lines + 1, limit, len));
+    }
+    Ok(s)
 }
 
 /// One parsed line of a block: raw length, newline, content length, class.
@@ -268,6 +599,7 @@ fn scan_blocks_parallel<T: Send>(
     path: &Path,
     file: &std::fs::File,
     block: usize,
+    limit: u64,
     parse: fn(&[u8]) -> std::result::Result<T, String>,
     mut apply: impl FnMut(T, u64, usize),
 ) -> Result<Scanned> {
@@ -299,6 +631,7 @@ fn scan_blocks_parallel<T: Send>(
         let mut reader = Blocks {
             file,
             pos: 0,
+            limit,
             carry: Vec::new(),
             block,
         };
@@ -368,6 +701,8 @@ fn parse_block<T>(
 struct Blocks<'f> {
     file: &'f std::fs::File,
     pos: u64,
+    /// Nothing at or after this offset is read.
+    limit: u64,
     carry: Vec<u8>,
     block: usize,
 }
@@ -381,7 +716,8 @@ impl Blocks<'_> {
         self.carry.clear();
         loop {
             let start = buf.len();
-            buf.resize(start + self.block, 0);
+            let want = (self.limit.saturating_sub(self.pos)).min(self.block as u64) as usize;
+            buf.resize(start + want, 0);
             let n = loop {
                 match self.file.read_at(&mut buf[start..], self.pos) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -488,6 +824,7 @@ mod tests {
             Path::new("t.ndjson"),
             &f,
             block,
+            text.len() as u64,
             parse_line,
             |l, at, len| ids.push((format!("{l:?}"), at, len)),
         );
@@ -537,9 +874,180 @@ mod tests {
     }
 
     #[test]
-    fn torn_line_followed_by_blank_lines_is_still_torn() {
-        let text = format!("{PUT}\n{{\"op\"\n\n  \n");
-        let (s, _) = run(text.as_bytes()).unwrap();
-        assert_eq!(s.torn.unwrap().line, 2);
+    fn a_complete_malformed_last_line_is_corruption_not_a_torn_write() {
+        // A torn write never ends with a newline.
+        for text in [
+            format!("{PUT}\n{{\"op\"\n"),
+            format!("{PUT}\n{{\"op\"\n\n  \n"),
+            format!("{PUT}\nmy notes\n"),
+        ] {
+            let e = run(text.as_bytes()).unwrap_err();
+            assert!(
+                matches!(e, Error::Corrupt { line: Some(2), .. }),
+                "{text:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn nul_bytes_at_the_end_are_a_torn_write() {
+        for tail in [
+            "\0\0\0\0",
+            "\0\0\n\0\0",
+            "{\"op\":\"pu\0\0\0",
+            "\0\0\n{\"op\":\"pu",
+        ] {
+            let text = format!("{PUT}\n{tail}");
+            let (s, n) = run(text.as_bytes()).unwrap();
+            assert_eq!(n, 1, "{tail:?}");
+            let t = s.torn.unwrap();
+            assert_eq!(t.offset, PUT.len() as u64 + 1, "{tail:?}");
+            assert_eq!(t.len, tail.len() as u64, "{tail:?}");
+        }
+        // NUL bytes with a record after them are no torn write.
+        let text = format!("{PUT}\n\0\0\n{PUT}\n");
+        assert!(matches!(
+            run(text.as_bytes()).unwrap_err(),
+            Error::Corrupt { line: Some(2), .. }
+        ));
+    }
+
+    #[test]
+    fn files_that_are_not_spools_are_refused() {
+        for text in [
+            &b"my important notes\n"[..],
+            b"my important notes",
+            b"[1, 2, 3]\n",
+            b"\x7fELF\x02\x01\x01\x00\x00\x00",
+            b"{\"debug\": true}",
+            b"{\"debug\": true}\n",
+            b"\n\n  {\"op\":\"zap\",\"id\":1}\n",
+            b"{\"op\":\"put\"}\n{\"op\":\"done\",\"id\":1}\n",
+        ] {
+            let e = run(text).unwrap_err();
+            assert!(
+                matches!(e, Error::NotASpool { .. }),
+                "{:?}: {e}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
+    fn a_first_record_cut_short_is_a_torn_write() {
+        for text in ["{", "{\"op", "{\"op\":\"put\",\"id\":1,\"pay", "\0\0\0"] {
+            let (s, n) = run(text.as_bytes()).unwrap();
+            assert_eq!(n, 0);
+            assert_eq!(s.torn.unwrap().offset, 0, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_head_check_refuses_what_the_full_scan_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        for (text, refused) in [
+            (&b"notes\n"[..], true),
+            (b"{\"debug\": true}", true),
+            (b"\n{\"a\":1}\n", true),
+            (b"", false),
+            (b"\n\n", false),
+            (b"{\"op\":\"pu", false),
+            (b"\0\0", false),
+            (PUT.as_bytes(), false),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let f = std::fs::File::open(&p).unwrap();
+            let r = check_head(&p, &f);
+            assert_eq!(
+                matches!(r, Err(Error::NotASpool { .. })),
+                refused,
+                "{:?}: {r:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        // A huge first line is judged by its first byte.
+        let mut big = vec![b'x'; HEAD_LINE_MAX + 10];
+        std::fs::write(&p, &big).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        assert!(matches!(check_head(&p, &f), Err(Error::NotASpool { .. })));
+        big[0] = b'{';
+        std::fs::write(&p, &big).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        assert!(check_head(&p, &f).is_ok());
+    }
+
+    /// Where `unfinished_batch` says a batch starts, for `text`.
+    fn unfinished(text: &[u8]) -> Result<Option<u64>> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.ndjson");
+        std::fs::write(&p, text).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        unfinished_batch(&p, &f, 0, text.len() as u64)
+    }
+
+    fn batch_at(start: usize, lines: usize) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for _ in 0..lines {
+            raw.extend_from_slice(PUT.as_bytes());
+            raw.push(b'\n');
+        }
+        super::super::format::frame_batch(&raw, start as u64).into_owned()
+    }
+
+    #[test]
+    fn a_batch_cut_anywhere_is_unfinished_and_a_whole_one_is_not() {
+        let head = format!("{PUT}\n");
+        let mut text = head.clone().into_bytes();
+        text.extend_from_slice(&batch_at(head.len(), 3));
+        assert_eq!(unfinished(&text).unwrap(), None, "a whole batch");
+        let last_line_start = text[..text.len() - 1]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .unwrap()
+            + 1;
+        // Cut at every byte from the batch's first line to just before
+        // the end of its last: the batch is unfinished, or (cut inside
+        // its first line) a torn tail the forward scan finds.
+        for cut in head.len()..text.len() - 1 {
+            let got = unfinished(&text[..cut]).unwrap();
+            let first_line_end =
+                head.len() + text[head.len()..].iter().position(|b| *b == b'\n').unwrap();
+            if cut < first_line_end {
+                assert_eq!(got, None, "cut at {cut}");
+            } else if cut < last_line_start + PUT.len() + 1 {
+                assert_eq!(got, Some(head.len() as u64), "cut at {cut}");
+            }
+        }
+        // With NUL bytes after the cut.
+        let mut nul = text[..last_line_start].to_vec();
+        nul.extend_from_slice(&[0; 40]);
+        assert_eq!(unfinished(&nul).unwrap(), Some(head.len() as u64));
+        // Scanning leaves the unfinished batch out and reports it.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.ndjson");
+        std::fs::write(&p, &text[..last_line_start]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        let mut n = 0;
+        let s = scan_tail(&p, &f, 0, 0, false, |_| n += 1).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(s.end, head.len() as u64);
+        assert_eq!(s.torn.unwrap().offset, head.len() as u64);
+    }
+
+    #[test]
+    fn a_stray_tx_field_is_corruption_not_a_cut() {
+        // The last line names a batch start where no line of it is.
+        let head = format!("{PUT}\n{PUT}\n");
+        let mut text = head.clone().into_bytes();
+        text.extend_from_slice(&batch_at(5, 2)[..]);
+        let cut = text.len() - PUT.len() - 1;
+        assert!(matches!(
+            unfinished(&text[..cut]),
+            Err(Error::Corrupt { .. })
+        ));
+        // A start after the line itself.
+        let line = br#"{"op":"done","id":1,"tx":999}"#;
+        assert!(matches!(unfinished(line), Err(Error::Corrupt { .. })));
     }
 }

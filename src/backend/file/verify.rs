@@ -2,12 +2,12 @@
 //! files, not just up to the first problem, with line numbers.
 
 use super::format::{parse_line, Line};
-use super::meta;
+use super::{meta, scan};
 use crate::backend::companion;
 use crate::error::{Error, Result};
 use crate::verify::{Finding, Severity, VerifyReport};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// At most this many bad lines are listed per file.
@@ -37,7 +37,19 @@ fn scan_file(
         Err(e) => return Err(Error::io(path, "read", e)),
     };
     let _ = file.lock_shared();
-    let mut reader = BufReader::new(&file);
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "inspect", e))?
+        .len();
+    // An unfinished batch at the end is left out, as every read leaves it.
+    let limit = match scan::unfinished_batch(path, &file, 0, len) {
+        Ok(limit) => limit,
+        Err(e) => {
+            report.push(Severity::Damage, path, None, e.to_string());
+            None
+        }
+    };
+    let mut reader = BufReader::new((&file).take(limit.unwrap_or(len)));
     let mut out = FileScan {
         live: BTreeSet::new(),
         seen: BTreeSet::new(),
@@ -45,7 +57,11 @@ fn scan_file(
         high_water: 0,
         records: 0,
     };
-    let mut bad: Vec<(u64, String)> = Vec::new();
+    // Malformed lines: line number, reason, whether the line had its
+    // newline.
+    let mut bad: Vec<(u64, String, bool)> = Vec::new();
+    let mut nul_lines: Vec<u64> = Vec::new();
+    let mut first_content_line = None;
     let mut last_content_line = 0u64;
     let mut line_no = 0u64;
     let mut buf = Vec::new();
@@ -58,6 +74,7 @@ fn scan_file(
             break;
         }
         line_no += 1;
+        let has_newline = buf.ends_with(b"\n");
         let mut content: &[u8] = &buf;
         if let Some(c) = content.strip_suffix(b"\n") {
             content = c;
@@ -68,6 +85,11 @@ fn scan_file(
         if content.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
+        if content.iter().all(|b| *b == 0 || b.is_ascii_whitespace()) {
+            nul_lines.push(line_no);
+            continue;
+        }
+        first_content_line.get_or_insert(line_no);
         last_content_line = line_no;
         match parse_line(content) {
             Ok(Line::Put { item, .. }) => {
@@ -89,13 +111,23 @@ fn scan_file(
                 out.live.remove(&id);
                 out.high_water = out.high_water.max(id);
             }
-            Err(reason) => bad.push((line_no, reason)),
+            Err(reason) => bad.push((line_no, reason, has_newline)),
         }
     }
     let _ = file.unlock();
-    for (i, (line, reason)) in bad.iter().enumerate() {
-        let torn = *line == last_content_line;
-        if torn {
+    // Only a last line without its newline, or NUL bytes at the end, can
+    // be a torn write; a complete malformed line never is.
+    let torn_line = |line: u64, has_newline: bool| line == last_content_line && !has_newline;
+    let mut listed = 0;
+    for (line, reason, has_newline) in &bad {
+        if Some(*line) == first_content_line && !torn_line(*line, *has_newline) {
+            report.push(
+                Severity::Damage,
+                path,
+                Some(*line),
+                format!("not a spool: the first line is not a spool record ({reason})"),
+            );
+        } else if torn_line(*line, *has_newline) {
             report.findings.push(Finding {
                 severity: Severity::Damage,
                 file: path.to_path_buf(),
@@ -105,7 +137,8 @@ fn scan_file(
                 ),
                 repairable: true,
             });
-        } else if i < MAX_LISTED {
+        } else if listed < MAX_LISTED {
+            listed += 1;
             report.push(
                 Severity::Damage,
                 path,
@@ -116,7 +149,7 @@ fn scan_file(
     }
     let unlisted = bad
         .iter()
-        .filter(|(l, _)| *l != last_content_line)
+        .filter(|(l, _, nl)| Some(*l) != first_content_line && !torn_line(*l, *nl))
         .count()
         .saturating_sub(MAX_LISTED);
     if unlisted > 0 {
@@ -127,6 +160,38 @@ fn scan_file(
             format!("{unlisted} more malformed lines not listed"),
         );
     }
+    let (inner_nul, tail_nul): (Vec<u64>, Vec<u64>) =
+        nul_lines.iter().partition(|l| **l < last_content_line);
+    if let Some(line) = inner_nul.first() {
+        report.push(
+            Severity::Damage,
+            path,
+            Some(*line),
+            "a run of NUL bytes between records; the spool cannot be opened until it is fixed by hand or restored from a backup",
+        );
+    }
+    let torn_last = bad.last().is_some_and(|(l, _, nl)| torn_line(*l, *nl));
+    if let (Some(line), false) = (tail_nul.first(), torn_last) {
+        report.findings.push(Finding {
+            severity: Severity::Damage,
+            file: path.to_path_buf(),
+            line: Some(*line),
+            message: "NUL bytes at the end, left by a crash before the data reached the disk; `spool verify --repair` or the next write cuts them".into(),
+            repairable: true,
+        });
+    }
+    if let Some(at) = limit {
+        report.findings.push(Finding {
+            severity: Severity::Damage,
+            file: path.to_path_buf(),
+            line: Some(line_no + 1),
+            message: format!(
+                "unfinished batch at byte {at} ({} bytes): a multi-line write was interrupted, none of it counts; `spool verify --repair` or the next write cuts it",
+                len - at
+            ),
+            repairable: true,
+        });
+    }
     Ok(Some(out))
 }
 
@@ -136,6 +201,9 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
         return Err(Error::NotFound {
             path: path.to_path_buf(),
         });
+    }
+    if let Ok(file) = std::fs::File::open(path) {
+        scan::check_head(path, &file)?;
     }
     let mut report = VerifyReport::default();
     let meta_path = companion(path, "meta");

@@ -392,6 +392,9 @@ fn default_hint(e: &Error) -> Option<String> {
         Error::Corrupt { .. } => {
             "the spool file was left unchanged; `spool verify` describes the damage"
         }
+        Error::NotASpool { .. } => {
+            "check the --spool path (or SPOOL_PATH): it names a file that spool did not write"
+        }
         Error::SchemaTooNew { .. } => "use a newer version of spool for this spool",
         Error::QueueFull { .. } => {
             "make room (`spool replay`, `spool done ID`), allow more for one call with --max-depth N, or wait with --wait-for-space DURATION"
