@@ -27,6 +27,11 @@ pub struct Item {
     pub last_error: Option<String>,
     /// A held item is kept, listed and counted, but replay skips it.
     pub held: bool,
+    /// The push sequence number the item was given when it first went into
+    /// a push batch (SPEC §7); `None` until then. A pending item with a
+    /// number is *in flight*: the receiver may hold it, so it stays in the
+    /// spool, unchanged, until the receiver acknowledges or rejects it.
+    pub push_seq: Option<u64>,
 }
 
 impl Item {
@@ -41,7 +46,14 @@ impl Item {
             next_retry_at: None,
             last_error: None,
             held: false,
+            push_seq: None,
         }
+    }
+
+    /// True when the item has a push sequence number that the receiver has
+    /// not acknowledged yet.
+    pub fn in_flight(&self) -> bool {
+        self.push_seq.is_some()
     }
 
     /// True when replay may attempt the item at `now`: not held and not
@@ -151,6 +163,36 @@ pub struct Imported {
     /// True when a pending item in the target already carried the key, so
     /// nothing was stored.
     pub deduplicated: bool,
+}
+
+/// A spool's bookkeeping as a sending push client (SPEC §7): the spool
+/// is one client, identified by its uuid, whose items get sequence
+/// numbers 1, 2, 3, … in the order they are first sent.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PushState {
+    /// The highest sequence number ever assigned (0: none yet); the next
+    /// item sent gets `last_assigned + 1`. Never goes down.
+    pub last_assigned: u64,
+    /// The highest sequence number the receiver has acknowledged: the
+    /// watermark. Never goes down, never passes `last_assigned`.
+    pub acked: u64,
+    /// Sequence numbers whose item left the spool before an ack (an
+    /// operator's `done --force`, a dead-lettering): the sender reports
+    /// each as a `skip` entry until it is acknowledged. Ascending.
+    pub skips: Vec<u64>,
+}
+
+/// What [`crate::Queue::push_ack`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PushAck {
+    /// The watermark after the ack.
+    pub acked: u64,
+    /// In-flight items the ack covered that the receiver applied: removed
+    /// from the pending set.
+    pub delivered: Vec<ItemId>,
+    /// In-flight items the receiver refused: moved to the dead-letter set
+    /// with the receiver's reason.
+    pub rejected: Vec<ItemId>,
 }
 
 /// Counts that every backend can answer without reading every payload.

@@ -38,7 +38,7 @@ pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, 
 pub use error::{Error, ErrorKind, Result};
 pub use item::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, QueueStats, Record, RecordState,
+    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
 pub use queue::{BackendKind, Queue, PAGE_SIZE};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

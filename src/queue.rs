@@ -14,8 +14,8 @@
 
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
-    QueueStats, Record,
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
+    PushState, QueueStats, Record,
 };
 use crate::time::Timestamp;
 
@@ -170,4 +170,40 @@ pub trait Queue: Send + Sync {
     /// Counts for `stats`, computed without reading every payload where
     /// the backend allows. `now` decides which items are waiting.
     fn stats(&self, now: Timestamp) -> Result<QueueStats>;
+
+    // --- Push: the spool as a sending client (SPEC §7) ------------------
+    //
+    // An item is *in flight* once it has a push sequence number and until
+    // the receiver acknowledges or rejects it. While in flight it cannot
+    // be held (`set_held` fails with `InvalidInput`, changing nothing);
+    // when it leaves the pending set any other way (`mark_done`,
+    // `dead_letter`), its number is recorded as a skip in the same commit,
+    // so that the receiver can be told to advance past it. A requeued dead
+    // letter comes back without a number: it is a new entry.
+
+    /// The push bookkeeping: highest number assigned, watermark, skips.
+    fn push_state(&self) -> Result<PushState>;
+
+    /// Up to `limit` in-flight items with a sequence number above
+    /// `after_seq`, in sequence order.
+    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>>;
+
+    /// Give the next sequence numbers, in order, to those of `ids` that
+    /// are pending, not held and not in flight yet, in one commit.
+    /// Returns `(id, seq)` for each number given.
+    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>>;
+
+    /// Apply a cumulative acknowledgement in one commit: `last_seq` is
+    /// clamped to the highest number assigned and never moves the
+    /// watermark back; every in-flight item with a number in
+    /// `(watermark, last_seq]` is delivered (removed), or, when `rejected`
+    /// names its number, dead-lettered with the receiver's reason; skips in
+    /// that range are forgotten.
+    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck>;
+
+    /// Give the spool a new uuid — a new push client — in one commit: the
+    /// in-flight items are renumbered 1, 2, … in their sequence order, the
+    /// watermark goes back to 0 and the skips are dropped (a new client
+    /// never had them). For a spool that was copied from another one.
+    fn regenerate_uuid(&self) -> Result<String>;
 }

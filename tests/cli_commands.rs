@@ -418,10 +418,12 @@ fn drain_is_a_snapshot_in_order() {
                 "key",
                 "last_error",
                 "next_retry_at",
-                "payload"
+                "payload",
+                "push_seq"
             ]
         );
         assert_eq!(items[0]["id"], 1);
+        assert!(items[0]["push_seq"].is_null());
         assert_eq!(items[0]["key"], "");
         assert_eq!(items[0]["attempts"], 0);
         assert_eq!(items[0]["held"], false);

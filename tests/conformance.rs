@@ -11,7 +11,8 @@ mod common;
 use common::{Backend, Harness, T0};
 use spool::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind, Imported,
-    Item, ItemId, NewItem, QueueStats, Record, RecordState, Spool, Timestamp, PAGE_SIZE,
+    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState, Spool, Timestamp,
+    PAGE_SIZE,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -96,6 +97,14 @@ conformance!(
         uuid_is_stable_and_well_formed,
         payload_bytes_round_trip,
         large_payload_round_trips,
+        push_numbers_follow_send_order_from_one,
+        push_ack_is_cumulative_clamped_and_never_goes_back,
+        push_rejects_are_dead_lettered_with_the_reason,
+        in_flight_items_cannot_be_held,
+        in_flight_items_removed_otherwise_leave_skips,
+        requeued_dead_letters_are_new_entries,
+        regenerated_uuid_renumbers_what_is_in_flight,
+        import_drops_push_numbers,
     ],
     // Cases about paths and files, which the memory backend has not.
     durable: [
@@ -1694,4 +1703,258 @@ fn read_only_open_changes_nothing(s: Setup) {
     h.step();
     assert_eq!(ids(&drain(&h)), vec![a, b]);
     assert_eq!(h.q().dead_count().unwrap(), 1);
+}
+
+// ------------------------------------------------------------------ push
+
+fn push_state(h: &Harness) -> PushState {
+    h.q().push_state().expect("push state")
+}
+
+fn in_flight(h: &Harness) -> Vec<(ItemId, u64)> {
+    h.q()
+        .push_in_flight(0, 100)
+        .expect("in flight")
+        .iter()
+        .map(|i| (i.id, i.push_seq.expect("an in-flight item has a number")))
+        .collect()
+}
+
+/// Numbers start at 1 and follow the order items are first sent, not the
+/// order they were enqueued; held and already numbered items get none; a
+/// number is never given twice.
+fn push_numbers_follow_send_order_from_one(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(push_state(&h), PushState::default());
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    let c = add(&h, "c", "kc");
+    h.q().set_held(&[b], true).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().push_assign(&[c, b, a, c, 999]).unwrap(),
+        vec![(c, 1), (a, 2)]
+    );
+    h.step();
+    assert_eq!(in_flight(&h), vec![(c, 1), (a, 2)]);
+    assert_eq!(get(&h, c).push_seq, Some(1));
+    assert_eq!(get(&h, b).push_seq, None);
+    assert_eq!(
+        push_state(&h),
+        PushState {
+            last_assigned: 2,
+            acked: 0,
+            skips: vec![]
+        }
+    );
+    assert!(
+        h.q().push_assign(&[a, c]).unwrap().is_empty(),
+        "already in flight"
+    );
+    h.q().set_held(&[b], false).unwrap();
+    assert_eq!(h.q().push_assign(&[b]).unwrap(), vec![(b, 3)]);
+    h.step();
+    assert_eq!(
+        h.q().push_in_flight(1, 1).unwrap()[0].id,
+        a,
+        "after and limit"
+    );
+    assert_eq!(push_state(&h).last_assigned, 3);
+    // In flight is still pending: counted, listed, deduplicating.
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert!(enq(&h, b"again", "kc").deduplicated);
+}
+
+/// An ack covers every number up to it, is clamped to the highest number
+/// given, and never moves the watermark back.
+fn push_ack_is_cumulative_clamped_and_never_goes_back(s: Setup) {
+    let mut h = s.open(None);
+    let ids: Vec<ItemId> = (0..4).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    h.q().push_assign(&ids[..3]).unwrap();
+    h.step();
+    let ack = h.q().push_ack(2, &[]).unwrap();
+    assert_eq!(
+        ack,
+        PushAck {
+            acked: 2,
+            delivered: vec![ids[0], ids[1]],
+            rejected: vec![]
+        }
+    );
+    h.step();
+    assert_eq!(ids_of(&drain(&h)), vec![ids[2], ids[3]]);
+    assert_eq!(push_state(&h).acked, 2);
+    // At or below the watermark: nothing.
+    assert_eq!(h.q().push_ack(1, &[]).unwrap().acked, 2);
+    assert_eq!(h.q().size().unwrap(), 2);
+    // Beyond what was given: clamped, the unnumbered item stays.
+    let ack = h.q().push_ack(99, &[]).unwrap();
+    assert_eq!((ack.acked, ack.delivered), (3, vec![ids[2]]));
+    h.step();
+    assert_eq!(ids_of(&drain(&h)), vec![ids[3]]);
+    assert_eq!(
+        push_state(&h),
+        PushState {
+            last_assigned: 3,
+            acked: 3,
+            skips: vec![]
+        }
+    );
+    assert_eq!(h.q().push_assign(&[ids[3]]).unwrap(), vec![(ids[3], 4)]);
+}
+
+fn ids_of(items: &[Item]) -> Vec<ItemId> {
+    ids(items)
+}
+
+/// A number the receiver refused: the item is dead-lettered with the
+/// receiver's reason, in the same commit as the rest of the ack.
+fn push_rejects_are_dead_lettered_with_the_reason(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "kb");
+    h.q().push_assign(&[a, b]).unwrap();
+    h.clock.advance(Duration::from_secs(5));
+    let ack = h
+        .q()
+        .push_ack(
+            2,
+            &[(1, "payload too large".into()), (7, "not sent".into())],
+        )
+        .unwrap();
+    assert_eq!((ack.delivered, ack.rejected), (vec![b], vec![a]));
+    let died = h.now();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    let dl = h.q().dead_get(a).unwrap().expect("a dead letter");
+    assert_eq!(dl.item.last_error.as_deref(), Some("payload too large"));
+    assert_eq!(dl.dead_at, died);
+    assert_eq!(dl.item.key, "ka");
+    assert!(
+        !enq(&h, b"a again", "ka").deduplicated,
+        "the key was released"
+    );
+}
+
+/// Holding an in-flight item is refused and changes nothing; releasing
+/// is allowed.
+fn in_flight_items_cannot_be_held(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    h.q().push_assign(&[a]).unwrap();
+    h.step();
+    let e = h.q().set_held(&[b, a], true).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Data, "{e}");
+    assert!(e.to_string().contains("in flight"), "{e}");
+    h.step();
+    assert!(!get(&h, b).held, "all or nothing");
+    assert_eq!(h.q().set_held(&[a], false).unwrap(), vec![true]);
+    assert_eq!(h.q().set_held(&[b], true).unwrap(), vec![true]);
+}
+
+/// An in-flight item that leaves other than by an ack (an operator's
+/// `done`, a dead-lettering) leaves its number behind as a skip, until an
+/// ack covers it.
+fn in_flight_items_removed_otherwise_leave_skips(s: Setup) {
+    let mut h = s.open(None);
+    let ids: Vec<ItemId> = (0..4).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    h.q().push_assign(&ids).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().mark_done(&[ids[1], ids[3]]).unwrap(),
+        vec![true, true]
+    );
+    h.step();
+    assert!(h.q().dead_letter(ids[2], "operator").unwrap());
+    h.step();
+    assert_eq!(
+        push_state(&h),
+        PushState {
+            last_assigned: 4,
+            acked: 0,
+            skips: vec![2, 3, 4]
+        }
+    );
+    assert_eq!(in_flight(&h), vec![(ids[0], 1)]);
+    let ack = h.q().push_ack(3, &[]).unwrap();
+    assert_eq!(ack.delivered, vec![ids[0]]);
+    h.step();
+    assert_eq!(push_state(&h).skips, vec![4]);
+    h.q().push_ack(4, &[]).unwrap();
+    h.step();
+    assert_eq!(
+        push_state(&h),
+        PushState {
+            last_assigned: 4,
+            acked: 4,
+            skips: vec![]
+        }
+    );
+    // An item that was never in flight leaves no skip.
+    let e = add(&h, "e", "");
+    h.q().mark_done(&[e]).unwrap();
+    assert!(push_state(&h).skips.is_empty());
+}
+
+/// A refused item that an operator requeues comes back without its old
+/// number: it is a new entry with a new one.
+fn requeued_dead_letters_are_new_entries(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "");
+    h.q().push_assign(&[a]).unwrap();
+    h.q().push_ack(1, &[(1, "refused".into())]).unwrap();
+    h.step();
+    assert_eq!(h.q().requeue(&[a]).unwrap(), vec![true]);
+    h.step();
+    assert_eq!(get(&h, a).push_seq, None);
+    assert_eq!(h.q().push_assign(&[a]).unwrap(), vec![(a, 2)]);
+}
+
+/// A new uuid is a new client: what is in flight is numbered again from
+/// 1 in its order, the watermark and the skips start over.
+fn regenerated_uuid_renumbers_what_is_in_flight(s: Setup) {
+    let mut h = s.open(None);
+    let ids: Vec<ItemId> = (0..5).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    // Numbered in another order than the ids.
+    h.q()
+        .push_assign(&[ids[4], ids[0], ids[3], ids[1]])
+        .unwrap();
+    h.q().push_ack(1, &[]).unwrap();
+    h.q().mark_done(&[ids[3]]).unwrap();
+    h.step();
+    let old = h.q().uuid().unwrap();
+    let new = h.q().regenerate_uuid().unwrap();
+    assert_ne!(old, new);
+    assert!(uuid::Uuid::parse_str(&new).is_ok());
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), new);
+    assert_eq!(in_flight(&h), vec![(ids[0], 1), (ids[1], 2)]);
+    assert_eq!(
+        push_state(&h),
+        PushState {
+            last_assigned: 2,
+            acked: 0,
+            skips: vec![]
+        }
+    );
+    assert_eq!(h.q().push_assign(&[ids[2]]).unwrap(), vec![(ids[2], 3)]);
+}
+
+/// Numbers belong to the exporting spool's stream: an import stores the
+/// item as not in flight.
+fn import_drops_push_numbers(s: Setup) {
+    let mut h = s.open(None);
+    let mut item = fresh(50, "moved", "", T0);
+    item.push_seq = Some(7);
+    h.q()
+        .import(&[Record {
+            item,
+            state: RecordState::Pending,
+            dead_at: None,
+        }])
+        .unwrap();
+    h.step();
+    assert_eq!(get(&h, 50).push_seq, None);
+    assert!(in_flight(&h).is_empty());
 }

@@ -68,6 +68,7 @@ fn reference_items() -> Vec<Item> {
         next_retry_at: None,
         last_error: None,
         held: false,
+        push_seq: None,
     };
     vec![
         item(1, "hello, world", "", 0, 1_700_000_000),
@@ -146,7 +147,7 @@ fn writable_open_migrates_keeps_rows_and_never_reuses_an_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = reference_copy(dir.path());
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), 2);
     assert_eq!(q.drain().unwrap(), reference_items());
     assert_eq!(q.high_water().unwrap(), 5);
     let uuid = q.uuid().unwrap();
@@ -252,12 +253,12 @@ fn a_newer_schema_is_refused_and_left_alone() {
     drop(open(&path, OpenMode::CreateNew));
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA user_version = 2")
+        .execute_batch("PRAGMA user_version = 3")
         .unwrap();
     let before = std::fs::read(&path).unwrap();
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
         match SqliteQueue::open(&path, &opts(mode)) {
-            Err(e @ Error::SchemaTooNew { found: 2, .. }) => {
+            Err(e @ Error::SchemaTooNew { found: 3, .. }) => {
                 assert_eq!(e.kind(), ErrorKind::Data)
             }
             other => panic!("{mode:?}: {other:?}"),
@@ -319,8 +320,65 @@ fn an_empty_database_gets_the_schema() {
     assert_eq!(user_version(&path), 0);
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), 2);
     assert_eq!(q.enqueue(b"first", "").unwrap().id, 1);
+}
+
+/// A spool of schema version 1 (before push) is read as it is by a
+/// read-only open — nothing in flight, no push state — and migrated,
+/// rows, dead letters and uuid kept, by the first writable one.
+#[test]
+fn a_version_1_spool_is_read_as_it_is_and_migrated_by_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+        c.execute_batch(include_str!(
+            "../src/backend/sqlite/migrations/0000_reference.sql"
+        ))
+        .unwrap();
+        c.execute_batch(include_str!(
+            "../src/backend/sqlite/migrations/0001_spool.sql"
+        ))
+        .unwrap();
+        c.execute_batch(
+            "INSERT INTO spool_meta (key, value) VALUES ('uuid', '9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b');
+             INSERT INTO morph_offline_queue (payload, idempotency_key, enqueued_at) VALUES ('one', 'k1', 1700000000);
+             INSERT INTO morph_offline_queue (payload, enqueued_at, held) VALUES ('two', 1700000001, 1);
+             INSERT INTO spool_dead_letters (id, payload, attempts, last_error, dead_at) VALUES (9, 'gone', 5, 'HTTP 500', 1700000002000);",
+        )
+        .unwrap();
+    }
+    assert_eq!(user_version(&path), 1);
+    let q = open(&path, OpenMode::ReadOnly);
+    let items = q.drain().unwrap();
+    assert_eq!(items.len(), 2);
+    assert!(items.iter().all(|i| i.push_seq.is_none()));
+    assert!(items[1].held);
+    assert_eq!(
+        q.dead_get(9).unwrap().unwrap().item.last_error.as_deref(),
+        Some("HTTP 500")
+    );
+    assert_eq!(q.push_state().unwrap(), spool::PushState::default());
+    assert!(q.push_in_flight(0, 10).unwrap().is_empty());
+    drop(q);
+    assert_eq!(user_version(&path), 1, "a read-only open never migrates");
+
+    let q = open(&path, OpenMode::ReadWrite);
+    assert_eq!(user_version(&path), 2);
+    assert_eq!(q.uuid().unwrap(), "9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b");
+    assert_eq!(q.drain().unwrap(), items);
+    assert_eq!(
+        q.push_assign(&[1, 2]).unwrap(),
+        vec![(1, 1)],
+        "held items get no number"
+    );
+    assert_eq!(
+        q.enqueue(b"three", "").unwrap().id,
+        10,
+        "ids continue above the dead letter"
+    );
 }
 
 #[test]
@@ -673,6 +731,7 @@ fn import_keeps_ids_above_the_high_water_mark() {
             next_retry_at: None,
             last_error: Some("e".into()),
             held: false,
+            push_seq: None,
         },
         state,
         dead_at: (state == RecordState::Dead).then_some(START),
@@ -889,6 +948,7 @@ fn apply(q: &dyn Queue, clock: &ManualClock, op: &Op) -> String {
                             next_retry_at: (id % 2 == 0).then(|| Timestamp::from_millis(7_777)),
                             last_error: (id % 3 == 0).then(|| "imported".to_string()),
                             held: id % 2 == 1,
+                            push_seq: None,
                         },
                         state,
                         dead_at: (has_dead_at || state != RecordState::Dead)

@@ -8,8 +8,8 @@
 use super::state::State;
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
-    QueueStats, Record,
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
+    PushState, QueueStats, Record,
 };
 use crate::queue::{BackendKind, Queue};
 use crate::time::{system_clock, SharedClock, Timestamp};
@@ -20,7 +20,6 @@ use std::sync::{Mutex, MutexGuard};
 pub struct MemoryQueue {
     state: Mutex<State>,
     clock: SharedClock,
-    uuid: String,
 }
 
 impl Default for MemoryQueue {
@@ -38,9 +37,11 @@ impl MemoryQueue {
     /// An empty, unbounded spool on `clock`.
     pub fn with_clock(clock: SharedClock) -> MemoryQueue {
         MemoryQueue {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                uuid: Some(uuid::Uuid::new_v4().to_string()),
+                ..State::default()
+            }),
             clock,
-            uuid: uuid::Uuid::new_v4().to_string(),
         }
     }
 
@@ -81,6 +82,9 @@ impl Queue for MemoryQueue {
 
     fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         let mut st = self.lock();
+        if let Some(push) = st.push_after_removing(ids) {
+            st.push = push;
+        }
         Ok(ids
             .iter()
             .map(|id| st.remove_pending(*id).is_some())
@@ -103,6 +107,9 @@ impl Queue for MemoryQueue {
 
     fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
         let mut st = self.lock();
+        if held {
+            st.check_hold(ids)?;
+        }
         Ok(ids
             .iter()
             .map(|id| st.update_pending(*id, |it| it.held = held).is_some())
@@ -123,7 +130,7 @@ impl Queue for MemoryQueue {
     }
 
     fn uuid(&self) -> Result<String> {
-        Ok(self.uuid.clone())
+        Ok(self.lock().uuid.clone().unwrap_or_default())
     }
 
     fn high_water(&self) -> Result<ItemId> {
@@ -132,7 +139,11 @@ impl Queue for MemoryQueue {
 
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         let now = self.clock.now();
-        Ok(self.lock().kill(id, last_error, now).is_some())
+        let mut st = self.lock();
+        if let Some(push) = st.push_after_removing(&[id]) {
+            st.push = push;
+        }
+        Ok(st.kill(id, last_error, now).is_some())
     }
 
     fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
@@ -169,5 +180,58 @@ impl Queue for MemoryQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         Ok(self.lock().stats(now))
+    }
+
+    fn push_state(&self) -> Result<PushState> {
+        Ok(self.lock().push.clone())
+    }
+
+    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>> {
+        Ok(self.lock().in_flight_page(after_seq, limit))
+    }
+
+    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
+        let mut st = self.lock();
+        let (items, push) = st.plan_assign(ids)?;
+        let out = items
+            .iter()
+            .map(|i| (i.id, i.push_seq.unwrap_or_default()))
+            .collect();
+        for item in items {
+            st.insert_pending(item);
+        }
+        st.push = push;
+        Ok(out)
+    }
+
+    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let plan = st.plan_ack(last_seq, rejected);
+        for id in &plan.delivered {
+            st.remove_pending(*id);
+        }
+        for (id, reason) in &plan.rejected {
+            st.kill(*id, reason, now);
+        }
+        st.push = plan.push;
+        Ok(PushAck {
+            acked: st.push.acked,
+            delivered: plan.delivered,
+            rejected: plan.rejected.into_iter().map(|(id, _)| id).collect(),
+        })
+    }
+
+    fn regenerate_uuid(&self) -> Result<String> {
+        let mut st = self.lock();
+        let (items, push) = st.plan_renumber();
+        st.in_flight.clear();
+        for item in items {
+            st.insert_pending(item);
+        }
+        st.push = push;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        st.uuid = Some(uuid.clone());
+        Ok(uuid)
     }
 }

@@ -11,7 +11,7 @@
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, QueueStats, Record, RecordState,
+    NewItem, PushState, QueueStats, Record, RecordState,
 };
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +30,25 @@ pub(crate) struct State {
     pub dead: BTreeMap<ItemId, DeadLetter>,
     pub high_water: ItemId,
     pub max_depth: Option<u64>,
+    /// The spool as a push client: numbers assigned, watermark, skips.
+    pub push: PushState,
+    /// In-flight pending items by push sequence number.
+    pub in_flight: BTreeMap<u64, ItemId>,
+    /// A uuid given by [`crate::Queue::regenerate_uuid`], when the backend
+    /// keeps it here (the NDJSON backend keeps it with the push state, so
+    /// that the new identity and the renumbering commit together).
+    pub uuid: Option<String>,
+}
+
+/// What acknowledging a push does, decided before anything changes.
+#[derive(Debug, Default)]
+pub(crate) struct AckPlan {
+    /// The push state afterwards.
+    pub push: PushState,
+    /// Items delivered: removed.
+    pub delivered: Vec<ItemId>,
+    /// Items refused, with the receiver's reason: dead-lettered.
+    pub rejected: Vec<(ItemId, String)>,
 }
 
 impl AttemptUpdate {
@@ -47,8 +66,13 @@ impl State {
     /// high-water mark right.
     pub fn insert_pending(&mut self, item: Item) {
         if let Some(old) = self.pending.get(&item.id) {
-            let (id, key) = (old.id, old.key.clone());
+            let (id, key, seq) = (old.id, old.key.clone(), old.push_seq);
             self.unlink_key(id, &key);
+            if let Some(seq) = seq {
+                if self.in_flight.get(&seq) == Some(&id) {
+                    self.in_flight.remove(&seq);
+                }
+            }
         }
         if !item.key.is_empty() {
             match self.keys.get(&item.key) {
@@ -65,6 +89,9 @@ impl State {
             }
         }
         self.high_water = self.high_water.max(item.id);
+        if let Some(seq) = item.push_seq {
+            self.in_flight.insert(seq, item.id);
+        }
         self.pending.insert(item.id, item);
     }
 
@@ -72,7 +99,115 @@ impl State {
     pub fn remove_pending(&mut self, id: ItemId) -> Option<Item> {
         let item = self.pending.remove(&id)?;
         self.unlink_key(id, &item.key);
+        if let Some(seq) = item.push_seq {
+            if self.in_flight.get(&seq) == Some(&id) {
+                self.in_flight.remove(&seq);
+            }
+        }
         Some(item)
+    }
+
+    // --- push -----------------------------------------------------------
+
+    /// The push state after the in-flight items among `ids` leave the
+    /// pending set other than by an ack: their numbers become skips.
+    /// `None` when none of them is in flight.
+    pub fn push_after_removing(&self, ids: &[ItemId]) -> Option<PushState> {
+        let mut push = self.push.clone();
+        let mut changed = false;
+        for id in ids {
+            if let Some(seq) = self.pending.get(id).and_then(|i| i.push_seq) {
+                if seq > push.acked && !push.skips.contains(&seq) {
+                    push.skips.push(seq);
+                    changed = true;
+                }
+            }
+        }
+        push.skips.sort_unstable();
+        changed.then_some(push)
+    }
+
+    /// Refuse to hold an in-flight item (holding would stop the stream of
+    /// sequence numbers the receiver expects in order).
+    pub fn check_hold(&self, ids: &[ItemId]) -> Result<()> {
+        for id in ids {
+            if let Some(seq) = self.pending.get(id).and_then(|i| i.push_seq) {
+                return Err(Error::InvalidInput(format!(
+                    "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// In-flight items above `after`, in sequence order.
+    pub fn in_flight_page(&self, after: u64, limit: usize) -> Vec<Item> {
+        self.in_flight
+            .range(after.saturating_add(1)..)
+            .filter_map(|(_, id)| self.pending.get(id).cloned())
+            .take(limit)
+            .collect()
+    }
+
+    /// The items that assigning numbers to `ids` changes (each with its
+    /// new number), and the push state afterwards.
+    pub fn plan_assign(&self, ids: &[ItemId]) -> Result<(Vec<Item>, PushState)> {
+        let mut push = self.push.clone();
+        let mut out: Vec<Item> = Vec::new();
+        for id in ids {
+            let Some(item) = self.pending.get(id) else {
+                continue;
+            };
+            if item.held || item.push_seq.is_some() || out.iter().any(|i| i.id == *id) {
+                continue;
+            }
+            push.last_assigned = push
+                .last_assigned
+                .checked_add(1)
+                .ok_or_else(|| Error::Internal("push sequence numbers exhausted".into()))?;
+            let mut item = item.clone();
+            item.push_seq = Some(push.last_assigned);
+            out.push(item);
+        }
+        Ok((out, push))
+    }
+
+    /// Decide what a cumulative ack for `last_seq` with `rejected` does.
+    pub fn plan_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> AckPlan {
+        let mut push = self.push.clone();
+        let last = last_seq.min(push.last_assigned);
+        let mut plan = AckPlan::default();
+        if last > push.acked {
+            for (&seq, &id) in self.in_flight.range(push.acked + 1..=last) {
+                match rejected.iter().find(|(s, _)| *s == seq) {
+                    Some((_, reason)) => plan.rejected.push((id, reason.clone())),
+                    None => plan.delivered.push(id),
+                }
+            }
+            push.acked = last;
+            push.skips.retain(|s| *s > last);
+        }
+        plan.push = push;
+        plan
+    }
+
+    /// The in-flight items renumbered from 1 in their sequence order, and
+    /// the push state of a new client that has sent them.
+    pub fn plan_renumber(&self) -> (Vec<Item>, PushState) {
+        let mut items = Vec::with_capacity(self.in_flight.len());
+        for (n, (_, id)) in self.in_flight.iter().enumerate() {
+            if let Some(item) = self.pending.get(id) {
+                let mut item = item.clone();
+                item.push_seq = Some(n as u64 + 1);
+                items.push(item);
+            }
+        }
+        let push = PushState {
+            last_assigned: items.len() as u64,
+            acked: 0,
+            skips: Vec::new(),
+        };
+        (items, push)
     }
 
     /// Forget that pending item `id` carries `key`. When it was the key's
@@ -259,6 +394,8 @@ impl State {
         item.attempts = 0;
         item.next_retry_at = None;
         item.held = false;
+        // Back in the stream, it is a new entry with a new number.
+        item.push_seq = None;
         Some(item)
     }
 
@@ -320,6 +457,8 @@ impl State {
                 .enqueued_at
                 .map(|t| Timestamp::from_secs(t.as_secs()));
             rec.item.held = r.state == RecordState::Held;
+            // Push numbers belong to the exporting spool's stream.
+            rec.item.push_seq = None;
             if r.state == RecordState::Dead && rec.dead_at.is_none() {
                 return Err(Error::InvalidInput(format!(
                     "dead record {} has no dead_at",

@@ -51,6 +51,11 @@ struct RecordIn {
     dead_at: Option<String>,
     #[serde(default)]
     state: Option<RecordState>,
+    /// The exporting spool's push number: read and dropped, since the
+    /// number belongs to that spool's stream (an imported in-flight item
+    /// is sent again under the importing spool's numbers).
+    #[serde(default, rename = "push_seq")]
+    _push_seq: Option<u64>,
 }
 
 fn time(field: &str, v: Option<String>) -> std::result::Result<Option<Timestamp>, String> {
@@ -127,6 +132,7 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
             next_retry_at: time("next_retry_at", r.next_retry_at)?,
             last_error: r.last_error,
             held: state == RecordState::Held,
+            push_seq: None,
         },
         state,
         dead_at,

@@ -4,7 +4,9 @@
 //! valid UTF-8) or `payload_base64` (otherwise), exactly one of the two;
 //! `key` (`""` when none); `attempts`; `enqueued_at` (RFC 3339 UTC, null
 //! only for items from reference NDJSON lines); `next_retry_at` (or
-//! null); `last_error` (or null); `held`. Dead letters add `dead_at`.
+//! null); `last_error` (or null); `held`; `push_seq` (the number of an
+//! item in flight to a push receiver, or null). Dead letters add
+//! `dead_at`.
 //! Whole-spool exports add `state` (`pending`, `held` or `dead`).
 //!
 //! Field order is fixed (the order above), so output is stable for
@@ -39,6 +41,8 @@ pub struct ItemJson<'a> {
     pub last_error: Option<&'a str>,
     /// Whether the item is on hold.
     pub held: bool,
+    /// The push sequence number of an in-flight item, or null.
+    pub push_seq: Option<u64>,
     /// For dead letters: when the item died.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_at: Option<String>,
@@ -71,6 +75,7 @@ impl<'a> ItemJson<'a> {
             next_retry_at: rfc3339(item.next_retry_at),
             last_error: item.last_error.as_deref(),
             held: item.held,
+            push_seq: item.push_seq,
             dead_at: None,
             state: None,
         }
@@ -120,7 +125,7 @@ mod tests {
         let it = item(b"hello");
         assert_eq!(
             ItemJson::item(&it).to_line(),
-            r#"{"id":7,"payload":"hello","key":"k","attempts":0,"enqueued_at":"2025-11-30T12:00:00.000Z","next_retry_at":null,"last_error":null,"held":false}"#
+            r#"{"id":7,"payload":"hello","key":"k","attempts":0,"enqueued_at":"2025-11-30T12:00:00.000Z","next_retry_at":null,"last_error":null,"held":false,"push_seq":null}"#
         );
     }
 

@@ -39,6 +39,26 @@ pub(crate) enum Line {
     },
     /// Remove an item; also raises the id high-water mark.
     Done { id: ItemId },
+    /// The spool's push state as a sending client: a `done` line for id 0
+    /// (a no-op for every reader that does not know it) with a `push`
+    /// object. The last one in the file is the state.
+    Push(PushLine),
+}
+
+/// The `push` object of a push-state line.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub(crate) struct PushLine {
+    /// The highest sequence number assigned.
+    pub assigned: u64,
+    /// The receiver's acknowledged watermark.
+    pub acked: u64,
+    /// Abandoned in-flight numbers, not yet acknowledged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skips: Vec<u64>,
+    /// The uuid given by `config uuid --regenerate`, which overrides the
+    /// one in `<spool>.meta` (it commits with the renumbering).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
 }
 
 /// The fields of a line. [`parse_line`] reads them with `P` = [`PayloadIn`]
@@ -67,6 +87,10 @@ struct Fields<'a, P, S> {
     held: Option<bool>,
     #[serde(default, rename = "deadAt")]
     dead_at: Option<i64>,
+    #[serde(default, rename = "pushSeq")]
+    push_seq: Option<u64>,
+    #[serde(default = "none")]
+    push: Option<PushLine>,
     #[serde(default)]
     tx: Option<u64>,
 }
@@ -145,6 +169,8 @@ struct PutOut<'a> {
     held: bool,
     #[serde(rename = "deadAt", skip_serializing_if = "Option::is_none")]
     dead_at: Option<i64>,
+    #[serde(rename = "pushSeq", skip_serializing_if = "Option::is_none")]
+    push_seq: Option<u64>,
 }
 
 /// A line in exactly the shape `spool` writes — its fields in its order,
@@ -164,6 +190,7 @@ struct Plain<'a> {
     last_error: Option<Cow<'a, str>>,
     held: bool,
     dead_at: Option<i64>,
+    push_seq: Option<u64>,
     tx: Option<u64>,
 }
 
@@ -203,6 +230,7 @@ impl<'a> Plain<'a> {
         };
         let held = c.eat(r#","held":true"#);
         let dead_at = c.int_field(r#","deadAt":"#)?;
+        let push_seq = c.uint_field(r#","pushSeq":"#)?;
         let tx = c.uint_field(r#","tx":"#)?;
         c.end()?;
         Some(Plain {
@@ -216,6 +244,7 @@ impl<'a> Plain<'a> {
             last_error,
             held,
             dead_at,
+            push_seq,
             tx,
         })
     }
@@ -234,6 +263,7 @@ impl<'a> Plain<'a> {
                 next_retry_at: self.next_retry_at.map(Timestamp::from_millis),
                 last_error: self.last_error.map(Cow::into_owned),
                 held: self.held,
+                push_seq: self.push_seq,
             },
             dead_at: self.dead_at.map(Timestamp::from_millis),
         }
@@ -372,7 +402,11 @@ fn parse_line_serde<'a>(
     let raw: Fields<'_, PayloadIn, String> = from_line(bytes, text)?;
     let tx = raw.tx;
     let line = match raw.op.as_ref() {
-        "done" => Ok(Line::Done { id: raw.id }),
+        "done" => match raw.push {
+            Some(push) if raw.id == 0 => Ok(Line::Push(push)),
+            Some(_) => Err("a push-state line must be a done line for id 0".into()),
+            None => Ok(Line::Done { id: raw.id }),
+        },
         "put" => {
             let payload = match raw.payload {
                 Some(PayloadIn::Text(s)) => s.into_bytes(),
@@ -391,6 +425,7 @@ fn parse_line_serde<'a>(
                     next_retry_at: raw.next_retry_at.map(Timestamp::from_millis),
                     last_error: raw.last_error,
                     held: raw.held.unwrap_or(false),
+                    push_seq: raw.push_seq,
                 },
                 dead_at: raw.dead_at.map(Timestamp::from_millis),
             })
@@ -406,6 +441,8 @@ pub(crate) struct Head {
     /// A `put` line (else `done`).
     pub put: bool,
     pub id: ItemId,
+    /// A push-state line (a `done` line for id 0 with a `push` object).
+    pub push: bool,
 }
 
 /// A JSON string, validated and dropped.
@@ -486,18 +523,29 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
         return Ok(Head {
             put: line.put,
             id: line.id,
+            push: false,
         });
     }
     let raw: Fields<'_, PayloadCheck, AnyStr> = from_line(bytes, text)?;
     match raw.op.as_ref() {
-        "done" => Ok(Head {
-            put: false,
-            id: raw.id,
-        }),
+        "done" => match raw.push {
+            Some(_) if raw.id == 0 => Ok(Head {
+                put: false,
+                id: 0,
+                push: true,
+            }),
+            Some(_) => Err("a push-state line must be a done line for id 0".into()),
+            None => Ok(Head {
+                put: false,
+                id: raw.id,
+                push: false,
+            }),
+        },
         "put" => match raw.payload {
             Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => Ok(Head {
                 put: true,
                 id: raw.id,
+                push: false,
             }),
             Some(PayloadCheck::Encoded(false)) => {
                 // Let the full parser word the error.
@@ -531,6 +579,7 @@ pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestam
         last_error: item.last_error.as_deref(),
         held: item.held,
         dead_at: dead_at.map(|t| t.as_millis()),
+        push_seq: item.push_seq,
     };
     // Serialising plain strings and integers into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, &line).is_ok() {
@@ -541,6 +590,24 @@ pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestam
 /// Append the `put` line for a dead letter.
 pub(crate) fn write_dead(out: &mut Vec<u8>, dl: &DeadLetter) {
     write_put(out, &dl.item, Some(dl.dead_at));
+}
+
+/// Append a push-state line.
+pub(crate) fn write_push(out: &mut Vec<u8>, push: &PushLine) {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        op: &'static str,
+        id: u64,
+        push: &'a PushLine,
+    }
+    let line = Out {
+        op: "done",
+        id: 0,
+        push,
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
 }
 
 /// Append a `done` line.
@@ -622,6 +689,7 @@ mod tests {
             next_retry_at: Some(Timestamp::from_millis(1_700_000_000_123)),
             last_error: Some("boom\nline two".into()),
             held: true,
+            push_seq: None,
         }
     }
 
@@ -766,6 +834,8 @@ mod tests {
             Just("{\"base64\":null}".to_string()),
             Just("{\"other\":1}".to_string()),
             Just("[1]".to_string()),
+            Just("{\"assigned\":3,\"acked\":1,\"skips\":[2]}".to_string()),
+            Just("{\"assigned\":3}".to_string()),
             (-5i64..5_000_000_000).prop_map(|n| n.to_string()),
             Just("1.5".to_string()),
         ];
@@ -781,6 +851,8 @@ mod tests {
             Just("held"),
             Just("deadAt"),
             Just("tx"),
+            Just("pushSeq"),
+            Just("push"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -846,8 +918,9 @@ mod tests {
             let full = parse_line(&line);
             let checked = check_line(&line);
             match (&full, &checked) {
-                (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id }),
-                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id }),
+                (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false }),
+                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false }),
+                (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true }),
                 (Err(a), Err(b)) => prop_assert_eq!(a, b),
                 _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
             }
@@ -861,6 +934,7 @@ mod tests {
             error in proptest::option::of(".{0,8}"),
             dead in proptest::option::of(0i64..4_000_000_000_000),
             done in any::<bool>(),
+            push_seq in proptest::option::of(1u64..1_000_000),
             tx in proptest::option::of(0u64..1_000_000),
             edits in proptest::collection::vec((any::<u16>(), prop_oneof![
                 Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
@@ -874,6 +948,7 @@ mod tests {
             it.enqueued_at = times.map(|t| Timestamp::from_secs(t.0));
             it.next_retry_at = times.map(|t| Timestamp::from_millis(t.1));
             it.last_error = error;
+            it.push_seq = push_seq;
             let mut line = Vec::new();
             if done {
                 write_done(&mut line, it.id);
@@ -898,8 +973,9 @@ mod tests {
             }
             prop_assert_eq!(parse_line_tx(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
             let head = parse_line(&line).map(|l| match l {
-                Line::Put { item, .. } => Head { put: true, id: item.id },
-                Line::Done { id } => Head { put: false, id },
+                Line::Put { item, .. } => Head { put: true, id: item.id, push: false },
+                Line::Done { id } => Head { put: false, id, push: false },
+                Line::Push(_) => Head { put: false, id: 0, push: true },
             });
             prop_assert_eq!(check_line(&line), head);
         }

@@ -60,8 +60,8 @@ use super::state::State;
 use super::{companion, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem,
-    QueueStats, Record, RecordState,
+    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
+    PushState, QueueStats, Record, RecordState,
 };
 use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
@@ -351,13 +351,16 @@ impl FileQueue {
         let main_len = file_len(&main.file, &self.path)?;
         let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
         let mut high_water = dead.high_water;
+        let mut last_push: Option<(u64, usize)> = None;
         let scanned = scan::scan_file_parallel(
             &self.path,
             &main.file,
             format::check_line,
             |head, offset, len| {
                 high_water = high_water.max(head.id);
-                if !head.put {
+                if head.push {
+                    last_push = Some((offset, len));
+                } else if !head.put {
                     live.remove(&head.id);
                 } else if !dead.dead.contains_key(&head.id) {
                     live.insert(head.id, (offset, len));
@@ -405,6 +408,20 @@ impl FileQueue {
             last_line = format::strip_tx(&line);
         }
         let copied = order.len() - usize::from(last_line.is_some());
+        // The push state, written anew (without any batch frame).
+        let mut push_state = Vec::new();
+        if let Some((offset, len)) = last_push {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            if let Ok(Line::Push(p)) = format::parse_line(&line) {
+                format::write_push(&mut push_state, &p);
+            }
+        }
+        if !push_state.is_empty() {
+            records_after += 1;
+        }
         let mut later_min = vec![u64::MAX; order.len()];
         let mut m = u64::MAX;
         for (i, &(offset, _)) in order.iter().enumerate().rev() {
@@ -452,6 +469,7 @@ impl FileQueue {
                 w.push(last)?;
                 w.push(b"\n")?;
             }
+            w.push(&push_state)?;
             if high_water > max_live {
                 line.clear();
                 format::write_done(&mut line, high_water);
@@ -1010,6 +1028,7 @@ fn read_into(path: &Path, t: &mut Tracked, apply: impl FnMut(Line)) -> Result<()
 
 fn apply_main(state: &mut State, line: Line) {
     match line {
+        Line::Push(p) => apply_push_line(state, p),
         Line::Put { item, .. } => {
             if state.dead.contains_key(&item.id) {
                 state.high_water = state.high_water.max(item.id);
@@ -1024,8 +1043,38 @@ fn apply_main(state: &mut State, line: Line) {
     }
 }
 
+/// Take the push state of a push-state line.
+fn apply_push_line(state: &mut State, p: format::PushLine) {
+    state.push = PushState {
+        last_assigned: p.assigned,
+        acked: p.acked,
+        skips: p.skips,
+    };
+    if p.uuid.is_some() {
+        state.uuid = p.uuid;
+    }
+}
+
+/// The push-state line for `push` (carrying the uuid given by a
+/// regeneration, when there was one).
+fn push_line(push: &PushState, uuid: Option<&String>) -> Vec<u8> {
+    let mut out = Vec::new();
+    format::write_push(
+        &mut out,
+        &format::PushLine {
+            assigned: push.last_assigned,
+            acked: push.acked,
+            skips: push.skips.clone(),
+            uuid: uuid.cloned(),
+        },
+    );
+    out
+}
+
 fn apply_dead(state: &mut State, line: Line) {
     match line {
+        // Push state lives in the main file only.
+        Line::Push(_) => {}
         Line::Put { item, dead_at } => {
             state.remove_pending(item.id);
             state.high_water = state.high_water.max(item.id);
@@ -1086,9 +1135,17 @@ impl Queue for FileQueue {
                     format::write_done(&mut buf, *id);
                 }
             }
+            // In-flight items leave skips behind, in the same commit.
+            let push = inner.state.push_after_removing(ids);
+            if let Some(push) = &push {
+                buf.extend(push_line(push, inner.state.uuid.as_ref()));
+            }
             q.append(inner, Target::Main, &buf)?;
             for id in seen {
                 inner.state.remove_pending(id);
+            }
+            if let Some(push) = push {
+                inner.state.push = push;
             }
             Ok(found)
         })
@@ -1104,6 +1161,9 @@ impl Queue for FileQueue {
 
     fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
         self.mutate(MetaUse::Skip, |q, inner| {
+            if held {
+                inner.state.check_hold(ids)?;
+            }
             let mut found = Vec::with_capacity(ids.len());
             let mut changed: Vec<Item> = Vec::new();
             for id in ids {
@@ -1155,12 +1215,15 @@ impl Queue for FileQueue {
 
     fn uuid(&self) -> Result<String> {
         self.locked(false, MetaUse::Read, |q, inner| {
-            inner.meta.uuid.clone().ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "{} has no uuid yet; the first write to the spool assigns one",
-                    q.path.display()
-                ))
-            })
+            let regenerated = inner.state.uuid.clone();
+            regenerated
+                .or_else(|| inner.meta.uuid.clone())
+                .ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "{} has no uuid yet; the first write to the spool assigns one",
+                        q.path.display()
+                    ))
+                })
         })
     }
 
@@ -1179,8 +1242,15 @@ impl Queue for FileQueue {
             q.append(inner, Target::Dead, &buf)?;
             buf.clear();
             format::write_done(&mut buf, id);
+            let push = inner.state.push_after_removing(&[id]);
+            if let Some(push) = &push {
+                buf.extend(push_line(push, inner.state.uuid.as_ref()));
+            }
             q.append(inner, Target::Main, &buf)?;
             inner.state.apply_kill(dl);
+            if let Some(push) = push {
+                inner.state.push = push;
+            }
             Ok(true)
         })
     }
@@ -1278,6 +1348,107 @@ impl Queue for FileQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.locked(false, MetaUse::Read, |_, inner| Ok(inner.state.stats(now)))
+    }
+
+    fn push_state(&self) -> Result<PushState> {
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.push.clone())
+        })
+    }
+
+    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>> {
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.in_flight_page(after_seq, limit))
+        })
+    }
+
+    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
+        self.mutate(MetaUse::Skip, |q, inner| {
+            let (items, push) = inner.state.plan_assign(ids)?;
+            if items.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut buf = Vec::new();
+            for it in &items {
+                format::write_put(&mut buf, it, None);
+            }
+            buf.extend(push_line(&push, inner.state.uuid.as_ref()));
+            q.append(inner, Target::Main, &buf)?;
+            let out = items
+                .iter()
+                .map(|i| (i.id, i.push_seq.unwrap_or_default()))
+                .collect();
+            for it in items {
+                inner.state.insert_pending(it);
+            }
+            inner.state.push = push;
+            Ok(out)
+        })
+    }
+
+    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
+        let now = self.clock.now();
+        self.mutate(MetaUse::Skip, |q, inner| {
+            let plan = inner.state.plan_ack(last_seq, rejected);
+            if plan.push == inner.state.push {
+                return Ok(PushAck {
+                    acked: plan.push.acked,
+                    ..PushAck::default()
+                });
+            }
+            // Dead letters first, as for every move between the files.
+            let mut dead = Vec::new();
+            let mut kills = Vec::new();
+            for (id, reason) in &plan.rejected {
+                if let Some(dl) = inner.state.prepare_kill(*id, reason, now) {
+                    format::write_dead(&mut dead, &dl);
+                    kills.push(dl);
+                }
+            }
+            q.append(inner, Target::Dead, &dead)?;
+            let mut main = Vec::new();
+            for id in plan
+                .delivered
+                .iter()
+                .chain(plan.rejected.iter().map(|(id, _)| id))
+            {
+                format::write_done(&mut main, *id);
+            }
+            main.extend(push_line(&plan.push, inner.state.uuid.as_ref()));
+            q.append(inner, Target::Main, &main)?;
+            for id in &plan.delivered {
+                inner.state.remove_pending(*id);
+            }
+            for dl in kills {
+                inner.state.apply_kill(dl);
+            }
+            inner.state.push = plan.push;
+            Ok(PushAck {
+                acked: inner.state.push.acked,
+                delivered: plan.delivered,
+                rejected: plan.rejected.into_iter().map(|(id, _)| id).collect(),
+            })
+        })
+    }
+
+    fn regenerate_uuid(&self) -> Result<String> {
+        self.mutate(MetaUse::Skip, |q, inner| {
+            let (items, push) = inner.state.plan_renumber();
+            let uuid = uuid::Uuid::new_v4().to_string();
+            let mut buf = Vec::new();
+            for it in &items {
+                format::write_put(&mut buf, it, None);
+            }
+            buf.extend(push_line(&push, Some(&uuid)));
+            q.append(inner, Target::Main, &buf)?;
+            inner.state.in_flight.clear();
+            for it in items {
+                inner.state.insert_pending(it);
+            }
+            inner.state.push = push;
+            inner.state.uuid = Some(uuid.clone());
+            Ok(uuid)
+        })
     }
 }
 

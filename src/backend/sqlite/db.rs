@@ -9,7 +9,7 @@
 
 use super::schema::{self, Layout};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Item, ItemId, NewItem, QueueStats};
+use crate::item::{DeadLetter, Item, ItemId, NewItem, PushState, QueueStats};
 use crate::time::Timestamp;
 use rusqlite::types::{ToSqlOutput, Type, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -23,13 +23,19 @@ pub(super) const UNKNOWN_ENQUEUED_AT: i64 = i64::MIN;
 /// The item columns of a spool database, in the order [`item_from_row`]
 /// reads them.
 const ITEM_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held";
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq";
+/// The same for a schema version 1 database: no push number.
+const V1_ITEM_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, NULL";
 /// The same for a reference database: the added columns read as their
 /// defaults.
 const REFERENCE_ITEM_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, NULL, NULL, 0";
-const DEAD_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at";
+    "id, payload, idempotency_key, attempts, enqueued_at, NULL, NULL, 0, NULL";
+const DEAD_COLUMNS: &str = "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, push_seq, dead_at";
+const V1_DEAD_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, NULL, dead_at";
 
 /// Pending items; walks `ix_queue_attempts`, not the table.
 const COUNT_PENDING: &str = "SELECT count(*) FROM morph_offline_queue";
@@ -160,14 +166,23 @@ fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
         next_retry_at: read_millis(row, 5)?,
         last_error: read_text(row, 6)?,
         held: row.get::<_, Option<i64>>(7)?.unwrap_or(0) != 0,
+        push_seq: read_seq(row, 8)?,
     })
 }
 
 fn dead_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
     Ok(DeadLetter {
         item: item_from_row(row)?,
-        dead_at: Timestamp::from_millis(row.get(8)?),
+        dead_at: Timestamp::from_millis(row.get(9)?),
     })
+}
+
+/// A push sequence number, if set (only a foreign writer could store a
+/// negative one; it reads as none).
+fn read_seq(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
+    Ok(row
+        .get::<_, Option<i64>>(idx)?
+        .and_then(|v| u64::try_from(v).ok()))
 }
 
 /// Adding one bucket of the attempt histogram.
@@ -193,7 +208,15 @@ impl Db<'_> {
     fn item_columns(&self) -> &'static str {
         match self.layout {
             Layout::Reference => REFERENCE_ITEM_COLUMNS,
+            Layout::SpoolV1 => V1_ITEM_COLUMNS,
             _ => ITEM_COLUMNS,
+        }
+    }
+
+    fn dead_columns(&self) -> &'static str {
+        match self.layout {
+            Layout::SpoolV1 => V1_DEAD_COLUMNS,
+            _ => DEAD_COLUMNS,
         }
     }
 
@@ -231,7 +254,7 @@ impl Db<'_> {
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0))"
             }
-            Layout::Spool => {
+            Layout::Spool | Layout::SpoolV1 => {
                 "SELECT max( \
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
@@ -269,7 +292,7 @@ impl Db<'_> {
 
     /// The stored depth bound.
     pub fn max_depth(&self) -> Result<Option<u64>> {
-        if self.layout != Layout::Spool {
+        if !self.layout.is_spool() {
             return Ok(None);
         }
         let Some(v) = schema::get_meta(self.conn, "max_depth").map_err(|e| self.err(e))? else {
@@ -300,8 +323,8 @@ impl Db<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO morph_offline_queue \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -314,6 +337,7 @@ impl Db<'_> {
                     item.next_retry_at.map(|t| t.as_millis()),
                     item.last_error,
                     item.held,
+                    item.push_seq.and_then(|s| i64::try_from(s).ok()),
                 ])
             })
             .map_err(|e| self.err(e))?;
@@ -381,8 +405,8 @@ impl Db<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO spool_dead_letters \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -394,6 +418,7 @@ impl Db<'_> {
                     item.next_retry_at.map(|t| t.as_millis()),
                     item.last_error,
                     item.held,
+                    item.push_seq.and_then(|s| i64::try_from(s).ok()),
                     dl.dead_at.as_millis(),
                 ])
             })
@@ -430,11 +455,12 @@ impl Db<'_> {
 
     /// Up to `limit` dead letters after `after`, in id order.
     pub fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
-        if self.layout != Layout::Spool || limit == 0 {
+        if !self.layout.is_spool() || limit == 0 {
             return Ok(Vec::new());
         }
         let sql = format!(
-            "SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2"
+            "SELECT {} FROM spool_dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2",
+            self.dead_columns()
         );
         self.page_of(&sql, after, limit, dead_from_row)
     }
@@ -444,10 +470,13 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(None);
         };
-        if self.layout != Layout::Spool {
+        if !self.layout.is_spool() {
             return Ok(None);
         }
-        let sql = format!("SELECT {DEAD_COLUMNS} FROM spool_dead_letters WHERE id = ?1");
+        let sql = format!(
+            "SELECT {} FROM spool_dead_letters WHERE id = ?1",
+            self.dead_columns()
+        );
         self.one_of(&sql, id, dead_from_row)
     }
 
@@ -485,7 +514,7 @@ impl Db<'_> {
 
     /// Number of dead letters.
     pub fn dead_count(&self) -> Result<u64> {
-        if self.layout != Layout::Spool {
+        if !self.layout.is_spool() {
             return Ok(0);
         }
         let n: i64 = self
@@ -506,8 +535,8 @@ impl Db<'_> {
             .conn
             .prepare_cached(
                 "INSERT INTO spool_dead_letters \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, dead_at) \
-                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, ?4 \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
+                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, push_seq, ?4 \
                  FROM morph_offline_queue WHERE id = ?1",
             )
             .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()]))
@@ -575,12 +604,174 @@ impl Db<'_> {
         Ok(n > 0)
     }
 
-    /// Remove pending item `id`; whether it was pending.
+    /// Remove pending item `id`; whether it was pending. An in-flight
+    /// item's number becomes a skip (see [`crate::Queue::mark_done`]).
     pub fn remove_pending(&self, id: ItemId) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        let removed: Option<Option<i64>> = self
+            .conn
+            .prepare_cached("DELETE FROM morph_offline_queue WHERE id = ?1 RETURNING push_seq")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(|e| self.err(e))?;
+        match removed {
+            None => Ok(false),
+            Some(seq) => {
+                if let Some(seq) = seq {
+                    self.add_skip(seq)?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Remove delivered item `id` (an acknowledged push): no skip.
+    pub fn remove_acked(&self, id: ItemId) -> Result<bool> {
         match sql_id(id) {
             Some(id) => self.delete_pending(id),
             None => Ok(false),
         }
+    }
+
+    /// The push number of pending item `id`, if it is in flight.
+    pub fn push_seq_of(&self, id: ItemId) -> Result<Option<u64>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        if !self.layout.has_push() {
+            return Ok(None);
+        }
+        let seq: Option<Option<i64>> = self
+            .conn
+            .prepare_cached("SELECT push_seq FROM morph_offline_queue WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(|e| self.err(e))?;
+        Ok(seq.flatten().and_then(|v| u64::try_from(v).ok()))
+    }
+
+    /// Record `seq` as abandoned (sent as a `skip` entry until acked).
+    pub fn add_skip(&self, seq: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO spool_push_skips (seq) VALUES (?1)")
+            .and_then(|mut s| s.execute([seq]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// A counter of the push state in `spool_meta` (0 when unset).
+    fn push_counter(&self, key: &str) -> Result<u64> {
+        let Some(v) = schema::get_meta(self.conn, key).map_err(|e| self.err(e))? else {
+            return Ok(0);
+        };
+        v.trim().parse::<u64>().map_err(|_| {
+            Error::corrupt(
+                self.path,
+                None,
+                format!("spool_meta {key} is not a number: {v:?}"),
+            )
+        })
+    }
+
+    /// The spool's push state.
+    pub fn push_state(&self) -> Result<PushState> {
+        if !self.layout.has_push() {
+            return Ok(PushState::default());
+        }
+        let skips = self
+            .conn
+            .prepare_cached("SELECT seq FROM spool_push_skips ORDER BY seq")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, i64>(0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(PushState {
+            last_assigned: self.push_counter("push_last_assigned")?,
+            acked: self.push_counter("push_acked")?,
+            skips: skips
+                .into_iter()
+                .filter_map(|s| u64::try_from(s).ok())
+                .collect(),
+        })
+    }
+
+    /// Store the push counters (the skips are rows of their own).
+    pub fn set_push_counters(&self, last_assigned: u64, acked: u64) -> Result<()> {
+        schema::set_meta(self.conn, "push_last_assigned", &last_assigned.to_string())
+            .and_then(|()| schema::set_meta(self.conn, "push_acked", &acked.to_string()))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Forget the skips at or below `seq` (all of them for `u64::MAX`).
+    pub fn drop_skips_through(&self, seq: u64) -> Result<()> {
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached("DELETE FROM spool_push_skips WHERE seq <= ?1")
+            .and_then(|mut s| s.execute([seq]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Up to `limit` in-flight items with a number above `after`, in
+    /// number order.
+    pub fn in_flight_page(&self, after: u64, limit: usize) -> Result<Vec<Item>> {
+        if !self.layout.has_push() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {ITEM_COLUMNS} FROM morph_offline_queue \
+             WHERE push_seq > ?1 ORDER BY push_seq LIMIT ?2"
+        );
+        self.page_of(&sql, after, limit, item_from_row)
+    }
+
+    /// `(id, push_seq)` of the in-flight items numbered in `(after, upto]`,
+    /// in number order.
+    pub fn in_flight_ids(&self, after: u64, upto: u64) -> Result<Vec<(ItemId, u64)>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached(
+                "SELECT id, push_seq FROM morph_offline_queue \
+                 WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([after, upto], |r| {
+                    Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default()))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))
+    }
+
+    /// Give pending item `id` push number `seq` when it is not held and
+    /// not in flight; whether it was given.
+    pub fn assign_seq(&self, id: ItemId, seq: u64) -> Result<bool> {
+        let (Some(id), Ok(seq)) = (sql_id(id), i64::try_from(seq)) else {
+            return Ok(false);
+        };
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE morph_offline_queue SET push_seq = ?2 \
+                 WHERE id = ?1 AND held = 0 AND push_seq IS NULL",
+            )
+            .and_then(|mut s| s.execute([id, seq]))
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Change the push number of pending item `id`.
+    pub fn renumber(&self, id: ItemId, seq: u64) -> Result<()> {
+        let (Some(id), Ok(seq)) = (sql_id(id), i64::try_from(seq)) else {
+            return Ok(());
+        };
+        self.conn
+            .prepare_cached("UPDATE morph_offline_queue SET push_seq = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute([id, seq]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// Remove dead letter `id`; whether it was one.
@@ -669,7 +860,7 @@ impl Db<'_> {
                     .map_err(|e| self.err(e))?;
             }
         }
-        if self.layout == Layout::Spool {
+        if self.layout.is_spool() {
             s.held = self.count(COUNT_HELD, None)?;
             s.waiting = self.count(COUNT_WAITING, Some(now.as_millis()))?;
         }

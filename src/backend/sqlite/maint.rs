@@ -173,13 +173,20 @@ impl SqliteQueue {
                 format!("journal mode is {mode}, not wal; the next write switches it"),
             );
         }
-        if self.layout != super::Layout::Spool {
-            report.push(
+        match self.layout {
+            super::Layout::Spool => {}
+            super::Layout::SpoolV1 => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "schema version 1 (before push); the next write migrates it",
+            ),
+            super::Layout::Reference | super::Layout::Empty => report.push(
                 Severity::Info,
                 &self.path,
                 None,
                 "reference schema (user_version 0); the next write migrates it",
-            );
+            ),
         }
         drop(conn);
         if !damaged {

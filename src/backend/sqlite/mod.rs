@@ -59,7 +59,7 @@ use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, QueueStats, Record, RecordState,
+    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
 use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
@@ -473,6 +473,15 @@ impl Queue for SqliteQueue {
             "release items in"
         };
         self.write(action, |db| {
+            if held {
+                for &id in ids {
+                    if let Some(seq) = db.push_seq_of(id)? {
+                        return Err(Error::InvalidInput(format!(
+                            "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
+                        )));
+                    }
+                }
+            }
             ids.iter()
                 .map(|&id| {
                     db.update_pending(
@@ -507,7 +516,7 @@ impl Queue for SqliteQueue {
     }
 
     fn uuid(&self) -> Result<String> {
-        if self.layout != Layout::Spool {
+        if !self.layout.is_spool() {
             return Err(Error::Unsupported(format!(
                 "{} was opened read-only before spool ever wrote to it: it has no uuid yet; the first write assigns one",
                 self.path.display()
@@ -526,7 +535,14 @@ impl Queue for SqliteQueue {
 
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         let now = self.clock.now();
-        self.write("dead-letter an item in", |db| db.kill(id, last_error, now))
+        self.write("dead-letter an item in", |db| {
+            let seq = db.push_seq_of(id)?;
+            let killed = db.kill(id, last_error, now)?;
+            if let (true, Some(seq)) = (killed, seq) {
+                db.add_skip(i64::try_from(seq).unwrap_or(i64::MAX))?;
+            }
+            Ok(killed)
+        })
     }
 
     fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
@@ -623,6 +639,8 @@ impl Queue for SqliteQueue {
                 let mut item = r.item.clone();
                 item.id = id;
                 item.held = r.state == RecordState::Held;
+                // Push numbers belong to the exporting spool's stream.
+                item.push_seq = None;
                 match r.state {
                     RecordState::Dead => {
                         let dead_at = r.dead_at.ok_or_else(|| {
@@ -648,6 +666,84 @@ impl Queue for SqliteQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.snapshot("read stats of", |db| db.stats(now))
+    }
+
+    fn push_state(&self) -> Result<PushState> {
+        self.snapshot("read the push state of", |db| db.push_state())
+    }
+
+    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>> {
+        self.read("read in-flight items of", |db| {
+            db.in_flight_page(after_seq, limit)
+        })
+    }
+
+    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
+        self.write("number items for push in", |db| {
+            let mut push = db.push_state()?;
+            let mut out = Vec::new();
+            for &id in ids {
+                let next = push
+                    .last_assigned
+                    .checked_add(1)
+                    .ok_or_else(|| Error::Internal("push sequence numbers exhausted".into()))?;
+                if db.assign_seq(id, next)? {
+                    push.last_assigned = next;
+                    out.push((id, next));
+                }
+            }
+            if !out.is_empty() {
+                db.set_push_counters(push.last_assigned, push.acked)?;
+            }
+            Ok(out)
+        })
+    }
+
+    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
+        let now = self.clock.now();
+        self.write("record a push acknowledgement in", |db| {
+            let push = db.push_state()?;
+            let last = last_seq.min(push.last_assigned);
+            let mut ack = PushAck {
+                acked: push.acked.max(last),
+                ..PushAck::default()
+            };
+            if last <= push.acked {
+                return Ok(ack);
+            }
+            for (id, seq) in db.in_flight_ids(push.acked, last)? {
+                match rejected.iter().find(|(s, _)| *s == seq) {
+                    Some((_, reason)) => {
+                        db.kill(id, reason, now)?;
+                        ack.rejected.push(id);
+                    }
+                    None => {
+                        db.remove_acked(id)?;
+                        ack.delivered.push(id);
+                    }
+                }
+            }
+            db.drop_skips_through(last)?;
+            db.set_push_counters(push.last_assigned, last)?;
+            Ok(ack)
+        })
+    }
+
+    fn regenerate_uuid(&self) -> Result<String> {
+        self.write("give a new uuid to", |db| {
+            let uuid = uuid::Uuid::new_v4().to_string();
+            schema::set_meta(db.conn, "uuid", &uuid).map_err(|e| db.err(e))?;
+            // In number order, each new number is at most its old one and
+            // below every number still to be changed: the unique index
+            // never sees two items with one number.
+            let in_flight = db.in_flight_ids(0, u64::MAX)?;
+            for (n, (id, _)) in in_flight.iter().enumerate() {
+                db.renumber(*id, n as u64 + 1)?;
+            }
+            db.drop_skips_through(u64::MAX)?;
+            db.set_push_counters(in_flight.len() as u64, 0)?;
+            Ok(uuid)
+        })
     }
 }
 

@@ -1,12 +1,13 @@
 //! Recognising, creating and migrating a spool database.
 //!
 //! A database is one of: empty (no tables yet), a plain reference queue
-//! (`morph_offline_queue` only, `user_version` 0), a spool (`user_version`
-//! 1, the additions of `migrations/0001_spool.sql`), too new (a later
-//! `user_version`), or not a spool at all. Writable opens turn the first
-//! two into the third, in one `BEGIN IMMEDIATE` transaction that re-checks
-//! what it found, so two processes opening the same new file at once
-//! migrate it once.
+//! (`morph_offline_queue` only, `user_version` 0), a spool of an earlier
+//! version (`user_version` 1: `migrations/0001_spool.sql`), a spool
+//! (`user_version` 2: also `migrations/0002_push.sql`), too new (a later
+//! `user_version`), or not a spool at all. Writable opens bring the first
+//! three to the current version, in one `BEGIN IMMEDIATE` transaction that
+//! re-checks what it found, so two processes opening the same file at once
+//! migrate it once; read-only opens read every one of them as it is.
 
 use crate::backend::OpenOptions;
 use crate::error::{Error, Result};
@@ -16,11 +17,14 @@ use std::path::Path;
 /// The reference `SqliteOfflineQueue` table and its partial unique index.
 pub(super) const REFERENCE_SCHEMA: &str = include_str!("migrations/0000_reference.sql");
 
-/// Everything spool adds; ends with `PRAGMA user_version = 1`.
+/// What spool adds to the reference; ends with `PRAGMA user_version = 1`.
 pub(super) const MIGRATION_0001: &str = include_str!("migrations/0001_spool.sql");
 
+/// Push, sending and receiving; ends with `PRAGMA user_version = 2`.
+pub(super) const MIGRATION_0002: &str = include_str!("migrations/0002_push.sql");
+
 /// The schema version this code writes and understands.
-pub(super) const SCHEMA_VERSION: i64 = 1;
+pub(super) const SCHEMA_VERSION: i64 = 2;
 
 /// The reference queue table.
 pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
@@ -34,17 +38,38 @@ const REFERENCE_COLUMNS: [&str; 5] = [
 ];
 const ADDED_COLUMNS: [&str; 3] = ["next_retry_at", "last_error", "held"];
 const ADDED_TABLES: [&str; 2] = ["spool_dead_letters", "spool_meta"];
+const PUSH_COLUMNS: [&str; 1] = ["push_seq"];
+const PUSH_TABLES: [&str; 3] = [
+    "spool_push_skips",
+    "spool_push_clients",
+    "spool_push_entries",
+];
 
 /// The shape of the database a handle reads, decided at open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Layout {
-    /// Schema version 1: every column and table of this module.
+    /// The current schema version: every column and table of this module.
     Spool,
+    /// Schema version 1, read only: no push columns or tables (in-flight
+    /// numbers read as none, the push state as empty).
+    SpoolV1,
     /// A plain reference queue, read only: added columns read as their
     /// defaults, no dead letters, no metadata.
     Reference,
     /// A SQLite database without tables, read only: an empty spool.
     Empty,
+}
+
+impl Layout {
+    /// Spool's own tables (dead letters, metadata) are there.
+    pub(super) fn is_spool(self) -> bool {
+        matches!(self, Layout::Spool | Layout::SpoolV1)
+    }
+
+    /// The push columns and tables are there.
+    pub(super) fn has_push(self) -> bool {
+        self == Layout::Spool
+    }
 }
 
 /// What a database holds, as far as recognising it goes.
@@ -113,21 +138,31 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
     if v == 0 {
         return Ok(Layout::Reference);
     }
-    if let Some(c) = ADDED_COLUMNS.iter().find(|c| !has_column(c)) {
+    let mut columns: Vec<&str> = ADDED_COLUMNS.to_vec();
+    let mut tables: Vec<&str> = ADDED_TABLES.to_vec();
+    if v >= 2 {
+        columns.extend(PUSH_COLUMNS);
+        tables.extend(PUSH_TABLES);
+    }
+    if let Some(c) = columns.iter().find(|c| !has_column(c)) {
         return Err(Error::corrupt(
             path,
             None,
             format!("schema version {v}, but table {QUEUE_TABLE} has no column {c}"),
         ));
     }
-    if let Some(t) = ADDED_TABLES.iter().find(|t| !has_table(t)) {
+    if let Some(t) = tables.iter().find(|t| !has_table(t)) {
         return Err(Error::corrupt(
             path,
             None,
             format!("schema version {v}, but the table {t} is missing"),
         ));
     }
-    Ok(Layout::Spool)
+    Ok(if v == 1 {
+        Layout::SpoolV1
+    } else {
+        Layout::Spool
+    })
 }
 
 /// Recognise the database behind a read-only connection. Never writes.
@@ -158,13 +193,18 @@ pub(super) fn ensure_spool(
     let found = inspect(&tx).map_err(err)?;
     match classify(path, &found)? {
         Layout::Spool => {}
+        Layout::SpoolV1 => {
+            tx.execute_batch(MIGRATION_0002).map_err(err)?;
+        }
         Layout::Reference => {
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
+            tx.execute_batch(MIGRATION_0002).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
         }
         Layout::Empty => {
             tx.execute_batch(REFERENCE_SCHEMA).map_err(err)?;
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
+            tx.execute_batch(MIGRATION_0002).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
             if let Some(bound) = opts.max_depth {
                 set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
@@ -201,7 +241,7 @@ mod tests {
         }
     }
 
-    const ALL: [&str; 8] = [
+    const ALL: [&str; 9] = [
         "id",
         "payload",
         "idempotency_key",
@@ -210,28 +250,43 @@ mod tests {
         "next_retry_at",
         "last_error",
         "held",
+        "push_seq",
     ];
 
     #[test]
     fn classification() {
         let p = Path::new("q.db");
-        let t = [QUEUE_TABLE, "spool_dead_letters", "spool_meta"];
+        let t1 = [QUEUE_TABLE, "spool_dead_letters", "spool_meta"];
+        let t = [
+            QUEUE_TABLE,
+            "spool_dead_letters",
+            "spool_meta",
+            "spool_push_skips",
+            "spool_push_clients",
+            "spool_push_entries",
+        ];
         assert_eq!(classify(p, &found(0, &[], &[])).ok(), Some(Layout::Empty));
         assert_eq!(
             classify(p, &found(0, &[QUEUE_TABLE], &ALL[..5])).ok(),
             Some(Layout::Reference)
         );
-        assert_eq!(classify(p, &found(1, &t, &ALL)).ok(), Some(Layout::Spool));
+        assert_eq!(
+            classify(p, &found(1, &t1, &ALL[..8])).ok(),
+            Some(Layout::SpoolV1)
+        );
+        assert_eq!(classify(p, &found(2, &t, &ALL)).ok(), Some(Layout::Spool));
         assert!(matches!(
-            classify(p, &found(2, &t, &ALL)),
-            Err(Error::SchemaTooNew { found: 2, .. })
+            classify(p, &found(3, &t, &ALL)),
+            Err(Error::SchemaTooNew { found: 3, .. })
         ));
         for bad in [
             found(0, &["other"], &[]),
             found(1, &[], &[]),
             found(0, &[QUEUE_TABLE], &ALL[..4]),
             found(1, &[QUEUE_TABLE], &ALL),
-            found(1, &t, &ALL[..7]),
+            found(1, &t1, &ALL[..7]),
+            found(2, &t1, &ALL),
+            found(2, &t, &ALL[..8]),
             found(-1, &t, &ALL),
         ] {
             assert!(
@@ -251,6 +306,7 @@ mod tests {
         )
         .unwrap();
         conn.execute_batch(MIGRATION_0001).unwrap();
+        conn.execute_batch(MIGRATION_0002).unwrap();
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);
