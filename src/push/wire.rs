@@ -1206,8 +1206,11 @@ mod tests {
 
     // ---- property tests -------------------------------------------------
 
-    fn arb_entry_kind(
-    ) -> impl Strategy<Value = Option<(u64, String, Vec<u8>, Option<String>, bool)>> {
+    /// An item entry's fields (id, key, payload, enqueued_at, whether the
+    /// payload is undecodable base64), or `None` for a skip entry.
+    type EntryKind = Option<(u64, String, Vec<u8>, Option<String>, bool)>;
+
+    fn arb_entry_kind() -> impl Strategy<Value = EntryKind> {
         prop::option::weighted(
             0.8,
             (
