@@ -30,6 +30,7 @@ pub mod ops;
 pub mod queue;
 pub mod replay;
 pub mod time;
+pub mod tls;
 pub mod units;
 pub mod verify;
 pub mod watch;
