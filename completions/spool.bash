@@ -1349,7 +1349,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__replay)
-            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1388,6 +1388,10 @@ _spool() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1547,7 +1551,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__watch)
-            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1634,6 +1638,10 @@ _spool() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cacert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

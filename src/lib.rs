@@ -31,6 +31,7 @@ pub mod push;
 pub mod queue;
 pub mod replay;
 pub mod time;
+pub mod tls;
 pub mod units;
 pub mod verify;
 pub mod watch;

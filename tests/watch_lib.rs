@@ -4,6 +4,7 @@
 //! except the exec probe's own timeout test.
 
 mod http_sink;
+mod tls_pki;
 
 use spool::replay::{Delivery, Outcome, ReplayOptions, ReplayReport, SyncWorker, Target};
 use spool::watch::metrics::{self, render_gauges, render_watch, write_atomic};
@@ -867,6 +868,57 @@ fn probe_parse_errors_are_invalid_input() {
         let e = Probe::parse(t, &ProbeOptions::default()).unwrap_err();
         assert_eq!(e.kind(), spool::ErrorKind::Data, "{t}");
         assert!(matches!(e, spool::Error::InvalidInput(_)), "{t}");
+    }
+}
+
+/// An https probe trusts what `--cacert` adds and, without it, names why
+/// the handshake failed; a bad `--cacert` file fails the parse.
+#[test]
+fn https_probe_trusts_cacert_and_names_the_cause() {
+    let ca = tls_pki::Ca::new("probe CA");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_pem = dir.path().join("ca.pem");
+    ca.write_pem(&ca_pem);
+    let trusting = ProbeOptions {
+        trust: spool::tls::TlsTrust::with_cacert(&ca_pem),
+        ..Default::default()
+    };
+    let sink = http_sink::Sink::start_tls(ca.server(&["localhost"]).server_config(), |_, _| {
+        http_sink::Answer::Full(200, vec![], "status: ok".into())
+    });
+    let url = sink.https_url("localhost", "/health?token=t0ps3cret");
+    let port = sink.port();
+
+    assert_eq!(Probe::parse(&url, &trusting).unwrap().check(), Ok(()));
+    let e = probe(&url).check().unwrap_err();
+    assert!(
+        e.starts_with(&format!(
+            "TLS handshake with localhost:{port} failed: certificate is signed by an unknown issuer"
+        )),
+        "{e}"
+    );
+    assert!(!e.contains("t0ps3cret"), "{e}");
+    // The certificate is for localhost, not for the address.
+    let by_ip = sink.https_url("127.0.0.1", "/health");
+    let e = Probe::parse(&by_ip, &trusting)
+        .unwrap()
+        .check()
+        .unwrap_err();
+    assert!(e.contains("name mismatch"), "{e}");
+    assert_eq!(
+        sink.received().len(),
+        1,
+        "only the trusted probe got through"
+    );
+
+    // A bad --cacert file is refused whatever the probe.
+    for target in [url.as_str(), "tcp://127.0.0.1:9", "exec:true"] {
+        let o = ProbeOptions {
+            trust: spool::tls::TlsTrust::with_cacert(dir.path().join("missing.pem")),
+            ..Default::default()
+        };
+        let e = Probe::parse(target, &o).unwrap_err();
+        assert_eq!(e.kind(), spool::ErrorKind::NotFound, "{target}: {e}");
     }
 }
 

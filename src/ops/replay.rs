@@ -29,14 +29,18 @@ pub enum TargetSpec {
     Url {
         /// The URL (credentials in it are used, never shown).
         url: String,
-        /// Method, content type, headers, retry statuses, timeout.
+        /// Method, content type, headers, retry statuses, timeout, TLS
+        /// trust (`--cacert`).
         http: HttpOptions,
     },
 }
 
 impl TargetSpec {
     /// Build the target for up to `in_flight` deliveries at once,
-    /// checking the command line or URL.
+    /// checking the command line or URL, and for `Url` reading the
+    /// certificates TLS trusts. Errors are [`Error::InvalidInput`] (a bad
+    /// command line, URL or header), or an [`Error::Io`] for a `--cacert`
+    /// file that is missing, unreadable or not PEM certificates.
     pub fn build(&self, in_flight: usize) -> Result<Box<dyn Target>> {
         Ok(match self {
             TargetSpec::Exec {

@@ -56,6 +56,7 @@ use crate::item::Item;
 use crate::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
 use crate::replay::{ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, StopHandle};
 use crate::time::{SharedClock, Timestamp};
+use crate::tls::TlsTrust;
 use crate::units::format_duration;
 use crate::watch::metrics::{render_watch, write_atomic, SpoolGauges, WatchCounters, WatchMetrics};
 use crate::watch::{
@@ -88,6 +89,9 @@ pub struct WatchConfig {
     pub probe_expect: Option<String>,
     /// `--probe-timeout`: bound on one probe (default 5 s).
     pub probe_timeout: Duration,
+    /// `--cacert`: what an `https://` probe trusts (the `--url` target
+    /// has its own, in [`TargetSpec::Url`]'s options).
+    pub probe_trust: TlsTrust,
     /// `--interval`: time between probes (default 5 s).
     pub interval: Duration,
     /// `--failure-threshold`: failed probes in a row before going offline
@@ -128,6 +132,7 @@ impl WatchConfig {
             probe: probe.into(),
             probe_expect: None,
             probe_timeout: Duration::from_secs(5),
+            probe_trust: TlsTrust::default(),
             interval: Duration::from_secs(5),
             failure_threshold: 3,
             online_threshold: 1,
@@ -757,14 +762,17 @@ pub struct Watch {
 impl Watch {
     /// Check everything that can be checked before touching the spool:
     /// the probe target, the delivery target, the hooks, thresholds and
-    /// intervals, the replay options. Errors are
-    /// [`Error::InvalidInput`] or [`Error::Unsupported`] (usage errors).
+    /// intervals, the replay options, the `--cacert` files. Errors are
+    /// [`Error::InvalidInput`] or [`Error::Unsupported`] (usage errors),
+    /// or an [`Error::Io`] for a `--cacert` file that is missing,
+    /// unreadable or not PEM certificates.
     pub fn new(cfg: WatchConfig) -> Result<Watch> {
         let probe = Probe::parse(
             &cfg.probe,
             &ProbeOptions {
                 timeout: cfg.probe_timeout,
                 expect: cfg.probe_expect.clone(),
+                trust: cfg.probe_trust.clone(),
             },
         )?;
         let monitor = NetworkMonitorConfig {

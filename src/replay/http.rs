@@ -5,7 +5,12 @@
 //! number. 2xx is delivered; 408, 425, 429, 5xx (plus any configured
 //! retry statuses), connection errors and timeouts are failed attempts;
 //! other 4xx reject the item for good. Redirects are not followed. One
-//! agent keeps connections alive across items; TLS is rustls.
+//! agent keeps connections alive across items.
+//!
+//! TLS is rustls with the trust of [`crate::tls`]: the system store plus
+//! `--cacert`, loaded when the target is built (a bad `--cacert` file
+//! fails then, before anything is delivered). A failed handshake's cause
+//! goes into `last_error` (`TLS handshake with HOST:PORT failed: …`).
 //!
 //! Credentials never leave this module in text: user info in the URL is
 //! turned into an `Authorization: Basic` header and removed from the URL
@@ -14,6 +19,7 @@
 
 use super::{Delivery, Outcome, RetryAfter, Target};
 use crate::error::{Error, Result};
+use crate::tls::{TlsTrust, TrustedRoots};
 use base64::Engine;
 use std::time::Duration;
 use ureq::http;
@@ -27,6 +33,10 @@ pub struct HttpTarget {
     agent: ureq::Agent,
     url: String,
     shown_url: String,
+    /// `host:port` of the server, for TLS messages.
+    authority: String,
+    /// What TLS trusts (https only).
+    roots: Option<TrustedRoots>,
     method: http::Method,
     content_type: String,
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
@@ -51,6 +61,8 @@ pub struct HttpOptions {
     /// it to its concurrency, so that every delivery in flight goes out
     /// on a kept-alive connection instead of a new one.
     pub connections: usize,
+    /// Which certificates an `https://` server may present (`--cacert`).
+    pub trust: TlsTrust,
 }
 
 impl Default for HttpOptions {
@@ -62,6 +74,7 @@ impl Default for HttpOptions {
             retry_status: Vec::new(),
             timeout: Some(Duration::from_secs(30)),
             connections: 1,
+            trust: TlsTrust::default(),
         }
     }
 }
@@ -240,14 +253,25 @@ impl HttpTarget {
                 secrets.push(pass.to_string());
             }
         }
-        let config = ureq::Agent::config_builder()
+        // The --cacert file is checked for every URL; the system store is
+        // read only when TLS will need it.
+        let roots = if uri.scheme_str() == Some("https") {
+            Some(opts.trust.load()?)
+        } else {
+            opts.trust.check()?;
+            None
+        };
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(opts.timeout)
             .max_idle_connections(opts.connections.max(1))
             .max_idle_connections_per_host(opts.connections.max(1))
-            .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")))
-            .build();
+            .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")));
+        if let Some(r) = &roots {
+            config = config.tls_config(r.ureq_tls_config());
+        }
+        let config = config.build();
         let agent = ureq::Agent::with_parts(
             config,
             ureq::unversioned::transport::DefaultConnector::new(),
@@ -257,6 +281,8 @@ impl HttpTarget {
             agent,
             url: clean.clone(),
             shown_url: clean,
+            authority: authority(&uri),
+            roots,
             method,
             content_type: opts.content_type.clone(),
             headers,
@@ -300,6 +326,32 @@ fn snippet(body: &[u8]) -> String {
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     flat.trim().to_string()
+}
+
+/// `host:port` of `uri` (the scheme's default port when it has none),
+/// without user info.
+pub(crate) fn authority(uri: &http::Uri) -> String {
+    let host = uri.host().unwrap_or_default();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    format!("{host}:{port}")
+}
+
+/// A ureq error in words, without the URL (which may hold credentials):
+/// a TLS failure with its cause when `roots` can name it.
+pub(crate) fn describe_request_error(
+    e: &ureq::Error,
+    authority: &str,
+    roots: Option<&TrustedRoots>,
+) -> String {
+    roots
+        .and_then(|r| r.explain(authority, e))
+        .unwrap_or_else(|| describe_error(e))
 }
 
 /// A ureq error in words, without the URL (which may hold credentials).
@@ -354,7 +406,10 @@ impl Target for HttpTarget {
             .map_err(|e| self.redact(&format!("cannot build the request: {e}")))?;
         let resp = match self.agent.run(req) {
             Ok(r) => r,
-            Err(e) => return Ok(Outcome::failed(self.redact(&describe_error(&e)))),
+            Err(e) => {
+                let text = describe_request_error(&e, &self.authority, self.roots.as_ref());
+                return Ok(Outcome::failed(self.redact(&text)));
+            }
         };
         let status = resp.status().as_u16();
         let retry_after = resp

@@ -9,7 +9,9 @@
 //!
 //! `expect` exists because a captive portal answers 200 too. An HTTP probe
 //! opens a fresh connection every time (no pooled connection can hide a
-//! dead link). An `exec:` command is split like a shell would (quotes
+//! dead link). An `https://` probe trusts what [`crate::tls`] trusts (the
+//! system store plus `--cacert`, [`ProbeOptions::trust`]) and a failed
+//! handshake names its cause, like the `--url` target. An `exec:` command is split like a shell would (quotes
 //! honoured) and run directly, never through a shell, in its own process
 //! group, with stdin/stdout/stderr closed; on timeout the whole group is
 //! killed.
@@ -19,7 +21,10 @@
 //! masked, in [`Probe::describe`] and every error message.
 
 use crate::error::{Error, Result};
-use crate::replay::http::{describe_error, percent_decode, split_userinfo};
+use crate::replay::http::{
+    authority, describe_error, describe_request_error, percent_decode, split_userinfo,
+};
+use crate::tls::{TlsTrust, TrustedRoots};
 use base64::Engine;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -39,6 +44,10 @@ pub struct ProbeOptions {
     pub timeout: Duration,
     /// HTTP only: text the body must contain (`--probe-expect`).
     pub expect: Option<String>,
+    /// `https://` only: which certificates the server may present
+    /// (`--cacert`). A bad `--cacert` file fails [`Probe::parse`] whatever
+    /// the target.
+    pub trust: TlsTrust,
 }
 
 impl Default for ProbeOptions {
@@ -46,6 +55,7 @@ impl Default for ProbeOptions {
         ProbeOptions {
             timeout: Duration::from_secs(5),
             expect: None,
+            trust: TlsTrust::default(),
         }
     }
 }
@@ -59,6 +69,8 @@ enum Kind {
     Http {
         agent: ureq::Agent,
         url: String,
+        authority: String,
+        roots: Option<TrustedRoots>,
         authorization: Option<String>,
         expect: Option<String>,
         secrets: Vec<String>,
@@ -119,7 +131,12 @@ fn parse_tcp(rest: &str, shown: &str) -> Result<Kind> {
     })
 }
 
-fn parse_http(target: &str, timeout: Duration, expect: Option<String>) -> Result<(Kind, String)> {
+fn parse_http(
+    target: &str,
+    timeout: Duration,
+    expect: Option<String>,
+    trust: &TlsTrust,
+) -> Result<(Kind, String)> {
     let (clean, userinfo) = split_userinfo(target);
     let shown = shown_url(&clean);
     let uri: http::Uri = clean
@@ -148,17 +165,29 @@ fn parse_http(target: &str, timeout: Duration, expect: Option<String>) -> Result
         }
         None => None,
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let roots = if uri
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    {
+        Some(trust.load()?)
+    } else {
+        None
+    };
+    let mut config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .timeout_global(Some(timeout))
         .max_idle_connections(0)
-        .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION"), " (probe)"))
-        .build()
-        .into();
+        .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION"), " (probe)"));
+    if let Some(r) = &roots {
+        config = config.tls_config(r.ureq_tls_config());
+    }
+    let agent: ureq::Agent = config.build().into();
     Ok((
         Kind::Http {
             agent,
+            authority: authority(&uri),
+            roots,
             url: clean,
             authorization,
             expect,
@@ -177,6 +206,9 @@ impl Probe {
                 "the probe timeout must be longer than zero".into(),
             ));
         }
+        // A bad --cacert file is an error whatever the probe, not a flag
+        // silently ignored.
+        opts.trust.check()?;
         let target = target.trim();
         let lower = target.to_ascii_lowercase();
         let expect = opts.expect.clone().filter(|e| !e.is_empty());
@@ -195,7 +227,7 @@ impl Probe {
             not_http(&shown)?;
             (parse_tcp(&target["tcp://".len()..], &shown)?, shown)
         } else if lower.starts_with("http://") || lower.starts_with("https://") {
-            parse_http(target, opts.timeout, expect.clone())?
+            parse_http(target, opts.timeout, expect.clone(), &opts.trust)?
         } else if lower.starts_with("exec:") {
             let shown = target.to_string();
             not_http(&shown)?;
@@ -239,11 +271,21 @@ impl Probe {
             Kind::Http {
                 agent,
                 url,
+                authority,
+                roots,
                 authorization,
                 expect,
                 secrets,
-            } => check_http(agent, url, authorization.as_deref(), expect.as_deref())
-                .map_err(|e| redact(&e, secrets)),
+            } => {
+                let call = HttpCall {
+                    agent,
+                    url,
+                    authority,
+                    roots: roots.as_ref(),
+                };
+                check_http(&call, authorization.as_deref(), expect.as_deref())
+                    .map_err(|e| redact(&e, secrets))
+            }
             Kind::Exec { argv } => self.check_exec(argv),
         }
     }
@@ -338,17 +380,26 @@ fn redact(text: &str, secrets: &[String]) -> String {
     out
 }
 
+/// Where an HTTP probe goes and how it explains a failed connection.
+struct HttpCall<'a> {
+    agent: &'a ureq::Agent,
+    url: &'a str,
+    authority: &'a str,
+    roots: Option<&'a TrustedRoots>,
+}
+
 fn check_http(
-    agent: &ureq::Agent,
-    url: &str,
+    call: &HttpCall<'_>,
     authorization: Option<&str>,
     expect: Option<&str>,
 ) -> std::result::Result<(), String> {
-    let mut req = agent.get(url);
+    let mut req = call.agent.get(call.url);
     if let Some(a) = authorization {
         req = req.header(http::header::AUTHORIZATION, a);
     }
-    let resp = req.call().map_err(|e| describe_error(&e))?;
+    let resp = req
+        .call()
+        .map_err(|e| describe_request_error(&e, call.authority, call.roots))?;
     let status = resp.status();
     if !status.is_success() {
         let reason = status.canonical_reason().unwrap_or("");

@@ -7,6 +7,10 @@
 //! (a bounded pool starves connections once each of its threads holds a
 //! kept-alive one). Requests are parsed with `httparse`; bodies are read
 //! by `Content-Length`, which is what spool's client sends.
+//!
+//! [`Server::bind_tls`] / [`Sink::start_tls`] serve the same over TLS
+//! (rustls, the server side of a real handshake) with a certificate the
+//! test chose: see `tls_pki` for making one.
 
 #![allow(dead_code)]
 
@@ -66,6 +70,23 @@ impl Server {
         port: u16,
         handler: impl Fn(Received) -> Answer + Send + Sync + 'static,
     ) -> std::io::Result<Server> {
+        Server::bind_with(port, None, handler)
+    }
+
+    /// Listen on `port` (0: an ephemeral one) for HTTPS with `tls`.
+    pub fn bind_tls(
+        port: u16,
+        tls: Arc<rustls::ServerConfig>,
+        handler: impl Fn(Received) -> Answer + Send + Sync + 'static,
+    ) -> std::io::Result<Server> {
+        Server::bind_with(port, Some(tls), handler)
+    }
+
+    fn bind_with(
+        port: u16,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        handler: impl Fn(Received) -> Answer + Send + Sync + 'static,
+    ) -> std::io::Result<Server> {
         let listener = TcpListener::bind(("127.0.0.1", port))?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -82,9 +103,21 @@ impl Server {
                     continue;
                 };
                 op.lock().unwrap().insert(id, handle);
-                let (handler, op) = (handler.clone(), op.clone());
+                let (handler, op, tls) = (handler.clone(), op.clone(), tls.clone());
                 std::thread::spawn(move || {
-                    serve_connection(stream, &*handler);
+                    let _ = stream.set_nodelay(true);
+                    let peer = stream.peer_addr().ok();
+                    match tls {
+                        None => serve_connection(stream, peer, &*handler),
+                        // The handshake runs on the first read; a client
+                        // that refuses the certificate ends it there.
+                        Some(config) => {
+                            if let Ok(conn) = rustls::ServerConnection::new(config) {
+                                let stream = rustls::StreamOwned::new(conn, stream);
+                                serve_connection(stream, peer, &*handler);
+                            }
+                        }
+                    }
                     op.lock().unwrap().remove(&id);
                 });
             }
@@ -120,9 +153,7 @@ impl Drop for Server {
 
 /// Serve the requests of one connection, one after the other, until the
 /// client closes it or sends something that is not HTTP/1.1.
-fn serve_connection(mut stream: TcpStream, handler: &Handler) {
-    let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().ok();
+fn serve_connection(mut stream: impl Read + Write, peer: Option<SocketAddr>, handler: &Handler) {
     let mut buf: Vec<u8> = Vec::with_capacity(8192);
     let mut chunk = [0u8; 8192];
     loop {
@@ -248,16 +279,33 @@ type Script = dyn Fn(&Received, usize) -> Answer + Send + Sync;
 pub struct Sink {
     server: Server,
     received: Arc<Mutex<Vec<Received>>>,
+    tls: bool,
 }
 
 impl Sink {
     /// Start a server whose answer to the n-th request (0-based) is
     /// `script(request, n)`.
     pub fn start(script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static) -> Sink {
+        Sink::start_with(None, script)
+    }
+
+    /// [`Sink::start`] over HTTPS with `tls`; see [`Sink::https_url`].
+    pub fn start_tls(
+        tls: Arc<rustls::ServerConfig>,
+        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
+    ) -> Sink {
+        Sink::start_with(Some(tls), script)
+    }
+
+    fn start_with(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        script: impl Fn(&Received, usize) -> Answer + Send + Sync + 'static,
+    ) -> Sink {
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let script: Arc<Script> = Arc::new(script);
         let rec = received.clone();
-        let server = Server::bind(0, move |r| {
+        let is_tls = tls.is_some();
+        let server = Server::bind_with(0, tls, move |r| {
             let n = {
                 let mut all = rec.lock().unwrap();
                 all.push(r.clone());
@@ -266,7 +314,11 @@ impl Sink {
             script(&r, n)
         })
         .expect("bind 127.0.0.1:0");
-        Sink { server, received }
+        Sink {
+            server,
+            received,
+            tls: is_tls,
+        }
     }
 
     /// A server that answers every request with `status`.
@@ -275,7 +327,20 @@ impl Sink {
     }
 
     pub fn url(&self, path: &str) -> String {
+        assert!(!self.tls, "an HTTPS sink: use https_url");
         format!("http://{}{}", self.server.addr(), path)
+    }
+
+    /// The port the sink listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.server.addr().port()
+    }
+
+    /// `https://HOST:PORT/PATH` of a TLS sink: HOST is the name the client
+    /// checks the certificate against (the sink listens on 127.0.0.1).
+    pub fn https_url(&self, host: &str, path: &str) -> String {
+        assert!(self.tls, "a plain HTTP sink: use url");
+        format!("https://{host}:{}{path}", self.server.addr().port())
     }
 
     pub fn received(&self) -> Vec<Received> {

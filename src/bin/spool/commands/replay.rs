@@ -11,9 +11,11 @@ use spool::replay::{
     Backoff, ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
     StopReason,
 };
+use spool::tls::TlsTrust;
 use spool::units::parse_duration;
-use spool::{Item, OpenMode};
+use spool::{Error, Item, OpenMode};
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +43,10 @@ use std::time::Duration;
 /// has none: the same across retries and processes) and X-Spool-Attempt.
 /// 2xx = delivered; 408, 425, 429, 5xx, --retry-status codes, connection
 /// errors and timeouts = failed; other 4xx = rejected for good; a 3xx is
-/// a failed attempt (redirects are not followed).
+/// a failed attempt (redirects are not followed). https:// servers must
+/// present a certificate the system store trusts (SSL_CERT_FILE and
+/// SSL_CERT_DIR are honoured) or one from --cacert; a TLS failure names
+/// its cause (unknown issuer, name mismatch, expired) in the last error.
 ///
 /// One replay per spool runs at a time: a second one waits up to --wait,
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
@@ -56,6 +61,7 @@ use std::time::Duration;
 ///   spool replay --exec 'curl -fsS --data-binary @- https://hooks.example.com/x'
 ///   spool replay --exec ./deliver.sh --reject-exit 65,66 --max-attempts 10
 ///   spool replay --url http://127.0.0.1:8080/in --concurrency 16 --deadline 5m
+///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -122,9 +128,26 @@ pub struct TargetArgs {
     /// Bound on one delivery attempt
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+
+    /// Also trust the CA certificate(s) in FILE (PEM) for https://
+    ///
+    /// In addition to the system's certificate store (SSL_CERT_FILE and
+    /// SSL_CERT_DIR are honoured, as by curl): for a private CA, or the
+    /// certificate of a self-signed server. FILE holds one or more
+    /// -----BEGIN CERTIFICATE----- blocks; a missing file is exit 66, an
+    /// empty or non-PEM one exit 65, before anything is delivered.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
 }
 
 impl TargetArgs {
+    /// What TLS trusts (`--cacert`).
+    pub fn trust(&self) -> TlsTrust {
+        TlsTrust {
+            cacert: self.cacert.clone(),
+        }
+    }
+
     /// The library's description of the target.
     pub fn spec(&self) -> TargetSpec {
         match (&self.exec, &self.url) {
@@ -142,6 +165,7 @@ impl TargetArgs {
                     headers: self.headers.clone(),
                     retry_status: self.retry_status.clone().map(|c| c.0).unwrap_or_default(),
                     timeout: Some(self.timeout),
+                    trust: self.trust(),
                     ..HttpOptions::default()
                 },
             },
@@ -359,6 +383,19 @@ impl Signals {
     }
 }
 
+/// An error found while checking the flags, before the spool is opened:
+/// a bad argument is a usage error (64); a file named by a flag that
+/// cannot be read (`--cacert`) has the exit code of its kind (66, 65, 77).
+pub fn setup_error(ctx: &Ctx, action: &str, e: Error) -> CliError {
+    match e {
+        Error::Io { .. } => ctx.fail(action, e),
+        e => CliError::new(
+            exit::USAGE,
+            format!("{action} {}: {e}", ctx.spool.display()),
+        ),
+    }
+}
+
 /// The report as JSON.
 pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
     serde_json::json!({
@@ -384,11 +421,21 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let options = args.replay.options();
     let dry_run = options.dry_run;
     check_options(&options).map_err(|e| ctx.fail("replay", e))?;
+    if args.target.exec.is_some() && args.target.cacert.is_some() {
+        // (watch accepts it with --exec: its https probe uses it.)
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "replay {}: --cacert applies to --url only",
+                ctx.spool.display()
+            ),
+        ));
+    }
     let target = args.target.spec();
-    // Refuse a bad --exec/--url before touching the spool.
+    // Refuse a bad --exec/--url/--cacert before touching the spool.
     target
         .build(options.concurrency)
-        .map_err(|e| CliError::new(exit::USAGE, format!("replay {}: {e}", ctx.spool.display())))?;
+        .map_err(|e| setup_error(ctx, "replay", e))?;
     let mode = if options.dry_run {
         OpenMode::ReadOnly
     } else {

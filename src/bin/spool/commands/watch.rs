@@ -1,6 +1,6 @@
 //! `spool watch`: probe the link and replay the spool when it comes back.
 
-use super::replay::{ReplayFlags, TargetArgs};
+use super::replay::{setup_error, ReplayFlags, TargetArgs};
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
 use clap::{ArgGroup, Args};
@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 /// A long-running daemon. Every --interval it probes TARGET:
 ///   tcp://HOST:PORT   up when a TCP connection opens
 ///   http(s)://URL     up on a 2xx answer (and, with --probe-expect, a body
-///                     containing that text: a captive portal's 200 is not up)
+///                     containing that text: a captive portal's 200 is not up);
+///                     https trusts the system store and --cacert, as --url does
 ///   exec:CMD          up when CMD exits 0
 /// After --failure-threshold failed probes in a row the link is offline;
 /// after --online-threshold good ones it is online again.
@@ -195,6 +196,7 @@ pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let mut cfg = WatchConfig::new(args.probe, args.target.spec());
     cfg.probe_expect = args.probe_expect;
     cfg.probe_timeout = args.probe_timeout;
+    cfg.probe_trust = args.target.trust();
     cfg.interval = args.interval;
     cfg.failure_threshold = args.failure_threshold;
     cfg.online_threshold = args.online_threshold;
@@ -209,8 +211,7 @@ pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     cfg.wait = args.replay.wait;
     cfg.clock = ctx.clock.clone();
     // Every flag is checked before the spool is touched.
-    let watch = Watch::new(cfg)
-        .map_err(|e| CliError::new(exit::USAGE, format!("watch {}: {e}", ctx.spool.display())))?;
+    let watch = Watch::new(cfg).map_err(|e| setup_error(ctx, "watch", e))?;
     // Like replay, watch needs an existing spool: a typo in --spool must
     // not start a daemon watching an empty new file forever.
     let spool = ctx.open(OpenMode::ReadWrite, "watch")?;

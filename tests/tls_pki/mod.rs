@@ -1,0 +1,123 @@
+//! Certificates for TLS tests, made with rcgen: a test CA and server
+//! certificates it signs (for chosen names and validity periods), and
+//! self-signed ones. A [`ServerCert`] gives the rustls configuration for
+//! `http_sink::Sink::start_tls` and its PEM for `--cacert`.
+
+#![allow(dead_code)]
+
+use rcgen::{
+    date_time_ymd, BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A certificate and its key, for a server.
+pub struct ServerCert {
+    pub der: CertificateDer<'static>,
+    pub pem: String,
+    key: Vec<u8>,
+}
+
+impl ServerCert {
+    /// A rustls server configuration presenting this certificate.
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![self.der.clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone())),
+            )
+            .expect("certificate and key match");
+        Arc::new(config)
+    }
+
+    /// Write the certificate as PEM to `path`.
+    pub fn write_pem(&self, path: &Path) {
+        std::fs::write(path, &self.pem).expect("write PEM");
+    }
+}
+
+/// Parameters for `names`; the subject is `CN=spool test <what>`, a name
+/// no real CA has (webpki finds an issuer by name: a self-signed `CN=localhost`
+/// would meet any `CN=localhost` CA of the machine's store).
+fn params(names: &[&str], what: &str) -> CertificateParams {
+    let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .expect("certificate names");
+    p.distinguished_name
+        .push(DnType::CommonName, format!("spool test {what}"));
+    p
+}
+
+/// A test certificate authority.
+pub struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+}
+
+impl Ca {
+    /// A new CA (`CN=spool test <name>`) with a fresh key.
+    pub fn new(name: &str) -> Ca {
+        let mut p = params(&[], name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().expect("key");
+        let cert = p.self_signed(&key).expect("CA certificate");
+        Ca {
+            pem: cert.pem(),
+            issuer: Issuer::new(p, key),
+        }
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses)
+    /// signed by this CA, valid for a long time around now.
+    pub fn server(&self, names: &[&str]) -> ServerCert {
+        self.sign(params(names, "server"))
+    }
+
+    /// A server certificate for `names` valid from `from` to `until`
+    /// (years, 1 January).
+    pub fn server_valid(&self, names: &[&str], from: i32, until: i32) -> ServerCert {
+        let mut p = params(names, "server");
+        p.not_before = date_time_ymd(from, 1, 1);
+        p.not_after = date_time_ymd(until, 1, 1);
+        self.sign(p)
+    }
+
+    fn sign(&self, p: CertificateParams) -> ServerCert {
+        let key = KeyPair::generate().expect("key");
+        let cert = p.signed_by(&key, &self.issuer).expect("sign");
+        ServerCert {
+            der: cert.der().clone(),
+            pem: cert.pem(),
+            key: key.serialize_der(),
+        }
+    }
+
+    /// Write the CA certificate as PEM to `path`.
+    pub fn write_pem(&self, path: &Path) {
+        std::fs::write(path, &self.pem).expect("write PEM");
+    }
+}
+
+/// A self-signed server certificate for `names` (as a `spool serve`
+/// started with a certificate of its own would present).
+pub fn self_signed(names: &[&str]) -> ServerCert {
+    let key = KeyPair::generate().expect("key");
+    let cert = params(names, "self-signed server")
+        .self_signed(&key)
+        .expect("self-signed certificate");
+    ServerCert {
+        der: cert.der().clone(),
+        pem: cert.pem(),
+        key: key.serialize_der(),
+    }
+}
