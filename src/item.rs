@@ -195,6 +195,20 @@ pub struct PushAck {
     pub rejected: Vec<ItemId>,
 }
 
+/// A push client as the receiving spool knows it (`spool clients`,
+/// `GET /v1/clients/{id}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSummary {
+    /// The client's id (the sending spool's uuid).
+    pub client_id: String,
+    /// The highest sequence number processed.
+    pub last_seq: u64,
+    /// Refused entries the client has not acknowledged yet, ascending.
+    pub rejected: Vec<crate::push::wire::Rejected>,
+    /// When the client last pushed, when known.
+    pub updated_at: Option<Timestamp>,
+}
+
 /// Counts that every backend can answer without reading every payload.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct QueueStats {

@@ -39,8 +39,8 @@ pub mod watch;
 pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
 pub use error::{Error, ErrorKind, Result};
 pub use item::{
-    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
+    ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
 pub use queue::{BackendKind, Queue, PAGE_SIZE};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

@@ -14,9 +14,10 @@
 
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
-    PushState, QueueStats, Record,
+    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, PushAck, PushState, QueueStats, Record,
 };
+use crate::push::receiver::ReceiveTxn;
 use crate::time::Timestamp;
 
 /// Which storage a spool uses.
@@ -206,4 +207,17 @@ pub trait Queue: Send + Sync {
     /// watermark goes back to 0 and the skips are dropped (a new client
     /// never had them). For a spool that was copied from another one.
     fn regenerate_uuid(&self) -> Result<String>;
+
+    // --- Push: the spool as a receiver (`spool serve`) -------------------
+
+    /// Run `f` in one write transaction of the receiving spool: the
+    /// receiver's reads and writes through [`ReceiveTxn`] — per-client
+    /// `last_seq`, digests and rejects, and enqueues under the spool's
+    /// depth bound and dedup rules — commit together when `f` returns
+    /// `Ok`, and not at all when it fails. `f` may apply many requests
+    /// (group commit); the spool stays locked for writers while it runs.
+    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()>;
+
+    /// Every client that ever pushed to this spool, by id.
+    fn push_clients(&self) -> Result<Vec<ClientSummary>>;
 }

@@ -105,6 +105,12 @@ conformance!(
         requeued_dead_letters_are_new_entries,
         regenerated_uuid_renumbers_what_is_in_flight,
         import_drops_push_numbers,
+        received_entries_are_enqueued_once_with_their_keys,
+        received_rejects_are_reported_until_acknowledged,
+        a_failed_receive_changes_nothing,
+        a_full_receiving_spool_stops_the_batch,
+        a_reused_number_with_other_content_is_refused_after_reopen,
+        one_receive_commits_many_requests,
     ],
     // Cases about paths and files, which the memory backend has not.
     durable: [
@@ -1957,4 +1963,254 @@ fn import_drops_push_numbers(s: Setup) {
     h.step();
     assert_eq!(get(&h, 50).push_seq, None);
     assert!(in_flight(&h).is_empty());
+}
+
+// -------------------------------------------------------------- receiving
+
+use spool::push::wire::{self, OutEntry};
+use spool::push::{apply_push, PushOutcome, ReceiveLimits};
+
+/// A push request from `client`, with `acked`, of items `(seq, key,
+/// payload)` and skip entries (an empty payload marks a skip).
+fn request(client: &str, acked: u64, entries: &[(u64, &str, &str)]) -> wire::PushRequest {
+    let out: Vec<OutEntry<'_>> = entries
+        .iter()
+        .map(|&(seq, key, payload)| {
+            if payload.is_empty() {
+                OutEntry::Skip { seq }
+            } else {
+                OutEntry::Item {
+                    seq,
+                    id: 100 + seq,
+                    key,
+                    payload: payload.as_bytes(),
+                    enqueued_at: Some(T0),
+                }
+            }
+        })
+        .collect();
+    wire::parse_request(&wire::encode_request(client, acked, &out)).expect("a valid request")
+}
+
+/// Apply one request in one receive transaction.
+fn receive(h: &Harness, req: &wire::PushRequest, limits: &ReceiveLimits) -> PushOutcome {
+    let mut out = None;
+    h.q()
+        .receive(&mut |txn| {
+            out = Some(apply_push(txn, req, limits)?);
+            Ok(())
+        })
+        .expect("receive");
+    out.expect("an outcome")
+}
+
+fn accepted(o: PushOutcome) -> wire::PushResponse {
+    match o {
+        PushOutcome::Accepted(a) => a.response,
+        other => panic!("not accepted: {other:?}"),
+    }
+}
+
+fn client(h: &Harness, id: &str) -> Option<spool::ClientSummary> {
+    h.q()
+        .push_clients()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.client_id == id)
+}
+
+/// Entries are enqueued once, in order, with their keys (a key a pending
+/// item carries is a dedup hit that counts as applied); a resent request
+/// is all duplicates; `last_seq` is per client and remembered.
+fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
+    let mut h = s.open(None);
+    let local = add(&h, "local", "shared");
+    let limits = ReceiveLimits::default();
+    let req = request(
+        "edge-a",
+        0,
+        &[
+            (1, "k1", "one"),
+            (2, "shared", "two"),
+            (3, "", ""),
+            (4, "", "four"),
+        ],
+    );
+    let r = accepted(receive(&h, &req, &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 3, 0));
+    h.step();
+    let items = drain(&h);
+    assert_eq!(
+        payloads(&items),
+        vec![b"local".to_vec(), b"one".to_vec(), b"four".to_vec()]
+    );
+    assert_eq!(items[0].id, local);
+    assert_eq!(items[1].key, "k1");
+    assert_eq!(
+        items[1].enqueued_at,
+        Some(T0),
+        "enqueued now, by the receiver's clock"
+    );
+    let r = accepted(receive(&h, &req, &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 0, 4));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 3);
+    let c = client(&h, "edge-a").expect("the client is known");
+    assert_eq!((c.last_seq, c.rejected.len()), (4, 0));
+    assert_eq!(c.updated_at, Some(h.now()));
+    assert!(client(&h, "edge-b").is_none());
+}
+
+/// A refused entry advances `last_seq`, is remembered with its reason and
+/// reported in every answer until the client acknowledges it.
+fn received_rejects_are_reported_until_acknowledged(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits {
+        max_payload: 4,
+        ..ReceiveLimits::default()
+    };
+    let req = request(
+        "edge",
+        0,
+        &[(1, "", "ok"), (2, "", "far too large"), (3, "", "ok3")],
+    );
+    let r = accepted(receive(&h, &req, &limits));
+    assert_eq!(r.last_seq, 3);
+    assert_eq!(r.rejected.len(), 1);
+    assert_eq!(r.rejected[0].seq, 2);
+    assert!(
+        r.rejected[0].error.contains("max-payload") || r.rejected[0].error.contains("payload"),
+        "{:?}",
+        r.rejected
+    );
+    h.step();
+    assert_eq!(client(&h, "edge").unwrap().rejected, r.rejected);
+    // The answer was lost: the next push (acked 0) hears of it again.
+    let r2 = accepted(receive(&h, &request("edge", 0, &[(4, "", "ok4")]), &limits));
+    assert_eq!(r2.rejected, r.rejected);
+    h.step();
+    // Acknowledged: forgotten.
+    let r3 = accepted(receive(&h, &request("edge", 4, &[]), &limits));
+    assert!(r3.rejected.is_empty());
+    h.step();
+    assert!(client(&h, "edge").unwrap().rejected.is_empty());
+    assert_eq!(h.q().size().unwrap(), 3);
+}
+
+/// A group whose transaction fails leaves no trace: no item, no
+/// `last_seq`, no reject.
+fn a_failed_receive_changes_nothing(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits {
+        max_payload: 4,
+        ..ReceiveLimits::default()
+    };
+    let req = request("edge", 0, &[(1, "k", "one"), (2, "", "far too large")]);
+    let e = h
+        .q()
+        .receive(&mut |txn| {
+            apply_push(txn, &req, &limits)?;
+            Err(Error::Internal("the answer could not be sent".into()))
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Internal);
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    assert!(h.q().push_clients().unwrap().is_empty());
+    let r = accepted(receive(&h, &req, &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (2, 1, 0));
+}
+
+/// A full receiving spool stops the batch before the entry that does not
+/// fit: a 503 when nothing could be processed, else a partial `last_seq`;
+/// a dedup hit still goes through.
+fn a_full_receiving_spool_stops_the_batch(s: Setup) {
+    let mut h = s.open(Some(2));
+    add(&h, "local", "k-local");
+    let limits = ReceiveLimits::default();
+    let r = accepted(receive(
+        &h,
+        &request(
+            "edge",
+            0,
+            &[(1, "", "one"), (2, "", "two"), (3, "", "three")],
+        ),
+        &limits,
+    ));
+    assert_eq!((r.last_seq, r.applied), (1, 1));
+    h.step();
+    assert!(matches!(
+        receive(&h, &request("edge", 0, &[(2, "", "two")]), &limits),
+        PushOutcome::Full { last_seq: 1 }
+    ));
+    let r = accepted(receive(
+        &h,
+        &request("edge", 0, &[(2, "k-local", "dup")]),
+        &limits,
+    ));
+    assert_eq!((r.last_seq, r.applied), (2, 1), "a dedup hit needs no room");
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 2);
+}
+
+/// The digest of every applied number is kept, durably: the same number
+/// with other content — a copied spool — is a conflict, nothing applied.
+fn a_reused_number_with_other_content_is_refused_after_reopen(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    accepted(receive(
+        &h,
+        &request("edge", 0, &[(1, "", "one"), (2, "", "two")]),
+        &limits,
+    ));
+    h.step();
+    let o = receive(
+        &h,
+        &request("edge", 0, &[(2, "", "other"), (3, "", "three")]),
+        &limits,
+    );
+    match o {
+        PushOutcome::Conflict { last_seq, error } => {
+            assert_eq!(last_seq, 2);
+            assert!(error.contains("sequence 2 reused"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 2, "nothing of the batch applied");
+    assert!(matches!(
+        receive(&h, &request("edge", 0, &[(5, "", "gap")]), &limits),
+        PushOutcome::Conflict { last_seq: 2, .. }
+    ));
+}
+
+/// Group commit: many requests, of several clients, in one transaction.
+fn one_receive_commits_many_requests(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let reqs = [
+        request("a", 0, &[(1, "", "a1")]),
+        request("b", 0, &[(1, "", "b1"), (2, "", "b2")]),
+        request("a", 0, &[(1, "", "a1"), (2, "", "a2")]),
+    ];
+    let mut outcomes = Vec::new();
+    h.q()
+        .receive(&mut |txn| {
+            for r in &reqs {
+                outcomes.push(apply_push(txn, r, &limits)?);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let last: Vec<u64> = outcomes.into_iter().map(|o| accepted(o).last_seq).collect();
+    assert_eq!(last, vec![1, 2, 2]);
+    h.step();
+    assert_eq!(
+        payloads(&drain(&h)),
+        ["a1", "b1", "b2", "a2"]
+            .map(|p| p.as_bytes().to_vec())
+            .to_vec()
+    );
+    assert_eq!(client(&h, "a").unwrap().last_seq, 2);
+    assert_eq!(client(&h, "b").unwrap().last_seq, 2);
 }

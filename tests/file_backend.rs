@@ -840,3 +840,93 @@ fn a_dead_letter_written_during_compaction_is_never_lost() {
         "item 2 was lost: pending {pending:?}, dead {dead:?}"
     );
 }
+
+/// Compaction keeps what a push receiver knows — every client's
+/// `last_seq`, the digest of every processed number and the rejects not
+/// yet acknowledged — in a few lines per client, while the delivered
+/// items themselves go.
+#[test]
+fn compaction_keeps_the_receiver_state_in_bounded_lines() {
+    use spool::push::wire::{self, OutEntry};
+    use spool::push::{apply_push, PushOutcome, ReceiveLimits};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("central.ndjson");
+    let q = open(&p, OpenMode::Create).unwrap();
+    let limits = ReceiveLimits {
+        max_payload: 9,
+        ..ReceiveLimits::default()
+    };
+    let payloads: Vec<String> = (1..=5000u64)
+        .map(|s| {
+            if s % 1000 == 0 {
+                format!("too large {s}")
+            } else {
+                format!("p{s}")
+            }
+        })
+        .collect();
+    let push = |q: &FileQueue, from: u64, to: u64, acked: u64| -> PushOutcome {
+        let entries: Vec<OutEntry<'_>> = (from..=to)
+            .map(|s| OutEntry::Item {
+                seq: s,
+                id: s,
+                key: "",
+                payload: payloads[(s - 1) as usize].as_bytes(),
+                enqueued_at: None,
+            })
+            .collect();
+        let req = wire::parse_request(&wire::encode_request("edge", acked, &entries)).unwrap();
+        let mut out = None;
+        q.receive(&mut |txn| {
+            out = Some(apply_push(txn, &req, &limits)?);
+            Ok(())
+        })
+        .unwrap();
+        out.unwrap()
+    };
+    for batch in 0..10 {
+        push(&q, batch * 500 + 1, batch * 500 + 500, batch * 500);
+    }
+    // The receiving side delivers everything it got.
+    let ids: Vec<u64> = q.drain().unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(ids.len(), 4995);
+    q.mark_done(&ids).unwrap();
+    let before = q.push_clients().unwrap();
+    assert_eq!(before[0].last_seq, 5000);
+    // Rejects 1000..4000 were acknowledged by later pushes; 5000 was not.
+    assert_eq!(
+        before[0].rejected.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![5000]
+    );
+    let report = q.compact().unwrap();
+    assert_eq!(report.pending, 0);
+    drop(q);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.lines().count() <= 4, "{} lines", text.lines().count());
+    assert!(
+        text.lines().all(|l| l.len() < 400_000),
+        "a client line stays bounded"
+    );
+    let q = open(&p, OpenMode::ReadWrite).unwrap();
+    assert_eq!(q.push_clients().unwrap(), before);
+    // Digests survive: number 7 with other content is a copied spool.
+    let entries = [OutEntry::Item {
+        seq: 7,
+        id: 7,
+        key: "",
+        payload: b"other",
+        enqueued_at: None,
+    }];
+    let req = wire::parse_request(&wire::encode_request("edge", 0, &entries)).unwrap();
+    let mut out = None;
+    q.receive(&mut |txn| {
+        out = Some(apply_push(txn, &req, &limits)?);
+        Ok(())
+    })
+    .unwrap();
+    assert!(
+        matches!(out, Some(PushOutcome::Conflict { last_seq: 5000, .. })),
+        "{out:?}"
+    );
+    assert_eq!(q.high_water().unwrap(), 4995, "ids are never reused");
+}

@@ -5,12 +5,14 @@
 //! dedups), so that it is a faithful model of the durable backends: the
 //! property tests compare both durable backends against it.
 
+use super::receive::Receive;
 use super::state::State;
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
-    PushState, QueueStats, Record,
+    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, PushAck, PushState, QueueStats, Record,
 };
+use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
 use crate::time::{system_clock, SharedClock, Timestamp};
 use std::sync::{Mutex, MutexGuard};
@@ -233,5 +235,19 @@ impl Queue for MemoryQueue {
         let uuid = uuid::Uuid::new_v4().to_string();
         st.uuid = Some(uuid.clone());
         Ok(uuid)
+    }
+
+    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let mut rx = Receive::new(&st, now);
+        f(&mut rx)?;
+        let changes = rx.finish();
+        st.apply_receive(changes);
+        Ok(())
+    }
+
+    fn push_clients(&self) -> Result<Vec<ClientSummary>> {
+        Ok(self.lock().client_summaries())
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod memory;
+pub(crate) mod receive;
 pub mod sqlite;
 pub(crate) mod state;
 

@@ -38,6 +38,10 @@ pub(crate) struct State {
     /// keeps it here (the NDJSON backend keeps it with the push state, so
     /// that the new identity and the renumbering commit together).
     pub uuid: Option<String>,
+    /// The spool as a push receiver: every client's state.
+    pub receiver: crate::push::memory::PushLedger,
+    /// When each client last pushed.
+    pub receiver_at: HashMap<String, Timestamp>,
 }
 
 /// What acknowledging a push does, decided before anything changes.

@@ -43,6 +43,40 @@ pub(crate) enum Line {
     /// (a no-op for every reader that does not know it) with a `push`
     /// object. The last one in the file is the state.
     Push(PushLine),
+    /// What a push receiver recorded for one client: a `done` line for id
+    /// 0 with a `client` object. The lines of a client add up.
+    Client(ClientLine),
+}
+
+/// The `client` object of a receiver's client line: what a group of push
+/// requests (or, after compaction, all of them) did for one client.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientLine {
+    /// The client id.
+    pub id: String,
+    /// Its `last_seq`, when it moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<u64>,
+    /// Rejects at or below this are acknowledged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub acked: u64,
+    /// When the client pushed, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
+    /// Applied numbers and their digests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<(u64, String)>,
+    /// Refused numbers, their digests (when verified) and reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<(u64, Option<String>, String)>,
+    /// Skipped numbers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The `push` object of a push-state line.
@@ -91,6 +125,8 @@ struct Fields<'a, P, S> {
     push_seq: Option<u64>,
     #[serde(default = "none")]
     push: Option<PushLine>,
+    #[serde(default = "none")]
+    client: Option<ClientLine>,
     #[serde(default)]
     tx: Option<u64>,
 }
@@ -402,10 +438,14 @@ fn parse_line_serde<'a>(
     let raw: Fields<'_, PayloadIn, String> = from_line(bytes, text)?;
     let tx = raw.tx;
     let line = match raw.op.as_ref() {
-        "done" => match raw.push {
-            Some(push) if raw.id == 0 => Ok(Line::Push(push)),
-            Some(_) => Err("a push-state line must be a done line for id 0".into()),
-            None => Ok(Line::Done { id: raw.id }),
+        "done" => match (raw.push, raw.client) {
+            (Some(_), Some(_)) => Err("a line cannot hold both push and client state".into()),
+            (Some(_), _) | (_, Some(_)) if raw.id != 0 => {
+                Err("a push or client state line must be a done line for id 0".into())
+            }
+            (Some(push), None) => Ok(Line::Push(push)),
+            (None, Some(client)) => Ok(Line::Client(client)),
+            (None, None) => Ok(Line::Done { id: raw.id }),
         },
         "put" => {
             let payload = match raw.payload {
@@ -443,6 +483,8 @@ pub(crate) struct Head {
     pub id: ItemId,
     /// A push-state line (a `done` line for id 0 with a `push` object).
     pub push: bool,
+    /// A receiver's client line (a `done` line for id 0 with `client`).
+    pub client: bool,
 }
 
 /// A JSON string, validated and dropped.
@@ -524,29 +566,30 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             put: line.put,
             id: line.id,
             push: false,
+            client: false,
         });
     }
     let raw: Fields<'_, PayloadCheck, AnyStr> = from_line(bytes, text)?;
+    let head = |put, push, client| Head {
+        put,
+        id: raw.id,
+        push,
+        client,
+    };
     match raw.op.as_ref() {
-        "done" => match raw.push {
-            Some(_) if raw.id == 0 => Ok(Head {
-                put: false,
-                id: 0,
-                push: true,
-            }),
-            Some(_) => Err("a push-state line must be a done line for id 0".into()),
-            None => Ok(Head {
-                put: false,
-                id: raw.id,
-                push: false,
-            }),
+        "done" => match (&raw.push, &raw.client) {
+            (Some(_), Some(_)) => Err("a line cannot hold both push and client state".into()),
+            (Some(_), _) | (_, Some(_)) if raw.id != 0 => {
+                Err("a push or client state line must be a done line for id 0".into())
+            }
+            (Some(_), None) => Ok(head(false, true, false)),
+            (None, Some(_)) => Ok(head(false, false, true)),
+            (None, None) => Ok(head(false, false, false)),
         },
         "put" => match raw.payload {
-            Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => Ok(Head {
-                put: true,
-                id: raw.id,
-                push: false,
-            }),
+            Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => {
+                Ok(head(true, false, false))
+            }
             Some(PayloadCheck::Encoded(false)) => {
                 // Let the full parser word the error.
                 match parse_line(bytes) {
@@ -604,6 +647,24 @@ pub(crate) fn write_push(out: &mut Vec<u8>, push: &PushLine) {
         op: "done",
         id: 0,
         push,
+    };
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
+}
+
+/// Append a receiver's client line.
+pub(crate) fn write_client(out: &mut Vec<u8>, client: &ClientLine) {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        op: &'static str,
+        id: u64,
+        client: &'a ClientLine,
+    }
+    let line = Out {
+        op: "done",
+        id: 0,
+        client,
     };
     if serde_json::to_writer(&mut *out, &line).is_ok() {
         out.push(b'\n');
@@ -836,6 +897,8 @@ mod tests {
             Just("[1]".to_string()),
             Just("{\"assigned\":3,\"acked\":1,\"skips\":[2]}".to_string()),
             Just("{\"assigned\":3}".to_string()),
+            Just("{\"id\":\"c\",\"last\":2,\"applied\":[[1,\"d\"]],\"skipped\":[2]}".to_string()),
+            Just("{\"id\":\"c\",\"bogus\":1}".to_string()),
             (-5i64..5_000_000_000).prop_map(|n| n.to_string()),
             Just("1.5".to_string()),
         ];
@@ -853,6 +916,7 @@ mod tests {
             Just("tx"),
             Just("pushSeq"),
             Just("push"),
+            Just("client"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -918,9 +982,10 @@ mod tests {
             let full = parse_line(&line);
             let checked = check_line(&line);
             match (&full, &checked) {
-                (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false }),
-                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false }),
-                (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true }),
+                (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false, client: false }),
+                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false }),
+                (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true, client: false }),
+                (Ok(Line::Client(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: true }),
                 (Err(a), Err(b)) => prop_assert_eq!(a, b),
                 _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
             }
@@ -973,9 +1038,10 @@ mod tests {
             }
             prop_assert_eq!(parse_line_tx(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
             let head = parse_line(&line).map(|l| match l {
-                Line::Put { item, .. } => Head { put: true, id: item.id, push: false },
-                Line::Done { id } => Head { put: false, id, push: false },
-                Line::Push(_) => Head { put: false, id: 0, push: true },
+                Line::Put { item, .. } => Head { put: true, id: item.id, push: false, client: false },
+                Line::Done { id } => Head { put: false, id, push: false, client: false },
+                Line::Push(_) => Head { put: false, id: 0, push: true, client: false },
+                Line::Client(_) => Head { put: false, id: 0, push: false, client: true },
             });
             prop_assert_eq!(check_line(&line), head);
         }

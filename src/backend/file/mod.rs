@@ -56,13 +56,16 @@ use self::format::Line;
 use self::io::{copy_all, parent_dir, write_all, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
+use super::receive::{ClientDelta, Receive};
 use super::state::State;
 use super::{companion, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, PushAck,
-    PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
+use crate::push::memory::Recorded;
+use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
 use std::collections::BTreeMap;
@@ -352,6 +355,7 @@ impl FileQueue {
         let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
         let mut high_water = dead.high_water;
         let mut last_push: Option<(u64, usize)> = None;
+        let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
         let scanned = scan::scan_file_parallel(
             &self.path,
             &main.file,
@@ -360,6 +364,8 @@ impl FileQueue {
                 high_water = high_water.max(head.id);
                 if head.push {
                     last_push = Some((offset, len));
+                } else if head.client {
+                    client_lines_at.push((offset, len));
                 } else if !head.put {
                     live.remove(&head.id);
                 } else if !dead.dead.contains_key(&head.id) {
@@ -419,9 +425,38 @@ impl FileQueue {
                 format::write_push(&mut push_state, &p);
             }
         }
-        if !push_state.is_empty() {
-            records_after += 1;
+        // The receiver's state: every client's lines added up, written as
+        // one line per client (or a few for a long history).
+        let mut receiver = State::default();
+        for &(offset, len) in &client_lines_at {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            if let Ok(Line::Client(c)) = format::parse_line(&line) {
+                let id = c.id.clone();
+                receiver.apply_client_delta(&id, client_delta(c));
+            }
         }
+        for (id, c) in receiver.receiver.clients() {
+            let mut entries = c.entries.clone();
+            // Rejects the client acknowledged keep their record but are no
+            // longer reported: everything below the first one still
+            // reported (all of them when none is) is acknowledged.
+            let acked = c
+                .rejects
+                .keys()
+                .next()
+                .map_or(c.last_seq, |first| first - 1);
+            let delta = ClientDelta {
+                last_seq: Some(c.last_seq),
+                entries: std::mem::take(&mut entries),
+                acked,
+                at: receiver.receiver_at.get(id).copied(),
+            };
+            client_lines(&mut push_state, id, &delta);
+        }
+        records_after += push_state.iter().filter(|b| **b == b'\n').count() as u64;
         let mut later_min = vec![u64::MAX; order.len()];
         let mut m = u64::MAX;
         for (i, &(offset, _)) in order.iter().enumerate().rev() {
@@ -1029,6 +1064,10 @@ fn read_into(path: &Path, t: &mut Tracked, apply: impl FnMut(Line)) -> Result<()
 fn apply_main(state: &mut State, line: Line) {
     match line {
         Line::Push(p) => apply_push_line(state, p),
+        Line::Client(c) => {
+            let id = c.id.clone();
+            state.apply_client_delta(&id, client_delta(c));
+        }
         Line::Put { item, .. } => {
             if state.dead.contains_key(&item.id) {
                 state.high_water = state.high_water.max(item.id);
@@ -1071,10 +1110,71 @@ fn push_line(push: &PushState, uuid: Option<&String>) -> Vec<u8> {
     out
 }
 
+/// What a client line says, as changes to the receiver's state.
+fn client_delta(c: format::ClientLine) -> ClientDelta {
+    let mut entries = BTreeMap::new();
+    for (seq, digest) in c.applied {
+        entries.insert(seq, Recorded::Applied { digest });
+    }
+    for (seq, digest, reason) in c.rejected {
+        entries.insert(seq, Recorded::Rejected { digest, reason });
+    }
+    for seq in c.skipped {
+        entries.insert(seq, Recorded::Skipped);
+    }
+    ClientDelta {
+        last_seq: c.last,
+        entries,
+        acked: c.acked,
+        at: c.at.map(Timestamp::from_millis),
+    }
+}
+
+/// The client lines for `delta`: one line, or several of at most
+/// [`CLIENT_LINE_ENTRIES`] numbers each (the first carries the rest of
+/// the state), so that no line grows with the client's history.
+fn client_lines(out: &mut Vec<u8>, id: &str, delta: &ClientDelta) {
+    let mut line = format::ClientLine {
+        id: id.to_string(),
+        last: delta.last_seq,
+        acked: delta.acked,
+        at: delta.at.map(|t| t.as_millis()),
+        ..format::ClientLine::default()
+    };
+    let mut count = 0;
+    let flush = |line: &mut format::ClientLine, count: &mut usize, out: &mut Vec<u8>| {
+        format::write_client(out, line);
+        *line = format::ClientLine {
+            id: id.to_string(),
+            ..format::ClientLine::default()
+        };
+        *count = 0;
+    };
+    for (seq, r) in &delta.entries {
+        match r {
+            Recorded::Applied { digest } => line.applied.push((*seq, digest.clone())),
+            Recorded::Rejected { digest, reason } => {
+                line.rejected.push((*seq, digest.clone(), reason.clone()))
+            }
+            Recorded::Skipped => line.skipped.push(*seq),
+        }
+        count += 1;
+        if count == CLIENT_LINE_ENTRIES {
+            flush(&mut line, &mut count, out);
+        }
+    }
+    if count > 0 || line.last.is_some() || line.acked > 0 || line.at.is_some() {
+        flush(&mut line, &mut count, out);
+    }
+}
+
+/// Numbers per client line.
+const CLIENT_LINE_ENTRIES: usize = 4096;
+
 fn apply_dead(state: &mut State, line: Line) {
     match line {
         // Push state lives in the main file only.
-        Line::Push(_) => {}
+        Line::Push(_) | Line::Client(_) => {}
         Line::Put { item, dead_at } => {
             state.remove_pending(item.id);
             state.high_water = state.high_water.max(item.id);
@@ -1448,6 +1548,31 @@ impl Queue for FileQueue {
             inner.state.push = push;
             inner.state.uuid = Some(uuid.clone());
             Ok(uuid)
+        })
+    }
+
+    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
+        let now = self.clock.now();
+        self.mutate(MetaUse::Read, |q, inner| {
+            let mut rx = Receive::new(&inner.state, now);
+            f(&mut rx)?;
+            let changes = rx.finish();
+            let mut buf = Vec::new();
+            for it in &changes.items {
+                format::write_put(&mut buf, it, None);
+            }
+            for (id, delta) in &changes.clients {
+                client_lines(&mut buf, id, delta);
+            }
+            q.append(inner, Target::Main, &buf)?;
+            inner.state.apply_receive(changes);
+            Ok(())
+        })
+    }
+
+    fn push_clients(&self) -> Result<Vec<ClientSummary>> {
+        self.locked(false, MetaUse::Skip, |_, inner| {
+            Ok(inner.state.client_summaries())
         })
     }
 }

@@ -111,7 +111,7 @@ fn scan_file(
                 out.live.remove(&id);
                 out.high_water = out.high_water.max(id);
             }
-            Ok(Line::Push(_)) => out.records += 1,
+            Ok(Line::Push(_)) | Ok(Line::Client(_)) => out.records += 1,
             Err(reason) => bad.push((line_no, reason, has_newline)),
         }
     }

@@ -51,6 +51,7 @@
 
 mod db;
 pub mod maint;
+mod receive;
 mod schema;
 
 use self::db::Db;
@@ -58,9 +59,10 @@ use self::schema::Layout;
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
+    ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
+use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
 use rusqlite::config::DbConfig;
@@ -744,6 +746,18 @@ impl Queue for SqliteQueue {
             db.set_push_counters(in_flight.len() as u64, 0)?;
             Ok(uuid)
         })
+    }
+
+    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
+        let now = self.clock.now();
+        self.write("receive a push into", |db| {
+            let mut rx = receive::SqliteReceive::new(db, now);
+            f(&mut rx)
+        })
+    }
+
+    fn push_clients(&self) -> Result<Vec<ClientSummary>> {
+        self.snapshot("read the push clients of", receive::clients)
     }
 }
 

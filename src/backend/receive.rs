@@ -1,0 +1,273 @@
+//! The receiving side of push (SPEC §7) over the in-memory image that the
+//! memory and NDJSON backends share.
+//!
+//! [`Receive`] implements [`ReceiveTxn`] without changing the image: it
+//! reads the image and keeps what a group of requests adds — new items,
+//! per-client ledger changes — to itself. When the group succeeds the
+//! backend makes the changes durable (the NDJSON backend appends them as
+//! one framed batch) and then applies them with [`State::apply_receive`];
+//! when it fails, dropping the [`Receive`] is the rollback.
+
+use super::state::State;
+use crate::error::{Error, Result};
+use crate::item::{Enqueued, Item, ItemId};
+use crate::push::memory::Recorded;
+use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
+use crate::push::wire::Rejected;
+use crate::time::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+
+/// What a group of requests did to one client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientDelta {
+    /// The new `last_seq`, when it moved.
+    pub last_seq: Option<u64>,
+    /// Numbers processed, with what became of them.
+    pub entries: BTreeMap<u64, Recorded>,
+    /// Rejects at or below this were acknowledged (0: none).
+    pub acked: u64,
+    /// When the client pushed.
+    pub at: Option<Timestamp>,
+}
+
+/// The changes of a group of requests, ready to be stored and applied.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ReceiveChanges {
+    /// Items enqueued, in order.
+    pub items: Vec<Item>,
+    /// Per-client changes.
+    pub clients: BTreeMap<String, ClientDelta>,
+}
+
+/// One write transaction of a receiving spool over `state`.
+pub(crate) struct Receive<'s> {
+    state: &'s State,
+    now: Timestamp,
+    next_id: ItemId,
+    changes: ReceiveChanges,
+    keys: HashMap<String, ItemId>,
+}
+
+impl<'s> Receive<'s> {
+    /// A transaction that enqueues at `now`.
+    pub fn new(state: &'s State, now: Timestamp) -> Receive<'s> {
+        Receive {
+            state,
+            now,
+            next_id: state.high_water,
+            changes: ReceiveChanges::default(),
+            keys: HashMap::new(),
+        }
+    }
+
+    /// What the transaction did.
+    pub fn finish(self) -> ReceiveChanges {
+        self.changes
+    }
+
+    fn delta(&mut self, client: &str) -> &mut ClientDelta {
+        let now = self.now;
+        let d = self.changes.clients.entry(client.to_string()).or_default();
+        d.at = Some(now);
+        d
+    }
+}
+
+fn digest_of(r: &Recorded) -> Option<String> {
+    match r {
+        Recorded::Applied { digest } => Some(digest.clone()),
+        Recorded::Rejected { digest, .. } => digest.clone(),
+        Recorded::Skipped => None,
+    }
+}
+
+impl ReceiveRead for Receive<'_> {
+    fn last_seq(&mut self, client: &str) -> Result<u64> {
+        let before = self.state.receiver.last_seq(client);
+        Ok(self
+            .changes
+            .clients
+            .get(client)
+            .and_then(|d| d.last_seq)
+            .map_or(before, |l| l.max(before)))
+    }
+
+    fn digest(&mut self, client: &str, seq: u64) -> Result<Option<String>> {
+        if let Some(r) = self
+            .changes
+            .clients
+            .get(client)
+            .and_then(|d| d.entries.get(&seq))
+        {
+            return Ok(digest_of(r));
+        }
+        Ok(self.state.receiver.digest(client, seq))
+    }
+
+    fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        let delta = self.changes.clients.get(client);
+        let after = after.max(delta.map_or(0, |d| d.acked));
+        let mut out = self.state.receiver.rejects(client, after);
+        if let Some(d) = delta {
+            for (seq, r) in d.entries.range(after.saturating_add(1)..) {
+                if let Recorded::Rejected { reason, .. } = r {
+                    out.push(Rejected {
+                        seq: *seq,
+                        error: reason.clone(),
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
+    }
+}
+
+impl ReceiveTxn for Receive<'_> {
+    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
+        if !key.is_empty() {
+            let existing = self
+                .state
+                .keys
+                .get(key)
+                .or_else(|| self.keys.get(key))
+                .copied();
+            if let Some(id) = existing {
+                return Ok(Some(Enqueued {
+                    id,
+                    deduplicated: true,
+                }));
+            }
+        }
+        if let Some(bound) = self.state.max_depth {
+            let depth = self.state.pending.len() as u64 + self.changes.items.len() as u64;
+            if depth >= bound {
+                return Ok(None);
+            }
+        }
+        self.next_id = self
+            .next_id
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let id = self.next_id;
+        if !key.is_empty() {
+            self.keys.insert(key.to_string(), id);
+        }
+        self.changes
+            .items
+            .push(Item::new(id, payload.to_vec(), key.to_string(), self.now));
+        Ok(Some(Enqueued {
+            id,
+            deduplicated: false,
+        }))
+    }
+
+    fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
+        let known = self
+            .state
+            .receiver
+            .client(client)
+            .is_some_and(|c| c.entries.contains_key(&seq));
+        let d = self.delta(client);
+        if known || d.entries.contains_key(&seq) {
+            return Err(Error::Internal(format!(
+                "push sequence number {seq} of client {client} recorded twice"
+            )));
+        }
+        let r = match record {
+            EntryRecord::Applied { digest } => Recorded::Applied {
+                digest: digest.to_string(),
+            },
+            EntryRecord::Rejected { digest, reason } => Recorded::Rejected {
+                digest: digest.map(str::to_string),
+                reason: reason.to_string(),
+            },
+            EntryRecord::Skipped => Recorded::Skipped,
+        };
+        d.entries.insert(seq, r);
+        Ok(())
+    }
+
+    fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
+        let before = self.last_seq(client)?;
+        if seq < before {
+            return Err(Error::Internal(format!(
+                "last_seq of client {client} would move back from {before} to {seq}"
+            )));
+        }
+        self.delta(client).last_seq = Some(seq);
+        Ok(())
+    }
+
+    fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
+        let d = self.delta(client);
+        d.acked = d.acked.max(upto);
+        Ok(())
+    }
+}
+
+impl State {
+    /// Apply what a receiving transaction did (after it was made durable).
+    pub(crate) fn apply_receive(&mut self, changes: ReceiveChanges) {
+        for item in changes.items {
+            self.insert_pending(item);
+        }
+        for (client, delta) in changes.clients {
+            self.apply_client_delta(&client, delta);
+        }
+    }
+
+    /// Apply one client's changes (also what reading an NDJSON client line
+    /// does). Idempotent: a number already recorded is kept as it is.
+    pub(crate) fn apply_client_delta(&mut self, client: &str, delta: ClientDelta) {
+        for (seq, r) in delta.entries {
+            let known = self
+                .receiver
+                .client(client)
+                .is_some_and(|c| c.entries.contains_key(&seq));
+            if known {
+                continue;
+            }
+            let rec = match &r {
+                Recorded::Applied { digest } => EntryRecord::Applied { digest },
+                Recorded::Rejected { digest, reason } => EntryRecord::Rejected {
+                    digest: digest.as_deref(),
+                    reason,
+                },
+                Recorded::Skipped => EntryRecord::Skipped,
+            };
+            // Cannot fail: the number is not recorded yet.
+            let _ = self.receiver.record(client, seq, rec);
+        }
+        if let Some(last) = delta.last_seq {
+            let before = self.receiver.last_seq(client);
+            let _ = self.receiver.set_last_seq(client, last.max(before));
+        }
+        if delta.acked > 0 {
+            self.receiver.prune_rejects(client, delta.acked);
+        }
+        if let Some(at) = delta.at {
+            self.receiver_at.insert(client.to_string(), at);
+        }
+    }
+
+    /// Every client's state, as `spool clients` shows it.
+    pub(crate) fn client_summaries(&self) -> Vec<crate::item::ClientSummary> {
+        self.receiver
+            .clients()
+            .map(|(id, c)| crate::item::ClientSummary {
+                client_id: id.to_string(),
+                last_seq: c.last_seq,
+                rejected: c
+                    .rejects
+                    .iter()
+                    .map(|(seq, reason)| Rejected {
+                        seq: *seq,
+                        error: reason.clone(),
+                    })
+                    .collect(),
+                updated_at: self.receiver_at.get(id).copied(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,207 @@
+//! The receiving side of push (SPEC §7) in SQL: [`ReceiveTxn`] inside the
+//! one write transaction that [`super::SqliteQueue::receive`] opens, on
+//! the tables of `migrations/0002_push.sql`.
+
+use super::db::Db;
+use crate::error::{Error, Result};
+use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
+use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
+use crate::push::wire::Rejected;
+use crate::time::Timestamp;
+use rusqlite::{params, OptionalExtension};
+
+/// One receiving transaction. The depth, the bound and the next id are
+/// read once and then kept up to date here, so that a group of many
+/// entries costs one index lookup and one insert per entry.
+pub(super) struct SqliteReceive<'t, 'c> {
+    db: &'t Db<'c>,
+    now: Timestamp,
+    next_id: Option<ItemId>,
+    room: Option<Option<u64>>,
+}
+
+impl<'t, 'c> SqliteReceive<'t, 'c> {
+    pub fn new(db: &'t Db<'c>, now: Timestamp) -> SqliteReceive<'t, 'c> {
+        SqliteReceive {
+            db,
+            now,
+            next_id: None,
+            room: None,
+        }
+    }
+
+    /// How many more items fit under the stored bound (`None`: no bound).
+    fn room(&mut self) -> Result<Option<u64>> {
+        if let Some(r) = self.room {
+            return Ok(r);
+        }
+        let r = match self.db.max_depth()? {
+            None => None,
+            Some(bound) => Some(bound.saturating_sub(self.db.pending_count()?)),
+        };
+        self.room = Some(r);
+        Ok(r)
+    }
+}
+
+fn seq_param(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+impl ReceiveRead for SqliteReceive<'_, '_> {
+    fn last_seq(&mut self, client: &str) -> Result<u64> {
+        client_last_seq(self.db, client)
+    }
+
+    fn digest(&mut self, client: &str, seq: u64) -> Result<Option<String>> {
+        let d: Option<Option<String>> = self
+            .db
+            .conn
+            .prepare_cached(
+                "SELECT digest FROM spool_push_entries WHERE client_id = ?1 AND seq = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![client, seq_param(seq)], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| self.db.err(e))?;
+        Ok(d.flatten())
+    }
+
+    fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        client_rejects(self.db, client, after)
+    }
+}
+
+impl ReceiveTxn for SqliteReceive<'_, '_> {
+    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
+        if let Some(id) = self.db.key_owner(key)? {
+            return Ok(Some(Enqueued {
+                id,
+                deduplicated: true,
+            }));
+        }
+        if let Some(room) = self.room()? {
+            if room == 0 {
+                return Ok(None);
+            }
+            self.room = Some(Some(room - 1));
+        }
+        let next = match self.next_id {
+            Some(n) => n,
+            None => self.db.high_water()?,
+        }
+        .checked_add(1)
+        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        self.next_id = Some(next);
+        let item = NewItem::new(payload, key);
+        self.db.insert_fresh(&[(next, &item)], self.now)?;
+        Ok(Some(Enqueued {
+            id: next,
+            deduplicated: false,
+        }))
+    }
+
+    fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
+        let (outcome, digest, reason) = match record {
+            EntryRecord::Applied { digest } => ("applied", Some(digest), None),
+            EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
+            EntryRecord::Skipped => ("skipped", None, None),
+        };
+        self.db
+            .conn
+            .prepare_cached(
+                "INSERT INTO spool_push_entries (client_id, seq, outcome, digest, reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| s.execute(params![client, seq_param(seq), outcome, digest, reason]))
+            .map_err(|e| self.db.err(e))?;
+        Ok(())
+    }
+
+    fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
+        self.db
+            .conn
+            .prepare_cached(
+                "INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (client_id) DO UPDATE \
+                 SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at",
+            )
+            .and_then(|mut s| s.execute(params![client, seq_param(seq), self.now.as_millis()]))
+            .map_err(|e| self.db.err(e))?;
+        Ok(())
+    }
+
+    fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
+        self.db
+            .conn
+            .prepare_cached(
+                "UPDATE spool_push_entries SET reason = NULL \
+                 WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL",
+            )
+            .and_then(|mut s| s.execute(params![client, seq_param(upto)]))
+            .map_err(|e| self.db.err(e))?;
+        Ok(())
+    }
+}
+
+fn client_last_seq(db: &Db<'_>, client: &str) -> Result<u64> {
+    if !db.layout.has_push() {
+        return Ok(0);
+    }
+    let v: Option<i64> = db
+        .conn
+        .prepare_cached("SELECT last_seq FROM spool_push_clients WHERE client_id = ?1")
+        .and_then(|mut s| s.query_row([client], |r| r.get(0)).optional())
+        .map_err(|e| db.err(e))?;
+    Ok(v.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+}
+
+fn client_rejects(db: &Db<'_>, client: &str, after: u64) -> Result<Vec<Rejected>> {
+    if !db.layout.has_push() {
+        return Ok(Vec::new());
+    }
+    db.conn
+        .prepare_cached(
+            "SELECT seq, reason FROM spool_push_entries \
+             WHERE client_id = ?1 AND seq > ?2 AND reason IS NOT NULL ORDER BY seq",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![client, seq_param(after)], |r| {
+                Ok(Rejected {
+                    seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                    error: r.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(|e| db.err(e))
+}
+
+/// Every client of the receiving spool, by id.
+pub(super) fn clients(db: &Db<'_>) -> Result<Vec<ClientSummary>> {
+    if !db.layout.has_push() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String, i64, Option<i64>)> = db
+        .conn
+        .prepare_cached(
+            "SELECT client_id, last_seq, updated_at FROM spool_push_clients ORDER BY client_id",
+        )
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(|e| db.err(e))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (client_id, last_seq, at) in rows {
+        let rejected = client_rejects(db, &client_id, 0)?;
+        out.push(ClientSummary {
+            client_id,
+            last_seq: u64::try_from(last_seq).unwrap_or(0),
+            rejected,
+            updated_at: at.map(Timestamp::from_millis),
+        });
+    }
+    Ok(out)
+}
