@@ -28,7 +28,7 @@ Every command that exits 0 after changing a spool has made the change durable.";
 const AFTER_LONG_HELP: &str = "\
 Examples:
   spool enqueue '{\"event\":\"signup\"}' --key signup-42
-  some-producer | spool -s /var/spool/app/outbox.db enqueue --stdin --lines
+  some-producer | spool -s /var/spool/app/outbox.db enqueue --lines
   spool list --min-attempts 3
   spool show 17 --raw | jq .
   spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
