@@ -222,7 +222,9 @@ fn prepare_file(path: &Path, mode: OpenMode) -> Result<()> {
             path: path.to_path_buf(),
         }),
         (false, OpenMode::Create | OpenMode::CreateNew) => {
-            match std::fs::OpenOptions::new()
+            // Mode 0600: SQLite gives the -wal and -shm files it creates
+            // later the database file's mode.
+            match crate::private_file::options()
                 .write(true)
                 .create_new(true)
                 .open(path)

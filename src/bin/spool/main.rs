@@ -58,6 +58,13 @@ Exit status:
   77   permission denied on the spool, its directory or a file
   130  interrupted by SIGINT; 143 by SIGTERM
 
+Files:
+  Every file spool creates (the database and its -wal and -shm files, the
+  NDJSON file and its .dead and .meta companions, <spool>.replay.lock,
+  outputs written with -o, the watch metrics file) gets mode 0600, narrowed
+  further by the umask. An existing file keeps its mode, also when it is
+  replaced atomically.
+
 Environment:
   SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)";
 
