@@ -491,6 +491,13 @@ impl Queue for SqliteQueue {
         self.read("count items in", |db| db.pending_count())
     }
 
+    fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
+        let due = self.snapshot("count due items in", |db| {
+            db.due_count((!ignore_backoff).then_some(now))
+        })?;
+        Ok(at_most.map_or(due, |m| due.min(m)))
+    }
+
     fn max_depth(&self) -> Result<Option<u64>> {
         self.read("read the depth bound of", |db| db.max_depth())
     }
