@@ -72,7 +72,7 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -l wait-for-space -
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
-complete -c spool -n "__fish_spool_using_subcommand enqueue" -l stdin -d 'Read the payload (or the batch) from stdin'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l stdin -d 'Read the payload (or the batch) from stdin; the default for --lines and --ndjson'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l key-from-payload -d 'Use the payload\'s content hash (sha256:<hex>) as its key'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l lines -d 'One payload per input line (a batch, one atomic commit)'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l ndjson -d 'One JSON object per input line: {"payload": ..., "key": ...} (a batch, one atomic commit)'

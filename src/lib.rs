@@ -27,6 +27,7 @@ pub mod backend;
 pub mod error;
 pub mod item;
 pub mod ops;
+pub mod private_file;
 pub mod push;
 pub mod queue;
 pub mod replay;

@@ -121,6 +121,35 @@ pub trait Queue: Send + Sync {
     /// Number of pending items, held ones included.
     fn size(&self) -> Result<u64>;
 
+    /// Number of pending items a replay at `now` would attempt, counted
+    /// up to `at_most`: items not held and, unless `ignore_backoff`,
+    /// without a next retry time after `now`. Sizes a replay's progress
+    /// report.
+    ///
+    /// The provided implementation walks the pending items in enqueue
+    /// order, page by page, and stops once it has counted `at_most`: it
+    /// reads no more than a replay limited to `at_most` items walks
+    /// anyway. Backends that can count from indexes override it.
+    fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
+        let at_most = at_most.unwrap_or(u64::MAX);
+        let mut due = 0u64;
+        let mut after = 0;
+        while due < at_most {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            let n = page
+                .iter()
+                .filter(|it| !it.held && (ignore_backoff || it.is_due(now)))
+                .count();
+            due = due.saturating_add(n as u64);
+            if page.len() < PAGE_SIZE {
+                break;
+            }
+        }
+        Ok(due.min(at_most))
+    }
+
     /// The depth bound the spool remembers, if any.
     fn max_depth(&self) -> Result<Option<u64>>;
 

@@ -310,6 +310,91 @@ fn batches_from_lines_and_ndjson() {
 }
 
 #[test]
+fn batches_read_stdin_without_the_stdin_flag() {
+    each_backend(|env| {
+        // `tail -f log | spool enqueue --lines` must just work.
+        let a = env
+            .run_in(&["enqueue", "--lines"], "one\ntwo\r\n\nthree")
+            .success();
+        assert_eq!(stdout(&a), "1\n2\n3\n");
+        let a = env
+            .run_in(
+                &["--json", "enqueue", "--ndjson"],
+                "{\"payload\":\"four\",\"key\":\"k4\"}\n{\"payload_base64\":\"/wA=\"}\n",
+            )
+            .success();
+        let v = ndjson(&a.get_output().stdout);
+        assert_eq!(v[0], serde_json::json!({"id": 4, "deduplicated": false}));
+        assert_eq!(v[1], serde_json::json!({"id": 5, "deduplicated": false}));
+        // --stdin is still accepted, before or after the batch flag.
+        env.run_in(&["enqueue", "--stdin", "--lines"], "six\n")
+            .success()
+            .stdout("6\n");
+        env.run_in(
+            &["enqueue", "--ndjson", "--stdin"],
+            "{\"payload\":\"seven\"}\n",
+        )
+        .success()
+        .stdout("7\n");
+        let items = env.drain();
+        let payloads: Vec<_> = items.iter().map(|i| i["payload"].clone()).collect();
+        assert_eq!(
+            payloads,
+            ["one", "two", "three", "four", "null", "six", "seven"].map(|p| if p == "null" {
+                serde_json::Value::Null
+            } else {
+                p.into()
+            })
+        );
+        assert_eq!(items[3]["key"], "k4");
+        assert_eq!(items[4]["payload_base64"], "/wA=");
+        // A PAYLOAD or --file is the batch when given; stdin is not read.
+        env.run_in(&["enqueue", "--lines", "--", "a\nb"], "not read\n")
+            .success()
+            .stdout("8\n9\n");
+        let f = env.dir.path().join("batch.txt");
+        std::fs::write(&f, "c\n").unwrap();
+        env.cmd()
+            .args(["enqueue", "--lines", "--file"])
+            .arg(&f)
+            .write_stdin("not read either\n")
+            .assert()
+            .success()
+            .stdout("10\n");
+        // Empty stdin is an empty batch: nothing enqueued, exit 0.
+        env.run_in(&["enqueue", "--lines"], "").success().stdout("");
+        // A bad line from the implicit stdin is named as a stdin line.
+        let a = assert_error(
+            env.run_in(&["enqueue", "--ndjson"], "{\"payload\":\"x\"}\n{]\n"),
+            65,
+            &env.path,
+        );
+        assert!(stderr(&a).contains("stdin line 2"), "{}", stderr(&a));
+        assert_eq!(env.size(), 10);
+        // Without a batch flag, a payload source is still required.
+        let a = env
+            .run_in(&["enqueue"], "would be ignored")
+            .code(64)
+            .stdout("");
+        assert!(stderr(&a).contains("--stdin"), "{}", stderr(&a));
+        env.run_in(&["enqueue", "--key", "k"], "x")
+            .code(64)
+            .stdout("");
+        // Two sources stay a usage error with a batch flag too.
+        env.cmd()
+            .args(["enqueue", "--lines", "x", "--file"])
+            .arg(&f)
+            .assert()
+            .code(64)
+            .stdout("");
+        env.run_in(&["enqueue", "--lines", "--stdin", "x"], "y")
+            .code(64)
+            .stdout("");
+        assert_eq!(env.size(), 10);
+    });
+}
+
+#[test]
 fn a_bad_batch_line_enqueues_nothing() {
     each_backend(|env| {
         env.run(&["init"]).success();

@@ -94,6 +94,7 @@ conformance!(
         import_dedups_pending_keys,
         import_with_a_malformed_record_changes_nothing,
         stats_numbers,
+        due_count_leaves_out_held_and_waiting_items,
         uuid_is_stable_and_well_formed,
         payload_bytes_round_trip,
         large_payload_round_trips,
@@ -1424,6 +1425,65 @@ fn stats_numbers(s: Setup) {
     assert_eq!(s2.oldest_enqueued_at, Some(now));
     assert_eq!(s2.depth, 3);
     assert_eq!(s2.attempts_histogram, BTreeMap::from([(1, 1), (2, 2)]));
+}
+
+/// `due_count(now, ignore_backoff, at_most)`: the pending items a replay
+/// would attempt — neither held nor (unless `ignore_backoff`) waiting for
+/// a retry time after `now` — counted up to `at_most`. An item both held
+/// and waiting is left out once.
+fn due_count_leaves_out_held_and_waiting_items(s: Setup) {
+    let mut h = s.open(None);
+    let now = h.now();
+    assert_eq!(
+        h.q().due_count(now, false, None).unwrap(),
+        0,
+        "an empty spool"
+    );
+    let ids: Vec<ItemId> = (0..6).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    // ids[0] and ids[5] stay plain pending items.
+    let (waiting, held, held_waiting, retried) = (ids[1], ids[2], ids[3], ids[4]);
+    let upd = |at: Timestamp| AttemptUpdate {
+        attempts: 1,
+        next_retry_at: Some(at),
+        last_error: Some("x".into()),
+    };
+    let later = now.saturating_add(secs(60));
+    h.q().record_attempt(waiting, &upd(later)).unwrap();
+    h.q().record_attempt(held_waiting, &upd(later)).unwrap();
+    h.q().record_attempt(retried, &upd(now)).unwrap();
+    h.q().set_held(&[held, held_waiting], true).unwrap();
+    h.step();
+    let due = |h: &Harness, now, ignore_backoff, at_most| {
+        h.q().due_count(now, ignore_backoff, at_most).unwrap()
+    };
+    // The two plain items and the retried one are due.
+    assert_eq!(due(&h, now, false, None), 3);
+    assert_eq!(due(&h, now, true, None), 4);
+    assert_eq!(due(&h, later, false, None), 4);
+    for (at_most, want) in [(0, 0), (2, 2), (3, 3), (4, 3), (u64::MAX, 3)] {
+        assert_eq!(
+            due(&h, now, false, Some(at_most)),
+            want,
+            "at most {at_most}"
+        );
+    }
+    h.q().set_held(&[held_waiting], false).unwrap();
+    h.q().set_held(&[waiting], true).unwrap();
+    h.step();
+    assert_eq!(due(&h, now, false, None), 3);
+    assert_eq!(due(&h, now, true, None), 4);
+    // More held items than waiting ones (SQLite then counts the overlap
+    // through the other index): only the retried item is due.
+    h.q().set_held(&[ids[0], ids[5]], true).unwrap();
+    h.step();
+    assert_eq!(due(&h, now, false, None), 1);
+    assert_eq!(due(&h, now, true, None), 2);
+    h.q()
+        .set_held(&[ids[0], ids[5], held, waiting], false)
+        .unwrap();
+    h.step();
+    assert_eq!(due(&h, now, false, None), 4);
+    assert_eq!(due(&h, now, true, None), 6);
 }
 
 // ---------------------------------------------------------------- uuid

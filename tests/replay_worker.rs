@@ -744,3 +744,104 @@ fn group_commit_flushes_a_group_that_waited_too_long() {
     assert_eq!(sizes.into_inner().unwrap(), vec![4, 4, 4, 1]);
     assert_eq!(s.size().unwrap(), 0);
 }
+
+/// What a progress observer is told at the start of each run, and how
+/// many items it then saw attempted.
+#[derive(Default)]
+struct Totals {
+    wants: bool,
+    started: Mutex<Vec<Option<u64>>>,
+    attempted: AtomicUsize,
+}
+
+impl ReplayObserver for Totals {
+    fn wants_total(&self) -> bool {
+        self.wants
+    }
+    fn started(&self, total: Option<u64>) {
+        self.started.lock().unwrap().push(total);
+    }
+    fn attempted(&self, _: &Item, _: u32, _: &ItemOutcome) {
+        self.attempted.fetch_add(1, AtomicOrdering::SeqCst);
+    }
+}
+
+/// A progress bar's total is what the run will attempt: the due items
+/// (not held, not backed off unless --ignore-backoff), at most --limit;
+/// not every pending item.
+#[test]
+fn the_progress_total_is_the_due_items_capped_by_the_limit() {
+    for name in ["memory", "q.ndjson", "q.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_m, shared) = clock();
+        let mut o = OpenOptions::new(OpenMode::Create);
+        o.clock = shared.clone();
+        let s = if name == "memory" {
+            Spool::memory(&o)
+        } else {
+            Spool::open(&dir.path().join(name), &o).unwrap()
+        };
+        for i in 1..=10 {
+            s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
+        }
+        // 1 held, 2 held and backed off, 3 and 4 backed off, 5 was tried
+        // and is due again; 6 to 10 were never tried.
+        let later = |secs| spool::AttemptUpdate {
+            attempts: 1,
+            next_retry_at: Some(shared.now().saturating_add(Duration::from_secs(secs))),
+            last_error: Some("boom".into()),
+        };
+        s.set_held(&[1, 2], true).unwrap();
+        for id in [2, 3, 4] {
+            s.record_attempt(id, &later(60)).unwrap();
+        }
+        s.record_attempt(5, &later(0)).unwrap();
+        let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+        let run = |limit: Option<u64>, ignore_backoff: bool, dry_run: bool, wants: bool| {
+            let observer = Totals {
+                wants,
+                ..Totals::default()
+            };
+            let mut opts = fixed_opts();
+            opts.limit = limit;
+            opts.ignore_backoff = ignore_backoff;
+            opts.dry_run = dry_run;
+            SyncWorker::new(&*s, &target, opts, shared.clone())
+                .unwrap()
+                .with_observer(&observer)
+                .run()
+                .unwrap();
+            let started = observer.started.lock().unwrap().clone();
+            assert_eq!(started.len(), 1, "{name}: started once");
+            (started[0], observer.attempted.load(AtomicOrdering::SeqCst))
+        };
+        for (limit, ignore_backoff, want) in [
+            (None, false, 6),
+            (Some(4), false, 4),
+            (Some(6), false, 6),
+            (Some(100), false, 6),
+            (None, true, 8),
+            (Some(5), true, 5),
+            (Some(0), false, 0),
+        ] {
+            let (total, attempted) = run(limit, ignore_backoff, true, true);
+            assert_eq!(
+                total,
+                Some(want),
+                "{name}: limit {limit:?}, ignore backoff {ignore_backoff}"
+            );
+            assert_eq!(attempted, want as usize, "{name}: the total is what ran");
+        }
+        // An observer that does not ask gets no count.
+        assert_eq!(run(Some(4), false, true, false), (None, 4));
+        // Real runs: --limit 4 of 6 due, then the 2 left.
+        assert_eq!(run(Some(4), false, false, true), (Some(4), 4));
+        assert_eq!(run(Some(4), false, false, true), (Some(2), 2));
+        assert_eq!(run(None, false, false, true), (Some(0), 0));
+        assert_eq!(
+            s.size().unwrap(),
+            4,
+            "{name}: held and backed-off items stay"
+        );
+    }
+}

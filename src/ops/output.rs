@@ -7,6 +7,8 @@
 //! file or the complete new one, never a half-written export, and after
 //! the call returns `Ok` the new file survives a crash. When anything
 //! fails, the temporary file is removed and the target is left as it was.
+//! A new file is created with mode 0600 (narrowed by the umask); a file
+//! that is replaced keeps its mode (see [`crate::private_file`]).
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -154,11 +156,16 @@ impl AtomicFile {
             std::process::id(),
             fastrand::u32(..)
         ));
-        let file = std::fs::OpenOptions::new()
+        let file = crate::private_file::options()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(|e| Error::io(&tmp, "create", e))?;
+        // A replaced file keeps its mode; a new one stays private.
+        if let Err(e) = crate::private_file::match_mode(&file, path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(&tmp, "set the mode of", e));
+        }
         Ok(AtomicFile {
             path: path.to_path_buf(),
             tmp,

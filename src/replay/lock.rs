@@ -34,7 +34,7 @@ impl ReplayLock {
     /// holder.
     pub fn acquire(spool: &Path, wait: Duration) -> Result<ReplayLock> {
         let path = Self::lock_path(spool);
-        let mut file = std::fs::OpenOptions::new()
+        let mut file = crate::private_file::options()
             .read(true)
             .write(true)
             .create(true)

@@ -189,8 +189,22 @@ pub enum ItemOutcome {
 
 /// Observes a run (progress bars, logs). Called from the worker's thread.
 pub trait ReplayObserver: Sync {
-    /// The run starts over a spool with `pending` items.
-    fn started(&self, _pending: u64) {}
+    /// Whether [`ReplayObserver::started`] wants the number of items the
+    /// run expects to attempt. Counting them takes index counts (SQLite)
+    /// or a walk over the pending items (NDJSON, memory), so a run counts
+    /// only for an observer that asks (a progress bar, not a log).
+    fn wants_total(&self) -> bool {
+        false
+    }
+    /// The run starts. `total` is `None` unless
+    /// [`ReplayObserver::wants_total`]; then it is the number of items the
+    /// run expects to attempt (or, dry, to report): the items due now —
+    /// not held and, unless [`ReplayOptions::ignore_backoff`], not waiting
+    /// for a retry time — at most [`ReplayOptions::limit`]. It is counted
+    /// when the run starts: items enqueued during the run can take the
+    /// number of attempts past it, and `--deadline`, a stop or an
+    /// `--ordered` failure can end the run before it.
+    fn started(&self, _total: Option<u64>) {}
     /// One item was attempted (or would be, in a dry run).
     fn attempted(&self, _item: &Item, _attempt: u32, _outcome: &ItemOutcome) {}
     /// One item was skipped (held or not due).
@@ -410,7 +424,12 @@ impl<'a> SyncWorker<'a> {
         }
         let uuid = self.queue.uuid().unwrap_or_default();
         if let Some(o) = self.observer {
-            o.started(self.queue.size()?);
+            let total = if o.wants_total() {
+                Some(self.expected_attempts()?)
+            } else {
+                None
+            };
+            o.started(total);
         }
         let started = self.clock.now();
         let mut ctx = RunCtx {
@@ -432,6 +451,13 @@ impl<'a> SyncWorker<'a> {
             self.stop.0.store(false, Ordering::SeqCst);
         }
         Ok(report)
+    }
+
+    /// How many items a run starting now expects to attempt: the due
+    /// items, at most the limit.
+    fn expected_attempts(&self) -> Result<u64> {
+        self.queue
+            .due_count(self.clock.now(), self.opts.ignore_backoff, self.opts.limit)
     }
 
     /// Why no further item may be started now, if so.

@@ -229,7 +229,8 @@ pub fn render_watch(spool: &Path, m: &WatchMetrics) -> String {
 }
 
 /// Replace `path` with `contents` atomically (temporary file in the same
-/// directory, fsync, rename, fsync of the directory).
+/// directory, fsync, rename, fsync of the directory). A new file gets mode
+/// 0600 (narrowed by the umask), a replaced one keeps its mode.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -245,10 +246,11 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
         fastrand::u32(..)
     ));
     let written = (|| -> std::io::Result<()> {
-        let mut f = fs::OpenOptions::new()
+        let mut f = crate::private_file::options()
             .write(true)
             .create_new(true)
             .open(&tmp)?;
+        crate::private_file::match_mode(&f, path)?;
         f.write_all(contents)?;
         f.sync_all()
     })();

@@ -134,6 +134,25 @@ impl Env {
     }
 }
 
+/// True when the `spool` binary under test is a debug build. The test
+/// crate is built with the same cargo profile as the binary, so its own
+/// `debug_assertions` tell. Otherwise (`cargo test --release`) print
+/// `SKIPPED: <what> needs a debug build` and return false, so the caller
+/// skips the part that only a debug binary can do. The line goes straight
+/// to stderr, past the test harness's output capture, so it shows in the
+/// test log of a passing test too.
+pub fn debug_build_or_skip(what: &str) -> bool {
+    if cfg!(debug_assertions) {
+        return true;
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: {what} needs a debug build"
+    );
+    false
+}
+
 /// Parse one decimal number printed on a line.
 pub fn parse_id(out: &[u8]) -> u64 {
     let s = std::str::from_utf8(out).expect("utf-8 output");

@@ -7,7 +7,6 @@
 use super::io::{parent_dir, write_all, FileIo};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::fs::OpenOptions;
 use std::path::Path;
 
 /// The current metadata format version.
@@ -49,11 +48,7 @@ pub(crate) fn write(io: &dyn FileIo, path: &Path, meta: &Meta) -> Result<()> {
     let mut bytes = serde_json::to_vec(meta)
         .map_err(|e| Error::Internal(format!("cannot encode metadata: {e}")))?;
     bytes.push(b'\n');
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
+    let mut f = crate::private_file::create_replacement(&tmp, path)
         .map_err(|e| Error::io(&tmp, "create", e))?;
     write_all(io, &mut f, &bytes).map_err(|e| Error::io(&tmp, "write", e))?;
     io.sync(&f).map_err(|e| Error::io(&tmp, "fsync", e))?;

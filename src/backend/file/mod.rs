@@ -540,11 +540,7 @@ impl FileQueue {
         fill: impl FnOnce(&mut Replacement<'_>) -> std::io::Result<()>,
     ) -> Result<u64> {
         let tmp = companion(path, "compact.tmp");
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
+        let file = crate::private_file::create_replacement(&tmp, path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let mut w = Replacement {
             io: &*self.io,
@@ -1005,7 +1001,7 @@ fn file_len(f: &File, path: &Path) -> Result<u64> {
 /// Open the main file (or the dead-letter file) as `mode` says; the bool
 /// is true when the file was created now.
 fn open_main(path: &Path, mode: OpenMode) -> Result<(File, bool)> {
-    let mut o = std::fs::OpenOptions::new();
+    let mut o = crate::private_file::options();
     o.read(true);
     if mode.writable() {
         o.append(true);

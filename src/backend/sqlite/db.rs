@@ -54,6 +54,13 @@ const COUNT_ATTEMPTS: &str = "SELECT count(*) FROM morph_offline_queue WHERE att
 const COUNT_HELD: &str = "SELECT count(*) FROM morph_offline_queue WHERE held <> 0";
 /// A range of the partial index `ix_queue_retry`.
 const COUNT_WAITING: &str = "SELECT count(*) FROM morph_offline_queue WHERE next_retry_at > ?1";
+/// Items both held and waiting, through the partial index of held items
+/// (for when there are fewer of those).
+const COUNT_HELD_WAITING_BY_HELD: &str = "SELECT count(*) FROM morph_offline_queue \
+     INDEXED BY ix_queue_held WHERE held <> 0 AND next_retry_at > ?1";
+/// The same through the partial index of backed-off items.
+const COUNT_HELD_WAITING_BY_RETRY: &str = "SELECT count(*) FROM morph_offline_queue \
+     INDEXED BY ix_queue_retry WHERE held <> 0 AND next_retry_at > ?1";
 /// The histogram of a reference database, which has no attempts index.
 const HISTOGRAM_BY_GROUPING: &str =
     "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
@@ -817,6 +824,34 @@ impl Db<'_> {
         Ok(n.max(0) as u64)
     }
 
+    /// Pending items a replay would attempt: not held and, with `now`,
+    /// without a next retry time after it. Counted from the indexes: the
+    /// pending count as [`Db::pending_count`], then the held and the
+    /// backed-off items from their partial indexes; only items that are
+    /// both are looked up in the table, walking the smaller of the two
+    /// sets (none when either is empty, the common case). A reference
+    /// database has neither holds nor retry times.
+    pub fn due_count(&self, now: Option<Timestamp>) -> Result<u64> {
+        let depth = self.pending_count()?;
+        if self.layout != Layout::Spool {
+            return Ok(depth);
+        }
+        let held = self.count(COUNT_HELD, None)?;
+        let Some(now) = now else {
+            return Ok(depth.saturating_sub(held));
+        };
+        let now = Some(now.as_millis());
+        let waiting = self.count(COUNT_WAITING, now)?;
+        let both = match (held, waiting) {
+            (0, _) | (_, 0) => 0,
+            (h, w) if h <= w => self.count(COUNT_HELD_WAITING_BY_HELD, now)?,
+            _ => self.count(COUNT_HELD_WAITING_BY_RETRY, now)?,
+        };
+        Ok(depth
+            .saturating_sub(held)
+            .saturating_sub(waiting.saturating_sub(both)))
+    }
+
     /// The counts of `stats`, from the indexes alone: no payload is read,
     /// and memory does not grow with the spool.
     pub fn stats(&self, now: Timestamp) -> Result<QueueStats> {
@@ -912,6 +947,8 @@ mod tests {
             (COUNT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (COUNT_HELD, "INDEX ix_queue_held"),
             (COUNT_WAITING, "COVERING INDEX ix_queue_retry"),
+            (COUNT_HELD_WAITING_BY_HELD, "INDEX ix_queue_held"),
+            (COUNT_HELD_WAITING_BY_RETRY, "INDEX ix_queue_retry"),
             (COUNT_DEAD, "COVERING INDEX ix_dead_dead_at"),
         ] {
             let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();

@@ -224,7 +224,9 @@ fn prepare_file(path: &Path, mode: OpenMode) -> Result<()> {
             path: path.to_path_buf(),
         }),
         (false, OpenMode::Create | OpenMode::CreateNew) => {
-            match std::fs::OpenOptions::new()
+            // Mode 0600: SQLite gives the -wal and -shm files it creates
+            // later the database file's mode.
+            match crate::private_file::options()
                 .write(true)
                 .create_new(true)
                 .open(path)
@@ -498,6 +500,13 @@ impl Queue for SqliteQueue {
 
     fn size(&self) -> Result<u64> {
         self.read("count items in", |db| db.pending_count())
+    }
+
+    fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
+        let due = self.snapshot("count due items in", |db| {
+            db.due_count((!ignore_backoff).then_some(now))
+        })?;
+        Ok(at_most.map_or(due, |m| due.min(m)))
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {

@@ -28,7 +28,7 @@ Every command that exits 0 after changing a spool has made the change durable.";
 const AFTER_LONG_HELP: &str = "\
 Examples:
   spool enqueue '{\"event\":\"signup\"}' --key signup-42
-  some-producer | spool -s /var/spool/app/outbox.db enqueue --stdin --lines
+  some-producer | spool -s /var/spool/app/outbox.db enqueue --lines
   spool list --min-attempts 3
   spool show 17 --raw | jq .
   spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
@@ -57,6 +57,13 @@ Exit status:
   75   temporary: the spool is full, locked by another replay, or busy
   77   permission denied on the spool, its directory or a file
   130  interrupted by SIGINT; 143 by SIGTERM
+
+Files:
+  Every file spool creates (the database and its -wal and -shm files, the
+  NDJSON file and its .dead and .meta companions, <spool>.replay.lock,
+  outputs written with -o, the watch metrics file) gets mode 0600, narrowed
+  further by the umask. An existing file keeps its mode, also when it is
+  replaced atomically.
 
 Environment:
   SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)";

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// Add a payload (or a batch of payloads) to the spool
 ///
 /// The payload is the argument's bytes exactly (non-UTF-8 included), a
-/// whole file (--file), or all of stdin (--stdin): exactly one of the
+/// whole file (--file), or all of stdin (--stdin): at most one of the
 /// three. An empty payload is valid. Creates the spool if it is missing.
 /// Prints the id of each item on stdout, one per line; with --json one
 /// object {"id": N, "deduplicated": BOOL} per item.
@@ -23,8 +23,9 @@ use std::time::Duration;
 /// Batches: --lines enqueues each line of the input (without its \n or
 /// \r\n; empty lines are skipped), --ndjson each JSON object
 /// {"payload": "...", "key": "..."} (or "payload_base64" for bytes). A
-/// batch is one atomic commit: a malformed line (exit 65, naming the
-/// line) or a full spool means nothing is enqueued.
+/// batch reads stdin unless PAYLOAD or --file is given, so --stdin is
+/// optional there. A batch is one atomic commit: a malformed line (exit
+/// 65, naming the line) or a full spool means nothing is enqueued.
 ///
 /// Idempotency keys: while an item with a key is pending, enqueueing the
 /// same key again stores nothing and prints the existing id, with a note
@@ -37,11 +38,17 @@ use std::time::Duration;
 ///   spool enqueue 'hello world'
 ///   spool enqueue --key order-1234 '{"order":1234}'
 ///   curl -s https://example.com/feed | spool enqueue --stdin --key-from-payload
-///   tail -n 100 events.log | spool enqueue --stdin --lines
+///   tail -n 100 events.log | spool enqueue --lines
 ///   spool enqueue --file report.pdf --wait-for-space 30s
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(group(ArgGroup::new("source").args(["payload", "file", "stdin"]).required(true)))]
+#[command(group(ArgGroup::new("source").args(["payload", "file", "stdin"])))]
+#[command(group(
+    ArgGroup::new("input")
+        .args(["payload", "file", "stdin", "lines", "ndjson"])
+        .multiple(true)
+        .required(true)
+))]
 pub struct EnqueueArgs {
     /// The payload (its bytes, exactly); use -- before a payload that starts with -
     #[arg(value_name = "PAYLOAD", value_parser = clap::value_parser!(OsString))]
@@ -51,7 +58,7 @@ pub struct EnqueueArgs {
     #[arg(short = 'f', long, value_name = "FILE")]
     file: Option<PathBuf>,
 
-    /// Read the payload (or the batch) from stdin
+    /// Read the payload (or the batch) from stdin; the default for --lines and --ndjson
     #[arg(long)]
     stdin: bool,
 
@@ -117,6 +124,8 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     } else if let Some(f) = args.file {
         Source::File(f)
     } else {
+        // --stdin, or a batch (--lines, --ndjson) without PAYLOAD or
+        // --file: clap accepts nothing else.
         Source::Reader {
             reader: &mut lock,
             label: "stdin".into(),

@@ -52,6 +52,10 @@ use std::time::Duration;
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
 /// SIGINT/SIGTERM stop after the item(s) in flight (exit 130/143).
 ///
+/// When stderr is a terminal (and without -q), a progress bar shows the
+/// items attempted of those due when the run started (at most --limit),
+/// the rate in items per second and the time left.
+///
 /// Exit status: 0 every due item was delivered; 75 an item failed and
 /// stays queued, or due items were left by --limit/--deadline; 1 an item
 /// was dead-lettered in this run (wins over 75).
@@ -248,6 +252,49 @@ impl ReplayFlags {
     }
 }
 
+/// The progress bar's line: items attempted of the items the run
+/// expects to attempt, the rate in whole items per second, and the time
+/// left (`{rate}` and `{left}` are ours, see [`bar_style`]).
+const BAR_TEMPLATE: &str = "{spinner} replay [{bar:30}] {pos}/{len} {rate} ETA {left}";
+
+/// The bar's style: [`BAR_TEMPLATE`] with its own keys.
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(BAR_TEMPLATE)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&rate(s.per_sec()));
+            },
+        )
+        .with_key(
+            "left",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&eta(s.pos(), s.eta()));
+            },
+        )
+        .progress_chars("=> ")
+}
+
+/// A rate for the bar, in whole items per second: `283/s`.
+fn rate(per_sec: f64) -> String {
+    let n = if per_sec.is_finite() && per_sec > 0.0 {
+        per_sec.round() as u64
+    } else {
+        0
+    };
+    format!("{n}/s")
+}
+
+/// The time left for the bar, in whole seconds (`3m20s`), or `-` before
+/// the first item is done (there is no rate to go by yet).
+fn eta(done: u64, left: Duration) -> String {
+    if done == 0 {
+        return "-".into();
+    }
+    crate::render::age(left)
+}
+
 /// Progress bar (terminal only) and per-item lines on stderr.
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -257,18 +304,8 @@ pub struct Progress {
 impl Progress {
     /// A progress reporter for a run at `verbosity`.
     pub fn new(verbosity: Verbosity, bar: bool) -> Progress {
-        let bar =
-            (bar && verbosity != Verbosity::Quiet && std::io::stderr().is_terminal()).then(|| {
-                let b = ProgressBar::new(0);
-                b.set_style(
-                    ProgressStyle::with_template(
-                        "{spinner} replay [{bar:30}] {pos}/{len} {per_sec} {msg}",
-                    )
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-                );
-                b
-            });
+        let bar = (bar && verbosity != Verbosity::Quiet && std::io::stderr().is_terminal())
+            .then(|| ProgressBar::new(0).with_style(bar_style()));
         Progress { bar, verbosity }
     }
 
@@ -292,15 +329,23 @@ impl Progress {
 }
 
 impl ReplayObserver for Progress {
-    fn started(&self, pending: u64) {
-        if let Some(b) = &self.bar {
-            b.set_length(pending);
+    fn wants_total(&self) -> bool {
+        self.bar.is_some()
+    }
+
+    fn started(&self, total: Option<u64>) {
+        if let (Some(b), Some(total)) = (&self.bar, total) {
+            b.set_length(total);
         }
     }
 
     fn attempted(&self, item: &Item, attempt: u32, outcome: &ItemOutcome) {
         if let Some(b) = &self.bar {
             b.inc(1);
+            // Items enqueued during the run can be attempted too.
+            if b.length().is_some_and(|len| b.position() > len) {
+                b.set_length(b.position());
+            }
         }
         let id = item.id;
         match outcome {
@@ -337,12 +382,6 @@ impl ReplayObserver for Progress {
                     item.key
                 ),
             ),
-        }
-    }
-
-    fn skipped(&self, _item: &Item) {
-        if let Some(b) = &self.bar {
-            b.inc(1);
         }
     }
 }
@@ -474,5 +513,43 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ReplayStatus::Clean => Ok(()),
         ReplayStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
         ReplayStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_is_a_whole_number_of_items_per_second() {
+        assert_eq!(rate(283.1216), "283/s");
+        assert_eq!(rate(283.5), "284/s");
+        assert_eq!(rate(0.4), "0/s");
+        assert_eq!(rate(0.0), "0/s");
+        assert_eq!(rate(f64::NAN), "0/s");
+        assert_eq!(rate(f64::INFINITY), "0/s");
+    }
+
+    #[test]
+    fn the_eta_is_whole_seconds_once_something_is_done() {
+        assert_eq!(eta(0, Duration::ZERO), "-");
+        assert_eq!(eta(0, Duration::from_secs(90)), "-");
+        assert_eq!(eta(5, Duration::from_millis(200_900)), "3m20s");
+        assert_eq!(eta(5, Duration::from_millis(400)), "0s");
+        assert_eq!(eta(5, Duration::from_secs(7322)), "2h2m");
+    }
+
+    #[test]
+    fn the_bar_template_has_total_rate_and_eta() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        for key in ["{pos}/{len}", "{rate}", "ETA {left}"] {
+            assert!(BAR_TEMPLATE.contains(key), "{key}");
+        }
+        assert!(!BAR_TEMPLATE.contains("per_sec"), "fractional rate");
+        // The custom keys render without a terminal.
+        let bar = ProgressBar::hidden().with_style(bar_style());
+        bar.set_length(10);
+        bar.inc(3);
+        bar.finish_and_clear();
     }
 }
