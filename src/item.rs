@@ -102,6 +102,87 @@ pub struct Enqueued {
     pub deduplicated: bool,
 }
 
+/// What a streamed batch enqueue did, item by item, kept compact: runs of
+/// fresh items with consecutive ids take one entry, so the results of a
+/// batch of millions of lines fit in a few bytes (dedup hits take one
+/// entry each).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct BatchResults {
+    runs: Vec<BatchRun>,
+    len: u64,
+    stored: u64,
+}
+
+/// A run of results of [`BatchResults`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BatchRun {
+    /// `count` fresh items with ids `first, first + 1, …`.
+    Fresh { first: ItemId, count: u64 },
+    /// A dedup hit on `id`.
+    Dedup { id: ItemId },
+}
+
+impl BatchResults {
+    /// Record the next item's result.
+    pub fn push(&mut self, e: Enqueued) {
+        self.len += 1;
+        if e.deduplicated {
+            self.runs.push(BatchRun::Dedup { id: e.id });
+            return;
+        }
+        self.stored += 1;
+        if let Some(BatchRun::Fresh { first, count }) = self.runs.last_mut() {
+            if first.checked_add(*count) == Some(e.id) {
+                *count += 1;
+                return;
+            }
+        }
+        self.runs.push(BatchRun::Fresh {
+            first: e.id,
+            count: 1,
+        });
+    }
+
+    /// Items in the batch.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the batch had no items.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Items stored (not dedup hits).
+    pub fn stored(&self) -> u64 {
+        self.stored
+    }
+
+    /// Every item's result, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Enqueued> + '_ {
+        self.runs.iter().flat_map(|r| {
+            let (first, count, dedup) = match *r {
+                BatchRun::Fresh { first, count } => (first, count, false),
+                BatchRun::Dedup { id } => (id, 1, true),
+            };
+            (0..count).map(move |i| Enqueued {
+                id: if dedup { first } else { first + i },
+                deduplicated: dedup,
+            })
+        })
+    }
+}
+
+impl FromIterator<Enqueued> for BatchResults {
+    fn from_iter<I: IntoIterator<Item = Enqueued>>(iter: I) -> BatchResults {
+        let mut r = BatchResults::default();
+        for e in iter {
+            r.push(e);
+        }
+        r
+    }
+}
+
 /// Which depth bound an enqueue enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum DepthLimit {

@@ -14,8 +14,8 @@
 
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushAck, PushState, QueueStats, Record,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
+    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::time::Timestamp;
@@ -67,6 +67,22 @@ pub trait Queue: Send + Sync {
     /// batch's first item with that key. If the batch does not fit under
     /// the depth bound, nothing is stored.
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>>;
+
+    /// Enqueue the items `items` yields as ONE atomic commit, in order, as
+    /// [`Queue::enqueue_batch`] does, without needing them all in memory
+    /// at once (the durable backends write them as they come). An `Err`
+    /// from `items` — a malformed input line — or a depth bound the batch
+    /// does not fit stops it, and nothing of it is stored.
+    ///
+    /// The default collects the items and calls `enqueue_batch`.
+    fn enqueue_stream(
+        &self,
+        items: &mut dyn Iterator<Item = Result<NewItem>>,
+        opts: &EnqueueOptions,
+    ) -> Result<BatchResults> {
+        let items: Vec<NewItem> = items.collect::<Result<_>>()?;
+        Ok(self.enqueue_batch(&items, opts)?.into_iter().collect())
+    }
 
     /// Enqueue one payload with a key (`""` for none) under the stored
     /// depth bound.
@@ -196,6 +212,26 @@ pub trait Queue: Send + Sync {
     /// hit and stores nothing. The depth bound is not enforced: an import
     /// moves items that were already accepted once.
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>>;
+
+    /// [`Queue::import`] of the records `records` yields, as ONE atomic
+    /// commit, without needing them all in memory at once; `each` hears
+    /// of every record's result as it is decided (the results count only
+    /// if this returns `Ok`). An `Err` from `records` stops the import and
+    /// nothing of it is stored.
+    ///
+    /// The default collects the records and calls `import`.
+    fn import_stream(
+        &self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<()> {
+        let records: Vec<Record> = records.collect::<Result<_>>()?;
+        let results = self.import(&records)?;
+        for (r, i) in records.iter().zip(results) {
+            each(r, i);
+        }
+        Ok(())
+    }
 
     /// Counts for `stats`, computed without reading every payload where
     /// the backend allows. `now` decides which items are waiting.
