@@ -268,7 +268,7 @@ complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s V -l version 
 complete -c spool -n "__fish_spool_using_subcommand verify" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand verify" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
-complete -c spool -n "__fish_spool_using_subcommand verify" -l repair -d 'Cut a torn trailing line (NDJSON) when that is all the damage'
+complete -c spool -n "__fish_spool_using_subcommand verify" -l repair -d 'Cut a torn trailing line and rebuild a stale index (NDJSON) when that is all the damage'
 complete -c spool -n "__fish_spool_using_subcommand verify" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s v -l verbose -d 'Print more on stderr'

@@ -93,7 +93,7 @@ fn modes(dir: &Path) -> Vec<(String, u32)> {
 fn spool_files(env: &Env) -> Vec<PathBuf> {
     let mut v = vec![env.path.clone(), env.side(".replay.lock")];
     if env.is_ndjson() {
-        v.extend([env.side(".dead"), env.side(".meta")]);
+        v.extend([env.side(".dead"), env.side(".meta"), env.side(".idx")]);
     } else {
         v.extend([env.side("-wal"), env.side("-shm")]);
     }

@@ -4,7 +4,10 @@
 //! `Ok` values, or errors of the same kind) and hold the same state:
 //! pending items, dead letters, size, high-water mark, bound and stats.
 //! Reopening the durable spool, switching to a second handle on it, and
-//! compacting it are operations too.
+//! compacting it are operations too; so are, for the NDJSON backend, what
+//! can happen to its derived index — deleted, or put back as it was
+//! earlier (what a crash between a write and its index update leaves) —
+//! and lines appended by a reference writer that knows nothing of it.
 //!
 //! The seed is fixed so that runs are reproducible; set
 //! `PROPTEST_RNG_SEED` (and `PROPTEST_CASES`) to explore further.
@@ -50,6 +53,19 @@ enum Op {
     /// Maintenance that must not change what the spool holds: NDJSON
     /// compaction, SQLite vacuum and checkpoint.
     Compact,
+    /// NDJSON: delete the index.
+    DeleteIndex,
+    /// NDJSON: remember the index as it is now ...
+    SaveIndex,
+    /// ... and put that copy back (a crash between a write and its index
+    /// update leaves an index that is behind; a copy from before a
+    /// compaction describes another file).
+    RestoreIndex,
+    /// NDJSON: a reference writer appends a `put` line for a new item
+    /// (no enqueue time, no dedup; a key of its own).
+    ReferencePut(Vec<u8>),
+    /// NDJSON: a reference writer appends a `done` line for an id.
+    ReferenceDone(u8),
 }
 
 /// An import record, resolved against the spool when the import runs.
@@ -167,6 +183,11 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Reopen),
         2 => Just(Op::Switch),
         1 => Just(Op::Compact),
+        1 => Just(Op::DeleteIndex),
+        1 => Just(Op::SaveIndex),
+        1 => Just(Op::RestoreIndex),
+        1 => payload().prop_map(Op::ReferencePut),
+        1 => any::<u8>().prop_map(Op::ReferenceDone),
     ]
 }
 
@@ -351,7 +372,75 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             };
             same(&what, done, Ok(()))
         }
+        Op::DeleteIndex | Op::SaveIndex | Op::RestoreIndex if d.h.backend != Backend::File => {
+            Ok(())
+        }
+        Op::DeleteIndex => {
+            let _ = std::fs::remove_file(index_path(d));
+            Ok(())
+        }
+        Op::SaveIndex => {
+            d.saved_index = Some(std::fs::read(index_path(d)).ok());
+            Ok(())
+        }
+        Op::RestoreIndex => {
+            match d.saved_index.clone() {
+                Some(Some(bytes)) => std::fs::write(index_path(d), bytes).unwrap(),
+                Some(None) => {
+                    let _ = std::fs::remove_file(index_path(d));
+                }
+                None => {}
+            }
+            Ok(())
+        }
+        Op::ReferencePut(_) | Op::ReferenceDone(_) if d.h.backend != Backend::File => Ok(()),
+        Op::ReferencePut(p) => {
+            // The reference writes text payloads only.
+            let Ok(text) = std::str::from_utf8(p) else {
+                return Ok(());
+            };
+            let id = hw + 1;
+            let key = format!("ref-{id}");
+            let line = serde_json::json!({
+                "op": "put", "id": id, "payload": text, "idempotencyKey": key, "attempts": 0
+            });
+            append_line(d, &line.to_string());
+            let mut item = Item::new(id, p.clone(), key, now);
+            item.enqueued_at = None;
+            let rec = Record {
+                item,
+                state: RecordState::Pending,
+                dead_at: None,
+            };
+            model.import(&[rec]).expect("model import");
+            Ok(())
+        }
+        Op::ReferenceDone(sel) => {
+            let id = pick(*sel, hw);
+            // (A `done` above the mark would raise it: the model has no
+            // such operation.)
+            if id == 0 || id > hw {
+                return Ok(());
+            }
+            append_line(d, &format!(r#"{{"op":"done","id":{id}}}"#));
+            model.mark_done(&[id]).expect("model done");
+            Ok(())
+        }
     }
+}
+
+fn index_path(d: &Durable) -> std::path::PathBuf {
+    spool::backend::companion(&d.h.path, "idx")
+}
+
+/// Append a line as a reference writer would: no lock, no index.
+fn append_line(d: &Durable, line: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&d.h.path)
+        .expect("open the spool file");
+    writeln!(f, "{line}").expect("append");
 }
 
 /// Both hold the same state.
@@ -401,6 +490,8 @@ struct Durable {
     /// A second handle on the same path, opened at the first switch.
     second: Option<Spool>,
     use_second: bool,
+    /// A copy of the NDJSON index (`Some(None)`: there was none).
+    saved_index: Option<Option<Vec<u8>>>,
 }
 
 impl Durable {
@@ -437,6 +528,7 @@ fn run(
         h: Harness::new(backend, max_depth),
         second: None,
         use_second: false,
+        saved_index: None,
     };
     let model = MemoryQueue::with_max_depth(max_depth, Arc::new(d.h.clock.clone()));
     prop_assert_eq!(d.q().kind(), backend.kind());
@@ -502,6 +594,7 @@ fn the_comparison_catches_a_difference() {
         h: Harness::new(Backend::Memory, None),
         second: None,
         use_second: false,
+        saved_index: None,
     };
     let model = MemoryQueue::with_max_depth(None, Arc::new(d.h.clock.clone()));
     d.q().enqueue(b"x", "").unwrap();

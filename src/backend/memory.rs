@@ -6,7 +6,7 @@
 //! property tests compare both durable backends against it.
 
 use super::receive::Receive;
-use super::state::State;
+use super::state::{self, State};
 use crate::error::Result;
 use crate::item::{
     AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
@@ -84,7 +84,7 @@ impl Queue for MemoryQueue {
 
     fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         let mut st = self.lock();
-        if let Some(push) = st.push_after_removing(ids) {
+        if let Some(push) = state::push_after_removing(&*st, ids)? {
             st.push = push;
         }
         Ok(ids
@@ -110,7 +110,7 @@ impl Queue for MemoryQueue {
     fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
         let mut st = self.lock();
         if held {
-            st.check_hold(ids)?;
+            state::check_hold(&*st, ids)?;
         }
         Ok(ids
             .iter()
@@ -142,7 +142,7 @@ impl Queue for MemoryQueue {
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         let now = self.clock.now();
         let mut st = self.lock();
-        if let Some(push) = st.push_after_removing(&[id]) {
+        if let Some(push) = state::push_after_removing(&*st, &[id])? {
             st.push = push;
         }
         Ok(st.kill(id, last_error, now).is_some())
@@ -162,7 +162,7 @@ impl Queue for MemoryQueue {
 
     fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
         let mut st = self.lock();
-        st.check_requeue(ids)?;
+        state::check_requeue(&*st, ids)?;
         Ok(ids.iter().map(|id| st.requeue_one(*id).is_some()).collect())
     }
 
@@ -194,7 +194,7 @@ impl Queue for MemoryQueue {
 
     fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
         let mut st = self.lock();
-        let (items, push) = st.plan_assign(ids)?;
+        let (items, push) = state::plan_assign(&*st, ids)?;
         let out = items
             .iter()
             .map(|i| (i.id, i.push_seq.unwrap_or_default()))
@@ -209,7 +209,7 @@ impl Queue for MemoryQueue {
     fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let plan = st.plan_ack(last_seq, rejected);
+        let plan = state::plan_ack(&*st, last_seq, rejected)?;
         for id in &plan.delivered {
             st.remove_pending(*id);
         }
@@ -226,7 +226,7 @@ impl Queue for MemoryQueue {
 
     fn regenerate_uuid(&self) -> Result<String> {
         let mut st = self.lock();
-        let (items, push) = st.plan_renumber();
+        let (items, push) = state::plan_renumber(&*st)?;
         st.in_flight.clear();
         for item in items {
             st.insert_pending(item);
@@ -240,7 +240,7 @@ impl Queue for MemoryQueue {
     fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let mut rx = Receive::new(&st, now);
+        let mut rx = Receive::new(&*st, now)?;
         f(&mut rx)?;
         let changes = rx.finish();
         st.apply_receive(changes);

@@ -1,14 +1,16 @@
-//! The receiving side of push (SPEC §7) over the in-memory image that the
-//! memory and NDJSON backends share.
+//! The receiving side of push (SPEC §7) for the memory and NDJSON
+//! backends, over a [`View`] of the spool (the memory image, or the NDJSON
+//! backend's index).
 //!
-//! [`Receive`] implements [`ReceiveTxn`] without changing the image: it
-//! reads the image and keeps what a group of requests adds — new items,
+//! [`Receive`] implements [`ReceiveTxn`] without changing the spool: it
+//! reads the view and keeps what a group of requests adds — new items,
 //! per-client ledger changes — to itself. When the group succeeds the
 //! backend makes the changes durable (the NDJSON backend appends them as
-//! one framed batch) and then applies them with [`State::apply_receive`];
-//! when it fails, dropping the [`Receive`] is the rollback.
+//! one framed batch, which its index then takes in) or applies them with
+//! [`State::apply_receive`]; when it fails, dropping the [`Receive`] is
+//! the rollback.
 
-use super::state::State;
+use super::state::{State, View};
 use crate::error::{Error, Result};
 use crate::item::{Enqueued, Item, ItemId};
 use crate::push::memory::Recorded;
@@ -40,24 +42,27 @@ pub(crate) struct ReceiveChanges {
 }
 
 /// One write transaction of a receiving spool over `state`.
-pub(crate) struct Receive<'s> {
-    state: &'s State,
+pub(crate) struct Receive<'s, V: View> {
+    state: &'s V,
     now: Timestamp,
     next_id: ItemId,
+    /// Pending items before the transaction.
+    depth: u64,
     changes: ReceiveChanges,
     keys: HashMap<String, ItemId>,
 }
 
-impl<'s> Receive<'s> {
+impl<'s, V: View> Receive<'s, V> {
     /// A transaction that enqueues at `now`.
-    pub fn new(state: &'s State, now: Timestamp) -> Receive<'s> {
-        Receive {
+    pub fn new(state: &'s V, now: Timestamp) -> Result<Receive<'s, V>> {
+        Ok(Receive {
             state,
             now,
-            next_id: state.high_water,
+            next_id: state.high_water()?,
+            depth: state.depth()?,
             changes: ReceiveChanges::default(),
             keys: HashMap::new(),
-        }
+        })
     }
 
     /// What the transaction did.
@@ -81,9 +86,9 @@ fn digest_of(r: &Recorded) -> Option<String> {
     }
 }
 
-impl ReceiveRead for Receive<'_> {
+impl<V: View> ReceiveRead for Receive<'_, V> {
     fn last_seq(&mut self, client: &str) -> Result<u64> {
-        let before = self.state.receiver.last_seq(client);
+        let before = self.state.client_last_seq(client)?;
         Ok(self
             .changes
             .clients
@@ -101,13 +106,13 @@ impl ReceiveRead for Receive<'_> {
         {
             return Ok(digest_of(r));
         }
-        Ok(self.state.receiver.digest(client, seq))
+        self.state.client_digest(client, seq)
     }
 
     fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
         let delta = self.changes.clients.get(client);
         let after = after.max(delta.map_or(0, |d| d.acked));
-        let mut out = self.state.receiver.rejects(client, after);
+        let mut out = self.state.client_rejects(client, after)?;
         if let Some(d) = delta {
             for (seq, r) in d.entries.range(after.saturating_add(1)..) {
                 if let Recorded::Rejected { reason, .. } = r {
@@ -123,15 +128,13 @@ impl ReceiveRead for Receive<'_> {
     }
 }
 
-impl ReceiveTxn for Receive<'_> {
+impl<V: View> ReceiveTxn for Receive<'_, V> {
     fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
         if !key.is_empty() {
-            let existing = self
-                .state
-                .keys
-                .get(key)
-                .or_else(|| self.keys.get(key))
-                .copied();
+            let existing = match self.state.key_owner(key)? {
+                Some(id) => Some(id),
+                None => self.keys.get(key).copied(),
+            };
             if let Some(id) = existing {
                 return Ok(Some(Enqueued {
                     id,
@@ -139,8 +142,8 @@ impl ReceiveTxn for Receive<'_> {
                 }));
             }
         }
-        if let Some(bound) = self.state.max_depth {
-            let depth = self.state.pending.len() as u64 + self.changes.items.len() as u64;
+        if let Some(bound) = self.state.max_depth() {
+            let depth = self.depth + self.changes.items.len() as u64;
             if depth >= bound {
                 return Ok(None);
             }
@@ -163,11 +166,7 @@ impl ReceiveTxn for Receive<'_> {
     }
 
     fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
-        let known = self
-            .state
-            .receiver
-            .client(client)
-            .is_some_and(|c| c.entries.contains_key(&seq));
+        let known = self.state.client_recorded(client, seq)?;
         let d = self.delta(client);
         if known || d.entries.contains_key(&seq) {
             return Err(Error::Internal(format!(

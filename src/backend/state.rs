@@ -1,20 +1,323 @@
-//! The in-memory image of a spool, shared by the memory backend and the
-//! NDJSON backend.
+//! The in-memory image of the memory backend, and the planning that the
+//! memory and NDJSON backends share.
 //!
 //! Every mutation is split in two: a `plan_*`/`prepare_*` step that checks
 //! the request against the current state and computes exactly what will
 //! change, without changing anything, and an `apply`/`insert` step that
-//! changes the state. The NDJSON backend writes and fsyncs the planned
-//! records between the two steps, so its memory never runs ahead of its
-//! file; the memory backend simply does both.
+//! changes the state. The planning functions read the spool through
+//! [`View`], which [`State`] implements for the memory backend and the
+//! NDJSON backend's index implements over its files (see
+//! `backend::file::index`): one rule, two stores. The NDJSON backend
+//! writes and fsyncs the planned lines between the two steps and then
+//! applies them to its index; the memory backend simply does both.
 
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
     NewItem, PushState, QueueStats, Record, RecordState,
 };
+use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
+
+/// What planning a mutation reads of a spool. Implemented by [`State`]
+/// (everything in memory) and by the NDJSON backend's index (rows in a
+/// SQLite file, payloads read from the spool file one line at a time).
+pub(crate) trait View {
+    /// A pending (or held) item, whole.
+    fn pending_item(&self, id: ItemId) -> Result<Option<Item>>;
+    /// `None` when `id` is not pending; else its push sequence number.
+    fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>>;
+    /// The pending item a non-empty key deduplicates to.
+    fn key_owner(&self, key: &str) -> Result<Option<ItemId>>;
+    /// Pending items, held ones included.
+    fn depth(&self) -> Result<u64>;
+    /// The highest id ever seen.
+    fn high_water(&self) -> Result<ItemId>;
+    /// The stored depth bound.
+    fn max_depth(&self) -> Option<u64>;
+    /// A dead letter, whole.
+    fn dead_item(&self, id: ItemId) -> Result<Option<DeadLetter>>;
+    /// `None` when `id` is not a dead letter; else its key.
+    fn dead_key(&self, id: ItemId) -> Result<Option<String>>;
+    /// The push bookkeeping.
+    fn push(&self) -> Result<PushState>;
+    /// In-flight `(seq, id)` with `after < seq <= upto`, in sequence order.
+    fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>>;
+    /// A push client's `last_seq` (0 when unknown).
+    fn client_last_seq(&self, client: &str) -> Result<u64>;
+    /// The digest recorded for a client's number, if any.
+    fn client_digest(&self, client: &str, seq: u64) -> Result<Option<String>>;
+    /// Whether a client's number is recorded at all.
+    fn client_recorded(&self, client: &str, seq: u64) -> Result<bool>;
+    /// A client's unacknowledged rejects above `after`, ascending.
+    fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>>;
+}
+
+impl View for State {
+    fn pending_item(&self, id: ItemId) -> Result<Option<Item>> {
+        Ok(self.pending.get(&id).cloned())
+    }
+    fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>> {
+        Ok(self.pending.get(&id).map(|i| i.push_seq))
+    }
+    fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
+        Ok(self.keys.get(key).copied())
+    }
+    fn depth(&self) -> Result<u64> {
+        Ok(self.pending.len() as u64)
+    }
+    fn high_water(&self) -> Result<ItemId> {
+        Ok(self.high_water)
+    }
+    fn max_depth(&self) -> Option<u64> {
+        self.max_depth
+    }
+    fn dead_item(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        Ok(self.dead.get(&id).cloned())
+    }
+    fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
+        Ok(self.dead.get(&id).map(|d| d.item.key.clone()))
+    }
+    fn push(&self) -> Result<PushState> {
+        Ok(self.push.clone())
+    }
+    fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
+        if upto <= after {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .in_flight
+            .range(after + 1..=upto)
+            .map(|(s, i)| (*s, *i))
+            .collect())
+    }
+    fn client_last_seq(&self, client: &str) -> Result<u64> {
+        Ok(self.receiver.last_seq(client))
+    }
+    fn client_digest(&self, client: &str, seq: u64) -> Result<Option<String>> {
+        Ok(self.receiver.digest(client, seq))
+    }
+    fn client_recorded(&self, client: &str, seq: u64) -> Result<bool> {
+        Ok(self
+            .receiver
+            .client(client)
+            .is_some_and(|c| c.entries.contains_key(&seq)))
+    }
+    fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        Ok(self.receiver.rejects(client, after))
+    }
+}
+
+/// The push state after the in-flight items among `ids` leave the
+/// pending set other than by an ack: their numbers become skips. `None`
+/// when none of them is in flight.
+pub(crate) fn push_after_removing(v: &impl View, ids: &[ItemId]) -> Result<Option<PushState>> {
+    let mut push = v.push()?;
+    let mut changed = false;
+    for id in ids {
+        if let Some(Some(seq)) = v.pending_seq(*id)? {
+            if seq > push.acked && !push.skips.contains(&seq) {
+                push.skips.push(seq);
+                changed = true;
+            }
+        }
+    }
+    push.skips.sort_unstable();
+    Ok(changed.then_some(push))
+}
+
+/// Refuse to hold an in-flight item (holding would stop the stream of
+/// sequence numbers the receiver expects in order).
+pub(crate) fn check_hold(v: &impl View, ids: &[ItemId]) -> Result<()> {
+    for id in ids {
+        if let Some(Some(seq)) = v.pending_seq(*id)? {
+            return Err(Error::InvalidInput(format!(
+                "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The items that assigning numbers to `ids` changes (each with its new
+/// number), and the push state afterwards.
+pub(crate) fn plan_assign(v: &impl View, ids: &[ItemId]) -> Result<(Vec<Item>, PushState)> {
+    let mut push = v.push()?;
+    let mut out: Vec<Item> = Vec::new();
+    for id in ids {
+        if out.iter().any(|i| i.id == *id) {
+            continue;
+        }
+        let Some(item) = v.pending_item(*id)? else {
+            continue;
+        };
+        if item.held || item.push_seq.is_some() {
+            continue;
+        }
+        push.last_assigned = push
+            .last_assigned
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("push sequence numbers exhausted".into()))?;
+        let mut item = item;
+        item.push_seq = Some(push.last_assigned);
+        out.push(item);
+    }
+    Ok((out, push))
+}
+
+/// Decide what a cumulative ack for `last_seq` with `rejected` does.
+pub(crate) fn plan_ack(
+    v: &impl View,
+    last_seq: u64,
+    rejected: &[(u64, String)],
+) -> Result<AckPlan> {
+    let mut push = v.push()?;
+    let last = last_seq.min(push.last_assigned);
+    let mut plan = AckPlan::default();
+    if last > push.acked {
+        for (seq, id) in v.in_flight(push.acked, last)? {
+            match rejected.iter().find(|(s, _)| *s == seq) {
+                Some((_, reason)) => plan.rejected.push((id, reason.clone())),
+                None => plan.delivered.push(id),
+            }
+        }
+        push.acked = last;
+        push.skips.retain(|s| *s > last);
+    }
+    plan.push = push;
+    Ok(plan)
+}
+
+/// The in-flight items renumbered from 1 in their sequence order, and the
+/// push state of a new client that has sent them.
+pub(crate) fn plan_renumber(v: &impl View) -> Result<(Vec<Item>, PushState)> {
+    let mut items = Vec::new();
+    for (_, id) in v.in_flight(0, u64::MAX)? {
+        if let Some(mut item) = v.pending_item(id)? {
+            item.push_seq = Some(items.len() as u64 + 1);
+            items.push(item);
+        }
+    }
+    let push = PushState {
+        last_assigned: items.len() as u64,
+        acked: 0,
+        skips: Vec::new(),
+    };
+    Ok((items, push))
+}
+
+/// The dead letter that dead-lettering `id` would create.
+pub(crate) fn prepare_kill(
+    v: &impl View,
+    id: ItemId,
+    last_error: &str,
+    now: Timestamp,
+) -> Result<Option<DeadLetter>> {
+    let Some(mut item) = v.pending_item(id)? else {
+        return Ok(None);
+    };
+    item.last_error = Some(last_error.to_string());
+    // Holding means "replay, skip this"; a dead letter is never replayed,
+    // so the flag does not follow it.
+    item.held = false;
+    Ok(Some(DeadLetter { item, dead_at: now }))
+}
+
+/// Check that requeueing `ids` is allowed: the stored bound holds and no
+/// requeued key collides with a pending item or another requeued item.
+pub(crate) fn check_requeue(v: &impl View, ids: &[ItemId]) -> Result<()> {
+    let mut seen_keys: HashMap<String, ItemId> = HashMap::new();
+    let mut seen_ids = std::collections::HashSet::new();
+    let mut count = 0u64;
+    for id in ids {
+        let Some(key) = v.dead_key(*id)? else {
+            continue;
+        };
+        if !seen_ids.insert(*id) {
+            continue;
+        }
+        count += 1;
+        if key.is_empty() {
+            continue;
+        }
+        if let Some(other) = v.key_owner(&key)? {
+            return Err(Error::InvalidInput(format!(
+                "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
+            )));
+        }
+        if let Some(other) = seen_keys.insert(key.clone(), *id) {
+            return Err(Error::InvalidInput(format!(
+                "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
+            )));
+        }
+    }
+    if let Some(bound) = v.max_depth() {
+        let depth = v.depth()?;
+        if count > 0 && depth + count > bound {
+            return Err(Error::QueueFull {
+                max_depth: bound,
+                depth,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The pending item that requeueing dead letter `id` would create.
+pub(crate) fn prepare_requeue(v: &impl View, id: ItemId) -> Result<Option<Item>> {
+    let Some(dl) = v.dead_item(id)? else {
+        return Ok(None);
+    };
+    let mut item = dl.item;
+    item.attempts = 0;
+    item.next_retry_at = None;
+    item.held = false;
+    // Back in the stream, it is a new entry with a new number.
+    item.push_seq = None;
+    Ok(Some(item))
+}
+
+/// What importing `r` does given the high-water mark `hw` (raised by each
+/// record kept): its id in this spool and whether it kept its own, and the
+/// record to store, normalised as every backend stores it. Dedup is the
+/// caller's (it knows which keys the batch has stored so far).
+pub(crate) fn import_record(r: &Record, hw: &mut ItemId) -> Result<(Imported, Record)> {
+    let (id, kept) = if r.item.id > *hw {
+        (r.item.id, true)
+    } else {
+        (
+            hw.checked_add(1)
+                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
+            false,
+        )
+    };
+    *hw = id;
+    let mut rec = r.clone();
+    rec.item.id = id;
+    // Enqueue times have second precision in every backend.
+    rec.item.enqueued_at = rec
+        .item
+        .enqueued_at
+        .map(|t| Timestamp::from_secs(t.as_secs()));
+    rec.item.held = r.state == RecordState::Held;
+    // Push numbers belong to the exporting spool's stream.
+    rec.item.push_seq = None;
+    if r.state == RecordState::Dead && rec.dead_at.is_none() {
+        return Err(Error::InvalidInput(format!(
+            "dead record {} has no dead_at",
+            r.item.id
+        )));
+    }
+    Ok((
+        Imported {
+            id,
+            kept_id: kept,
+            deduplicated: false,
+        },
+        rec,
+    ))
+}
 
 /// Pending items, dead letters, the key index and the id high-water mark.
 #[derive(Debug, Default, Clone)]
@@ -113,37 +416,6 @@ impl State {
 
     // --- push -----------------------------------------------------------
 
-    /// The push state after the in-flight items among `ids` leave the
-    /// pending set other than by an ack: their numbers become skips.
-    /// `None` when none of them is in flight.
-    pub fn push_after_removing(&self, ids: &[ItemId]) -> Option<PushState> {
-        let mut push = self.push.clone();
-        let mut changed = false;
-        for id in ids {
-            if let Some(seq) = self.pending.get(id).and_then(|i| i.push_seq) {
-                if seq > push.acked && !push.skips.contains(&seq) {
-                    push.skips.push(seq);
-                    changed = true;
-                }
-            }
-        }
-        push.skips.sort_unstable();
-        changed.then_some(push)
-    }
-
-    /// Refuse to hold an in-flight item (holding would stop the stream of
-    /// sequence numbers the receiver expects in order).
-    pub fn check_hold(&self, ids: &[ItemId]) -> Result<()> {
-        for id in ids {
-            if let Some(seq) = self.pending.get(id).and_then(|i| i.push_seq) {
-                return Err(Error::InvalidInput(format!(
-                    "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// In-flight items above `after`, in sequence order.
     pub fn in_flight_page(&self, after: u64, limit: usize) -> Vec<Item> {
         self.in_flight
@@ -151,67 +423,6 @@ impl State {
             .filter_map(|(_, id)| self.pending.get(id).cloned())
             .take(limit)
             .collect()
-    }
-
-    /// The items that assigning numbers to `ids` changes (each with its
-    /// new number), and the push state afterwards.
-    pub fn plan_assign(&self, ids: &[ItemId]) -> Result<(Vec<Item>, PushState)> {
-        let mut push = self.push.clone();
-        let mut out: Vec<Item> = Vec::new();
-        for id in ids {
-            let Some(item) = self.pending.get(id) else {
-                continue;
-            };
-            if item.held || item.push_seq.is_some() || out.iter().any(|i| i.id == *id) {
-                continue;
-            }
-            push.last_assigned = push
-                .last_assigned
-                .checked_add(1)
-                .ok_or_else(|| Error::Internal("push sequence numbers exhausted".into()))?;
-            let mut item = item.clone();
-            item.push_seq = Some(push.last_assigned);
-            out.push(item);
-        }
-        Ok((out, push))
-    }
-
-    /// Decide what a cumulative ack for `last_seq` with `rejected` does.
-    pub fn plan_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> AckPlan {
-        let mut push = self.push.clone();
-        let last = last_seq.min(push.last_assigned);
-        let mut plan = AckPlan::default();
-        if last > push.acked {
-            for (&seq, &id) in self.in_flight.range(push.acked + 1..=last) {
-                match rejected.iter().find(|(s, _)| *s == seq) {
-                    Some((_, reason)) => plan.rejected.push((id, reason.clone())),
-                    None => plan.delivered.push(id),
-                }
-            }
-            push.acked = last;
-            push.skips.retain(|s| *s > last);
-        }
-        plan.push = push;
-        plan
-    }
-
-    /// The in-flight items renumbered from 1 in their sequence order, and
-    /// the push state of a new client that has sent them.
-    pub fn plan_renumber(&self) -> (Vec<Item>, PushState) {
-        let mut items = Vec::with_capacity(self.in_flight.len());
-        for (n, (_, id)) in self.in_flight.iter().enumerate() {
-            if let Some(item) = self.pending.get(id) {
-                let mut item = item.clone();
-                item.push_seq = Some(n as u64 + 1);
-                items.push(item);
-            }
-        }
-        let push = PushState {
-            last_assigned: items.len() as u64,
-            acked: 0,
-            skips: Vec::new(),
-        };
-        (items, push)
     }
 
     /// Forget that pending item `id` carries `key`. When it was the key's
@@ -326,16 +537,6 @@ impl State {
             .collect()
     }
 
-    /// The dead letter that dead-lettering `id` would create.
-    pub fn prepare_kill(&self, id: ItemId, last_error: &str, now: Timestamp) -> Option<DeadLetter> {
-        let mut item = self.pending.get(&id)?.clone();
-        item.last_error = Some(last_error.to_string());
-        // Holding means "replay, skip this"; a dead letter is never
-        // replayed, so the flag does not follow it.
-        item.held = false;
-        Some(DeadLetter { item, dead_at: now })
-    }
-
     /// Move a pending item to the dead-letter set as `dl` describes.
     pub fn apply_kill(&mut self, dl: DeadLetter) {
         self.remove_pending(dl.item.id);
@@ -345,62 +546,9 @@ impl State {
 
     /// Dead-letter a pending item at once.
     pub fn kill(&mut self, id: ItemId, last_error: &str, now: Timestamp) -> Option<DeadLetter> {
-        let dl = self.prepare_kill(id, last_error, now)?;
+        let dl = prepare_kill(self, id, last_error, now).ok()??;
         self.apply_kill(dl.clone());
         Some(dl)
-    }
-
-    /// Check that requeueing `ids` is allowed: the stored bound holds and
-    /// no requeued key collides with a pending item or another requeued
-    /// item.
-    pub fn check_requeue(&self, ids: &[ItemId]) -> Result<()> {
-        let mut seen_keys: HashMap<&str, ItemId> = HashMap::new();
-        let mut seen_ids = std::collections::HashSet::new();
-        let mut count = 0u64;
-        for id in ids {
-            let Some(dl) = self.dead.get(id) else {
-                continue;
-            };
-            if !seen_ids.insert(*id) {
-                continue;
-            }
-            count += 1;
-            let key = dl.item.key.as_str();
-            if key.is_empty() {
-                continue;
-            }
-            if let Some(other) = self.keys.get(key) {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
-                )));
-            }
-            if let Some(other) = seen_keys.insert(key, *id) {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
-                )));
-            }
-        }
-        if let Some(bound) = self.max_depth {
-            let depth = self.pending.len() as u64;
-            if count > 0 && depth + count > bound {
-                return Err(Error::QueueFull {
-                    max_depth: bound,
-                    depth,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The pending item that requeueing dead letter `id` would create.
-    pub fn prepare_requeue(&self, id: ItemId) -> Option<Item> {
-        let mut item = self.dead.get(&id)?.item.clone();
-        item.attempts = 0;
-        item.next_retry_at = None;
-        item.held = false;
-        // Back in the stream, it is a new entry with a new number.
-        item.push_seq = None;
-        Some(item)
     }
 
     /// Move dead letter `item.id` back to pending as `item`.
@@ -409,9 +557,9 @@ impl State {
         self.insert_pending(item);
     }
 
-    /// Requeue one dead letter at once (after [`State::check_requeue`]).
+    /// Requeue one dead letter at once (after [`check_requeue`]).
     pub fn requeue_one(&mut self, id: ItemId) -> Option<Item> {
-        let item = self.prepare_requeue(id)?;
+        let item = prepare_requeue(self, id).ok()??;
         self.apply_requeue(item.clone());
         Some(item)
     }
@@ -440,41 +588,12 @@ impl State {
                     continue;
                 }
             }
-            let (id, kept) = if r.item.id > hw {
-                (r.item.id, true)
-            } else {
-                (
-                    hw.checked_add(1)
-                        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-                    false,
-                )
-            };
-            hw = id;
+            let (imported, rec) = import_record(r, &mut hw)?;
             if live && !r.item.key.is_empty() {
-                batch_keys.insert(&r.item.key, id);
-            }
-            let mut rec = r.clone();
-            rec.item.id = id;
-            // Enqueue times have second precision in every backend.
-            rec.item.enqueued_at = rec
-                .item
-                .enqueued_at
-                .map(|t| Timestamp::from_secs(t.as_secs()));
-            rec.item.held = r.state == RecordState::Held;
-            // Push numbers belong to the exporting spool's stream.
-            rec.item.push_seq = None;
-            if r.state == RecordState::Dead && rec.dead_at.is_none() {
-                return Err(Error::InvalidInput(format!(
-                    "dead record {} has no dead_at",
-                    r.item.id
-                )));
+                batch_keys.insert(&r.item.key, imported.id);
             }
             store.push(rec);
-            out.push(Imported {
-                id,
-                kept_id: kept,
-                deduplicated: false,
-            });
+            out.push(imported);
         }
         Ok((out, store))
     }

@@ -11,12 +11,13 @@
 //!   report, not an error without one.
 //!
 //! Repair only ever cuts a torn trailing line (an append a crash
-//! interrupted, which was never reported committed). It runs only when
-//! every damage finding is such a tail: corruption anywhere else is
-//! reported and left for a person, because "fixing" it would mean
-//! dropping committed records. Each cut is announced to the caller
-//! (`before_cut`) before it is made, and the spool is verified again
-//! afterwards.
+//! interrupted, which was never reported committed) and rebuilds the
+//! NDJSON index (`<spool>.idx`, derived from the files) when it is stale
+//! or damaged. It runs only when every damage finding is one of those:
+//! corruption anywhere else is reported and left for a person, because
+//! "fixing" it would mean dropping committed records. Each cut is
+//! announced to the caller (`before_cut`) before it is made, and the
+//! spool is verified again afterwards.
 
 use crate::backend::file::verify::verify_path;
 use crate::backend::{detect_existing, FileQueue, OpenMode, OpenOptions, SqliteQueue};
@@ -63,6 +64,8 @@ pub struct VerifyOutcome {
     pub report: VerifyReport,
     /// The torn tails that were cut.
     pub repaired: Vec<Cut>,
+    /// The index that was rebuilt (NDJSON), if one was.
+    pub rebuilt_index: Option<PathBuf>,
     /// Why `repair` changed nothing although the spool is damaged.
     pub repair_refused: Option<String>,
 }
@@ -84,6 +87,7 @@ impl VerifyOutcome {
             dead_letters: self.report.dead_letters,
             findings: self.report.findings.iter().map(FindingJson::from).collect(),
             repaired: &self.repaired,
+            index_rebuilt: self.rebuilt_index.is_some(),
             repair_refused: self.repair_refused.as_deref(),
         }
     }
@@ -108,6 +112,8 @@ pub struct VerifyJson<'a> {
     pub findings: Vec<FindingJson<'a>>,
     /// Torn tails cut by `--repair`.
     pub repaired: &'a [Cut],
+    /// True when `--repair` rebuilt the NDJSON index.
+    pub index_rebuilt: bool,
     /// Why `--repair` did nothing, or null.
     pub repair_refused: Option<&'a str>,
 }
@@ -153,6 +159,7 @@ pub fn verify(
         backend,
         report: VerifyReport::default(),
         repaired: Vec::new(),
+        rebuilt_index: None,
         repair_refused: None,
     };
     match backend {
@@ -160,11 +167,12 @@ pub fn verify(
             outcome.report = verify_path(path)?;
             if opts.repair && !outcome.report.healthy() {
                 if outcome.report.repairable() {
-                    outcome.repaired = repair_file(path, &outcome.report, before_cut)?;
+                    (outcome.repaired, outcome.rebuilt_index) =
+                        repair_file(path, &outcome.report, before_cut)?;
                     outcome.report = verify_path(path)?;
                 } else {
                     outcome.repair_refused = Some(
-                        "--repair only cuts a torn trailing line; the other damage listed needs a person (restore the file from a backup, or fix the named lines by hand)".into(),
+                        "--repair only cuts a torn trailing line and rebuilds the index; the other damage listed needs a person (restore the file from a backup, or fix the named lines by hand)".into(),
                     );
                 }
             }
@@ -213,18 +221,25 @@ fn verify_sqlite(path: &Path) -> Result<VerifyReport> {
     }
 }
 
-/// Cut the torn tails `report` lists, announcing each first.
+/// Cut the torn tails `report` lists, announcing each first, and rebuild
+/// the index when `report` finds it stale or damaged.
 fn repair_file(
     path: &Path,
     report: &VerifyReport,
     before_cut: &mut dyn FnMut(&Cut),
-) -> Result<Vec<Cut>> {
+) -> Result<(Vec<Cut>, Option<PathBuf>)> {
     let mut cuts = Vec::new();
+    let index = crate::backend::companion(path, "idx");
+    let mut rebuild = false;
     for f in report
         .findings
         .iter()
         .filter(|f| f.severity == Severity::Damage && f.repairable)
     {
+        if f.file == index {
+            rebuild = true;
+            continue;
+        }
         let Some(line) = f.line else { continue };
         let (offset, bytes) = line_span(&f.file, line)?;
         cuts.push(Cut {
@@ -234,15 +249,18 @@ fn repair_file(
             bytes,
         });
     }
-    if cuts.is_empty() {
-        return Ok(cuts);
+    if cuts.is_empty() && !rebuild {
+        return Ok((cuts, None));
     }
     for c in &cuts {
         before_cut(c);
     }
     let q = FileQueue::open(path, &OpenOptions::new(OpenMode::ReadWrite))?;
     q.repair_torn_tail()?;
-    Ok(cuts)
+    if rebuild {
+        q.rebuild_index()?;
+    }
+    Ok((cuts, rebuild.then_some(index)))
 }
 
 /// Where line `line` (1-based) of `file` starts, and how many bytes from

@@ -1,20 +1,27 @@
 //! The I/O seam of the NDJSON backend.
 //!
-//! Every write, copy, sync, truncate and rename the backend makes on its files
-//! goes through a [`FileIo`]. Production code uses [`RealIo`]; tests pass
-//! their own implementation (through [`super::FileQueue::open_with_io`])
-//! to force short writes, write errors and fsync failures and check that
-//! nothing is reported committed that was not — the role of the
-//! reference's `FileIoOps`.
+//! Every read, write, copy, sync, truncate and rename the backend makes on
+//! its spool files (the main and dead-letter files) goes through a
+//! [`FileIo`]. Production code uses [`RealIo`]; tests pass their own
+//! implementation (through [`super::FileQueue::open_with_io`]) to force
+//! short writes, write errors and fsync failures and check that nothing is
+//! reported committed that was not — the role of the reference's
+//! `FileIoOps` — and to count the bytes an operation reads, which must not
+//! grow with the spool. (The derived index, a SQLite database, does its
+//! own I/O.)
 
 use std::fmt::Debug;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 
-/// The raw file operations the NDJSON backend performs when it changes a
-/// file. Reads are not part of the seam.
+/// The raw file operations the NDJSON backend performs on its files.
 pub trait FileIo: Send + Sync + Debug {
+    /// One positioned read (`pread(2)`): may read fewer bytes than asked.
+    fn read_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(file, buf, offset)
+    }
+
     /// One `write(2)`: may write fewer bytes than asked.
     fn write(&self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
         file.write(buf)
@@ -101,6 +108,54 @@ pub(crate) fn copy_all(
         }
     }
     Ok(())
+}
+
+/// Fill `buf` from `offset` of `file` through `io`; fewer bytes than asked
+/// (the file ended) is [`io::ErrorKind::UnexpectedEof`].
+pub(crate) fn read_exact_at(
+    io: &dyn FileIo,
+    file: &File,
+    mut buf: &mut [u8],
+    mut offset: u64,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match io.read_at(file, buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                let n = n.min(buf.len());
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A file read forward from an offset, up to an end, through the seam.
+pub(crate) struct ReadFrom<'a> {
+    pub io: &'a dyn FileIo,
+    pub file: &'a File,
+    pub pos: u64,
+    pub end: u64,
+}
+
+impl io::Read for ReadFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = loop {
+            match self.io.read_at(self.file, &mut buf[..want], self.pos) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
 }
 
 /// The real system calls.

@@ -1,5 +1,6 @@
 //! The NDJSON file backend: the reference `FileOfflineQueue` format, made
-//! safe for many processes and honest about damage.
+//! safe for many processes, honest about damage, and fast however much it
+//! holds.
 //!
 //! # Files
 //!
@@ -8,6 +9,7 @@
 //! | `<spool>`          | pending items: `put`/`done` lines (see [`format`])  |
 //! | `<spool>.dead`     | dead letters, same format, `put` lines with `deadAt` |
 //! | `<spool>.meta`     | uuid and depth bound (JSON, replaced atomically)     |
+//! | `<spool>.idx`      | the derived index (SQLite, see [`index`])            |
 //!
 //! The main file replays last-write-wins per id, exactly as the reference
 //! reads it; delivered and dead-lettered items leave it through `done`
@@ -15,13 +17,33 @@
 //! seen in either file, tombstones included, and compaction carries that
 //! high-water mark as a trailing `done` line, as the reference does.
 //!
+//! # The index
+//!
+//! Nothing is held in memory between calls but file handles. Every call
+//! reads the spool through the index `<spool>.idx` — the pending items'
+//! ids, keys, attempts, times and line positions, the dead letters, the
+//! counts, the push state and the receiver's ledger — and reads a payload
+//! with one `pread` of its line. The files stay the source of truth: the
+//! index is checked against them at every call (the files' identity and a
+//! fingerprint of the bytes it covers; see [`index`]) and caught up with
+//! what was appended since (by another process, by the reference, or
+//! before a crash cut a writer short between its append and its index
+//! update) by reading only that tail. An index that does not match is
+//! rebuilt from the files by the next writer; a reader never writes it:
+//! it takes in a short tail inside a transaction that it rolls back, and
+//! anything more (a missing, damaged or foreign index, a long tail, the
+//! journal of a writer that crashed) makes it build a private index in a
+//! temporary file for the life of the handle.
+//!
 //! # Guarantees
 //!
 //! * Every mutation appends its lines in one `write` sequence followed by
 //!   `fdatasync`, under an exclusive advisory lock (`flock`) on the main
 //!   file; only then does it return `Ok`. A short write or failed sync is
 //!   an error, and the backend cuts the file back to where the append
-//!   started, so a failed call leaves nothing behind.
+//!   started, so a failed call leaves nothing behind. The index is updated
+//!   after the sync, in one SQLite transaction, from the lines just
+//!   written — by the same code that catches up a tail.
 //! * A trailing line without its newline that does not parse (or NUL
 //!   bytes at the end) is a torn write: it is reported (see
 //!   [`FileQueue::take_notices`]) and, by the next mutating call, cut off
@@ -33,45 +55,42 @@
 //! * A write of several lines is one batch: all but its last line carry a
 //!   `tx` field naming the batch's first byte (`format::frame_batch`), so
 //!   a batch that a crash cut short is seen by every reader as not
-//!   written at all, and is cut off like a torn write.
-//! * Opening reads the file once and never rewrites it. Later calls read
-//!   only what other processes appended since (or everything again after
-//!   another process compacted). Compaction runs when asked
+//!   written at all, and is cut off like a torn write. A streamed batch
+//!   ([`crate::Queue::enqueue_stream`]) is written in chunks the same way.
+//! * Opening never rewrites the file. Compaction runs when asked
 //!   ([`FileQueue::compact`]) or automatically after a mutation once the
 //!   main file is over 4 MiB and at least three quarters of its records
-//!   are garbage.
+//!   are garbage; it rebuilds the index for the new files.
 //! * Moving an item between the main and the dead-letter file writes the
 //!   destination first. If a crash separates the two appends, the item is
 //!   in both files, and the dead-letter file wins: it is a dead letter.
 //!   An item is therefore never lost, and at worst a requeue has to be
 //!   repeated.
 
+mod compact;
 pub(crate) mod format;
+pub(crate) mod index;
 pub mod io;
 mod meta;
+mod queue;
 pub(crate) mod scan;
+mod stream;
 pub mod verify;
 
-use self::format::Line;
-use self::io::{copy_all, parent_dir, write_all, FileIo, RealIo};
+use self::format::{parse_line, Line};
+use self::index::{Entry, FileNow, FileRow, Index, Loc, Unusable, Which};
+use self::io::{parent_dir, read_exact_at, write_all, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
-use super::receive::{ClientDelta, Receive};
-use super::state::State;
+use super::receive::ClientDelta;
 use super::{companion, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
-use crate::item::{
-    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushAck, PushState, QueueStats, Record, RecordState,
-};
+use crate::item::{DeadLetter, Item, ItemId, PushState};
 use crate::push::memory::Recorded;
-use crate::push::receiver::ReceiveTxn;
-use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
 use std::collections::BTreeMap;
 use std::fs::{File, TryLockError};
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -83,6 +102,14 @@ const AUTO_COMPACT_RATIO: u64 = 4;
 /// Compaction copies a run of adjacent kept lines at least this long inside
 /// the kernel (`copy_file_range`) instead of through its buffer.
 const COMPACT_COPY_RUN: u64 = 64 << 10;
+/// A reader takes in at most this many bytes of unindexed tail (in a
+/// transaction it rolls back, held in memory); beyond that it builds a
+/// private index.
+const READER_CATCH_UP_MAX: u64 = 4 << 20;
+/// Adjacent lines closer than this are read with one `pread`.
+const READ_GAP: u64 = 4096;
+/// ... up to this many bytes at a time.
+const READ_SPAN: u64 = 1 << 20;
 
 /// What [`FileQueue::compact`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,17 +145,12 @@ pub struct FileStats {
     pub torn_tail: Option<TornTail>,
 }
 
-/// One tracked file: its handle, identity and how far it has been read.
+/// One open spool file and its identity.
 #[derive(Debug)]
 struct Tracked {
     file: File,
     dev: u64,
     ino: u64,
-    end: u64,
-    lines: u64,
-    records: u64,
-    torn: Option<TornTail>,
-    needs_newline: bool,
 }
 
 impl Tracked {
@@ -138,13 +160,19 @@ impl Tracked {
             file,
             dev: m.dev(),
             ino: m.ino(),
-            end: 0,
-            lines: 0,
-            records: 0,
-            torn: None,
-            needs_newline: false,
         })
     }
+}
+
+/// Where a file's valid content ends, as the last catch-up saw it.
+#[derive(Debug, Clone, Default)]
+struct Tail {
+    /// Just past the last valid line (where the next append starts).
+    end: u64,
+    /// The valid content lacks its final newline.
+    needs_newline: bool,
+    /// A torn write (or an unfinished batch) after `end`.
+    torn: Option<TornTail>,
 }
 
 /// Whether an operation re-reads the meta file (the depth bound, the
@@ -160,16 +188,51 @@ enum MetaUse {
     Skip,
 }
 
+/// What a call does with the spool.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Access {
+    /// Reads (shared lock).
+    Read,
+    /// Writes (exclusive lock).
+    Write,
+    /// Writes, then compacts when garbage dominates.
+    Mutate,
+}
+
 #[derive(Debug)]
 struct Inner {
     main: Option<Tracked>,
     dead: Option<Tracked>,
-    state: State,
+    index: Option<Index>,
     meta: Meta,
-    /// The in-memory image may disagree with the files (after a failed
-    /// write or a replaced file): reload everything before the next use.
-    stale: bool,
+    main_tail: Tail,
+    dead_tail: Tail,
+    /// This call appended to a file: the index takes the lines in before
+    /// it commits.
+    appended: bool,
     notices: Vec<String>,
+}
+
+impl Inner {
+    fn tail(&mut self, which: Which) -> &mut Tail {
+        match which {
+            Which::Main => &mut self.main_tail,
+            Which::Dead => &mut self.dead_tail,
+        }
+    }
+
+    fn tracked(&self, which: Which) -> Option<&Tracked> {
+        match which {
+            Which::Main => self.main.as_ref(),
+            Which::Dead => self.dead.as_ref(),
+        }
+    }
+
+    fn index(&self) -> Result<&Index> {
+        self.index
+            .as_ref()
+            .ok_or_else(|| Error::Internal("NDJSON spool index missing".into()))
+    }
 }
 
 /// A spool stored in an NDJSON file.
@@ -178,18 +241,12 @@ pub struct FileQueue {
     path: PathBuf,
     dead_path: PathBuf,
     meta_path: PathBuf,
+    index_path: PathBuf,
     writable: bool,
     io: Arc<dyn FileIo>,
     clock: SharedClock,
     busy_timeout: Duration,
     inner: Mutex<Inner>,
-}
-
-/// Which file an append goes to.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Target {
-    Main,
-    Dead,
 }
 
 impl FileQueue {
@@ -203,7 +260,7 @@ impl FileQueue {
         let writable = opts.mode.writable();
         let (file, created) = open_main(path, opts.mode)?;
         if !created {
-            scan::check_head(path, &file)?;
+            scan::check_head(path, &*io, &file)?;
         }
         if created {
             let dir = parent_dir(path);
@@ -214,6 +271,7 @@ impl FileQueue {
             path: path.to_path_buf(),
             dead_path: companion(path, "dead"),
             meta_path: companion(path, "meta"),
+            index_path: companion(path, "idx"),
             writable,
             io,
             clock: opts.clock.clone(),
@@ -221,9 +279,11 @@ impl FileQueue {
             inner: Mutex::new(Inner {
                 main: Some(Tracked::new(file, path)?),
                 dead: None,
-                state: State::default(),
+                index: None,
                 meta: Meta::default(),
-                stale: true,
+                main_tail: Tail::default(),
+                dead_tail: Tail::default(),
+                appended: false,
                 notices: Vec::new(),
             }),
         };
@@ -241,7 +301,6 @@ impl FileQueue {
                     m.max_depth = max_depth;
                 }
                 meta::write(&*q.io, &q.meta_path, &m)?;
-                inner.state.max_depth = m.max_depth;
                 inner.meta = m;
             }
             Ok(())
@@ -249,7 +308,12 @@ impl FileQueue {
         if defer {
             q.locked_unloaded(writable, init)?;
         } else {
-            q.locked(writable, MetaUse::Read, init)?;
+            let access = if writable {
+                Access::Write
+            } else {
+                Access::Read
+            };
+            q.locked(access, MetaUse::Read, init)?;
         }
         Ok(q)
     }
@@ -259,27 +323,34 @@ impl FileQueue {
         &self.path
     }
 
+    /// The index file's path (`<spool>.idx`).
+    pub fn index_path(&self) -> &Path {
+        &self.index_path
+    }
+
     /// The files that make up this spool (some may not exist).
     pub fn files(&self) -> Vec<PathBuf> {
         vec![
             self.path.clone(),
             self.dead_path.clone(),
             self.meta_path.clone(),
+            self.index_path.clone(),
+            index::journal_path(&self.index_path),
         ]
     }
 
-    /// Messages about damage found and repaired (torn tails), oldest
-    /// first; taking them clears the list.
+    /// Messages about damage found and repaired (torn tails, an index
+    /// rebuilt), oldest first; taking them clears the list.
     pub fn take_notices(&self) -> Vec<String> {
         std::mem::take(&mut self.lock_inner().notices)
     }
 
     /// Numbers about the main file.
     pub fn file_stats(&self) -> Result<FileStats> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            let main = inner.main.as_ref().ok_or_else(no_handle)?;
-            let live = inner.state.pending.len() as u64;
-            let records = main.records;
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            let ix = inner.index()?;
+            let live = ix.depth()?;
+            let records = ix.file_row(Which::Main)?.map_or(0, |r| r.records);
             let garbage_ratio = if records == 0 {
                 0.0
             } else {
@@ -289,7 +360,7 @@ impl FileQueue {
                 records,
                 live,
                 garbage_ratio,
-                torn_tail: main.torn.clone(),
+                torn_tail: inner.main_tail.torn.clone(),
             })
         })
     }
@@ -299,14 +370,15 @@ impl FileQueue {
     /// and the directory synced. The main file ends with a `done` line for
     /// the high-water mark when it is above every pending id, so ids are
     /// never reissued. A torn tail is dropped. Concurrent writers wait on
-    /// the lock and then continue on the new file.
+    /// the lock and then continue on the new file. The index is rebuilt
+    /// for the new files before the lock is let go.
     ///
-    /// Compaction reads the files afresh, not the in-memory image, and
-    /// streams the main file: every line is checked as a normal read
-    /// checks it (a damaged line stops the compaction and changes
-    /// nothing), but only each live item's position is kept, and the
-    /// bytes of its last line are copied as they are. Memory grows with
-    /// the live items and the dead letters, never with the garbage.
+    /// Compaction reads the files afresh, not the index, and streams the
+    /// main file: every line is checked as a normal read checks it (a
+    /// damaged line stops the compaction and changes nothing), but only
+    /// each live item's position is kept, and the bytes of its last line
+    /// are copied as they are. Memory grows with the live items and the
+    /// dead letters, never with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
         self.locked_unloaded(true, |q, inner| q.compact_locked(inner))
@@ -318,252 +390,44 @@ impl FileQueue {
     /// [`FileQueue::take_notices`].
     pub fn repair_torn_tail(&self) -> Result<()> {
         self.require_writable("repair")?;
-        // Taking the exclusive lock brings the image up to date, which
+        // Taking the exclusive lock brings the index up to date, which
         // cuts any torn tail before returning.
-        self.locked(true, MetaUse::Skip, |_, _| Ok(()))
+        self.locked(Access::Write, MetaUse::Skip, |_, _| Ok(()))
     }
 
-    /// Compact with the exclusive lock held. Afterwards the image is
-    /// read afresh on the next call: the files were replaced (or, after a
-    /// failure, one of them may have been).
-    fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
-        let r = self.compact_files(inner);
-        inner.stale = true;
-        inner.dead = None;
-        r
-    }
-
-    fn compact_files(&self, inner: &mut Inner) -> Result<CompactReport> {
-        // Dead letters are few: read them whole, as an image.
-        let mut dead = State::default();
-        let mut dead_len = 0;
-        let dead_file = open_existing(&self.dead_path, false)?;
-        let dead_exists = dead_file.is_some();
-        let mut dead_torn = None;
-        if let Some(file) = dead_file {
-            let mut t = Tracked::new(file, &self.dead_path)?;
-            dead_len = file_len(&t.file, &self.dead_path)?;
-            read_into(&self.dead_path, &mut t, |l| apply_dead(&mut dead, l))?;
-            dead_torn = t.torn;
-        }
-
-        // The main file: where the last line of each live item is, as the
-        // image would apply the lines (a put of a dead letter's id only
-        // raises the high-water mark).
-        let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let main_len = file_len(&main.file, &self.path)?;
-        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
-        let mut high_water = dead.high_water;
-        let mut last_push: Option<(u64, usize)> = None;
-        let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
-        let scanned = scan::scan_file_parallel(
-            &self.path,
-            &main.file,
-            format::check_line,
-            |head, offset, len| {
-                high_water = high_water.max(head.id);
-                if head.push {
-                    last_push = Some((offset, len));
-                } else if head.client {
-                    client_lines_at.push((offset, len));
-                } else if !head.put {
-                    live.remove(&head.id);
-                } else if !dead.dead.contains_key(&head.id) {
-                    live.insert(head.id, (offset, len));
-                }
-            },
-        )?;
-
-        // The dead-letter file is replaced first, while every other
-        // process still waits on the lock of the old main file. Once the
-        // main file is replaced, a process can lock the new one at once;
-        // by then both files are final, so its appends land in files that
-        // stay. (The other order lets such a process append a dead letter
-        // to the old dead-letter file just before it is replaced.)
-        let mut bytes_after = 0;
-        if dead_exists || !dead.dead.is_empty() {
-            let mut buf = Vec::new();
-            for dl in dead.dead.values() {
-                format::write_dead(&mut buf, dl);
-            }
-            bytes_after += self.replace_file(&self.dead_path, |w| w.push(&buf))?;
-        }
-
-        // Copy the kept lines in id order (the order in which ids first
-        // appear must only grow; `verify` checks it). Most of them lie in
-        // that order in the file already and are copied in one forward
-        // pass: a line is read in passing when no line of a later id lies
-        // before it. The others (an item updated after later ones were
-        // enqueued) are read on their own.
-        let pending = live.len() as u64;
-        let max_live = live.keys().next_back().copied().unwrap_or(0);
-        let mut records_after = pending;
-        if high_water > max_live {
-            records_after += 1;
-        }
-        let order: Vec<(u64, usize)> = live.into_values().collect();
-        // The new file must not end in a line that carries a batch's `tx`
-        // field (it would read as an unfinished batch): such a last line
-        // is written without the field.
-        let mut last_line = None;
-        if let (Some(&(offset, len)), false) = (order.last(), high_water > max_live) {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            last_line = format::strip_tx(&line);
-        }
-        let copied = order.len() - usize::from(last_line.is_some());
-        // The push state, written anew (without any batch frame).
-        let mut push_state = Vec::new();
-        if let Some((offset, len)) = last_push {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            if let Ok(Line::Push(p)) = format::parse_line(&line) {
-                format::write_push(&mut push_state, &p);
-            }
-        }
-        // The receiver's state: every client's lines added up, written as
-        // one line per client (or a few for a long history).
-        let mut receiver = State::default();
-        for &(offset, len) in &client_lines_at {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            if let Ok(Line::Client(c)) = format::parse_line(&line) {
-                let id = c.id.clone();
-                receiver.apply_client_delta(&id, client_delta(c));
-            }
-        }
-        for (id, c) in receiver.receiver.clients() {
-            let mut entries = c.entries.clone();
-            // Rejects the client acknowledged keep their record but are no
-            // longer reported: everything below the first one still
-            // reported (all of them when none is) is acknowledged.
-            let acked = c
-                .rejects
-                .keys()
-                .next()
-                .map_or(c.last_seq, |first| first - 1);
-            let delta = ClientDelta {
-                last_seq: Some(c.last_seq),
-                entries: std::mem::take(&mut entries),
-                acked,
-                at: receiver.receiver_at.get(id).copied(),
-            };
-            client_lines(&mut push_state, id, &delta);
-        }
-        records_after += push_state.iter().filter(|b| **b == b'\n').count() as u64;
-        let mut later_min = vec![u64::MAX; order.len()];
-        let mut m = u64::MAX;
-        for (i, &(offset, _)) in order.iter().enumerate().rev() {
-            later_min[i] = m;
-            m = m.min(offset);
-        }
-        bytes_after += self.replace_file(&self.path, |w| {
-            let mut r = BufReader::with_capacity(1 << 20, &main.file);
-            r.seek(SeekFrom::Start(0))?;
-            let mut pos = 0u64;
-            let mut line = Vec::new();
-            let mut i = 0;
-            while i < copied {
-                // Lines next to each other in the file (one newline
-                // between them) that come one after the other in id order
-                // too: a long run of them is copied inside the kernel.
-                let (start, first_len) = order[i];
-                let mut end = start + first_len as u64;
-                let mut next = i + 1;
-                while next < copied && order[next].0 == end + 1 {
-                    end = order[next].0 + order[next].1 as u64;
-                    next += 1;
-                }
-                if next - i > 1 && end - start >= COMPACT_COPY_RUN {
-                    w.copy_from(&main.file, start, (end - start) as usize)?;
-                    w.push(b"\n")?;
-                    i = next;
-                    continue;
-                }
-                let (offset, len) = order[i];
-                let later = later_min[i];
-                i += 1;
-                if offset >= pos && offset <= later {
-                    r.seek_relative((offset - pos) as i64)?;
-                    w.push_line_from(&mut r, len)?;
-                    pos = offset + len as u64;
-                } else {
-                    line.resize(len, 0);
-                    main.file.read_exact_at(&mut line, offset)?;
-                    line.push(b'\n');
-                    w.push(&line)?;
-                }
-            }
-            if let Some(last) = &last_line {
-                w.push(last)?;
-                w.push(b"\n")?;
-            }
-            w.push(&push_state)?;
-            if high_water > max_live {
-                line.clear();
-                format::write_done(&mut line, high_water);
-                w.push(&line)?;
-            }
-            Ok(())
-        })?;
-
-        for (path, torn) in [(&self.path, &scanned.torn), (&self.dead_path, &dead_torn)] {
-            if let Some(torn) = torn {
-                inner.notices.push(torn_notice(path, torn, true));
-                inner.notices.push(cut_notice(path, torn));
-            }
-        }
-        Ok(CompactReport {
-            bytes_before: main_len + dead_len,
-            bytes_after,
-            records_before: scanned.records,
-            records_after,
-            pending,
-            dead_letters: dead.dead.len() as u64,
-            high_water,
-            dropped_torn_tail: scanned.torn,
+    /// Rebuild the index from the files, whatever state it is in
+    /// (`verify --repair`).
+    pub fn rebuild_index(&self) -> Result<()> {
+        self.require_writable("rebuild the index of")?;
+        self.locked_unloaded(true, |q, inner| {
+            q.track_dead(inner)?;
+            q.rebuild(inner, None)
         })
     }
 
-    /// Replace `path` with what `fill` writes: into a temporary file,
-    /// synced, renamed over `path`, directory synced. Returns the bytes
-    /// written.
-    fn replace_file(
-        &self,
-        path: &Path,
-        fill: impl FnOnce(&mut Replacement<'_>) -> std::io::Result<()>,
-    ) -> Result<u64> {
-        let tmp = companion(path, "compact.tmp");
-        let file = crate::private_file::create_replacement(&tmp, path)
-            .map_err(|e| Error::io(&tmp, "create", e))?;
-        let mut w = Replacement {
-            io: &*self.io,
-            file,
-            buf: Vec::with_capacity(Replacement::CHUNK),
-            written: 0,
-        };
-        fill(&mut w)
-            .and_then(|()| w.flush())
-            .map_err(|e| Error::io(&tmp, "write", e))?;
-        self.io
-            .sync(&w.file)
-            .map_err(|e| Error::io(&tmp, "fsync", e))?;
-        let written = w.written;
-        drop(w);
-        self.io
-            .rename(&tmp, path)
-            .map_err(|e| Error::io(path, "replace", e))?;
-        let dir = parent_dir(path);
-        self.io
-            .sync_dir(dir)
-            .map_err(|e| Error::io(dir, "fsync directory", e))?;
-        Ok(written)
+    /// Compact with the exclusive lock held; afterwards every handle and
+    /// the index are opened afresh on the next call.
+    fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        let r = self.compact_files(inner);
+        inner.dead = None;
+        inner.main_tail = Tail::default();
+        inner.dead_tail = Tail::default();
+        let (report, new_main) = r?;
+        // The new main file stays locked (through `new_main`) until its
+        // index is in place; the old one is let go with its handle.
+        let dead = open_existing(&self.dead_path, false)?;
+        if let Err(e) = self.build_shared(&new_main, dead.as_ref()) {
+            inner.notices.push(format!(
+                "{}: the index was not rebuilt after compaction ({e}); the next command rebuilds it",
+                self.index_path.display()
+            ));
+        }
+        inner.main = None;
+        drop(new_main);
+        Ok(report)
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -582,22 +446,101 @@ impl FileQueue {
     }
 
     /// Run `f` with the advisory lock held (exclusive for writers) and the
-    /// in-memory image caught up with the files; `meta` says whether `f`
-    /// needs the latest meta file too.
+    /// index checked and caught up with the files, inside an index
+    /// transaction that commits when `f` succeeds (a reader's is rolled
+    /// back); `meta` says whether `f` needs the latest meta file too.
     fn locked<T>(
         &self,
-        exclusive: bool,
+        access: Access,
         meta: MetaUse,
         f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
     ) -> Result<T> {
-        self.locked_unloaded(exclusive, |q, inner| {
-            q.refresh(inner, exclusive, meta)?;
-            f(q, inner)
-        })
+        if access != Access::Read {
+            self.require_writable("write")?;
+        }
+        let mut guard = self.lock_inner();
+        let inner = &mut *guard;
+        let mut exclusive = access != Access::Read;
+        loop {
+            self.acquire(inner, exclusive)?;
+            match self.prepare(inner, exclusive, meta) {
+                Ok(true) => break,
+                Ok(false) => {
+                    // Upkeep of the shared index needs the write lock.
+                    self.release(inner);
+                    exclusive = true;
+                }
+                Err(e) => {
+                    if let Some(ix) = &inner.index {
+                        let _ = ix.rollback();
+                    }
+                    self.release(inner);
+                    return Err(e);
+                }
+            }
+        }
+        let r = f(self, inner);
+        let r = self.finish(inner, r);
+        if access == Access::Mutate && r.is_ok() {
+            self.auto_compact(inner);
+        }
+        self.release(inner);
+        r
     }
 
-    /// Run `f` with the advisory lock held, leaving the in-memory image as
-    /// it is (up to date or not).
+    /// End the index transaction of a call. When the call succeeded, the
+    /// index takes in the lines it appended — the dead-letter file first,
+    /// as every process catching up reads it, so that a move between the
+    /// files is seen whole — and commits. When it failed, roll back. A
+    /// failure of the index loses nothing: the lines are committed in the
+    /// file, and the index, rolled back, catches up next time.
+    fn finish<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
+        let appended = std::mem::take(&mut inner.appended);
+        if inner.index.is_none() {
+            return r;
+        }
+        if r.is_err() {
+            let _ = inner.index()?.rollback();
+            return r;
+        }
+        let taken = if appended {
+            let ends = (inner.main_tail.clone(), inner.dead_tail.clone());
+            let done = self
+                .catch_up(inner, Which::Dead)
+                .and_then(|()| self.catch_up(inner, Which::Main));
+            if done.is_err() {
+                (inner.main_tail, inner.dead_tail) = ends;
+            }
+            done
+        } else {
+            Ok(())
+        };
+        let ix = inner.index()?;
+        if let Err(e) = taken.and_then(|()| ix.commit()) {
+            let _ = ix.rollback();
+            inner.notices.push(format!(
+                "{}: the index could not take in the lines just written ({e}); the next command catches up",
+                self.index_path.display()
+            ));
+        }
+        r
+    }
+
+    fn auto_compact(&self, inner: &mut Inner) {
+        let Ok(ix) = inner.index() else { return };
+        let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
+            return;
+        };
+        if row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1) {
+            if let Err(e) = self.compact_locked(inner) {
+                inner
+                    .notices
+                    .push(format!("automatic compaction failed (nothing lost): {e}"));
+            }
+        }
+    }
+
+    /// Run `f` with the advisory lock held, without touching the index.
     fn locked_unloaded<T>(
         &self,
         exclusive: bool,
@@ -607,10 +550,14 @@ impl FileQueue {
         let inner = &mut *inner;
         self.acquire(inner, exclusive)?;
         let result = f(self, inner);
+        self.release(inner);
+        result
+    }
+
+    fn release(&self, inner: &mut Inner) {
         if let Some(m) = &inner.main {
             let _ = m.file.unlock();
         }
-        result
     }
 
     /// Take the flock on the main file, making sure the handle still is
@@ -629,7 +576,7 @@ impl FileQueue {
                     },
                 )?;
                 inner.main = Some(Tracked::new(file, &self.path)?);
-                inner.stale = true;
+                inner.main_tail = Tail::default();
             }
             let main = inner.main.as_ref().ok_or_else(no_handle)?;
             let attempt = if exclusive {
@@ -677,146 +624,422 @@ impl FileQueue {
         }
     }
 
-    /// Bring the in-memory image up to date with the files: read what was
-    /// appended since the last call, or everything after a replacement or
-    /// a failure. Dead letters are read before the main file so that a
-    /// move between the files is seen whole.
-    fn refresh(&self, inner: &mut Inner, exclusive: bool, meta: MetaUse) -> Result<()> {
-        if !inner.stale {
-            let dead_ok = self.refresh_dead(inner)?;
-            let main_ok = dead_ok && self.refresh_main(inner)?;
-            if !main_ok {
-                inner.stale = true;
-            } else if meta == MetaUse::Read {
-                // The depth bound lives in the meta file, which another
-                // process may have replaced: every call that uses it sees
-                // the latest.
-                inner.meta = meta::read(&self.meta_path)?;
-                inner.state.max_depth = inner.meta.max_depth;
-            }
-        }
-        if inner.stale {
-            self.reload(inner)?;
-        }
-        if exclusive {
-            if let Some(torn) = inner.main.as_ref().and_then(|m| m.torn.clone()) {
-                self.cut_torn_tail(inner, Target::Main, torn)?;
-            }
-            if let Some(torn) = inner.dead.as_ref().and_then(|m| m.torn.clone()) {
-                self.cut_torn_tail(inner, Target::Dead, torn)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn reload(&self, inner: &mut Inner) -> Result<()> {
-        inner.meta = meta::read(&self.meta_path)?;
-        let mut state = State {
-            max_depth: inner.meta.max_depth,
-            ..State::default()
-        };
-        inner.dead = None;
-        if let Some(file) = open_existing(&self.dead_path, self.writable)? {
-            let mut t = Tracked::new(file, &self.dead_path)?;
-            read_into(&self.dead_path, &mut t, |l| apply_dead(&mut state, l))?;
-            if let Some(torn) = &t.torn {
-                inner
-                    .notices
-                    .push(torn_notice(&self.dead_path, torn, self.writable));
-            }
-            inner.dead = Some(t);
-        }
-        let main = inner.main.as_mut().ok_or_else(no_handle)?;
-        main.end = 0;
-        main.lines = 0;
-        main.records = 0;
-        main.torn = None;
-        main.needs_newline = false;
-        read_into(&self.path, main, |l| apply_main(&mut state, l))?;
-        if let Some(torn) = &main.torn {
-            inner
-                .notices
-                .push(torn_notice(&self.path, torn, self.writable));
-        }
-        inner.state = state;
-        inner.stale = false;
-        Ok(())
-    }
-
-    /// Catch up on the dead-letter file; false when a full reload is
-    /// needed.
-    fn refresh_dead(&self, inner: &mut Inner) -> Result<bool> {
+    /// Open (or keep) the handle on the dead-letter file, following a
+    /// replacement.
+    fn track_dead(&self, inner: &mut Inner) -> Result<()> {
         let on_disk = match std::fs::metadata(&self.dead_path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(&self.dead_path, "inspect", e)),
         };
-        match (&mut inner.dead, on_disk) {
-            (None, None) => Ok(true),
-            (None, Some(_)) => Ok(false),
-            (Some(_), None) => Ok(false),
-            (Some(t), Some(m)) => {
-                if m.dev() != t.dev || m.ino() != t.ino || m.len() < t.end {
+        let same = match (&inner.dead, &on_disk) {
+            (Some(t), Some(m)) => t.dev == m.dev() && t.ino == m.ino(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            inner.dead_tail = Tail::default();
+            inner.dead = match on_disk {
+                None => None,
+                Some(_) => match open_existing(&self.dead_path, self.writable)? {
+                    Some(f) => Some(Tracked::new(f, &self.dead_path)?),
+                    None => None,
+                },
+            };
+        }
+        Ok(())
+    }
+
+    /// Make the index ready for a call with the lock held: open it, check
+    /// it against the files, rebuild it when it does not match, take in
+    /// the tails, cut torn tails (writers). `Ok(false)`: the shared index
+    /// needs upkeep that only the exclusive lock allows; call again with
+    /// it.
+    fn prepare(&self, inner: &mut Inner, exclusive: bool, meta: MetaUse) -> Result<bool> {
+        if meta == MetaUse::Read {
+            inner.meta = meta::read(&self.meta_path)?;
+        }
+        self.track_dead(inner)?;
+        let mut unusable = self.open_index(inner, exclusive);
+        if unusable.is_none() {
+            let ix = inner.index()?;
+            ix.begin(exclusive)?;
+            if let Err(why) = self.check_index(inner)? {
+                inner.index()?.rollback()?;
+                unusable = Some(why);
+            }
+        }
+        if let Some(why) = unusable {
+            if self.writable {
+                if !exclusive {
                     return Ok(false);
                 }
-                if m.len() == t.end {
-                    return Ok(true);
+                self.rebuild(inner, Some(&why))?;
+            } else {
+                self.build_private(inner)?;
+            }
+            inner.index()?.begin(exclusive)?;
+            if let Err(why) = self.check_index(inner)? {
+                return Err(Error::Internal(format!(
+                    "the index just built for {} does not match it: {why}",
+                    self.path.display()
+                )));
+            }
+        }
+        // The tails: what the index has not taken in yet.
+        let pending_tail = self.unindexed(inner)?;
+        if pending_tail > 0 {
+            let ix = inner.index()?;
+            if ix.is_shared() && self.writable && !exclusive {
+                ix.rollback()?;
+                return Ok(false);
+            }
+            if ix.read_only && (ix.no_writes || pending_tail > READER_CATCH_UP_MAX) {
+                ix.rollback()?;
+                self.build_private(inner)?;
+                inner.index()?.begin(false)?;
+            }
+        }
+        self.catch_up(inner, Which::Dead)?;
+        self.catch_up(inner, Which::Main)?;
+        if exclusive && self.writable {
+            for which in [Which::Main, Which::Dead] {
+                if let Some(torn) = inner.tail(which).torn.clone() {
+                    self.cut_torn_tail(inner, which, torn)?;
                 }
-                let state = &mut inner.state;
-                read_into(&self.dead_path, t, |l| apply_dead(state, l))?;
-                Ok(true)
+            }
+        }
+        Ok(true)
+    }
+
+    /// Keep or open the shared index; `Some(reason)` when there is no
+    /// usable one (a private index of a read-only handle is kept).
+    fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
+        let journal = index::journal_path(&self.index_path);
+        // A journal while we hold the lock is one a writer left when it
+        // crashed: only a writer may roll it back (SQLite does so when it
+        // opens the index).
+        let hot = journal.exists();
+        if let Some(ix) = &inner.index {
+            match ix.identity() {
+                None => return None,
+                Some(id) => {
+                    let now = std::fs::metadata(&self.index_path)
+                        .ok()
+                        .map(|m| (m.dev(), m.ino()));
+                    if now == Some(id) && !(hot && !(self.writable && exclusive)) {
+                        return None;
+                    }
+                    inner.index = None;
+                }
+            }
+        }
+        if hot && !(self.writable && exclusive) {
+            return Some("a write to it was interrupted (its journal is left)".into());
+        }
+        match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
+            Ok(ix) => {
+                inner.index = Some(ix);
+                None
+            }
+            Err(Unusable::Missing) => Some(String::new()),
+            Err(Unusable::Invalid(why)) => Some(why),
+        }
+    }
+
+    /// Check the open index against the files; `Err(reason)` when it does
+    /// not describe them.
+    fn check_index(&self, inner: &Inner) -> Result<std::result::Result<(), String>> {
+        let ix = inner.index()?;
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let main_now = FileNow::of(&main.file, &self.path)?;
+        let dead_now = match &inner.dead {
+            Some(t) => Some(FileNow::of(&t.file, &self.dead_path)?),
+            None => None,
+        };
+        Ok(match ix.check(&*self.io, main_now, dead_now) {
+            Ok(r) => r.map(drop),
+            Err(e) => Err(format!("it cannot be read: {e}")),
+        })
+    }
+
+    /// Bytes of the main and dead-letter files that the index has not
+    /// taken in, not counting an unfinished batch at the end.
+    fn unindexed(&self, inner: &Inner) -> Result<u64> {
+        let ix = inner.index()?;
+        let mut total = 0;
+        for (which, path) in [(Which::Main, &self.path), (Which::Dead, &self.dead_path)] {
+            let Some(t) = inner.tracked(which) else {
+                continue;
+            };
+            let upto = ix.file_row(which)?.map_or(0, |r| r.upto);
+            let len = file_len(&t.file, path)?;
+            if len <= upto {
+                continue;
+            }
+            let mut tail = len - upto;
+            if tail > READER_CATCH_UP_MAX {
+                if let Some(start) = scan::unfinished_batch(path, &*self.io, &t.file, upto, len)? {
+                    tail = start - upto;
+                }
+            }
+            total += tail;
+        }
+        Ok(total)
+    }
+
+    /// Take in what was appended to `which` since the index last saw it,
+    /// through the one path from lines to rows ([`index::Applier`]), and
+    /// note a torn tail.
+    fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        let path = match which {
+            Which::Main => &self.path,
+            Which::Dead => &self.dead_path,
+        };
+        let Some(t) = inner.tracked(which) else {
+            *inner.tail(which) = Tail::default();
+            return Ok(());
+        };
+        let ix = inner.index()?;
+        let row = ix.file_row(which)?.unwrap_or_default();
+        let len = file_len(&t.file, path)?;
+        let mut tail = Tail {
+            end: row.upto,
+            needs_newline: row.needs_newline,
+            torn: None,
+        };
+        if len > row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
+            let mut ap = ix.applier()?;
+            let s = scan::scan_tail_with(
+                path,
+                &*self.io,
+                &t.file,
+                row.upto,
+                len,
+                row.lines,
+                row.needs_newline,
+                Entry::parse,
+                |e, off, l| match which {
+                    Which::Main => ap.main(e, off, l),
+                    Which::Dead => ap.dead(e, off, l),
+                },
+            )?;
+            ap.finish()?;
+            if s.end != row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
+                let fingerprint = index::fingerprint(&*self.io, &t.file, s.end)
+                    .map_err(|e| Error::io(path, "read", e))?;
+                ix.set_file_row(
+                    which,
+                    &FileRow {
+                        dev: t.dev,
+                        ino: t.ino,
+                        upto: s.end,
+                        lines: s.lines,
+                        records: row.records + s.records,
+                        needs_newline: s.needs_newline,
+                        fingerprint,
+                    },
+                )?;
+            }
+            tail = Tail {
+                end: s.end,
+                needs_newline: s.needs_newline,
+                torn: s.torn,
+            };
+        }
+        self.note_torn(inner, which, &tail.torn);
+        *inner.tail(which) = tail;
+        Ok(())
+    }
+
+    /// Tell about a torn tail once (not again on every call).
+    fn note_torn(&self, inner: &mut Inner, which: Which, torn: &Option<TornTail>) {
+        if let Some(t) = torn {
+            if inner.tail(which).torn.as_ref() != Some(t) {
+                let path = match which {
+                    Which::Main => &self.path,
+                    Which::Dead => &self.dead_path,
+                };
+                inner.notices.push(torn_notice(path, t, self.writable));
             }
         }
     }
 
-    /// Catch up on the main file; false when a full reload is needed.
-    fn refresh_main(&self, inner: &mut Inner) -> Result<bool> {
-        let t = inner.main.as_mut().ok_or_else(no_handle)?;
-        let len = file_len(&t.file, &self.path)?;
-        if len < t.end {
-            return Ok(false);
+    /// Rebuild the shared index from the files (with the exclusive lock
+    /// held), and open it. `why` is told in a notice (none for a spool
+    /// that had no index).
+    fn rebuild(&self, inner: &mut Inner, why: Option<&str>) -> Result<()> {
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
         }
-        if len == t.end {
-            return Ok(true);
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let torn = self.build_shared(&main.file, inner.dead.as_ref().map(|t| &t.file))?;
+        if let Some(why) = why.filter(|w| !w.is_empty()) {
+            inner.notices.push(format!(
+                "{}: rebuilt the index from the spool files: {why}",
+                self.index_path.display()
+            ));
         }
-        let state = &mut inner.state;
-        read_into(&self.path, t, |l| apply_main(state, l))?;
-        Ok(true)
+        for (which, t) in [(Which::Main, torn.0), (Which::Dead, torn.1)] {
+            self.note_torn(inner, which, &t);
+            inner.tail(which).torn = t;
+        }
+        match Index::open_shared(&self.index_path, true, self.busy_timeout) {
+            Ok(ix) => {
+                inner.index = Some(ix);
+                Ok(())
+            }
+            Err(Unusable::Missing) => Err(Error::Internal(format!(
+                "{} vanished right after it was built",
+                self.index_path.display()
+            ))),
+            Err(Unusable::Invalid(why)) => Err(Error::Internal(format!(
+                "{} cannot be used right after it was built: {why}",
+                self.index_path.display()
+            ))),
+        }
     }
 
-    fn cut_torn_tail(&self, inner: &mut Inner, target: Target, torn: TornTail) -> Result<()> {
-        let path = self.target_path(target);
-        let t = match target {
-            Target::Main => inner.main.as_mut(),
-            Target::Dead => inner.dead.as_mut(),
+    /// Build the shared index of `main` and `dead` into a temporary file
+    /// and rename it into place. Returns the torn tails found.
+    fn build_shared(
+        &self,
+        main: &File,
+        dead: Option<&File>,
+    ) -> Result<(Option<TornTail>, Option<TornTail>)> {
+        let tmp = companion(&self.index_path, "tmp");
+        let _ = std::fs::remove_file(&tmp);
+        crate::private_file::create_replacement(&tmp, &self.index_path)
+            .map_err(|e| Error::io(&tmp, "create", e))?;
+        let built = Index::create(Some(&tmp)).and_then(|ix| {
+            let torn = self.load(&ix, main, dead)?;
+            ix.finish_build()?;
+            ix.close()?;
+            Ok(torn)
+        });
+        let torn = match built {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // A journal of the old index must not be played back into the new
+        // one.
+        let journal = index::journal_path(&self.index_path);
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&journal, "remove", e)),
         }
-        .ok_or_else(no_handle)?;
+        std::fs::rename(&tmp, &self.index_path)
+            .map_err(|e| Error::io(&self.index_path, "replace", e))?;
+        Ok(torn)
+    }
+
+    /// Build a private index (a read-only handle that cannot use the
+    /// shared one): in a temporary file that SQLite deletes on close.
+    fn build_private(&self, inner: &mut Inner) -> Result<()> {
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        let ix = Index::create(None)?;
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let torn = self.load(&ix, &main.file, inner.dead.as_ref().map(|t| &t.file))?;
+        ix.finish_build()?;
+        inner.index = Some(ix);
+        for (which, t) in [(Which::Main, torn.0), (Which::Dead, torn.1)] {
+            self.note_torn(inner, which, &t);
+            inner.tail(which).torn = t;
+        }
+        Ok(())
+    }
+
+    /// Fill a new index from the whole of both files (dead letters first,
+    /// as every catch-up reads them). Memory holds a few blocks of the
+    /// file and SQLite's cache, whatever the size of the spool.
+    fn load(
+        &self,
+        ix: &Index,
+        main: &File,
+        dead: Option<&File>,
+    ) -> Result<(Option<TornTail>, Option<TornTail>)> {
+        let mut ap = ix.applier()?;
+        let mut dead_torn = None;
+        if let Some(f) = dead {
+            let now = FileNow::of(f, &self.dead_path)?;
+            let s = scan::scan_tail_with(
+                &self.dead_path,
+                &*self.io,
+                f,
+                0,
+                now.len,
+                0,
+                false,
+                Entry::parse,
+                |e, off, l| ap.dead(e, off, l),
+            )?;
+            let fingerprint = index::fingerprint(&*self.io, f, s.end)
+                .map_err(|e| Error::io(&self.dead_path, "read", e))?;
+            ix.set_file_row(
+                Which::Dead,
+                &FileRow {
+                    dev: now.dev,
+                    ino: now.ino,
+                    upto: s.end,
+                    lines: s.lines,
+                    records: s.records,
+                    needs_newline: s.needs_newline,
+                    fingerprint,
+                },
+            )?;
+            dead_torn = s.torn;
+        }
+        let now = FileNow::of(main, &self.path)?;
+        let s =
+            scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
+                ap.main(e, off, l)
+            })?;
+        ap.finish()?;
+        let fingerprint = index::fingerprint(&*self.io, main, s.end)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        ix.set_file_row(
+            Which::Main,
+            &FileRow {
+                dev: now.dev,
+                ino: now.ino,
+                upto: s.end,
+                lines: s.lines,
+                records: s.records,
+                needs_newline: s.needs_newline,
+                fingerprint,
+            },
+        )?;
+        Ok((s.torn, dead_torn))
+    }
+
+    fn cut_torn_tail(&self, inner: &mut Inner, which: Which, torn: TornTail) -> Result<()> {
+        let path = self.target_path(which);
+        let t = inner.tracked(which).ok_or_else(no_handle)?;
         self.io
             .truncate(&t.file, torn.offset)
             .and_then(|()| self.io.sync(&t.file))
             .map_err(|e| Error::io(path, "cut the torn tail of", e))?;
-        t.torn = None;
-        t.end = torn.offset;
+        inner.tail(which).torn = None;
         inner.notices.push(cut_notice(path, &torn));
         Ok(())
     }
 
-    fn target_path(&self, target: Target) -> &Path {
-        match target {
-            Target::Main => &self.path,
-            Target::Dead => &self.dead_path,
+    fn target_path(&self, which: Which) -> &Path {
+        match which {
+            Which::Main => &self.path,
+            Which::Dead => &self.dead_path,
         }
     }
 
-    /// Append `bytes` (whole lines) to a file and sync it. On failure the
-    /// file is cut back to where the append began and the image is marked
-    /// stale.
-    fn append(&self, inner: &mut Inner, target: Target, bytes: &[u8]) -> Result<()> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let path = self.target_path(target);
-        if target == Target::Dead && inner.dead.is_none() {
+    /// The dead-letter file, created when missing.
+    fn dead_for_append(&self, inner: &mut Inner) -> Result<()> {
+        if inner.dead.is_none() {
             let (file, created) = open_main(&self.dead_path, OpenMode::Create)?;
             if created {
                 let dir = parent_dir(&self.dead_path);
@@ -824,18 +1047,36 @@ impl FileQueue {
                     .sync_dir(dir)
                     .map_err(|e| Error::io(dir, "fsync directory", e))?;
             }
-            let mut t = Tracked::new(file, &self.dead_path)?;
-            t.end = file_len(&t.file, &self.dead_path)?;
+            let t = Tracked::new(file, &self.dead_path)?;
+            inner.dead_tail = Tail {
+                end: file_len(&t.file, &self.dead_path)?,
+                ..Tail::default()
+            };
             inner.dead = Some(t);
         }
-        let t = match target {
-            Target::Main => inner.main.as_mut(),
-            Target::Dead => inner.dead.as_mut(),
+        Ok(())
+    }
+
+    /// Append `bytes` (whole lines) to a file as one batch and sync it,
+    /// then take them into the index. On failure the file is cut back to
+    /// where the append began.
+    fn append(&self, inner: &mut Inner, which: Which, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if which == Which::Dead {
+            self.dead_for_append(inner)?;
+        }
+        let path = self.target_path(which);
+        let tail = inner.tail(which).clone();
+        let t = match which {
+            Which::Main => inner.main.as_mut(),
+            Which::Dead => inner.dead.as_mut(),
         }
         .ok_or_else(no_handle)?;
-        let start = t.end;
+        let start = tail.end;
         let mut buf = Vec::with_capacity(bytes.len() + 1);
-        if t.needs_newline {
+        if tail.needs_newline {
             buf.push(b'\n');
         }
         // Several lines are one batch: framed so that a crash halfway
@@ -855,112 +1096,121 @@ impl FileQueue {
                 .io
                 .truncate(&t.file, start)
                 .and_then(|()| self.io.sync(&t.file));
-            inner.stale = true;
             return Err(e);
         }
-        t.end = start + buf.len() as u64;
-        let n = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-        t.lines += n;
-        t.records += n;
-        t.needs_newline = false;
+        self.committed(inner, which, start + buf.len() as u64);
         Ok(())
     }
 
-    /// Run a mutation: `f` plans it against the image and appends its
-    /// lines; then auto-compaction runs if garbage dominates.
-    fn mutate<T>(
-        &self,
-        meta: MetaUse,
-        f: impl FnOnce(&FileQueue, &mut Inner) -> Result<T>,
-    ) -> Result<T> {
-        self.require_writable("write")?;
-        self.locked(true, meta, |q, inner| {
-            let out = f(q, inner)?;
-            let compact = match &inner.main {
-                Some(m) => {
-                    m.end >= AUTO_COMPACT_MIN_BYTES
-                        && m.records >= AUTO_COMPACT_RATIO * (inner.state.pending.len() as u64 + 1)
-                }
-                None => false,
-            };
-            if compact {
-                if let Err(e) = q.compact_locked(inner) {
-                    inner
-                        .notices
-                        .push(format!("automatic compaction failed (nothing lost): {e}"));
-                }
+    /// Lines up to `end` of `which` are durable; the index takes them in
+    /// at the end of the call ([`FileQueue::finish`]).
+    fn committed(&self, inner: &mut Inner, which: Which, end: u64) {
+        crash_point("after-append");
+        *inner.tail(which) = Tail {
+            end,
+            needs_newline: false,
+            torn: None,
+        };
+        inner.appended = true;
+    }
+
+    /// Read the lines at `locs` of `which`, nearby ones with one `pread`.
+    fn read_lines(&self, inner: &Inner, which: Which, locs: &[Loc]) -> Result<Vec<Line>> {
+        if locs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = self.target_path(which);
+        let t = inner.tracked(which).ok_or_else(no_handle)?;
+        let mut out = Vec::with_capacity(locs.len());
+        let mut i = 0;
+        let mut buf = Vec::new();
+        while i < locs.len() {
+            let start = locs[i].off;
+            let mut end = start + locs[i].len as u64;
+            let mut j = i + 1;
+            while j < locs.len()
+                && locs[j].off >= end
+                && locs[j].off - end <= READ_GAP
+                && locs[j].off + locs[j].len as u64 - start <= READ_SPAN
+            {
+                end = locs[j].off + locs[j].len as u64;
+                j += 1;
             }
-            Ok(out)
-        })
-    }
-}
-
-/// The temporary file of a compaction, written in large chunks through
-/// the I/O seam.
-struct Replacement<'a> {
-    io: &'a dyn FileIo,
-    file: File,
-    buf: Vec<u8>,
-    written: u64,
-}
-
-impl Replacement<'_> {
-    const CHUNK: usize = 1 << 20;
-
-    fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.buf.extend_from_slice(bytes);
-        if self.buf.len() >= Self::CHUNK {
-            self.flush()?;
+            buf.resize((end - start) as usize, 0);
+            read_exact_at(&*self.io, &t.file, &mut buf, start)
+                .map_err(|e| Error::io(path, "read", e))?;
+            for loc in &locs[i..j] {
+                let at = (loc.off - start) as usize;
+                let line =
+                    parse_line(&buf[at..at + loc.len]).map_err(|_| self.out_of_step(which, loc))?;
+                let id = match &line {
+                    Line::Put { item, .. } => item.id,
+                    _ => return Err(self.out_of_step(which, loc)),
+                };
+                if id != loc.id {
+                    return Err(self.out_of_step(which, loc));
+                }
+                out.push(line);
+            }
+            i = j;
         }
-        Ok(())
+        Ok(out)
     }
 
-    /// Copy `len` bytes at `offset` of `from`.
-    fn copy_from(&mut self, from: &File, offset: u64, len: usize) -> std::io::Result<()> {
-        self.flush()?;
-        copy_all(self.io, from, offset, &mut self.file, len)?;
-        start_writeback(&self.file, self.written, len);
-        self.written += len as u64;
-        Ok(())
+    fn out_of_step(&self, which: Which, loc: &Loc) -> Error {
+        Error::corrupt(
+            &self.index_path,
+            None,
+            format!(
+                "the index places item {} at byte {} of {}, but that line is not it; `spool verify --repair` rebuilds the index",
+                loc.id,
+                loc.off,
+                self.target_path(which).display()
+            ),
+        )
     }
 
-    /// Copy the next `len` bytes of `r` and a newline.
-    fn push_line_from(&mut self, r: &mut impl Read, len: usize) -> std::io::Result<()> {
-        let start = self.buf.len();
-        self.buf.resize(start + len, 0);
-        r.read_exact(&mut self.buf[start..])?;
-        self.buf.push(b'\n');
-        if self.buf.len() >= Self::CHUNK {
-            self.flush()?;
-        }
-        Ok(())
+    /// The pending items at `locs`.
+    fn items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<Item>> {
+        Ok(self
+            .read_lines(inner, Which::Main, locs)?
+            .into_iter()
+            .filter_map(|l| match l {
+                Line::Put { item, .. } => Some(item),
+                _ => None,
+            })
+            .collect())
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        write_all(self.io, &mut self.file, &self.buf)?;
-        start_writeback(&self.file, self.written, self.buf.len());
-        self.written += self.buf.len() as u64;
-        self.buf.clear();
-        Ok(())
+    /// The dead letters at `locs`.
+    fn dead_letters(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeadLetter>> {
+        Ok(self
+            .read_lines(inner, Which::Dead, locs)?
+            .into_iter()
+            .filter_map(|l| match l {
+                Line::Put { item, dead_at } => Some(DeadLetter {
+                    item,
+                    dead_at: dead_at.unwrap_or_default(),
+                }),
+                _ => None,
+            })
+            .collect())
     }
 }
 
-/// Ask the kernel to start writing `len` bytes at `offset` of `file` to
-/// disk now, so that the fsync at the end of a large rewrite finds little
-/// left to do. Only a hint: durability still comes from that fsync.
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
-        return;
-    };
-    // SAFETY: sync_file_range only reads its integer arguments; the
-    // descriptor stays open while `file` is borrowed.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+/// A point where a debug build can be told to die as `kill -9` would
+/// (`SPOOL_DEBUG_CRASH=<point>`), so that tests through the binary can
+/// crash it between writing a spool file and updating its index.
+fn crash_point(point: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("SPOOL_DEBUG_CRASH").is_ok_and(|p| p == point) {
+        // SAFETY: kill(2) with our own pid; SIGKILL ends the process.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
     }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
 }
 
 fn no_handle() -> Error {
@@ -1045,51 +1295,6 @@ fn open_existing(path: &Path, writable: bool) -> Result<Option<File>> {
     }
 }
 
-/// Read `t.file` from `t.end` to its end (leaving out an unfinished batch
-/// there), applying records and updating the tracking numbers.
-fn read_into(path: &Path, t: &mut Tracked, apply: impl FnMut(Line)) -> Result<()> {
-    let s = scan::scan_tail(path, &t.file, t.end, t.lines, t.needs_newline, apply)?;
-    t.end = s.end;
-    t.lines = s.lines;
-    t.records += s.records;
-    t.torn = s.torn;
-    t.needs_newline = s.needs_newline;
-    Ok(())
-}
-
-fn apply_main(state: &mut State, line: Line) {
-    match line {
-        Line::Push(p) => apply_push_line(state, p),
-        Line::Client(c) => {
-            let id = c.id.clone();
-            state.apply_client_delta(&id, client_delta(c));
-        }
-        Line::Put { item, .. } => {
-            if state.dead.contains_key(&item.id) {
-                state.high_water = state.high_water.max(item.id);
-            } else {
-                state.insert_pending(item);
-            }
-        }
-        Line::Done { id } => {
-            state.remove_pending(id);
-            state.high_water = state.high_water.max(id);
-        }
-    }
-}
-
-/// Take the push state of a push-state line.
-fn apply_push_line(state: &mut State, p: format::PushLine) {
-    state.push = PushState {
-        last_assigned: p.assigned,
-        acked: p.acked,
-        skips: p.skips,
-    };
-    if p.uuid.is_some() {
-        state.uuid = p.uuid;
-    }
-}
-
 /// The push-state line for `push` (carrying the uuid given by a
 /// regeneration, when there was one).
 fn push_line(push: &PushState, uuid: Option<&String>) -> Vec<u8> {
@@ -1166,426 +1371,3 @@ fn client_lines(out: &mut Vec<u8>, id: &str, delta: &ClientDelta) {
 
 /// Numbers per client line.
 const CLIENT_LINE_ENTRIES: usize = 4096;
-
-fn apply_dead(state: &mut State, line: Line) {
-    match line {
-        // Push state lives in the main file only.
-        Line::Push(_) | Line::Client(_) => {}
-        Line::Put { item, dead_at } => {
-            state.remove_pending(item.id);
-            state.high_water = state.high_water.max(item.id);
-            let dead_at = dead_at.unwrap_or_default();
-            state.dead.insert(item.id, DeadLetter { item, dead_at });
-        }
-        Line::Done { id } => {
-            state.dead.remove(&id);
-            state.high_water = state.high_water.max(id);
-        }
-    }
-}
-
-impl Queue for FileQueue {
-    fn kind(&self) -> BackendKind {
-        BackendKind::File
-    }
-
-    fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
-        let now = self.clock.now();
-        self.mutate(MetaUse::Read, |q, inner| {
-            let (results, fresh) = inner.state.plan_enqueue(items, opts, now)?;
-            let mut buf = Vec::new();
-            for it in &fresh {
-                format::write_put(&mut buf, it, None);
-            }
-            q.append(inner, Target::Main, &buf)?;
-            for it in fresh {
-                inner.state.insert_pending(it);
-            }
-            Ok(results)
-        })
-    }
-
-    fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.page(after, limit))
-        })
-    }
-
-    fn get(&self, id: ItemId) -> Result<Option<Item>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.pending.get(&id).cloned())
-        })
-    }
-
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let mut seen = std::collections::HashSet::new();
-            // As in the other backends, a repeated id reports true once.
-            let found: Vec<bool> = ids
-                .iter()
-                .map(|id| inner.state.pending.contains_key(id) && seen.insert(*id))
-                .collect();
-            let mut buf = Vec::new();
-            for (id, f) in ids.iter().zip(&found) {
-                if *f {
-                    format::write_done(&mut buf, *id);
-                }
-            }
-            // In-flight items leave skips behind, in the same commit.
-            let push = inner.state.push_after_removing(ids);
-            if let Some(push) = &push {
-                buf.extend(push_line(push, inner.state.uuid.as_ref()));
-            }
-            q.append(inner, Target::Main, &buf)?;
-            for id in seen {
-                inner.state.remove_pending(id);
-            }
-            if let Some(push) = push {
-                inner.state.push = push;
-            }
-            Ok(found)
-        })
-    }
-
-    fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
-        self.update_one(id, |it| it.attempts = attempts)
-    }
-
-    fn record_attempt(&self, id: ItemId, update: &AttemptUpdate) -> Result<bool> {
-        self.update_one(id, |it| update.apply(it))
-    }
-
-    fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            if held {
-                inner.state.check_hold(ids)?;
-            }
-            let mut found = Vec::with_capacity(ids.len());
-            let mut changed: Vec<Item> = Vec::new();
-            for id in ids {
-                match inner.state.pending.get(id) {
-                    Some(it) => {
-                        found.push(true);
-                        if it.held != held && !changed.iter().any(|c| c.id == *id) {
-                            let mut it = it.clone();
-                            it.held = held;
-                            changed.push(it);
-                        }
-                    }
-                    None => found.push(false),
-                }
-            }
-            let mut buf = Vec::new();
-            for it in &changed {
-                format::write_put(&mut buf, it, None);
-            }
-            q.append(inner, Target::Main, &buf)?;
-            for it in changed {
-                inner.state.insert_pending(it);
-            }
-            Ok(found)
-        })
-    }
-
-    fn size(&self) -> Result<u64> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.pending.len() as u64)
-        })
-    }
-
-    fn max_depth(&self) -> Result<Option<u64>> {
-        self.locked(false, MetaUse::Read, |_, inner| Ok(inner.state.max_depth))
-    }
-
-    fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
-        self.mutate(MetaUse::Read, |q, inner| {
-            let mut m = inner.meta.clone();
-            m.version = meta::META_VERSION;
-            m.max_depth = bound;
-            meta::write(&*q.io, &q.meta_path, &m)?;
-            inner.meta = m;
-            inner.state.max_depth = bound;
-            Ok(())
-        })
-    }
-
-    fn uuid(&self) -> Result<String> {
-        self.locked(false, MetaUse::Read, |q, inner| {
-            let regenerated = inner.state.uuid.clone();
-            regenerated
-                .or_else(|| inner.meta.uuid.clone())
-                .ok_or_else(|| {
-                    Error::Unsupported(format!(
-                        "{} has no uuid yet; the first write to the spool assigns one",
-                        q.path.display()
-                    ))
-                })
-        })
-    }
-
-    fn high_water(&self) -> Result<ItemId> {
-        self.locked(false, MetaUse::Skip, |_, inner| Ok(inner.state.high_water))
-    }
-
-    fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
-        let now = self.clock.now();
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let Some(dl) = inner.state.prepare_kill(id, last_error, now) else {
-                return Ok(false);
-            };
-            let mut buf = Vec::new();
-            format::write_dead(&mut buf, &dl);
-            q.append(inner, Target::Dead, &buf)?;
-            buf.clear();
-            format::write_done(&mut buf, id);
-            let push = inner.state.push_after_removing(&[id]);
-            if let Some(push) = &push {
-                buf.extend(push_line(push, inner.state.uuid.as_ref()));
-            }
-            q.append(inner, Target::Main, &buf)?;
-            inner.state.apply_kill(dl);
-            if let Some(push) = push {
-                inner.state.push = push;
-            }
-            Ok(true)
-        })
-    }
-
-    fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.dead_page(after, limit))
-        })
-    }
-
-    fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.dead.get(&id).cloned())
-        })
-    }
-
-    fn dead_count(&self) -> Result<u64> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.dead.len() as u64)
-        })
-    }
-
-    fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(MetaUse::Read, |q, inner| {
-            inner.state.check_requeue(ids)?;
-            let mut seen = std::collections::HashSet::new();
-            let found: Vec<bool> = ids
-                .iter()
-                .map(|id| inner.state.dead.contains_key(id) && seen.insert(*id))
-                .collect();
-            let mut items: Vec<Item> = Vec::new();
-            for id in ids {
-                if items.iter().any(|i| i.id == *id) {
-                    continue;
-                }
-                if let Some(it) = inner.state.prepare_requeue(*id) {
-                    items.push(it);
-                }
-            }
-            let mut main = Vec::new();
-            let mut dead = Vec::new();
-            for it in &items {
-                format::write_put(&mut main, it, None);
-                format::write_done(&mut dead, it.id);
-            }
-            q.append(inner, Target::Main, &main)?;
-            q.append(inner, Target::Dead, &dead)?;
-            for it in items {
-                inner.state.apply_requeue(it);
-            }
-            Ok(found)
-        })
-    }
-
-    fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let mut gone = std::collections::BTreeSet::new();
-            let found: Vec<bool> = ids
-                .iter()
-                .map(|id| inner.state.dead.contains_key(id) && gone.insert(*id))
-                .collect();
-            let mut buf = Vec::new();
-            for id in &gone {
-                format::write_done(&mut buf, *id);
-            }
-            q.append(inner, Target::Dead, &buf)?;
-            for id in gone {
-                inner.state.dead.remove(&id);
-            }
-            Ok(found)
-        })
-    }
-
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        self.mutate(MetaUse::Read, |q, inner| {
-            let (results, store) = inner.state.plan_import(records)?;
-            let mut main = Vec::new();
-            let mut dead = Vec::new();
-            for r in &store {
-                match r.state {
-                    RecordState::Dead => format::write_put(&mut dead, &r.item, r.dead_at),
-                    RecordState::Pending | RecordState::Held => {
-                        format::write_put(&mut main, &r.item, None)
-                    }
-                }
-            }
-            q.append(inner, Target::Dead, &dead)?;
-            q.append(inner, Target::Main, &main)?;
-            for r in store {
-                inner.state.apply_record(r);
-            }
-            Ok(results)
-        })
-    }
-
-    fn stats(&self, now: Timestamp) -> Result<QueueStats> {
-        self.locked(false, MetaUse::Read, |_, inner| Ok(inner.state.stats(now)))
-    }
-
-    fn push_state(&self) -> Result<PushState> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.push.clone())
-        })
-    }
-
-    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.in_flight_page(after_seq, limit))
-        })
-    }
-
-    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let (items, push) = inner.state.plan_assign(ids)?;
-            if items.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut buf = Vec::new();
-            for it in &items {
-                format::write_put(&mut buf, it, None);
-            }
-            buf.extend(push_line(&push, inner.state.uuid.as_ref()));
-            q.append(inner, Target::Main, &buf)?;
-            let out = items
-                .iter()
-                .map(|i| (i.id, i.push_seq.unwrap_or_default()))
-                .collect();
-            for it in items {
-                inner.state.insert_pending(it);
-            }
-            inner.state.push = push;
-            Ok(out)
-        })
-    }
-
-    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
-        let now = self.clock.now();
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let plan = inner.state.plan_ack(last_seq, rejected);
-            if plan.push == inner.state.push {
-                return Ok(PushAck {
-                    acked: plan.push.acked,
-                    ..PushAck::default()
-                });
-            }
-            // Dead letters first, as for every move between the files.
-            let mut dead = Vec::new();
-            let mut kills = Vec::new();
-            for (id, reason) in &plan.rejected {
-                if let Some(dl) = inner.state.prepare_kill(*id, reason, now) {
-                    format::write_dead(&mut dead, &dl);
-                    kills.push(dl);
-                }
-            }
-            q.append(inner, Target::Dead, &dead)?;
-            let mut main = Vec::new();
-            for id in plan
-                .delivered
-                .iter()
-                .chain(plan.rejected.iter().map(|(id, _)| id))
-            {
-                format::write_done(&mut main, *id);
-            }
-            main.extend(push_line(&plan.push, inner.state.uuid.as_ref()));
-            q.append(inner, Target::Main, &main)?;
-            for id in &plan.delivered {
-                inner.state.remove_pending(*id);
-            }
-            for dl in kills {
-                inner.state.apply_kill(dl);
-            }
-            inner.state.push = plan.push;
-            Ok(PushAck {
-                acked: inner.state.push.acked,
-                delivered: plan.delivered,
-                rejected: plan.rejected.into_iter().map(|(id, _)| id).collect(),
-            })
-        })
-    }
-
-    fn regenerate_uuid(&self) -> Result<String> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let (items, push) = inner.state.plan_renumber();
-            let uuid = uuid::Uuid::new_v4().to_string();
-            let mut buf = Vec::new();
-            for it in &items {
-                format::write_put(&mut buf, it, None);
-            }
-            buf.extend(push_line(&push, Some(&uuid)));
-            q.append(inner, Target::Main, &buf)?;
-            inner.state.in_flight.clear();
-            for it in items {
-                inner.state.insert_pending(it);
-            }
-            inner.state.push = push;
-            inner.state.uuid = Some(uuid.clone());
-            Ok(uuid)
-        })
-    }
-
-    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
-        let now = self.clock.now();
-        self.mutate(MetaUse::Read, |q, inner| {
-            let mut rx = Receive::new(&inner.state, now);
-            f(&mut rx)?;
-            let changes = rx.finish();
-            let mut buf = Vec::new();
-            for it in &changes.items {
-                format::write_put(&mut buf, it, None);
-            }
-            for (id, delta) in &changes.clients {
-                client_lines(&mut buf, id, delta);
-            }
-            q.append(inner, Target::Main, &buf)?;
-            inner.state.apply_receive(changes);
-            Ok(())
-        })
-    }
-
-    fn push_clients(&self) -> Result<Vec<ClientSummary>> {
-        self.locked(false, MetaUse::Skip, |_, inner| {
-            Ok(inner.state.client_summaries())
-        })
-    }
-}
-
-impl FileQueue {
-    fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
-        self.mutate(MetaUse::Skip, |q, inner| {
-            let Some(item) = inner.state.pending.get(&id) else {
-                return Ok(false);
-            };
-            let mut item = item.clone();
-            f(&mut item);
-            let mut buf = Vec::new();
-            format::write_put(&mut buf, &item, None);
-            q.append(inner, Target::Main, &buf)?;
-            inner.state.insert_pending(item);
-            Ok(true)
-        })
-    }
-}

@@ -21,9 +21,12 @@
 //! [`Error::NotASpool`] before anything is applied, so that a mistyped
 //! `--spool` path can never be "repaired" into a spool.
 
-use super::format::{parse_line, parse_line_tx, Line};
+#[cfg(test)]
+use super::format::Line;
+use super::format::{parse_line, parse_line_tx};
+use super::io::{FileIo, ReadFrom};
 use crate::error::{Error, Result};
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::path::Path;
 
 /// A malformed last line left by an interrupted append.
@@ -253,6 +256,7 @@ impl<'p> Walk<'p> {
 /// `start_line` (lines before it), calling `apply` for every valid record
 /// in order. `prev_newline` says whether the content before `start` ends
 /// with a newline.
+#[cfg(test)]
 pub(crate) fn scan(
     path: &Path,
     reader: impl BufRead,
@@ -342,11 +346,12 @@ pub(crate) fn scan_with<T>(
 /// not of the file.
 pub(crate) fn unfinished_batch(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     start: u64,
     len: u64,
 ) -> Result<Option<u64>> {
-    let Some((line_start, line)) = last_record(path, file, start, len)? else {
+    let Some((line_start, line)) = last_record(path, io, file, start, len)? else {
         return Ok(None);
     };
     let Ok((_, Some(tx))) = parse_line_tx(&line) else {
@@ -361,11 +366,11 @@ pub(crate) fn unfinished_batch(
     let first = if tx == line_start {
         Some(line)
     } else {
-        let at_line_start = tx == 0 || read_at(path, file, tx - 1, 1)? == b"\n";
-        let end = find_forward(path, file, tx, line_start, b'\n')?;
+        let at_line_start = tx == 0 || read_at(path, io, file, tx - 1, 1)? == b"\n";
+        let end = find_forward(path, io, file, tx, line_start, b'\n')?;
         match (at_line_start, end) {
             (true, Some(end)) => {
-                Some(strip_ending(&read_at(path, file, tx, (end - tx) as usize)?).to_vec())
+                Some(strip_ending(&read_at(path, io, file, tx, (end - tx) as usize)?).to_vec())
             }
             _ => None,
         }
@@ -384,6 +389,7 @@ pub(crate) fn unfinished_batch(
 /// that line does not parse (the forward scan reports it).
 fn last_record(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     start: u64,
     len: u64,
@@ -396,8 +402,14 @@ fn last_record(
         }
         let search_end = if newline_ended { end - 1 } else { end };
         let line_start =
-            find_backward(path, file, start, search_end, b'\n')?.map_or(start, |p| p + 1);
-        let raw = read_at(path, file, line_start, (search_end - line_start) as usize)?;
+            find_backward(path, io, file, start, search_end, b'\n')?.map_or(start, |p| p + 1);
+        let raw = read_at(
+            path,
+            io,
+            file,
+            line_start,
+            (search_end - line_start) as usize,
+        )?;
         let content = strip_ending(&raw);
         let filler = content.iter().all(|b| *b == 0 || b.is_ascii_whitespace());
         if !filler {
@@ -418,11 +430,15 @@ fn strip_ending(raw: &[u8]) -> &[u8] {
     raw.strip_suffix(b"\r").unwrap_or(raw)
 }
 
-fn read_at(path: &Path, file: &std::fs::File, offset: u64, len: usize) -> Result<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
+fn read_at(
+    path: &Path,
+    io: &dyn FileIo,
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>> {
     let mut buf = vec![0; len];
-    file.read_exact_at(&mut buf, offset)
-        .map_err(|e| Error::io(path, "read", e))?;
+    super::io::read_exact_at(io, file, &mut buf, offset).map_err(|e| Error::io(path, "read", e))?;
     Ok(buf)
 }
 
@@ -432,6 +448,7 @@ const SEARCH_CHUNK: u64 = 64 << 10;
 /// The offset of the last `byte` in `file[from..to]`.
 fn find_backward(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     from: u64,
     to: u64,
@@ -440,7 +457,7 @@ fn find_backward(
     let mut hi = to;
     while hi > from {
         let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
-        let chunk = read_at(path, file, lo, (hi - lo) as usize)?;
+        let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
         if let Some(i) = memchr::memrchr(byte, &chunk) {
             return Ok(Some(lo + i as u64));
         }
@@ -452,6 +469,7 @@ fn find_backward(
 /// The offset of the first `byte` in `file[from..to]`.
 fn find_forward(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     from: u64,
     to: u64,
@@ -460,7 +478,7 @@ fn find_forward(
     let mut lo = from;
     while lo < to {
         let hi = (lo + SEARCH_CHUNK).min(to);
-        let chunk = read_at(path, file, lo, (hi - lo) as usize)?;
+        let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
         if let Some(i) = memchr::memchr(byte, &chunk) {
             return Ok(Some(lo + i as u64));
         }
@@ -480,27 +498,40 @@ pub(crate) fn unfinished_tail(line: u64, offset: u64, len: u64) -> TornTail {
     }
 }
 
-/// Scan `file[start..]` (open for reading), as [`scan`] does, leaving out
-/// an unfinished batch at its end, which is reported as the torn tail.
-pub(crate) fn scan_tail(
+/// Scan `file[start..len]` (open for reading), as [`scan_with`] does,
+/// leaving out an unfinished batch at its end, which is reported as the
+/// torn tail. Reads go through `io`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scan_tail_with<T>(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     start: u64,
+    len: u64,
     start_line: u64,
     prev_needs_newline: bool,
-    apply: impl FnMut(Line),
+    parse: impl FnMut(&[u8]) -> std::result::Result<T, String>,
+    apply: impl FnMut(T, u64, usize),
 ) -> Result<Scanned> {
-    use std::io::{Seek, SeekFrom};
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(path, "inspect", e))?
-        .len();
-    let limit = unfinished_batch(path, file, start, len)?.unwrap_or(len);
-    let mut f = file;
-    f.seek(SeekFrom::Start(start))
-        .map_err(|e| Error::io(path, "read", e))?;
-    let reader = std::io::BufReader::with_capacity(1 << 16, f.take(limit - start));
-    let mut s = scan(path, reader, start, start_line, prev_needs_newline, apply)?;
+    let limit = unfinished_batch(path, io, file, start, len)?.unwrap_or(len);
+    let reader = std::io::BufReader::with_capacity(
+        1 << 16,
+        ReadFrom {
+            io,
+            file,
+            pos: start,
+            end: limit,
+        },
+    );
+    let mut s = scan_with(
+        path,
+        reader,
+        start,
+        start_line,
+        prev_needs_newline,
+        parse,
+        apply,
+    )?;
     if limit < len && s.torn.is_none() {
         s.torn = Some(unfinished_tail(s.lines + 1, limit, len));
     }
@@ -514,15 +545,14 @@ const HEAD_LINE_MAX: usize = 1 << 20;
 /// every scan from the start would find first, and fail on, anyway):
 /// openers call it before they create a companion file, so that a
 /// mistyped `--spool` path gets nothing written beside it either.
-pub(crate) fn check_head(path: &Path, file: &std::fs::File) -> Result<()> {
-    use std::os::unix::fs::FileExt;
+pub(crate) fn check_head(path: &Path, io: &dyn FileIo, file: &std::fs::File) -> Result<()> {
     let mut walk = Walk::new(path, 0, 0, false);
     let mut line = Vec::new();
     let mut offset = 0u64;
     let mut chunk = vec![0u8; 4096];
     loop {
         let n = loop {
-            match file.read_at(&mut chunk, offset) {
+            match io.read_at(file, &mut chunk, offset) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 r => break r.map_err(|e| Error::io(path, "read", e))?,
             }
@@ -573,9 +603,10 @@ const BLOCK: usize = 1 << 20;
 /// blocks are parsed in parallel, and the results are walked and applied
 /// in file order, so `apply` sees exactly what [`scan_with`] would show
 /// it. Memory holds a few blocks at a time. An unfinished batch at the
-/// end is left out and reported as the torn tail, as [`scan_tail`] does.
+/// end is left out and reported as the torn tail, as [`scan_tail_with`] does.
 pub(crate) fn scan_file_parallel<T: Send>(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     parse: fn(&[u8]) -> std::result::Result<T, String>,
     apply: impl FnMut(T, u64, usize),
@@ -584,8 +615,8 @@ pub(crate) fn scan_file_parallel<T: Send>(
         .metadata()
         .map_err(|e| Error::io(path, "inspect", e))?
         .len();
-    let limit = unfinished_batch(path, file, 0, len)?.unwrap_or(len);
-    let mut s = scan_blocks_parallel(path, file, BLOCK, limit, parse, apply)?;
+    let limit = unfinished_batch(path, io, file, 0, len)?.unwrap_or(len);
+    let mut s = scan_blocks_parallel(path, io, file, BLOCK, limit, parse, apply)?;
     if limit < len && s.torn.is_none() {
         s.torn = Some(unfinished_tail(s.lines + 1, limit, len));
     }
@@ -597,6 +628,7 @@ type Parsed<T> = (usize, bool, usize, Class<T>);
 
 fn scan_blocks_parallel<T: Send>(
     path: &Path,
+    io: &dyn FileIo,
     file: &std::fs::File,
     block: usize,
     limit: u64,
@@ -629,6 +661,7 @@ fn scan_blocks_parallel<T: Send>(
 
         let mut walk = Walk::new(path, 0, 0, false);
         let mut reader = Blocks {
+            io,
             file,
             pos: 0,
             limit,
@@ -699,6 +732,7 @@ fn parse_block<T>(
 /// A file read in blocks that end at a line end (the last block may end
 /// without one). A line longer than a block makes a longer block.
 struct Blocks<'f> {
+    io: &'f dyn FileIo,
     file: &'f std::fs::File,
     pos: u64,
     /// Nothing at or after this offset is read.
@@ -710,7 +744,6 @@ struct Blocks<'f> {
 impl Blocks<'_> {
     /// The next block, read into `buf` (a spare buffer, or a new one).
     fn next(&mut self, mut buf: Vec<u8>) -> std::io::Result<Option<Vec<u8>>> {
-        use std::os::unix::fs::FileExt;
         buf.clear();
         buf.extend_from_slice(&self.carry);
         self.carry.clear();
@@ -719,7 +752,7 @@ impl Blocks<'_> {
             let want = (self.limit.saturating_sub(self.pos)).min(self.block as u64) as usize;
             buf.resize(start + want, 0);
             let n = loop {
-                match self.file.read_at(&mut buf[start..], self.pos) {
+                match self.io.read_at(self.file, &mut buf[start..], self.pos) {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     r => break r?,
                 }
@@ -740,6 +773,7 @@ impl Blocks<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::io::RealIo;
     use super::*;
 
     fn run(text: &[u8]) -> Result<(Scanned, usize)> {
@@ -822,6 +856,7 @@ mod tests {
         let mut ids = Vec::new();
         let r = scan_blocks_parallel(
             Path::new("t.ndjson"),
+            &RealIo,
             &f,
             block,
             text.len() as u64,
@@ -958,7 +993,7 @@ mod tests {
         ] {
             std::fs::write(&p, text).unwrap();
             let f = std::fs::File::open(&p).unwrap();
-            let r = check_head(&p, &f);
+            let r = check_head(&p, &RealIo, &f);
             assert_eq!(
                 matches!(r, Err(Error::NotASpool { .. })),
                 refused,
@@ -970,11 +1005,14 @@ mod tests {
         let mut big = vec![b'x'; HEAD_LINE_MAX + 10];
         std::fs::write(&p, &big).unwrap();
         let f = std::fs::File::open(&p).unwrap();
-        assert!(matches!(check_head(&p, &f), Err(Error::NotASpool { .. })));
+        assert!(matches!(
+            check_head(&p, &RealIo, &f),
+            Err(Error::NotASpool { .. })
+        ));
         big[0] = b'{';
         std::fs::write(&p, &big).unwrap();
         let f = std::fs::File::open(&p).unwrap();
-        assert!(check_head(&p, &f).is_ok());
+        assert!(check_head(&p, &RealIo, &f).is_ok());
     }
 
     /// Where `unfinished_batch` says a batch starts, for `text`.
@@ -983,7 +1021,7 @@ mod tests {
         let p = dir.path().join("t.ndjson");
         std::fs::write(&p, text).unwrap();
         let f = std::fs::File::open(&p).unwrap();
-        unfinished_batch(&p, &f, 0, text.len() as u64)
+        unfinished_batch(&p, &RealIo, &f, 0, text.len() as u64)
     }
 
     fn batch_at(start: usize, lines: usize) -> Vec<u8> {
@@ -1029,7 +1067,11 @@ mod tests {
         std::fs::write(&p, &text[..last_line_start]).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         let mut n = 0;
-        let s = scan_tail(&p, &f, 0, 0, false, |_| n += 1).unwrap();
+        let len = text[..last_line_start].len() as u64;
+        let s = scan_tail_with(&p, &RealIo, &f, 0, len, 0, false, parse_line, |_, _, _| {
+            n += 1
+        })
+        .unwrap();
         assert_eq!(n, 1);
         assert_eq!(s.end, head.len() as u64);
         assert_eq!(s.torn.unwrap().offset, head.len() as u64);

@@ -1,7 +1,10 @@
 //! `verify` for NDJSON spools: every line of the main and dead-letter
-//! files, not just up to the first problem, with line numbers.
+//! files, not just up to the first problem, with line numbers; and the
+//! derived index `<spool>.idx` against what the files hold.
 
 use super::format::{parse_line, Line};
+use super::index::{Entry, FileNow, Index, Unusable, Which};
+use super::io::RealIo;
 use super::{meta, scan};
 use crate::backend::companion;
 use crate::error::{Error, Result};
@@ -42,7 +45,7 @@ fn scan_file(
         .map_err(|e| Error::io(path, "inspect", e))?
         .len();
     // An unfinished batch at the end is left out, as every read leaves it.
-    let limit = match scan::unfinished_batch(path, &file, 0, len) {
+    let limit = match scan::unfinished_batch(path, &super::io::RealIo, &file, 0, len) {
         Ok(limit) => limit,
         Err(e) => {
             report.push(Severity::Damage, path, None, e.to_string());
@@ -203,8 +206,12 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
             path: path.to_path_buf(),
         });
     }
-    if let Ok(file) = std::fs::File::open(path) {
-        scan::check_head(path, &file)?;
+    // A shared lock for the whole check: no writer appends between the
+    // scans of the files and the check of the index.
+    let held = std::fs::File::open(path).ok();
+    if let Some(file) = &held {
+        scan::check_head(path, &RealIo, file)?;
+        let _ = file.lock_shared();
     }
     let mut report = VerifyReport::default();
     let meta_path = companion(path, "meta");
@@ -272,9 +279,35 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                     main.records
                 ),
             );
+            let pending_ids: BTreeSet<u64> = main.live.difference(&dead_live).copied().collect();
+            let want = Expected {
+                pending: &pending_ids,
+                dead: dead_live.len() as u64,
+                high_water: hw,
+                records: main.records,
+            };
+            if let Err(e) = check_index(path, &mut report, &want) {
+                report.push(
+                    Severity::Damage,
+                    &companion(path, "idx"),
+                    None,
+                    format!("{e}; `spool verify --repair` or the next write rebuilds the index"),
+                );
+                if let Some(f) = report.findings.last_mut() {
+                    f.repairable = true;
+                }
+            }
+        } else if companion(path, "idx").exists() {
+            report.push(
+                Severity::Info,
+                &companion(path, "idx"),
+                None,
+                "the index was not checked: the spool files are damaged",
+            );
         }
     }
-    for tmp in ["compact.tmp", "dead.compact.tmp", "meta.tmp"] {
+    drop(held);
+    for tmp in ["compact.tmp", "dead.compact.tmp", "meta.tmp", "idx.tmp"] {
         let p = companion(path, tmp);
         if p.exists() {
             report.push(
@@ -286,4 +319,209 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// What the files hold, for the comparison with the index.
+struct Expected<'a> {
+    pending: &'a BTreeSet<u64>,
+    dead: u64,
+    high_water: u64,
+    records: u64,
+}
+
+/// Check the derived index against the files: that it is one (version,
+/// identity, fingerprint, a sound database), how far behind it is, and —
+/// after taking in the tail inside a transaction that is rolled back —
+/// that it holds the same pending ids, counts and high-water mark as the
+/// scan found. Findings about the index are repairable: `--repair`
+/// rebuilds it from the files. Nothing is written.
+fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> Result<()> {
+    let idx = companion(path, "idx");
+    let damage = |report: &mut VerifyReport, message: String| {
+        report.findings.push(Finding {
+            severity: Severity::Damage,
+            file: idx.clone(),
+            line: None,
+            message,
+            repairable: true,
+        });
+    };
+    if super::index::journal_path(&idx).exists() {
+        report.push(
+            Severity::Warning,
+            &idx,
+            None,
+            "a write to the index was interrupted (its journal is left): readers do without it until the next write rolls it back",
+        );
+        return Ok(());
+    }
+    let ix = match Index::open_shared(&idx, false, std::time::Duration::from_secs(10)) {
+        Ok(ix) => ix,
+        Err(Unusable::Missing) => {
+            report.push(
+                Severity::Info,
+                &idx,
+                None,
+                "no index yet: the next write builds it from the files",
+            );
+            return Ok(());
+        }
+        Err(Unusable::Invalid(why)) => {
+            damage(
+                report,
+                format!("the index cannot be used: {why}; `spool verify --repair` or the next write rebuilds it"),
+            );
+            return Ok(());
+        }
+    };
+    let main = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
+    let dead_path = companion(path, "dead");
+    let dead = match std::fs::File::open(&dead_path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&dead_path, "read", e)),
+    };
+    let main_now = FileNow::of(&main, path)?;
+    let dead_now = match &dead {
+        Some(f) => Some(FileNow::of(f, &dead_path)?),
+        None => None,
+    };
+    ix.begin(false)?;
+    let result = compare(&ix, path, &dead_path, main_now, dead_now, report, want);
+    let _ = ix.rollback();
+    match result? {
+        Ok(()) => {}
+        Err(why) => damage(
+            report,
+            format!("{why}; `spool verify --repair` or the next write rebuilds the index"),
+        ),
+    }
+    Ok(())
+}
+
+fn compare(
+    ix: &Index,
+    path: &Path,
+    dead_path: &Path,
+    main: FileNow<'_>,
+    dead: Option<FileNow<'_>>,
+    report: &mut VerifyReport,
+    want: &Expected<'_>,
+) -> Result<std::result::Result<(), String>> {
+    let idx = companion(path, "idx");
+    let (main_row, dead_row) = match ix.check_files(&RealIo, main, dead, false)? {
+        Ok(rows) => rows,
+        Err(why) => {
+            return Ok(Err(format!(
+                "the index does not describe these files: {why}"
+            )))
+        }
+    };
+    if let Some(problem) = ix.quick_check()? {
+        return Ok(Err(format!("the index database is damaged: {problem}")));
+    }
+    if !ix.written_this_boot()? {
+        report.push(
+            Severity::Warning,
+            &idx,
+            None,
+            "the index was last written before the machine restarted: the next write rebuilds it (until then, readers build a private one)",
+        );
+    }
+    // Take in the tails, as every reader does, and roll back.
+    let mut behind = 0;
+    let mut records = main_row.records;
+    let mut ap = ix.applier()?;
+    for (which, file_path, now, row) in [
+        (Which::Dead, dead_path, dead, &dead_row),
+        (Which::Main, path, Some(main), &main_row),
+    ] {
+        let Some(now) = now else { continue };
+        if now.len <= row.upto {
+            continue;
+        }
+        let s = scan::scan_tail_with(
+            file_path,
+            &RealIo,
+            now.file,
+            row.upto,
+            now.len,
+            row.lines,
+            row.needs_newline,
+            Entry::parse,
+            |e, off, l| match which {
+                Which::Main => ap.main(e, off, l),
+                Which::Dead => ap.dead(e, off, l),
+            },
+        )?;
+        behind += s.end - row.upto;
+        if which == Which::Main {
+            records += s.records;
+        }
+    }
+    ap.finish()?;
+    if behind > 0 {
+        report.push(
+            Severity::Info,
+            &idx,
+            None,
+            format!("the index is {behind} bytes behind the files (lines another process or an interrupted write left); the next command takes them in"),
+        );
+    }
+    let mut differences = Vec::new();
+    let depth = ix.depth()?;
+    if depth != want.pending.len() as u64 {
+        differences.push(format!(
+            "{depth} pending items instead of {}",
+            want.pending.len()
+        ));
+    }
+    let dead_count = ix.dead_count()?;
+    if dead_count != want.dead {
+        differences.push(format!(
+            "{dead_count} dead letters instead of {}",
+            want.dead
+        ));
+    }
+    let hw = ix.high_water()?;
+    if hw != want.high_water {
+        differences.push(format!(
+            "high-water mark {hw} instead of {}",
+            want.high_water
+        ));
+    }
+    if records != want.records {
+        differences.push(format!("{records} records instead of {}", want.records));
+    }
+    let mut extra = 0u64;
+    let mut seen = 0u64;
+    ix.pending_ids(&mut |id| {
+        if want.pending.contains(&id) {
+            seen += 1;
+        } else {
+            extra += 1;
+        }
+    })?;
+    if extra > 0 || seen != want.pending.len() as u64 {
+        differences.push(format!(
+            "{extra} pending ids the files do not hold, {} they hold missing",
+            want.pending.len() as u64 - seen
+        ));
+    }
+    if !differences.is_empty() {
+        return Ok(Err(format!(
+            "the index does not agree with the files: {}",
+            differences.join(", ")
+        )));
+    }
+    report.push(
+        Severity::Info,
+        &idx,
+        None,
+        format!(
+            "the index agrees with the files (index version {})",
+            super::index::INDEX_VERSION
+        ),
+    );
+    Ok(Ok(()))
 }

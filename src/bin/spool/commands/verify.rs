@@ -1,4 +1,5 @@
-//! `spool verify`: check a spool; with --repair, cut a torn tail.
+//! `spool verify`: check a spool; with --repair, cut a torn tail and
+//! rebuild a stale NDJSON index.
 
 use super::Ctx;
 use crate::exit::{self, CliError};
@@ -13,22 +14,24 @@ use spool::verify::Severity;
 /// damage). NDJSON: every line of the main and dead-letter files, with
 /// line numbers: malformed lines, a torn trailing line left by a crash,
 /// ids that do not grow (the high-water mark), items both pending and
-/// dead, the metadata file.
+/// dead, the metadata file; and the index (<spool>.idx, derived from the
+/// files): that it describes these files and agrees with them.
 ///
 /// The findings go to stdout whatever the outcome; the exit status is 0
 /// when nothing is damaged and 65 when anything is (a torn tail
 /// included). Without --repair the spool is never created or changed.
 ///
 /// --repair only ever cuts a torn trailing line (an append a crash
-/// interrupted, never reported committed), and only when that is all the
-/// damage: it says what it cuts on stderr, cuts it, checks again and
-/// exits 0. Corruption anywhere else stays reported (exit 65) and the
-/// file stays untouched: fixing it would mean dropping committed records.
+/// interrupted, never reported committed) and rebuilds a stale or damaged
+/// NDJSON index from the files, and only when that is all the damage: it
+/// says what it does on stderr, does it, checks again and exits 0.
+/// Corruption anywhere else stays reported (exit 65) and the file stays
+/// untouched: fixing it would mean dropping committed records.
 ///
 /// With --json one object: spool, backend, healthy, repairable, pending,
 /// dead_letters, findings [{severity (info|warning|damage), file, line,
 /// message, repairable}], repaired [{file, line, offset, bytes}],
-/// repair_refused (a reason, or null).
+/// index_rebuilt (bool), repair_refused (a reason, or null).
 ///
 /// Examples:
 ///   spool verify
@@ -37,7 +40,7 @@ use spool::verify::Severity;
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct VerifyArgs {
-    /// Cut a torn trailing line (NDJSON) when that is all the damage
+    /// Cut a torn trailing line and rebuild a stale index (NDJSON) when that is all the damage
     #[arg(long)]
     repair: bool,
 }
@@ -61,6 +64,12 @@ pub fn run(args: VerifyArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         &mut { announce },
     )
     .map_err(|e| ctx.fail(ACTION, e))?;
+    if let Some(index) = &outcome.rebuilt_index {
+        ctx.note(&format!(
+            "rebuilt the index {} from the spool files",
+            index.display()
+        ));
+    }
     let healthy = outcome.healthy();
     if ctx.json {
         ctx.out.json(&outcome.json())?;
@@ -121,7 +130,7 @@ pub fn run(args: VerifyArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             (Some(_), _) => err.hint(
                 "restore the spool from a backup; `spool export` saves what is still readable",
             ),
-            (None, true) => err.hint("`spool verify --repair` cuts the torn tail"),
+            (None, true) => err.hint("`spool verify --repair` fixes it"),
             (None, false) => err.hint(
                 "restore the spool from a backup; `spool export` saves what is still readable",
             ),

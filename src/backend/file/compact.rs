@@ -1,0 +1,378 @@
+//! Compaction of an NDJSON spool: both files rewritten last-write-wins,
+//! atomically, keeping the id high-water mark, the push state and the
+//! receiver's ledger; then the index rebuilt for the new files.
+
+use super::format::{self, parse_line, Line};
+use super::io::{copy_all, parent_dir, write_all, FileIo};
+use super::{
+    client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, scan, torn_notice,
+    CompactReport, FileQueue, Inner, COMPACT_COPY_RUN,
+};
+use crate::backend::companion;
+use crate::backend::receive::ClientDelta;
+use crate::backend::state::State;
+use crate::error::{Error, Result};
+use crate::item::{DeadLetter, ItemId};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+impl FileQueue {
+    /// Rewrite both files; returns the report and the new main file,
+    /// still locked, so that no other process can use the new file before
+    /// its index is rebuilt.
+    pub(super) fn compact_files(&self, inner: &mut Inner) -> Result<(CompactReport, File)> {
+        // Dead letters are few: read them whole, as an image.
+        let mut dead = State::default();
+        let mut dead_len = 0;
+        let dead_file = open_existing(&self.dead_path, false)?;
+        let dead_exists = dead_file.is_some();
+        let mut dead_torn = None;
+        if let Some(file) = dead_file {
+            dead_len = file_len(&file, &self.dead_path)?;
+            let s = scan::scan_tail_with(
+                &self.dead_path,
+                &*self.io,
+                &file,
+                0,
+                dead_len,
+                0,
+                false,
+                parse_line,
+                |l, _, _| apply_dead(&mut dead, l),
+            )?;
+            dead_torn = s.torn;
+        }
+
+        // The main file: where the last line of each live item is, as the
+        // image would apply the lines (a put of a dead letter's id only
+        // raises the high-water mark).
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let main_len = file_len(&main.file, &self.path)?;
+        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
+        let mut high_water = dead.high_water;
+        let mut last_push: Option<(u64, usize)> = None;
+        let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
+        let scanned = scan::scan_file_parallel(
+            &self.path,
+            &*self.io,
+            &main.file,
+            format::check_line,
+            |head, offset, len| {
+                high_water = high_water.max(head.id);
+                if head.push {
+                    last_push = Some((offset, len));
+                } else if head.client {
+                    client_lines_at.push((offset, len));
+                } else if !head.put {
+                    live.remove(&head.id);
+                } else if !dead.dead.contains_key(&head.id) {
+                    live.insert(head.id, (offset, len));
+                }
+            },
+        )?;
+
+        // The dead-letter file is replaced first, while every other
+        // process still waits on the lock of the old main file. Once the
+        // main file is replaced, a process can lock the new one at once;
+        // by then both files are final, so its appends land in files that
+        // stay. (The other order lets such a process append a dead letter
+        // to the old dead-letter file just before it is replaced.)
+        let mut bytes_after = 0;
+        if dead_exists || !dead.dead.is_empty() {
+            let mut buf = Vec::new();
+            for dl in dead.dead.values() {
+                format::write_dead(&mut buf, dl);
+            }
+            bytes_after += self
+                .replace_file(&self.dead_path, false, |w| w.push(&buf))?
+                .0;
+        }
+
+        // Copy the kept lines in id order (the order in which ids first
+        // appear must only grow; `verify` checks it). Most of them lie in
+        // that order in the file already and are copied in one forward
+        // pass: a line is read in passing when no line of a later id lies
+        // before it. The others (an item updated after later ones were
+        // enqueued) are read on their own.
+        let pending = live.len() as u64;
+        let max_live = live.keys().next_back().copied().unwrap_or(0);
+        let mut records_after = pending;
+        if high_water > max_live {
+            records_after += 1;
+        }
+        let order: Vec<(u64, usize)> = live.into_values().collect();
+        // The new file must not end in a line that carries a batch's `tx`
+        // field (it would read as an unfinished batch): such a last line
+        // is written without the field.
+        let mut last_line = None;
+        if let (Some(&(offset, len)), false) = (order.last(), high_water > max_live) {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            last_line = format::strip_tx(&line);
+        }
+        let copied = order.len() - usize::from(last_line.is_some());
+        // The push state, written anew (without any batch frame).
+        let mut push_state = Vec::new();
+        if let Some((offset, len)) = last_push {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            if let Ok(Line::Push(p)) = format::parse_line(&line) {
+                format::write_push(&mut push_state, &p);
+            }
+        }
+        // The receiver's state: every client's lines added up, written as
+        // one line per client (or a few for a long history).
+        let mut receiver = State::default();
+        for &(offset, len) in &client_lines_at {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            if let Ok(Line::Client(c)) = format::parse_line(&line) {
+                let id = c.id.clone();
+                receiver.apply_client_delta(&id, client_delta(c));
+            }
+        }
+        for (id, c) in receiver.receiver.clients() {
+            let mut entries = c.entries.clone();
+            // Rejects the client acknowledged keep their record but are no
+            // longer reported: everything below the first one still
+            // reported (all of them when none is) is acknowledged.
+            let acked = c
+                .rejects
+                .keys()
+                .next()
+                .map_or(c.last_seq, |first| first - 1);
+            let delta = ClientDelta {
+                last_seq: Some(c.last_seq),
+                entries: std::mem::take(&mut entries),
+                acked,
+                at: receiver.receiver_at.get(id).copied(),
+            };
+            client_lines(&mut push_state, id, &delta);
+        }
+        records_after += push_state.iter().filter(|b| **b == b'\n').count() as u64;
+        let mut later_min = vec![u64::MAX; order.len()];
+        let mut m = u64::MAX;
+        for (i, &(offset, _)) in order.iter().enumerate().rev() {
+            later_min[i] = m;
+            m = m.min(offset);
+        }
+        let (written, new_main) = self.replace_file(&self.path, true, |w| {
+            let mut r = BufReader::with_capacity(1 << 20, &main.file);
+            r.seek(SeekFrom::Start(0))?;
+            let mut pos = 0u64;
+            let mut line = Vec::new();
+            let mut i = 0;
+            while i < copied {
+                // Lines next to each other in the file (one newline
+                // between them) that come one after the other in id order
+                // too: a long run of them is copied inside the kernel.
+                let (start, first_len) = order[i];
+                let mut end = start + first_len as u64;
+                let mut next = i + 1;
+                while next < copied && order[next].0 == end + 1 {
+                    end = order[next].0 + order[next].1 as u64;
+                    next += 1;
+                }
+                if next - i > 1 && end - start >= COMPACT_COPY_RUN {
+                    w.copy_from(&main.file, start, (end - start) as usize)?;
+                    w.push(b"\n")?;
+                    i = next;
+                    continue;
+                }
+                let (offset, len) = order[i];
+                let later = later_min[i];
+                i += 1;
+                if offset >= pos && offset <= later {
+                    r.seek_relative((offset - pos) as i64)?;
+                    w.push_line_from(&mut r, len)?;
+                    pos = offset + len as u64;
+                } else {
+                    line.resize(len, 0);
+                    main.file.read_exact_at(&mut line, offset)?;
+                    line.push(b'\n');
+                    w.push(&line)?;
+                }
+            }
+            if let Some(last) = &last_line {
+                w.push(last)?;
+                w.push(b"\n")?;
+            }
+            w.push(&push_state)?;
+            if high_water > max_live {
+                line.clear();
+                format::write_done(&mut line, high_water);
+                w.push(&line)?;
+            }
+            Ok(())
+        })?;
+        bytes_after += written;
+        let new_main = new_main.ok_or_else(no_handle)?;
+
+        for (path, torn) in [(&self.path, &scanned.torn), (&self.dead_path, &dead_torn)] {
+            if let Some(torn) = torn {
+                inner.notices.push(torn_notice(path, torn, true));
+                inner.notices.push(cut_notice(path, torn));
+            }
+        }
+        Ok((
+            CompactReport {
+                bytes_before: main_len + dead_len,
+                bytes_after,
+                records_before: scanned.records,
+                records_after,
+                pending,
+                dead_letters: dead.dead.len() as u64,
+                high_water,
+                dropped_torn_tail: scanned.torn,
+            },
+            new_main,
+        ))
+    }
+
+    /// Replace `path` with what `fill` writes: into a temporary file,
+    /// synced, renamed over `path`, directory synced. Returns the bytes
+    /// written and, when `lock` is set, the new file, which was locked
+    /// (`flock`, exclusive) before the rename: a process that opens the
+    /// new file waits until that handle is dropped.
+    fn replace_file(
+        &self,
+        path: &Path,
+        lock: bool,
+        fill: impl FnOnce(&mut Replacement<'_>) -> std::io::Result<()>,
+    ) -> Result<(u64, Option<File>)> {
+        let tmp = companion(path, "compact.tmp");
+        let file = if lock {
+            // Read too: the index of the new file is built through it.
+            let f = crate::private_file::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .and_then(|f| crate::private_file::match_mode(&f, path).map(|()| f))
+                .map_err(|e| Error::io(&tmp, "create", e))?;
+            f.lock().map_err(|e| Error::io(&tmp, "lock", e))?;
+            f
+        } else {
+            crate::private_file::create_replacement(&tmp, path)
+                .map_err(|e| Error::io(&tmp, "create", e))?
+        };
+        let mut w = Replacement {
+            io: &*self.io,
+            file,
+            buf: Vec::with_capacity(Replacement::CHUNK),
+            written: 0,
+        };
+        fill(&mut w)
+            .and_then(|()| w.flush())
+            .map_err(|e| Error::io(&tmp, "write", e))?;
+        self.io
+            .sync(&w.file)
+            .map_err(|e| Error::io(&tmp, "fsync", e))?;
+        let written = w.written;
+        let file = w.file;
+        self.io
+            .rename(&tmp, path)
+            .map_err(|e| Error::io(path, "replace", e))?;
+        let dir = parent_dir(path);
+        self.io
+            .sync_dir(dir)
+            .map_err(|e| Error::io(dir, "fsync directory", e))?;
+        Ok((written, lock.then_some(file)))
+    }
+}
+
+/// Apply a line of the dead-letter file to a dead-letter image.
+fn apply_dead(state: &mut State, line: Line) {
+    match line {
+        // Push state lives in the main file only.
+        Line::Push(_) | Line::Client(_) => {}
+        Line::Put { item, dead_at } => {
+            state.remove_pending(item.id);
+            state.high_water = state.high_water.max(item.id);
+            let dead_at = dead_at.unwrap_or_default();
+            state.dead.insert(item.id, DeadLetter { item, dead_at });
+        }
+        Line::Done { id } => {
+            state.dead.remove(&id);
+            state.high_water = state.high_water.max(id);
+        }
+    }
+}
+
+/// The temporary file of a compaction, written in large chunks through
+/// the I/O seam.
+pub(super) struct Replacement<'a> {
+    io: &'a dyn FileIo,
+    file: File,
+    buf: Vec<u8>,
+    written: u64,
+}
+
+impl Replacement<'_> {
+    const CHUNK: usize = 1 << 20;
+
+    fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= Self::CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes at `offset` of `from`.
+    fn copy_from(&mut self, from: &File, offset: u64, len: usize) -> std::io::Result<()> {
+        self.flush()?;
+        copy_all(self.io, from, offset, &mut self.file, len)?;
+        start_writeback(&self.file, self.written, len);
+        self.written += len as u64;
+        Ok(())
+    }
+
+    /// Copy the next `len` bytes of `r` and a newline.
+    fn push_line_from(&mut self, r: &mut impl Read, len: usize) -> std::io::Result<()> {
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        r.read_exact(&mut self.buf[start..])?;
+        self.buf.push(b'\n');
+        if self.buf.len() >= Self::CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        write_all(self.io, &mut self.file, &self.buf)?;
+        start_writeback(&self.file, self.written, self.buf.len());
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Ask the kernel to start writing `len` bytes at `offset` of `file` to
+/// disk now, so that the fsync at the end of a large rewrite finds little
+/// left to do. Only a hint: durability still comes from that fsync.
+fn start_writeback(file: &File, offset: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    // SAFETY: sync_file_range only reads its integer arguments; the
+    // descriptor stays open while `file` is borrowed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}

@@ -1,0 +1,1285 @@
+//! The derived index of an NDJSON spool: `<spool>.idx`, a SQLite database
+//! that lets every command find what it needs without reading the whole
+//! spool file.
+//!
+//! # What it holds
+//!
+//! * For the main and the dead-letter file (table `files`): the file's
+//!   identity (device and inode), how far it has been indexed
+//!   (`upto`: the byte offset just past the last line taken in; `lines`,
+//!   `records`, and whether that content lacks its final newline), and a
+//!   fingerprint of the bytes before `upto` (SHA-256 over the offset, the
+//!   first 4 KiB and the last 4 KiB before it).
+//! * Per pending item (`pending`): id, where its last line is (`off`,
+//!   `len`), key, attempts, enqueue time, next retry time, hold flag, push
+//!   sequence number. Payloads stay in the spool file; an item is read with
+//!   one `pread` of its line.
+//! * Per dead letter (`dead`): id, where its line is in `<spool>.dead`, key.
+//! * One `state` row: the id high-water mark, counts kept by triggers
+//!   (pending, held, dead letters; attempts per count in `attempts`), the
+//!   push state of the last push-state line, the uuid a regeneration gave,
+//!   and the boot the index was last written in.
+//! * The push receiver's ledger (`clients`, `client_entries`): per client
+//!   its `last_seq`, the acknowledged-reject watermark and the time it last
+//!   pushed, and per processed number its outcome, digest and reason.
+//!
+//! # Why it can always be thrown away
+//!
+//! The spool file stays the source of truth. Every line enters the index
+//! through one path, [`Applier`], whether it is caught up from a tail that
+//! another process (or the reference, or a crash between a write and its
+//! index update) left behind, written by a batch, or read during a full
+//! build. Before the index is used it is checked against the files
+//! ([`Index::check`]): a different file (identity), a shorter one, other
+//! bytes before `upto` (fingerprint), an unknown version, a database that
+//! does not open, or an index last written before the machine rebooted
+//! (written with `synchronous=OFF`, it may have lost pages in a power
+//! loss) is not used: a writer rebuilds it, a reader builds a private one.
+//! A valid index that is merely behind is caught up from the tail.
+
+use super::format::{self, ClientLine, Line, PushLine};
+use super::io::{read_exact_at, FileIo};
+use crate::error::{Error, Result};
+use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
+use crate::push::wire::Rejected;
+use crate::time::Timestamp;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The index format version (`PRAGMA user_version`). An index of any other
+/// version is rebuilt.
+pub(crate) const INDEX_VERSION: i64 = 1;
+
+/// `PRAGMA application_id` of an index: "SPIX".
+const APPLICATION_ID: i64 = 0x5350_4958;
+
+/// Bytes at each end that the fingerprint covers.
+const FINGERPRINT_SPAN: u64 = 4096;
+
+const TABLES: &str = "
+CREATE TABLE files (
+    name TEXT PRIMARY KEY,
+    dev INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    upto INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    records INTEGER NOT NULL,
+    needs_newline INTEGER NOT NULL,
+    fingerprint BLOB NOT NULL
+);
+CREATE TABLE state (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    boot TEXT NOT NULL,
+    high_water INTEGER NOT NULL,
+    depth INTEGER NOT NULL,
+    held INTEGER NOT NULL,
+    dead INTEGER NOT NULL,
+    push_assigned INTEGER NOT NULL,
+    push_acked INTEGER NOT NULL,
+    push_skips TEXT NOT NULL,
+    uuid TEXT
+);
+INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL);
+CREATE TABLE pending (
+    id INTEGER PRIMARY KEY,
+    off INTEGER NOT NULL,
+    len INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    enqueued_at INTEGER,
+    next_retry_at INTEGER,
+    held INTEGER NOT NULL,
+    push_seq INTEGER
+);
+CREATE TABLE attempts (attempts INTEGER PRIMARY KEY, n INTEGER NOT NULL);
+CREATE TABLE dead (
+    id INTEGER PRIMARY KEY,
+    off INTEGER NOT NULL,
+    len INTEGER NOT NULL,
+    key TEXT NOT NULL
+);
+CREATE TABLE clients (
+    id TEXT PRIMARY KEY,
+    known INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    acked INTEGER NOT NULL,
+    at INTEGER
+);
+CREATE TABLE client_entries (
+    client TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    digest TEXT,
+    reason TEXT,
+    PRIMARY KEY (client, seq)
+) WITHOUT ROWID;
+";
+
+/// Secondary indexes and the triggers that keep the counts; created after
+/// a full build has loaded the rows (faster than keeping them up to date
+/// row by row).
+const DERIVED: &str = "
+CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
+CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
+CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
+UPDATE state SET
+    depth = (SELECT count(*) FROM pending),
+    held = (SELECT count(*) FROM pending WHERE held),
+    dead = (SELECT count(*) FROM dead);
+DELETE FROM attempts;
+INSERT INTO attempts SELECT attempts, count(*) FROM pending GROUP BY attempts;
+CREATE TRIGGER pending_insert AFTER INSERT ON pending BEGIN
+    UPDATE state SET depth = depth + 1, held = held + new.held;
+    INSERT INTO attempts SELECT new.attempts, 0
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE attempts = new.attempts);
+    UPDATE attempts SET n = n + 1 WHERE attempts = new.attempts;
+END;
+CREATE TRIGGER pending_delete AFTER DELETE ON pending BEGIN
+    UPDATE state SET depth = depth - 1, held = held - old.held;
+    UPDATE attempts SET n = n - 1 WHERE attempts = old.attempts;
+END;
+CREATE TRIGGER pending_update AFTER UPDATE OF held, attempts ON pending BEGIN
+    UPDATE state SET held = held - old.held + new.held;
+    UPDATE attempts SET n = n - 1 WHERE attempts = old.attempts;
+    INSERT INTO attempts SELECT new.attempts, 0
+        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE attempts = new.attempts);
+    UPDATE attempts SET n = n + 1 WHERE attempts = new.attempts;
+END;
+CREATE TRIGGER dead_insert AFTER INSERT ON dead BEGIN
+    UPDATE state SET dead = dead + 1;
+END;
+CREATE TRIGGER dead_delete AFTER DELETE ON dead BEGIN
+    UPDATE state SET dead = dead - 1;
+END;
+";
+
+/// Which spool file a `files` row describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Which {
+    Main,
+    Dead,
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::Main => "main",
+            Which::Dead => "dead",
+        }
+    }
+}
+
+/// How far a spool file has been indexed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FileRow {
+    pub dev: u64,
+    pub ino: u64,
+    /// The offset just past the last line taken in.
+    pub upto: u64,
+    /// Lines before `upto`.
+    pub lines: u64,
+    /// Records (op lines) before `upto`.
+    pub records: u64,
+    /// The content before `upto` lacks its final newline.
+    pub needs_newline: bool,
+    pub fingerprint: Vec<u8>,
+}
+
+/// What a line says, as the index keeps it: everything but the payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Put(Row),
+    Done(ItemId),
+    Push(PushLine),
+    Client(ClientLine),
+}
+
+/// The index columns of a `put` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub id: ItemId,
+    pub key: String,
+    pub attempts: u32,
+    /// Unix seconds.
+    pub enqueued_at: Option<i64>,
+    /// Unix milliseconds.
+    pub next_retry_at: Option<i64>,
+    pub held: bool,
+    pub push_seq: Option<u64>,
+}
+
+impl From<Line> for Entry {
+    fn from(line: Line) -> Entry {
+        match line {
+            Line::Put { item, .. } => Entry::Put(Row {
+                id: item.id,
+                key: item.key,
+                attempts: item.attempts,
+                enqueued_at: item.enqueued_at.map(Timestamp::as_secs),
+                next_retry_at: item.next_retry_at.map(Timestamp::as_millis),
+                held: item.held,
+                push_seq: item.push_seq,
+            }),
+            Line::Done { id } => Entry::Done(id),
+            Line::Push(p) => Entry::Push(p),
+            Line::Client(c) => Entry::Client(c),
+        }
+    }
+}
+
+impl Entry {
+    /// Parse one line (as [`format::parse_line`], the authority, reads it).
+    pub fn parse(bytes: &[u8]) -> std::result::Result<Entry, String> {
+        format::parse_line(bytes).map(Entry::from)
+    }
+}
+
+/// Where a line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub id: ItemId,
+    pub off: u64,
+    pub len: usize,
+}
+
+/// Why an index cannot be used as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unusable {
+    /// There is none.
+    Missing,
+    /// It exists but is not a usable index of these files; the reason.
+    Invalid(String),
+}
+
+/// An open index: the shared `<spool>.idx`, or a private temporary one.
+pub(crate) struct Index {
+    conn: Connection,
+    /// The path for messages (the shared file, or a description).
+    path: PathBuf,
+    /// Identity of the shared index file when it was opened; `None` for a
+    /// private index.
+    shared: Option<(u64, u64)>,
+    /// This connection may not commit (a read-only handle on the shared
+    /// index): whatever it applies is rolled back.
+    pub read_only: bool,
+    /// SQLite refuses writes on this connection altogether.
+    pub no_writes: bool,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("path", &self.path)
+            .field("shared", &self.shared)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+fn to_i64(n: u64, what: &str) -> Result<i64> {
+    i64::try_from(n).map_err(|_| {
+        Error::Unsupported(format!(
+            "{what} {n} is above 2^63-1, which the NDJSON index cannot hold"
+        ))
+    })
+}
+
+fn u(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// The boot this process runs in (Linux: `/proc/sys/kernel/random/boot_id`).
+/// An index last written in another boot may have lost writes in a power
+/// loss (it is written without fsync), so it is rebuilt.
+pub(crate) fn boot_id() -> &'static str {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into())
+    })
+}
+
+/// The fingerprint of `file[..upto]`: SHA-256 over `upto` and the bytes
+/// of its first and last [`FINGERPRINT_SPAN`] bytes. Reads at most 8 KiB.
+pub(crate) fn fingerprint(io: &dyn FileIo, file: &File, upto: u64) -> std::io::Result<Vec<u8>> {
+    let mut h = Sha256::new();
+    h.update(upto.to_le_bytes());
+    let head = upto.min(FINGERPRINT_SPAN);
+    let mut buf = vec![0; head as usize];
+    read_exact_at(io, file, &mut buf, 0)?;
+    h.update(&buf);
+    let tail_start = upto.saturating_sub(FINGERPRINT_SPAN).max(head);
+    buf.resize((upto - tail_start) as usize, 0);
+    read_exact_at(io, file, &mut buf, tail_start)?;
+    h.update(&buf);
+    Ok(h.finalize().to_vec())
+}
+
+/// SQLite's rollback journal of the index at `index`: `<index>-journal`.
+pub(crate) fn journal_path(index: &Path) -> PathBuf {
+    let mut s = index.as_os_str().to_owned();
+    s.push("-journal");
+    PathBuf::from(s)
+}
+
+/// A spool file as it is now.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FileNow<'a> {
+    pub file: &'a File,
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+}
+
+impl<'a> FileNow<'a> {
+    pub fn of(file: &'a File, path: &Path) -> Result<FileNow<'a>> {
+        let m = file.metadata().map_err(|e| Error::io(path, "inspect", e))?;
+        Ok(FileNow {
+            file,
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+        })
+    }
+}
+
+impl Index {
+    fn err(&self, action: &'static str) -> impl Fn(rusqlite::Error) -> Error + '_ {
+        move |e| Error::sqlite(&self.path, action, e)
+    }
+
+    /// Open the shared index at `path`. A writer's connection commits
+    /// (rollback journal, `synchronous=OFF`: the index is derived and
+    /// checked before use); a reader's (`writer` false) never does: it
+    /// keeps its journal in memory and never spills a page to the file,
+    /// so that whatever it applies to catch up stays in memory and is
+    /// rolled back.
+    pub fn open_shared(
+        path: &Path,
+        writer: bool,
+        busy: Duration,
+    ) -> std::result::Result<Index, Unusable> {
+        let m = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Unusable::Missing),
+            Err(e) => return Err(Unusable::Invalid(format!("cannot inspect it: {e}"))),
+        };
+        if !m.is_file() {
+            return Err(Unusable::Invalid("it is not a regular file".into()));
+        }
+        let base = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_EXRESCODE;
+        let mut no_writes = false;
+        let conn = match Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_WRITE)
+        {
+            Ok(c) => c,
+            Err(_) if !writer => {
+                no_writes = true;
+                Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .map_err(|e| Unusable::Invalid(format!("cannot open it: {e}")))?
+            }
+            Err(e) => return Err(Unusable::Invalid(format!("cannot open it: {e}"))),
+        };
+        let bad = |e: rusqlite::Error| Unusable::Invalid(format!("it cannot be read: {e}"));
+        let _ = conn.busy_timeout(busy);
+        // Only read before it is known to be an index of ours.
+        let app: i64 = conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(bad)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(bad)?;
+        if app != APPLICATION_ID {
+            return Err(Unusable::Invalid("it is not a spool index".into()));
+        }
+        if version != INDEX_VERSION {
+            return Err(Unusable::Invalid(format!(
+                "it has index version {version}; this version of spool reads version {INDEX_VERSION}"
+            )));
+        }
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .map_err(bad)?;
+        if mode.eq_ignore_ascii_case("wal") {
+            return Err(Unusable::Invalid(
+                "it is in WAL mode, which spool never uses".into(),
+            ));
+        }
+        let want = if writer { "delete" } else { "memory" };
+        let got: String = conn
+            .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
+            .map_err(bad)?;
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(Unusable::Invalid(format!(
+                "its journal mode cannot be set to {want} (got {got})"
+            )));
+        }
+        conn.execute_batch(if writer {
+            "PRAGMA synchronous = OFF"
+        } else {
+            "PRAGMA cache_spill = OFF"
+        })
+        .map_err(bad)?;
+        Ok(Index {
+            conn,
+            path: path.to_path_buf(),
+            shared: Some((m.dev(), m.ino())),
+            read_only: !writer,
+            no_writes,
+        })
+    }
+
+    /// A new, empty index at `path` (a temporary file about to be renamed
+    /// over the shared index), or a private one in a temporary file that
+    /// SQLite deletes when it is closed (`path` `None`). Fill it with an
+    /// [`Applier`] and call [`Index::finish_build`].
+    pub fn create(path: Option<&Path>) -> Result<Index> {
+        let (conn, shown) = match path {
+            Some(p) => (
+                Connection::open(p).map_err(|e| Error::sqlite(p, "create index", e))?,
+                p.to_path_buf(),
+            ),
+            None => (
+                Connection::open("")
+                    .map_err(|e| Error::sqlite(Path::new("(private index)"), "create index", e))?,
+                PathBuf::from("(private index)"),
+            ),
+        };
+        let ix = Index {
+            conn,
+            path: shown,
+            shared: None,
+            read_only: false,
+            no_writes: false,
+        };
+        ix.conn
+            .execute_batch(
+                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \
+                 PRAGMA cache_size = -16000; PRAGMA temp_store = FILE; BEGIN;",
+            )
+            .map_err(ix.err("create index"))?;
+        ix.conn
+            .execute_batch(TABLES)
+            .map_err(ix.err("create index"))?;
+        Ok(ix)
+    }
+
+    /// Finish a build: the secondary indexes, the counts, the triggers,
+    /// the version, and commit.
+    pub fn finish_build(&self) -> Result<()> {
+        self.conn
+            .execute_batch(DERIVED)
+            .map_err(self.err("build index"))?;
+        self.conn
+            .execute_batch(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {INDEX_VERSION}; COMMIT;"
+            ))
+            .map_err(self.err("build index"))?;
+        if self.shared.is_none() {
+            // A private index is kept up to date afterwards: it needs a
+            // journal to roll back a failed catch-up.
+            self.conn
+                .execute_batch("PRAGMA journal_mode = MEMORY")
+                .map_err(self.err("build index"))?;
+        }
+        Ok(())
+    }
+
+    /// Close a built index file (before it is renamed into place).
+    pub fn close(self) -> Result<()> {
+        let path = self.path.clone();
+        self.conn
+            .close()
+            .map_err(|(_, e)| Error::sqlite(&path, "close index", e))
+    }
+
+    /// True for the shared `<spool>.idx` (false for a private index).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// The shared index file's identity when it was opened.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        self.shared
+    }
+
+    /// Start a transaction: `IMMEDIATE` (the write lock at once) for a
+    /// writer of the shared index, deferred otherwise.
+    pub fn begin(&self, immediate: bool) -> Result<()> {
+        let sql = if immediate && !self.no_writes {
+            "BEGIN IMMEDIATE"
+        } else {
+            "BEGIN"
+        };
+        self.conn
+            .execute_batch(sql)
+            .map_err(self.err("begin a transaction on"))
+    }
+
+    /// Commit (for a read-only connection: roll back).
+    pub fn commit(&self) -> Result<()> {
+        if self.read_only {
+            return self.rollback();
+        }
+        self.conn
+            .execute_batch("COMMIT")
+            .map_err(self.err("commit to"))
+    }
+
+    /// Roll back, when a transaction is open.
+    pub fn rollback(&self) -> Result<()> {
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.conn
+            .execute_batch("ROLLBACK")
+            .map_err(self.err("roll back"))
+    }
+
+    /// Check the index against the files as they are now. `Err(reason)`
+    /// when it is not an index of these files (another file, rewritten
+    /// bytes, written before a reboot).
+    pub fn check(
+        &self,
+        io: &dyn FileIo,
+        main: FileNow<'_>,
+        dead: Option<FileNow<'_>>,
+    ) -> Result<std::result::Result<(FileRow, FileRow), String>> {
+        self.check_files(io, main, dead, true)
+    }
+
+    /// [`Index::check`], optionally without the restart rule (`verify`
+    /// reports that one apart).
+    pub fn check_files(
+        &self,
+        io: &dyn FileIo,
+        main: FileNow<'_>,
+        dead: Option<FileNow<'_>>,
+        boot_rule: bool,
+    ) -> Result<std::result::Result<(FileRow, FileRow), String>> {
+        let boot: Option<String> = self
+            .conn
+            .query_row("SELECT boot FROM state", [], |r| r.get(0))
+            .optional()
+            .map_err(self.err("read"))?;
+        match boot {
+            None => return Ok(Err("it has no state row".into())),
+            Some(b) if boot_rule && b != boot_id() => {
+                return Ok(Err(
+                    "it was last written before the machine restarted (it is written without fsync, so a power loss may have damaged it)".into(),
+                ))
+            }
+            Some(_) => {}
+        }
+        let Some(m) = self.file_row(Which::Main)? else {
+            return Ok(Err("it describes no main file".into()));
+        };
+        if let Err(why) = same_file(io, &m, main) {
+            return Ok(Err(format!("the spool file {why}")));
+        }
+        let d = match (self.file_row(Which::Dead)?, dead) {
+            (Some(d), Some(now)) => {
+                if let Err(why) = same_file(io, &d, now) {
+                    return Ok(Err(format!("the dead-letter file {why}")));
+                }
+                d
+            }
+            (Some(d), None) if d.upto > 0 => {
+                return Ok(Err("the dead-letter file it describes is gone".into()))
+            }
+            (_, Some(now)) => FileRow {
+                dev: now.dev,
+                ino: now.ino,
+                ..FileRow::default()
+            },
+            (_, None) => FileRow::default(),
+        };
+        Ok(Ok((m, d)))
+    }
+
+    /// The row of `which`, if any.
+    pub fn file_row(&self, which: Which) -> Result<Option<FileRow>> {
+        self.conn
+            .prepare_cached(
+                "SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([which.name()], |r| {
+                    Ok(FileRow {
+                        dev: r.get::<_, i64>(0)? as u64,
+                        ino: r.get::<_, i64>(1)? as u64,
+                        upto: u(r.get(2)?),
+                        lines: u(r.get(3)?),
+                        records: u(r.get(4)?),
+                        needs_newline: r.get(5)?,
+                        fingerprint: r.get(6)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Record how far `which` is indexed.
+    pub fn set_file_row(&self, which: Which, row: &FileRow) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO files (name, dev, ino, upto, lines, records, needs_newline, fingerprint) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (name) DO UPDATE SET \
+                 dev = excluded.dev, ino = excluded.ino, upto = excluded.upto, lines = excluded.lines, \
+                 records = excluded.records, needs_newline = excluded.needs_newline, \
+                 fingerprint = excluded.fingerprint",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    which.name(),
+                    row.dev as i64,
+                    row.ino as i64,
+                    row.upto as i64,
+                    row.lines as i64,
+                    row.records as i64,
+                    row.needs_newline,
+                    row.fingerprint
+                ])
+            })
+            .map_err(self.err("write"))?;
+        self.conn
+            .prepare_cached("UPDATE state SET boot = ?1")
+            .and_then(|mut s| s.execute([boot_id()]))
+            .map_err(self.err("write"))?;
+        Ok(())
+    }
+
+    fn state_u64(&self, column: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached(&format!("SELECT {column} FROM state"))
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))
+    }
+
+    /// Pending items, held included.
+    pub fn depth(&self) -> Result<u64> {
+        self.state_u64("depth")
+    }
+
+    /// Dead letters.
+    pub fn dead_count(&self) -> Result<u64> {
+        self.state_u64("dead")
+    }
+
+    /// The id high-water mark.
+    pub fn high_water(&self) -> Result<ItemId> {
+        self.state_u64("high_water")
+    }
+
+    /// The push state.
+    pub fn push(&self) -> Result<PushState> {
+        let (assigned, acked, skips): (i64, i64, String) = self
+            .conn
+            .prepare_cached("SELECT push_assigned, push_acked, push_skips FROM state")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .map_err(self.err("read"))?;
+        let skips: Vec<u64> = serde_json::from_str(&skips)
+            .map_err(|e| Error::corrupt(&self.path, None, format!("bad push skips: {e}")))?;
+        Ok(PushState {
+            last_assigned: u(assigned),
+            acked: u(acked),
+            skips,
+        })
+    }
+
+    /// The uuid a regeneration gave, if any.
+    pub fn uuid(&self) -> Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT uuid FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(self.err("read"))
+    }
+
+    /// The pending item a non-empty key deduplicates to: the oldest
+    /// pending item carrying it.
+    pub fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map(u))
+            .map_err(self.err("read"))
+    }
+
+    fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_map(p, |r| {
+                    Ok(Loc {
+                        id: u(r.get(0)?),
+                        off: u(r.get(1)?),
+                        len: u(r.get(2)?) as usize,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Where pending items after `after` are, in id order.
+    pub fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM pending WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where dead letters after `after` are, in id order.
+    pub fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM dead WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where in-flight items with a number above `after` are, in
+    /// sequence order.
+    pub fn in_flight_page(&self, after: u64, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM pending WHERE push_seq > ?1 ORDER BY push_seq LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where pending item `id` is.
+    pub fn pending_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM pending WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// Where dead letter `id` is.
+    pub fn dead_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM dead WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// `None` when `id` is not pending; else its push sequence number.
+    pub fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT push_seq FROM pending WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get::<_, Option<i64>>(0)).optional())
+            .map(|o| o.map(|seq| seq.map(u)))
+            .map_err(self.err("read"))
+    }
+
+    /// `None` when `id` is not a dead letter; else its key.
+    pub fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT key FROM dead WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(self.err("read"))
+    }
+
+    /// In-flight `(seq, id)` with `after < seq <= upto`.
+    pub fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
+        self.conn
+            .prepare_cached(
+                "SELECT push_seq, id FROM pending WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![
+                        i64::try_from(after).unwrap_or(i64::MAX),
+                        i64::try_from(upto).unwrap_or(i64::MAX)
+                    ],
+                    |r| Ok((u(r.get(0)?), u(r.get(1)?))),
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Pending items a replay at `now` would attempt (not held; unless
+    /// `ignore_backoff`, not waiting), counted up to `at_most`.
+    pub fn due_count(&self, now: Timestamp, ignore_backoff: bool) -> Result<u64> {
+        let depth = self.depth()?;
+        let held = self.state_u64("held")?;
+        let waiting = if ignore_backoff {
+            0
+        } else {
+            self.conn
+                .prepare_cached(
+                    "SELECT count(*) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+                )
+                .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
+                .map(u)
+                .map_err(self.err("read"))?
+        };
+        Ok(depth.saturating_sub(held).saturating_sub(waiting))
+    }
+
+    /// Counts for `stats`; the bound is the caller's.
+    pub fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        let mut s = QueueStats {
+            depth: self.depth()?,
+            held: self.state_u64("held")?,
+            dead_letters: self.dead_count()?,
+            high_water: self.high_water()?,
+            ..QueueStats::default()
+        };
+        s.waiting = self
+            .conn
+            .prepare_cached("SELECT count(*) FROM pending WHERE next_retry_at > ?1")
+            .and_then(|mut st| st.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))?;
+        let oldest: Option<(i64, Option<i64>)> = self
+            .conn
+            .prepare_cached("SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1")
+            .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(self.err("read"))?;
+        if let Some((id, at)) = oldest {
+            s.oldest_id = Some(u(id));
+            s.oldest_enqueued_at = at.map(Timestamp::from_secs);
+        }
+        let hist: Vec<(i64, i64)> = self
+            .conn
+            .prepare_cached("SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts")
+            .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(self.err("read"))?;
+        for (a, n) in hist {
+            s.attempts_histogram
+                .insert(u32::try_from(a).unwrap_or(u32::MAX), u(n));
+        }
+        Ok(s)
+    }
+
+    /// A client's `last_seq`.
+    pub fn client_last_seq(&self, client: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT last_seq FROM clients WHERE id = ?1 AND known")
+            .and_then(|mut s| s.query_row([client], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map_or(0, u))
+            .map_err(self.err("read"))
+    }
+
+    fn client_entry(&self, client: &str, seq: u64) -> Result<Option<(i64, Option<String>)>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached(
+                "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![client, seq], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// The digest recorded for a client's number.
+    pub fn client_digest(&self, client: &str, seq: u64) -> Result<Option<String>> {
+        Ok(self.client_entry(client, seq)?.and_then(|(_, d)| d))
+    }
+
+    /// Whether a client's number is recorded.
+    pub fn client_recorded(&self, client: &str, seq: u64) -> Result<bool> {
+        Ok(self.client_entry(client, seq)?.is_some())
+    }
+
+    /// A client's unacknowledged rejects above `after`.
+    pub fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        self.conn
+            .prepare_cached(
+                "SELECT e.seq, coalesce(e.reason, '') FROM client_entries e JOIN clients c ON c.id = e.client \
+                 WHERE e.client = ?1 AND e.kind = 1 AND e.seq > max(?2, c.acked) ORDER BY e.seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![client, i64::try_from(after).unwrap_or(i64::MAX)],
+                    |r| {
+                        Ok(Rejected {
+                            seq: u(r.get(0)?),
+                            error: r.get(1)?,
+                        })
+                    },
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Every client, as `spool clients` shows it.
+    pub fn client_summaries(&self) -> Result<Vec<ClientSummary>> {
+        let clients: Vec<(String, i64, Option<i64>)> = self
+            .conn
+            .prepare_cached("SELECT id, last_seq, at FROM clients WHERE known ORDER BY id")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .map_err(self.err("read"))?;
+        clients
+            .into_iter()
+            .map(|(id, last, at)| {
+                Ok(ClientSummary {
+                    rejected: self.client_rejects(&id, 0)?,
+                    client_id: id,
+                    last_seq: u(last),
+                    updated_at: at.map(Timestamp::from_millis),
+                })
+            })
+            .collect()
+    }
+
+    /// Every pending id, ascending (for `verify`).
+    pub fn pending_ids(&self, f: &mut dyn FnMut(ItemId)) -> Result<()> {
+        let mut s = self
+            .conn
+            .prepare("SELECT id FROM pending ORDER BY id")
+            .map_err(self.err("read"))?;
+        let mut rows = s.query([]).map_err(self.err("read"))?;
+        while let Some(r) = rows.next().map_err(self.err("read"))? {
+            f(u(r.get(0).map_err(self.err("read"))?));
+        }
+        Ok(())
+    }
+
+    /// Whether the index was last written in this boot.
+    pub fn written_this_boot(&self) -> Result<bool> {
+        let boot: Option<String> = self
+            .conn
+            .query_row("SELECT boot FROM state", [], |r| r.get(0))
+            .optional()
+            .map_err(self.err("read"))?;
+        Ok(boot.as_deref() == Some(boot_id()))
+    }
+
+    /// `PRAGMA quick_check`: `None` when the database is sound.
+    pub fn quick_check(&self) -> Result<Option<String>> {
+        let r: String = self
+            .conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(self.err("check"))?;
+        Ok((r != "ok").then_some(r))
+    }
+
+    /// Make the (temporary) table of a batch's keys ready.
+    pub fn batch_keys_begin(&self) -> Result<()> {
+        self.conn
+            .execute_batch(
+                "CREATE TEMP TABLE IF NOT EXISTS batch_keys (key TEXT PRIMARY KEY, id INTEGER NOT NULL); \
+                 DELETE FROM temp.batch_keys;",
+            )
+            .map_err(self.err("prepare a batch in"))
+    }
+
+    /// The id a key of the batch was stored under.
+    pub fn batch_key(&self, key: &str) -> Result<Option<ItemId>> {
+        self.conn
+            .prepare_cached("SELECT id FROM temp.batch_keys WHERE key = ?1")
+            .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map(u))
+            .map_err(self.err("read"))
+    }
+
+    /// Remember a key of the batch.
+    pub fn batch_key_put(&self, key: &str, id: ItemId) -> Result<()> {
+        let id = to_i64(id, "item id")?;
+        self.conn
+            .prepare_cached("INSERT INTO temp.batch_keys (key, id) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(params![key, id]))
+            .map_err(self.err("write"))
+            .map(drop)
+    }
+
+    /// Forget the batch's keys.
+    pub fn batch_keys_clear(&self) -> Result<()> {
+        self.conn
+            .execute_batch("DELETE FROM temp.batch_keys")
+            .map_err(self.err("write"))
+    }
+
+    /// Start applying lines.
+    pub fn applier(&self) -> Result<Applier<'_>> {
+        Ok(Applier {
+            hw: self.high_water()?,
+            ix: self,
+            raised: false,
+            push: None,
+            err: None,
+        })
+    }
+}
+
+/// Whether `row` still describes `now`: the same file, at least as long,
+/// with the same bytes before `upto`. `Err` says what changed.
+fn same_file(io: &dyn FileIo, row: &FileRow, now: FileNow<'_>) -> std::result::Result<(), String> {
+    if (row.dev, row.ino) != (now.dev, now.ino) {
+        return Err("is another file than the one indexed (a copy, or replaced)".into());
+    }
+    if now.len < row.upto {
+        return Err(format!(
+            "is shorter ({} bytes) than the {} bytes indexed",
+            now.len, row.upto
+        ));
+    }
+    match fingerprint(io, now.file, row.upto) {
+        Ok(fp) if fp == row.fingerprint => Ok(()),
+        Ok(_) => Err("was rewritten: its bytes differ from the ones indexed".into()),
+        Err(e) => Err(format!("cannot be read to check it: {e}")),
+    }
+}
+
+/// Applies lines to the index: the one path from "line at offset" to
+/// index rows. The high-water mark and the push state are written once,
+/// by [`Applier::finish`].
+pub(crate) struct Applier<'a> {
+    ix: &'a Index,
+    hw: ItemId,
+    raised: bool,
+    push: Option<PushLine>,
+    err: Option<Error>,
+}
+
+impl Applier<'_> {
+    fn raise(&mut self, id: ItemId) {
+        if id > self.hw {
+            self.hw = id;
+            self.raised = true;
+        }
+    }
+
+    fn keep<T>(&mut self, r: Result<T>) {
+        if let (Err(e), None) = (r, &self.err) {
+            self.err = Some(e);
+        }
+    }
+
+    /// Apply a line of the main file at `off` (`len` bytes without its
+    /// line ending).
+    pub fn main(&mut self, e: Entry, off: u64, len: usize) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = self.main_inner(e, off, len);
+        self.keep(r);
+    }
+
+    fn main_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        let ix = self.ix;
+        match e {
+            Entry::Put(row) => {
+                self.raise(row.id);
+                let id = to_i64(row.id, "item id")?;
+                let dead: bool = ix
+                    .conn
+                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1)")
+                    .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+                    .map_err(ix.err("update"))?;
+                if dead {
+                    // The dead-letter file wins (see the module docs of
+                    // the backend): only the mark moves.
+                    return Ok(());
+                }
+                let seq = row.push_seq.map(|s| to_i64(s, "push number")).transpose()?;
+                ix.conn
+                    .prepare_cached(
+                        "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id) DO UPDATE SET \
+                         off = excluded.off, len = excluded.len, key = excluded.key, \
+                         attempts = excluded.attempts, enqueued_at = excluded.enqueued_at, \
+                         next_retry_at = excluded.next_retry_at, held = excluded.held, \
+                         push_seq = excluded.push_seq",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            id,
+                            off as i64,
+                            len as i64,
+                            row.key,
+                            row.attempts,
+                            row.enqueued_at,
+                            row.next_retry_at,
+                            row.held,
+                            seq
+                        ])
+                    })
+                    .map_err(ix.err("update"))?;
+            }
+            Entry::Done(id) => {
+                self.raise(id);
+                if let Ok(id) = i64::try_from(id) {
+                    ix.conn
+                        .prepare_cached("DELETE FROM pending WHERE id = ?1")
+                        .and_then(|mut s| s.execute([id]))
+                        .map_err(ix.err("update"))?;
+                }
+            }
+            Entry::Push(p) => self.push = Some(p),
+            Entry::Client(c) => self.client(c)?,
+        }
+        Ok(())
+    }
+
+    /// Apply a line of the dead-letter file.
+    pub fn dead(&mut self, e: Entry, off: u64, len: usize) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = self.dead_inner(e, off, len);
+        self.keep(r);
+    }
+
+    fn dead_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        let ix = self.ix;
+        match e {
+            Entry::Put(row) => {
+                self.raise(row.id);
+                let id = to_i64(row.id, "item id")?;
+                ix.conn
+                    .prepare_cached("DELETE FROM pending WHERE id = ?1")
+                    .and_then(|mut s| s.execute([id]))
+                    .map_err(ix.err("update"))?;
+                ix.conn
+                    .prepare_cached(
+                        "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT (id) DO UPDATE SET off = excluded.off, len = excluded.len, key = excluded.key",
+                    )
+                    .and_then(|mut s| s.execute(params![id, off as i64, len as i64, row.key]))
+                    .map_err(ix.err("update"))?;
+            }
+            Entry::Done(id) => {
+                self.raise(id);
+                if let Ok(id) = i64::try_from(id) {
+                    ix.conn
+                        .prepare_cached("DELETE FROM dead WHERE id = ?1")
+                        .and_then(|mut s| s.execute([id]))
+                        .map_err(ix.err("update"))?;
+                }
+            }
+            // Push state lives in the main file only.
+            Entry::Push(_) | Entry::Client(_) => {}
+        }
+        Ok(())
+    }
+
+    /// What a receiver's client line adds (the rules of
+    /// `State::apply_client_delta`): numbers not recorded yet, a
+    /// `last_seq` that only grows, the acknowledged-reject watermark, the
+    /// time of the push.
+    fn client(&mut self, c: ClientLine) -> Result<()> {
+        let ix = self.ix;
+        let known = !c.applied.is_empty()
+            || !c.rejected.is_empty()
+            || !c.skipped.is_empty()
+            || c.last.is_some();
+        ix.conn
+            .prepare_cached(
+                "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
+                 ON CONFLICT (id) DO UPDATE SET known = known OR excluded.known",
+            )
+            .and_then(|mut s| s.execute(params![c.id, known]))
+            .map_err(ix.err("update"))?;
+        let add = |seq: u64, kind: i64, digest: Option<&str>, reason: Option<&str>| {
+            let seq = to_i64(seq, "push number")?;
+            ix.conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .and_then(|mut s| s.execute(params![c.id, seq, kind, digest, reason]))
+                .map_err(ix.err("update"))
+                .map(drop)
+        };
+        for (seq, digest) in &c.applied {
+            add(*seq, 0, Some(digest), None)?;
+        }
+        for (seq, digest, reason) in &c.rejected {
+            add(*seq, 1, digest.as_deref(), Some(reason))?;
+        }
+        for seq in &c.skipped {
+            add(*seq, 2, None, None)?;
+        }
+        if let Some(last) = c.last {
+            let last = to_i64(last, "push number")?;
+            ix.conn
+                .prepare_cached("UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, last]))
+                .map_err(ix.err("update"))?;
+        }
+        if c.acked > 0 {
+            let acked = to_i64(c.acked, "push number")?;
+            ix.conn
+                .prepare_cached("UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, acked]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(at) = c.at {
+            ix.conn
+                .prepare_cached("UPDATE clients SET at = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, at]))
+                .map_err(ix.err("update"))?;
+        }
+        Ok(())
+    }
+
+    /// Write what was accumulated; the first error met, if any.
+    pub fn finish(self) -> Result<()> {
+        if let Some(e) = self.err {
+            return Err(e);
+        }
+        let ix = self.ix;
+        if self.raised {
+            let hw = to_i64(self.hw, "item id")?;
+            ix.conn
+                .prepare_cached("UPDATE state SET high_water = max(high_water, ?1)")
+                .and_then(|mut s| s.execute([hw]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(p) = self.push {
+            let skips = serde_json::to_string(&p.skips)
+                .map_err(|e| Error::Internal(format!("cannot encode push skips: {e}")))?;
+            let assigned = to_i64(p.assigned, "push number")?;
+            let acked = to_i64(p.acked, "push number")?;
+            ix.conn
+                .prepare_cached(
+                    "UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![assigned, acked, skips, p.uuid])
+                })
+                .map_err(ix.err("update"))?;
+        }
+        Ok(())
+    }
+}

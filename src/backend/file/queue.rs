@@ -1,0 +1,473 @@
+//! [`Queue`] for the NDJSON backend: each call plans against the index
+//! (through [`View`], the planning the memory backend shares), appends
+//! its lines, and lets the index take them in.
+
+use super::index::Which;
+use super::{client_lines, format, meta, push_line, Access, FileQueue, Inner, MetaUse};
+use crate::backend::receive::Receive;
+use crate::backend::state::{self, View};
+use crate::error::{Error, Result};
+use crate::item::{
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
+    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record,
+};
+use crate::push::receiver::ReceiveTxn;
+use crate::push::wire::Rejected;
+use crate::queue::{BackendKind, Queue};
+use crate::time::Timestamp;
+
+/// The spool as planning sees it: the index, and the files for whole
+/// items.
+pub(super) struct FileView<'a> {
+    pub q: &'a FileQueue,
+    pub inner: &'a Inner,
+}
+
+impl View for FileView<'_> {
+    fn pending_item(&self, id: ItemId) -> Result<Option<Item>> {
+        match self.inner.index()?.pending_loc(id)? {
+            Some(loc) => Ok(self.q.items(self.inner, &[loc])?.pop()),
+            None => Ok(None),
+        }
+    }
+    fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>> {
+        self.inner.index()?.pending_seq(id)
+    }
+    fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
+        self.inner.index()?.key_owner(key)
+    }
+    fn depth(&self) -> Result<u64> {
+        self.inner.index()?.depth()
+    }
+    fn high_water(&self) -> Result<ItemId> {
+        self.inner.index()?.high_water()
+    }
+    fn max_depth(&self) -> Option<u64> {
+        self.inner.meta.max_depth
+    }
+    fn dead_item(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        match self.inner.index()?.dead_loc(id)? {
+            Some(loc) => Ok(self.q.dead_letters(self.inner, &[loc])?.pop()),
+            None => Ok(None),
+        }
+    }
+    fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
+        self.inner.index()?.dead_key(id)
+    }
+    fn push(&self) -> Result<PushState> {
+        self.inner.index()?.push()
+    }
+    fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
+        self.inner.index()?.in_flight(after, upto)
+    }
+    fn client_last_seq(&self, client: &str) -> Result<u64> {
+        self.inner.index()?.client_last_seq(client)
+    }
+    fn client_digest(&self, client: &str, seq: u64) -> Result<Option<String>> {
+        self.inner.index()?.client_digest(client, seq)
+    }
+    fn client_recorded(&self, client: &str, seq: u64) -> Result<bool> {
+        self.inner.index()?.client_recorded(client, seq)
+    }
+    fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        self.inner.index()?.client_rejects(client, after)
+    }
+}
+
+impl FileQueue {
+    fn view<'a>(&'a self, inner: &'a Inner) -> FileView<'a> {
+        FileView { q: self, inner }
+    }
+
+    /// The uuid given by a regeneration, which rides in push-state lines.
+    fn regenerated_uuid(inner: &Inner) -> Result<Option<String>> {
+        inner.index()?.uuid()
+    }
+
+    fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let Some(mut item) = q.view(inner).pending_item(id)? else {
+                return Ok(false);
+            };
+            f(&mut item);
+            let mut buf = Vec::new();
+            format::write_put(&mut buf, &item, None);
+            q.append(inner, Which::Main, &buf)?;
+            Ok(true)
+        })
+    }
+}
+
+impl Queue for FileQueue {
+    fn kind(&self) -> BackendKind {
+        BackendKind::File
+    }
+
+    fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
+        let mut it = items.iter().cloned().map(Ok);
+        Ok(self.enqueue_stream(&mut it, opts)?.iter().collect())
+    }
+
+    fn enqueue_stream(
+        &self,
+        items: &mut dyn Iterator<Item = Result<NewItem>>,
+        opts: &EnqueueOptions,
+    ) -> Result<BatchResults> {
+        self.stream_enqueue(items, opts)
+    }
+
+    fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            let locs = inner.index()?.page(after, limit)?;
+            q.items(inner, &locs)
+        })
+    }
+
+    fn get(&self, id: ItemId) -> Result<Option<Item>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            q.view(inner).pending_item(id)
+        })
+    }
+
+    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let v = q.view(inner);
+            let mut seen = std::collections::HashSet::new();
+            // As in the other backends, a repeated id reports true once.
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                found.push(v.pending_seq(*id)?.is_some() && seen.insert(*id));
+            }
+            let mut buf = Vec::new();
+            for (id, f) in ids.iter().zip(&found) {
+                if *f {
+                    format::write_done(&mut buf, *id);
+                }
+            }
+            // In-flight items leave skips behind, in the same commit.
+            if let Some(push) = state::push_after_removing(&v, ids)? {
+                buf.extend(push_line(
+                    &push,
+                    FileQueue::regenerated_uuid(inner)?.as_ref(),
+                ));
+            }
+            q.append(inner, Which::Main, &buf)?;
+            Ok(found)
+        })
+    }
+
+    fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
+        self.update_one(id, |it| it.attempts = attempts)
+    }
+
+    fn record_attempt(&self, id: ItemId, update: &AttemptUpdate) -> Result<bool> {
+        self.update_one(id, |it| update.apply(it))
+    }
+
+    fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let v = q.view(inner);
+            if held {
+                state::check_hold(&v, ids)?;
+            }
+            let mut found = Vec::with_capacity(ids.len());
+            let mut changed: Vec<Item> = Vec::new();
+            for id in ids {
+                match v.pending_item(*id)? {
+                    Some(mut it) => {
+                        found.push(true);
+                        if it.held != held && !changed.iter().any(|c| c.id == *id) {
+                            it.held = held;
+                            changed.push(it);
+                        }
+                    }
+                    None => found.push(false),
+                }
+            }
+            let mut buf = Vec::new();
+            for it in &changed {
+                format::write_put(&mut buf, it, None);
+            }
+            q.append(inner, Which::Main, &buf)?;
+            Ok(found)
+        })
+    }
+
+    fn size(&self) -> Result<u64> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.depth()
+        })
+    }
+
+    fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            let n = inner.index()?.due_count(now, ignore_backoff)?;
+            Ok(at_most.map_or(n, |m| n.min(m)))
+        })
+    }
+
+    fn max_depth(&self) -> Result<Option<u64>> {
+        self.locked(Access::Read, MetaUse::Read, |_, inner| {
+            Ok(inner.meta.max_depth)
+        })
+    }
+
+    fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            let mut m = inner.meta.clone();
+            m.version = meta::META_VERSION;
+            m.max_depth = bound;
+            meta::write(&*q.io, &q.meta_path, &m)?;
+            inner.meta = m;
+            Ok(())
+        })
+    }
+
+    fn uuid(&self) -> Result<String> {
+        self.locked(Access::Read, MetaUse::Read, |q, inner| {
+            FileQueue::regenerated_uuid(inner)?
+                .or_else(|| inner.meta.uuid.clone())
+                .ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "{} has no uuid yet; the first write to the spool assigns one",
+                        q.path.display()
+                    ))
+                })
+        })
+    }
+
+    fn high_water(&self) -> Result<ItemId> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.high_water()
+        })
+    }
+
+    fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
+        let now = self.clock.now();
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let v = q.view(inner);
+            let Some(dl) = state::prepare_kill(&v, id, last_error, now)? else {
+                return Ok(false);
+            };
+            let mut main = Vec::new();
+            format::write_done(&mut main, id);
+            if let Some(push) = state::push_after_removing(&v, &[id])? {
+                main.extend(push_line(
+                    &push,
+                    FileQueue::regenerated_uuid(inner)?.as_ref(),
+                ));
+            }
+            let mut dead = Vec::new();
+            format::write_dead(&mut dead, &dl);
+            // The destination first: a crash between the two leaves the
+            // item dead, never lost.
+            q.append(inner, Which::Dead, &dead)?;
+            q.append(inner, Which::Main, &main)?;
+            Ok(true)
+        })
+    }
+
+    fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeadLetter>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            let locs = inner.index()?.dead_page(after, limit)?;
+            q.dead_letters(inner, &locs)
+        })
+    }
+
+    fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            q.view(inner).dead_item(id)
+        })
+    }
+
+    fn dead_count(&self) -> Result<u64> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.dead_count()
+        })
+    }
+
+    fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            let v = q.view(inner);
+            state::check_requeue(&v, ids)?;
+            let mut seen = std::collections::HashSet::new();
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                found.push(v.dead_key(*id)?.is_some() && seen.insert(*id));
+            }
+            let mut items: Vec<Item> = Vec::new();
+            for id in ids {
+                if items.iter().any(|i| i.id == *id) {
+                    continue;
+                }
+                if let Some(it) = state::prepare_requeue(&v, *id)? {
+                    items.push(it);
+                }
+            }
+            let mut main = Vec::new();
+            let mut dead = Vec::new();
+            for it in &items {
+                format::write_put(&mut main, it, None);
+                format::write_done(&mut dead, it.id);
+            }
+            q.append(inner, Which::Main, &main)?;
+            q.append(inner, Which::Dead, &dead)?;
+            Ok(found)
+        })
+    }
+
+    fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let v = q.view(inner);
+            let mut gone = std::collections::BTreeSet::new();
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                found.push(v.dead_key(*id)?.is_some() && gone.insert(*id));
+            }
+            let mut buf = Vec::new();
+            for id in &gone {
+                format::write_done(&mut buf, *id);
+            }
+            q.append(inner, Which::Dead, &buf)?;
+            Ok(found)
+        })
+    }
+
+    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+        let mut out = Vec::with_capacity(records.len());
+        let mut it = records.iter().cloned().map(Ok);
+        self.import_stream(&mut it, &mut |_, i| out.push(i))?;
+        Ok(out)
+    }
+
+    fn import_stream(
+        &self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<()> {
+        self.stream_import(records, each)
+    }
+
+    fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        self.locked(Access::Read, MetaUse::Read, |_, inner| {
+            let mut s = inner.index()?.stats(now)?;
+            s.max_depth = inner.meta.max_depth;
+            Ok(s)
+        })
+    }
+
+    fn push_state(&self) -> Result<PushState> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.push()
+        })
+    }
+
+    fn push_in_flight(&self, after_seq: u64, limit: usize) -> Result<Vec<Item>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            let locs = inner.index()?.in_flight_page(after_seq, limit)?;
+            q.items(inner, &locs)
+        })
+    }
+
+    fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let (items, push) = state::plan_assign(&q.view(inner), ids)?;
+            if items.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut buf = Vec::new();
+            for it in &items {
+                format::write_put(&mut buf, it, None);
+            }
+            buf.extend(push_line(
+                &push,
+                FileQueue::regenerated_uuid(inner)?.as_ref(),
+            ));
+            q.append(inner, Which::Main, &buf)?;
+            Ok(items
+                .iter()
+                .map(|i| (i.id, i.push_seq.unwrap_or_default()))
+                .collect())
+        })
+    }
+
+    fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
+        let now = self.clock.now();
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let v = q.view(inner);
+            let before = v.push()?;
+            let plan = state::plan_ack(&v, last_seq, rejected)?;
+            if plan.push == before {
+                return Ok(PushAck {
+                    acked: plan.push.acked,
+                    ..PushAck::default()
+                });
+            }
+            // Dead letters first, as for every move between the files.
+            let mut dead = Vec::new();
+            for (id, reason) in &plan.rejected {
+                if let Some(dl) = state::prepare_kill(&v, *id, reason, now)? {
+                    format::write_dead(&mut dead, &dl);
+                }
+            }
+            let mut main = Vec::new();
+            for id in plan
+                .delivered
+                .iter()
+                .chain(plan.rejected.iter().map(|(id, _)| id))
+            {
+                format::write_done(&mut main, *id);
+            }
+            main.extend(push_line(
+                &plan.push,
+                FileQueue::regenerated_uuid(inner)?.as_ref(),
+            ));
+            q.append(inner, Which::Dead, &dead)?;
+            q.append(inner, Which::Main, &main)?;
+            Ok(PushAck {
+                acked: plan.push.acked,
+                delivered: plan.delivered,
+                rejected: plan.rejected.into_iter().map(|(id, _)| id).collect(),
+            })
+        })
+    }
+
+    fn regenerate_uuid(&self) -> Result<String> {
+        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+            let (items, push) = state::plan_renumber(&q.view(inner))?;
+            let uuid = uuid::Uuid::new_v4().to_string();
+            let mut buf = Vec::new();
+            for it in &items {
+                format::write_put(&mut buf, it, None);
+            }
+            buf.extend(push_line(&push, Some(&uuid)));
+            q.append(inner, Which::Main, &buf)?;
+            Ok(uuid)
+        })
+    }
+
+    fn receive(&self, f: &mut dyn FnMut(&mut dyn ReceiveTxn) -> Result<()>) -> Result<()> {
+        let now = self.clock.now();
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            let v = q.view(inner);
+            let mut rx = Receive::new(&v, now)?;
+            f(&mut rx)?;
+            let changes = rx.finish();
+            let mut buf = Vec::new();
+            for it in &changes.items {
+                format::write_put(&mut buf, it, None);
+            }
+            for (id, delta) in &changes.clients {
+                client_lines(&mut buf, id, delta);
+            }
+            q.append(inner, Which::Main, &buf)?;
+            Ok(())
+        })
+    }
+
+    fn push_clients(&self) -> Result<Vec<ClientSummary>> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.client_summaries()
+        })
+    }
+}

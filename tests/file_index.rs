@@ -1,0 +1,536 @@
+//! The NDJSON backend's derived index (`<spool>.idx`): calls read O(1)
+//! bytes of the spool file however many items it holds; the index is
+//! rebuilt or caught up whenever it is missing, damaged, foreign, stale or
+//! behind; readers never write it; streamed batches are all or nothing.
+
+use spool::backend::companion;
+use spool::backend::file::io::FileIo;
+use spool::backend::file::verify::verify_path;
+use spool::backend::file::FileQueue;
+use spool::{
+    EnqueueOptions, ErrorKind, Item, NewItem, OpenMode, OpenOptions, Queue, Record, RecordState,
+    Timestamp,
+};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn open(path: &Path, mode: OpenMode) -> FileQueue {
+    FileQueue::open(path, &OpenOptions::new(mode)).unwrap()
+}
+
+fn idx(p: &Path) -> PathBuf {
+    companion(p, "idx")
+}
+
+/// A spool of `n` items (keys `k<i>` on every tenth), written in one
+/// batch.
+fn spool_of(dir: &Path, n: usize) -> PathBuf {
+    let p = dir.join("q.ndjson");
+    let q = open(&p, OpenMode::Create);
+    let items: Vec<NewItem> = (0..n)
+        .map(|i| {
+            let key = if i % 10 == 0 {
+                format!("k{i}")
+            } else {
+                String::new()
+            };
+            NewItem::new(format!("payload {i} {}", "x".repeat(80)), key)
+        })
+        .collect();
+    q.enqueue_batch(&items, &EnqueueOptions::default()).unwrap();
+    p
+}
+
+fn ids(q: &dyn Queue) -> Vec<u64> {
+    q.drain().unwrap().iter().map(|i| i.id).collect()
+}
+
+/// Reads through the seam, counted for one file (by inode).
+#[derive(Debug, Default)]
+struct Counting {
+    ino: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl FileIo for Counting {
+    fn read_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(file, buf, offset)?;
+        if file.metadata()?.ino() == self.ino.load(Ordering::SeqCst) {
+            self.bytes.fetch_add(n as u64, Ordering::SeqCst);
+        }
+        Ok(n)
+    }
+}
+
+impl Counting {
+    fn take(&self) -> u64 {
+        self.bytes.swap(0, Ordering::SeqCst)
+    }
+}
+
+/// Bytes of the main file read by: opening + one enqueue (a one-shot
+/// `spool enqueue`), `size`, `page(0, 20)`, `get` of an item in the
+/// middle, and a keyed enqueue.
+fn bytes_read(n: usize) -> [u64; 5] {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), n);
+    let io = Arc::new(Counting::default());
+    io.ino
+        .store(std::fs::metadata(&p).unwrap().ino(), Ordering::SeqCst);
+    let open_io = |mode| {
+        FileQueue::open_with_io(&p, &OpenOptions::new(mode), io.clone() as Arc<dyn FileIo>).unwrap()
+    };
+    let q = open_io(OpenMode::ReadWrite);
+    q.enqueue(b"one more", "").unwrap();
+    let enqueue = io.take();
+    drop(q);
+    let q = open_io(OpenMode::ReadOnly);
+    io.take();
+    assert_eq!(q.size().unwrap(), n as u64 + 1);
+    let size = io.take();
+    assert_eq!(q.page(0, 20).unwrap().len(), 20);
+    let page = io.take();
+    let mid = n as u64 / 2;
+    assert_eq!(q.get(mid).unwrap().unwrap().id, mid);
+    let get = io.take();
+    drop(q);
+    let q = open_io(OpenMode::ReadWrite);
+    io.take();
+    q.enqueue(b"again", "k10").unwrap();
+    let keyed = io.take();
+    [enqueue, size, page, get, keyed]
+}
+
+#[test]
+fn calls_read_a_bounded_number_of_bytes_of_the_spool_file() {
+    let small = bytes_read(100);
+    let large = bytes_read(20_000);
+    eprintln!("bytes read, 100 items: {small:?}; 20,000 items: {large:?}");
+    for (what, (s, l)) in ["enqueue", "size", "page", "get", "keyed enqueue"]
+        .iter()
+        .zip(small.iter().zip(large.iter()))
+    {
+        // The same work whatever the size: the fingerprint (8 KiB at
+        // most), the first line, and the lines asked for.
+        assert!(
+            *l <= 64 << 10,
+            "{what} read {l} bytes of a 20,000-item spool"
+        );
+        assert!(
+            *l <= *s + 1024,
+            "{what}: {s} bytes for 100 items, {l} for 20,000"
+        );
+    }
+}
+
+/// The spool reads the same through a fresh writer, a fresh reader and
+/// `verify`, and the index is healthy again after the writer.
+fn assert_reads(p: &Path, want: &[u64]) {
+    let r = open(p, OpenMode::ReadOnly);
+    assert_eq!(ids(&r), want, "read-only handle");
+    assert_eq!(r.size().unwrap(), want.len() as u64);
+    drop(r);
+    let w = open(p, OpenMode::ReadWrite);
+    assert_eq!(ids(&w), want, "writable handle");
+    drop(w);
+    let report = verify_path(p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.contains("the index agrees with the files")),
+        "{report:?}"
+    );
+}
+
+/// The index file's bytes: a reader must leave them alone.
+fn index_bytes(p: &Path) -> Option<Vec<u8>> {
+    std::fs::read(idx(p)).ok()
+}
+
+/// `damage` the index of a spool; `verify_damage`: whether `verify`
+/// reports it as damage (a missing index, or one from before a restart,
+/// is not).
+fn damaged_index_is_rebuilt(verify_damage: bool, damage: impl FnOnce(&Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 50);
+    open(&p, OpenMode::ReadWrite).mark_done(&[3, 4]).unwrap();
+    let want: Vec<u64> = (1..=50).filter(|i| *i != 3 && *i != 4).collect();
+    damage(&p);
+    let before = index_bytes(&p);
+    // A reader works without it and writes nothing.
+    let r = open(&p, OpenMode::ReadOnly);
+    assert_eq!(ids(&r), want);
+    assert_eq!(r.get(50).unwrap().unwrap().id, 50);
+    drop(r);
+    assert_eq!(index_bytes(&p), before, "a reader wrote the index");
+    // `verify` says so (a missing index is no damage), a writer rebuilds.
+    let report = verify_path(&p).unwrap();
+    if verify_damage {
+        assert!(!report.healthy() && report.repairable(), "{report:?}");
+    } else {
+        assert!(report.healthy(), "{report:?}");
+    }
+    let w = open(&p, OpenMode::ReadWrite);
+    assert_eq!(w.enqueue(b"next", "").unwrap().id, 51);
+    drop(w);
+    let mut want = want;
+    want.push(51);
+    assert_reads(&p, &want);
+}
+
+#[test]
+fn a_missing_index_is_rebuilt() {
+    damaged_index_is_rebuilt(false, |p| std::fs::remove_file(idx(p)).unwrap());
+}
+
+#[test]
+fn a_truncated_index_is_rebuilt() {
+    damaged_index_is_rebuilt(true, |p| {
+        let len = std::fs::metadata(idx(p)).unwrap().len();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(idx(p))
+            .unwrap();
+        f.set_len(len / 2).unwrap();
+    });
+}
+
+#[test]
+fn a_garbage_index_is_rebuilt() {
+    damaged_index_is_rebuilt(true, |p| {
+        std::fs::write(idx(p), b"this is not a database at all\n").unwrap()
+    });
+}
+
+#[test]
+fn an_index_of_another_version_is_rebuilt() {
+    damaged_index_is_rebuilt(true, |p| {
+        let c = rusqlite::Connection::open(idx(p)).unwrap();
+        c.execute_batch("PRAGMA user_version = 99").unwrap();
+    });
+}
+
+#[test]
+fn an_index_written_before_a_restart_is_rebuilt() {
+    damaged_index_is_rebuilt(false, |p| {
+        let c = rusqlite::Connection::open(idx(p)).unwrap();
+        c.execute_batch("UPDATE state SET boot = 'another boot'")
+            .unwrap();
+    });
+}
+
+#[test]
+fn an_index_that_disagrees_with_the_file_is_found_by_verify_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 20);
+    // Rows that lie (the checks on the files pass).
+    let c = rusqlite::Connection::open(idx(&p)).unwrap();
+    c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
+    drop(c);
+    let report = verify_path(&p).unwrap();
+    assert!(!report.healthy() && report.repairable(), "{report:?}");
+    let out = spool::ops::verify::verify(
+        &p,
+        &spool::ops::verify::VerifyOptions { repair: true },
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(out.healthy(), "{out:?}");
+    assert_eq!(out.rebuilt_index, Some(idx(&p)));
+    assert_reads(&p, &(1..=20).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_index_of_a_copy_is_not_used_for_the_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let q = open(&p, OpenMode::Create);
+    for i in 1..=30 {
+        q.enqueue(format!("item {i}").as_bytes(), "").unwrap();
+    }
+    drop(q);
+    let copy = dir.path().join("copy.ndjson");
+    for suffix in ["", ".idx", ".meta"] {
+        let from = PathBuf::from(format!("{}{suffix}", p.display()));
+        let to = PathBuf::from(format!("{}{suffix}", copy.display()));
+        std::fs::copy(from, to).unwrap();
+    }
+    // Change the copy behind the index's back: rewrite it with fewer
+    // items (same length is not needed: the copy is another file).
+    let text = std::fs::read_to_string(&copy).unwrap();
+    let kept: String = text.lines().take(10).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&copy, kept).unwrap();
+    assert_reads(&copy, &(1..=10).collect::<Vec<_>>());
+    // The original is untouched and still indexed.
+    assert_reads(&p, &(1..=30).collect::<Vec<_>>());
+    // Another spool's index copied over this one's.
+    std::fs::copy(idx(&p), idx(&copy)).unwrap();
+    let q = open(&copy, OpenMode::ReadWrite);
+    let notices = q.take_notices();
+    assert!(
+        notices.iter().any(|n| n.contains("rebuilt the index")),
+        "{notices:?}"
+    );
+    drop(q);
+    assert_reads(&copy, &(1..=10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_file_rewritten_in_place_is_detected_by_its_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 30);
+    // Same inode, same length or longer, other bytes: item 2's payload
+    // changes one letter.
+    let text = std::fs::read_to_string(&p).unwrap();
+    let changed = text.replacen("payload 2 ", "payload 2!", 1);
+    assert_ne!(text, changed);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .write_all(changed.as_bytes())
+        .unwrap();
+    let r = open(&p, OpenMode::ReadOnly);
+    assert_eq!(
+        r.get(3).unwrap().unwrap().payload,
+        format!("payload 2!{}", "x".repeat(80)).into_bytes()
+    );
+    drop(r);
+    assert!(!verify_path(&p).unwrap().healthy());
+    assert_reads(&p, &(1..=30).collect::<Vec<_>>());
+}
+
+#[test]
+fn lines_a_reference_writer_appends_are_taken_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 10);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    writeln!(
+        f,
+        r#"{{"op":"put","id":11,"payload":"from the reference","idempotencyKey":"ref","attempts":2}}"#
+    )
+    .unwrap();
+    writeln!(f, r#"{{"op":"done","id":1}}"#).unwrap();
+    writeln!(f, r#"{{"op":"done","id":40}}"#).unwrap();
+    drop(f);
+    let before = index_bytes(&p);
+    let r = open(&p, OpenMode::ReadOnly);
+    let want: Vec<u64> = (2..=11).collect();
+    assert_eq!(ids(&r), want);
+    let it = r.get(11).unwrap().unwrap();
+    assert_eq!((it.attempts, it.key.as_str()), (2, "ref"));
+    assert_eq!(r.high_water().unwrap(), 40);
+    drop(r);
+    assert_eq!(index_bytes(&p), before, "a reader wrote the index");
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report.findings.iter().any(|f| f.message.contains("behind")),
+        "{report:?}"
+    );
+    let w = open(&p, OpenMode::ReadWrite);
+    assert!(w.enqueue(b"dup", "ref").unwrap().deduplicated);
+    assert_eq!(w.enqueue(b"new", "").unwrap().id, 41);
+    drop(w);
+    let mut want = want;
+    want.push(41);
+    assert_reads(&p, &want);
+}
+
+#[test]
+fn a_long_tail_makes_a_reader_build_a_private_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 10);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    let pad = "p".repeat(1000);
+    for id in 11..=6000 {
+        writeln!(
+            f,
+            r#"{{"op":"put","id":{id},"payload":"{pad}","idempotencyKey":"","attempts":0}}"#
+        )
+        .unwrap();
+    }
+    drop(f);
+    let before = index_bytes(&p);
+    let r = open(&p, OpenMode::ReadOnly);
+    assert_eq!(r.size().unwrap(), 6000);
+    assert_eq!(r.page(5990, 100).unwrap().len(), 10);
+    drop(r);
+    assert_eq!(index_bytes(&p), before, "a reader wrote the index");
+    assert_reads(&p, &(1..=6000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_crash_between_the_append_and_the_index_update_is_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 10);
+    // The index as it was before the later writes: what a crash between
+    // the appends and their index updates leaves.
+    let old = std::fs::read(idx(&p)).unwrap();
+    {
+        let q = open(&p, OpenMode::ReadWrite);
+        q.enqueue(b"eleven", "k-11").unwrap();
+        q.mark_done(&[2]).unwrap();
+        q.dead_letter(3, "gone").unwrap();
+        q.set_held(&[4], true).unwrap();
+    }
+    std::fs::write(idx(&p), &old).unwrap();
+    let r = open(&p, OpenMode::ReadOnly);
+    assert_eq!(ids(&r), vec![1, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert!(r.get(4).unwrap().unwrap().held);
+    assert_eq!(r.dead_count().unwrap(), 1);
+    drop(r);
+    let w = open(&p, OpenMode::ReadWrite);
+    assert!(w.enqueue(b"x", "k-11").unwrap().deduplicated);
+    drop(w);
+    assert_reads(&p, &[1, 4, 5, 6, 7, 8, 9, 10, 11]);
+}
+
+#[test]
+fn a_left_journal_keeps_readers_off_the_shared_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 10);
+    let journal = PathBuf::from(format!("{}-journal", idx(&p).display()));
+    std::fs::write(&journal, b"").unwrap();
+    let before = index_bytes(&p);
+    let r = open(&p, OpenMode::ReadOnly);
+    assert_eq!(ids(&r), (1..=10).collect::<Vec<_>>());
+    drop(r);
+    assert_eq!(index_bytes(&p), before);
+    assert!(journal.exists(), "a reader removed the journal");
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    // A writer takes over (SQLite plays back or discards the journal).
+    let w = open(&p, OpenMode::ReadWrite);
+    w.enqueue(b"eleven", "").unwrap();
+    drop(w);
+    assert_reads(&p, &(1..=11).collect::<Vec<_>>());
+}
+
+#[test]
+fn compaction_rebuilds_the_index_for_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 100);
+    let other = open(&p, OpenMode::ReadWrite);
+    let q = open(&p, OpenMode::ReadWrite);
+    q.mark_done(&(1..=90).collect::<Vec<_>>()).unwrap();
+    q.dead_letter(95, "dead").unwrap();
+    q.compact().unwrap();
+    let want: Vec<u64> = (91..=100).filter(|i| *i != 95).collect();
+    assert_eq!(ids(&other), want);
+    assert_eq!(other.enqueue(b"after", "").unwrap().id, 101);
+    drop((q, other));
+    let mut want = want;
+    want.push(101);
+    assert_reads(&p, &want);
+}
+
+fn fails_at(n: usize) -> impl Iterator<Item = spool::Result<NewItem>> {
+    (0..n + 5).map(move |i| {
+        if i == n {
+            Err(spool::Error::InvalidInput(format!("bad line {i}")))
+        } else {
+            Ok(NewItem::new(
+                format!("streamed {i} {}", "s".repeat(200)),
+                "",
+            ))
+        }
+    })
+}
+
+#[test]
+fn a_streamed_batch_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 5);
+    let q = open(&p, OpenMode::ReadWrite);
+    let len = std::fs::metadata(&p).unwrap().len();
+    // Many chunks written, then a malformed record.
+    let e = q
+        .enqueue_stream(&mut fails_at(20_000), &EnqueueOptions::default())
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Data);
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), len, "file cut back");
+    assert_eq!(q.size().unwrap(), 5);
+    // A depth bound it does not fit.
+    q.set_max_depth(Some(1000)).unwrap();
+    let e = q
+        .enqueue_stream(
+            &mut (0..5000).map(|i| Ok(NewItem::new(format!("{i}"), ""))),
+            &EnqueueOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Temporary, "{e}");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), len, "file cut back");
+    q.set_max_depth(None).unwrap();
+    // A whole one dedups against the spool and against itself.
+    let r = q
+        .enqueue_stream(
+            &mut (0..30_000).map(|i| Ok(NewItem::new(format!("{i}"), format!("s{}", i % 20_000)))),
+            &EnqueueOptions::default(),
+        )
+        .unwrap();
+    assert_eq!((r.len(), r.stored()), (30_000, 20_000));
+    let results: Vec<_> = r.iter().collect();
+    assert_eq!(results[20_000].id, results[0].id);
+    assert!(results[20_000].deduplicated);
+    assert_eq!(q.size().unwrap(), 20_005);
+    drop(q);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn a_streamed_import_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 3);
+    let q = open(&p, OpenMode::ReadWrite);
+    let record = |id: u64, state: RecordState| Record {
+        item: Item::new(
+            id,
+            b"imported".to_vec(),
+            String::new(),
+            Timestamp::from_secs(1),
+        ),
+        state,
+        dead_at: (state == RecordState::Dead).then(|| Timestamp::from_millis(5)),
+    };
+    let mut bad = (10..2000u64)
+        .map(|id| {
+            Ok(record(
+                id,
+                if id % 3 == 0 {
+                    RecordState::Dead
+                } else {
+                    RecordState::Pending
+                },
+            ))
+        })
+        .chain(std::iter::once(Err(spool::Error::InvalidInput(
+            "bad".into(),
+        ))));
+    assert!(q.import_stream(&mut bad, &mut |_, _| {}).is_err());
+    assert_eq!((q.size().unwrap(), q.dead_count().unwrap()), (3, 0));
+    let mut good = (10..2000u64).map(|id| {
+        Ok(record(
+            id,
+            if id % 3 == 0 {
+                RecordState::Dead
+            } else {
+                RecordState::Pending
+            },
+        ))
+    });
+    let mut n = 0;
+    q.import_stream(&mut good, &mut |_, _| n += 1).unwrap();
+    assert_eq!(n, 1990);
+    assert_eq!(q.dead_count().unwrap(), 663);
+    assert_eq!(q.size().unwrap(), 3 + 1990 - 663);
+    drop(q);
+    assert!(verify_path(&p).unwrap().healthy());
+}
