@@ -69,7 +69,7 @@ const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
 
 /// Fresh items per multi-row INSERT (see [`Db::insert_fresh`]); with
 /// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
-const FRESH_ROWS_PER_INSERT: usize = 64;
+pub(super) const FRESH_ROWS_PER_INSERT: usize = 64;
 /// Parameters per row of a fresh insert.
 const FRESH_COLUMNS: usize = 4;
 
