@@ -312,41 +312,39 @@ fn batch_killed_halfway(file: &str) {
     if !debug_build_or_skip("killing a batch at a chosen item") {
         return;
     }
-    {
-        let env = Env::new(file);
-        env.enqueue("before 1");
-        env.enqueue_key("before 2", "k-before");
-        let before = contents(&env.path);
-        let lines: String = (0..3000).map(|i| format!("batch line {i}\n")).collect();
-        let out = env
-            .cmd()
-            .args(["enqueue", "--lines"])
-            .env("SPOOL_DEBUG_KILL_AT", "batch-item:2000")
-            .write_stdin(lines)
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGKILL),
-            "{file}: the batch was killed halfway: {out:?}"
-        );
-        assert_eq!(
-            contents(&env.path),
-            before,
-            "{file}: none of the batch is visible"
-        );
-        assert_eq!(env.size(), 2);
-        let v = env.run(&["verify"]);
-        if env.is_ndjson() {
-            let v = v.code(65);
-            assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
-        } else {
-            v.success();
-        }
-        let id = env.enqueue("after");
-        assert_eq!(id, 3, "{file}: ids continue");
-        assert_eq!(env.size(), 3);
-        env.run(&["verify"]).success();
+    let env = Env::new(file);
+    env.enqueue("before 1");
+    env.enqueue_key("before 2", "k-before");
+    let before = contents(&env.path);
+    let lines: String = (0..3000).map(|i| format!("batch line {i}\n")).collect();
+    let out = env
+        .cmd()
+        .args(["enqueue", "--lines"])
+        .env("SPOOL_DEBUG_KILL_AT", "batch-item:2000")
+        .write_stdin(lines)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{file}: the batch was killed halfway: {out:?}"
+    );
+    assert_eq!(
+        contents(&env.path),
+        before,
+        "{file}: none of the batch is visible"
+    );
+    assert_eq!(env.size(), 2);
+    let v = env.run(&["verify"]);
+    if env.is_ndjson() {
+        let v = v.code(65);
+        assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
+    } else {
+        v.success();
     }
+    let id = env.enqueue("after");
+    assert_eq!(id, 3, "{file}: ids continue");
+    assert_eq!(env.size(), 3);
+    env.run(&["verify"]).success();
 }
