@@ -168,12 +168,15 @@ impl SqliteQueue {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
-        let out = f(&Db {
+        let db = Db {
             conn: &tx,
             path: &self.path,
             action,
             layout: self.layout,
-        })?;
+        };
+        db.ensure_counts()?;
+        let out = f(&db)?;
+        db.seal_counts()?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
         Ok(out)
