@@ -24,6 +24,7 @@
 //! subcommand calls one operation here and renders its result.
 
 pub mod backend;
+pub mod debug;
 pub mod error;
 pub mod item;
 pub mod ops;

@@ -297,3 +297,54 @@ fn sqlite_compact_killed_at_random_points_loses_nothing() {
     eprintln!("{killed} of 15 SQLite compactions were killed before they finished");
     env.run(&["verify"]).success();
 }
+
+/// A batch enqueue killed with SIGKILL halfway through its commit leaves
+/// none of it visible: the spool holds what it held before, checks
+/// healthy (or, on NDJSON, reports the unfinished batch as repairable),
+/// and the next write works. The process dies at a chosen item through
+/// the debug-only crash point `SPOOL_DEBUG_KILL_AT` (see `spool::debug`).
+#[test]
+fn a_batch_killed_halfway_leaves_none_of_it_on_sqlite() {
+    batch_killed_halfway("spool.db");
+}
+
+fn batch_killed_halfway(file: &str) {
+    if !debug_build_or_skip("killing a batch at a chosen item") {
+        return;
+    }
+    let env = Env::new(file);
+    env.enqueue("before 1");
+    env.enqueue_key("before 2", "k-before");
+    let before = contents(&env.path);
+    let lines: String = (0..3000).map(|i| format!("batch line {i}\n")).collect();
+    let out = env
+        .cmd()
+        .args(["enqueue", "--lines"])
+        .env("SPOOL_DEBUG_KILL_AT", "batch-item:2000")
+        .write_stdin(lines)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{file}: the batch was killed halfway: {out:?}"
+    );
+    assert_eq!(
+        contents(&env.path),
+        before,
+        "{file}: none of the batch is visible"
+    );
+    assert_eq!(env.size(), 2);
+    let v = env.run(&["verify"]);
+    if env.is_ndjson() {
+        let v = v.code(65);
+        assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
+    } else {
+        v.success();
+    }
+    let id = env.enqueue("after");
+    assert_eq!(id, 3, "{file}: ids continue");
+    assert_eq!(env.size(), 3);
+    env.run(&["verify"]).success();
+}

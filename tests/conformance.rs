@@ -112,6 +112,9 @@ conformance!(
         a_full_receiving_spool_stops_the_batch,
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
+        a_streamed_batch_is_enqueue_batch_without_the_memory,
+        a_streamed_batch_that_fails_stores_nothing,
+        a_streamed_import_that_fails_stores_nothing,
     ],
     // Cases about paths and files, which the memory backend has not.
     durable: [
@@ -2273,4 +2276,146 @@ fn one_receive_commits_many_requests(s: Setup) {
     );
     assert_eq!(client(&h, "a").unwrap().last_seq, 2);
     assert_eq!(client(&h, "b").unwrap().last_seq, 2);
+}
+
+// -------------------------------------------------------------- streaming
+
+/// `enqueue_stream` does what `enqueue_batch` does with the same items —
+/// ids, dedup against pending items and within the batch (across every
+/// internal chunk), results in order — in one commit.
+fn a_streamed_batch_is_enqueue_batch_without_the_memory(s: Setup) {
+    let mut h = s.open(None);
+    add(&h, "pending", "k7");
+    let items: Vec<NewItem> = (0..300)
+        .map(|i| {
+            let key = match i % 7 {
+                0 => format!("k{}", i % 50),
+                3 => "k7".to_string(),
+                _ => String::new(),
+            };
+            NewItem::new(format!("item {i}"), key)
+        })
+        .collect();
+    let model = Spool::memory(&Default::default());
+    model.enqueue(b"pending", "k7").unwrap();
+    let want: Vec<Enqueued> = model.enqueue_batch(&items, &Default::default()).unwrap();
+    let got = h
+        .q()
+        .enqueue_stream(&mut items.iter().cloned().map(Ok), &Default::default())
+        .unwrap();
+    assert_eq!(got.iter().collect::<Vec<_>>(), want);
+    assert_eq!(got.len(), 300);
+    assert_eq!(
+        got.stored(),
+        want.iter().filter(|e| !e.deduplicated).count() as u64
+    );
+    h.step();
+    assert_eq!(payloads(&drain(&h)), payloads(&model.drain().unwrap()));
+    assert_eq!(ids(&drain(&h)), ids(&model.drain().unwrap()));
+}
+
+/// A bad item in the middle of the stream (a malformed input line), or a
+/// batch the depth bound cannot take, stops it: nothing is stored.
+fn a_streamed_batch_that_fails_stores_nothing(s: Setup) {
+    let mut h = s.open(Some(250));
+    add(&h, "before", "kb");
+    let e = h
+        .q()
+        .enqueue_stream(
+            &mut (0..200).map(|i| {
+                if i == 150 {
+                    Err(Error::InvalidInput("stdin line 151: not JSON".into()))
+                } else {
+                    Ok(NewItem::new(format!("x{i}"), format!("k{i}")))
+                }
+            }),
+            &Default::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Data);
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1);
+    assert_eq!(h.q().high_water().unwrap(), 1, "no id was used up");
+    let e = h
+        .q()
+        .enqueue_stream(
+            &mut (0..300).map(|i| Ok(NewItem::new(format!("y{i}"), ""))),
+            &Default::default(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::QueueFull {
+                max_depth: 250,
+                depth: 1
+            }
+        ),
+        "{e}"
+    );
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1);
+    // The keys of the failed batches were never taken.
+    assert!(!enq(&h, b"again", "k3").deduplicated);
+    let ok = h
+        .q()
+        .enqueue_stream(
+            &mut (0..249).map(|i| Ok(NewItem::new(format!("z{i}"), ""))),
+            &Default::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(ok, Error::QueueFull { .. }), "2 + 249 > 250");
+    assert_eq!(
+        h.q()
+            .enqueue_stream(
+                &mut (0..248).map(|i| Ok(NewItem::new(format!("z{i}"), ""))),
+                &Default::default(),
+            )
+            .unwrap()
+            .stored(),
+        248
+    );
+}
+
+/// The same for `import_stream`.
+fn a_streamed_import_that_fails_stores_nothing(s: Setup) {
+    let mut h = s.open(None);
+    let records: Vec<Record> = (1..=100u64)
+        .map(|id| Record {
+            item: fresh(id, &format!("r{id}"), &format!("k{id}"), T0),
+            state: if id % 10 == 0 {
+                RecordState::Dead
+            } else {
+                RecordState::Pending
+            },
+            dead_at: (id % 10 == 0).then_some(T0),
+        })
+        .collect();
+    let mut heard = 0;
+    let e =
+        h.q()
+            .import_stream(
+                &mut records.iter().cloned().map(Ok).chain(std::iter::once(Err(
+                    Error::InvalidInput("line 101: bad".into()),
+                ))),
+                &mut |_, _| heard += 1,
+            )
+            .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Data);
+    assert!(heard <= 100);
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    let mut kept = 0;
+    h.q()
+        .import_stream(&mut records.iter().cloned().map(Ok), &mut |r, i| {
+            assert_eq!(i.id, r.item.id);
+            kept += u64::from(i.kept_id);
+        })
+        .unwrap();
+    h.step();
+    assert_eq!(
+        (kept, h.q().size().unwrap(), h.q().dead_count().unwrap()),
+        (100, 90, 10)
+    );
 }

@@ -9,7 +9,7 @@ use spool::{
     MemoryQueue, NewItem, OpenMode, OpenOptions, Queue, Record, RecordState, SharedClock, Spool,
     SqliteQueue, Timestamp,
 };
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -1038,4 +1038,84 @@ fn a_spool_named_memory_is_a_file() {
     assert!(p.exists());
     let q = spool::Spool::open(&p, &spool::OpenOptions::new(spool::OpenMode::ReadOnly)).unwrap();
     assert_eq!(q.size().unwrap(), 1);
+}
+
+/// `size`, the attempt histogram and the dead-letter count come from
+/// counts the database keeps (so that they cost nothing on ten million
+/// rows); they stay exact when a reference writer inserts, deletes and
+/// sets attempts behind spool's back, for read-only and writable handles.
+#[test]
+fn kept_counts_stay_exact_under_a_reference_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let truth = |path: &Path| -> (u64, BTreeMap<u32, u64>, u64) {
+        let c = Connection::open(path).unwrap();
+        let n: i64 = c
+            .query_row("SELECT count(*) FROM morph_offline_queue", [], |r| r.get(0))
+            .unwrap();
+        let mut st = c
+            .prepare("SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts")
+            .unwrap();
+        let hist: BTreeMap<u32, u64> = st
+            .query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, u64>(1)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let d: i64 = c
+            .query_row("SELECT count(*) FROM spool_dead_letters", [], |r| r.get(0))
+            .unwrap();
+        (n as u64, hist, d as u64)
+    };
+    let check = |what: &str| {
+        let want = truth(&path);
+        for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+            let q = open(&path, mode);
+            let s = q.stats(START).unwrap();
+            assert_eq!(
+                (
+                    q.size().unwrap(),
+                    s.attempts_histogram,
+                    q.dead_count().unwrap()
+                ),
+                want,
+                "{what} ({mode:?})"
+            );
+        }
+    };
+    let q = open(&path, OpenMode::Create);
+    let ids: Vec<u64> = (0..10)
+        .map(|i| q.enqueue(format!("p{i}").as_bytes(), "").unwrap().id)
+        .collect();
+    q.set_attempts(ids[0], 3).unwrap();
+    q.set_attempts(ids[1], 3).unwrap();
+    q.dead_letter(ids[2], "gone").unwrap();
+    q.mark_done(&[ids[3]]).unwrap();
+    drop(q);
+    check("spool's own writes");
+    let raw = Connection::open(&path).unwrap();
+    raw.execute_batch(
+        "INSERT INTO morph_offline_queue (payload, enqueued_at) VALUES ('ref 1', 1);
+         INSERT INTO morph_offline_queue (payload, enqueued_at, attempts) VALUES ('ref 2', 1, 2);",
+    )
+    .unwrap();
+    check("a reference writer's inserts");
+    raw.execute_batch(
+        "DELETE FROM morph_offline_queue WHERE id = 1;
+         UPDATE morph_offline_queue SET attempts = 5 WHERE id = 2;
+         UPDATE morph_offline_queue SET attempts = 0 WHERE payload = 'ref 2';",
+    )
+    .unwrap();
+    drop(raw);
+    check("a reference writer's deletes and attempts");
+    let q = open(&path, OpenMode::ReadWrite);
+    q.enqueue(b"after", "").unwrap();
+    q.requeue(&[ids[2]]).unwrap();
+    q.import(&[Record {
+        item: Item::new(500, b"imported".to_vec(), String::new(), START),
+        state: RecordState::Dead,
+        dead_at: Some(START),
+    }])
+    .unwrap();
+    drop(q);
+    check("writes after the reference writer");
 }

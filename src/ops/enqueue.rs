@@ -1,25 +1,59 @@
 //! `enqueue`: add items in one atomic commit, optionally waiting for room.
 //!
-//! The items (read and checked by [`crate::ops::input`]) go to the queue
-//! in ONE [`Queue::enqueue_batch`] call: all of them are stored, or none.
-//! On a full spool the call fails with [`Error::QueueFull`] (exit 75 in
-//! the CLI) unless a wait is asked for: then it polls, sleeping on the
-//! injected clock with a growing interval (25 ms doubling to 1 s), until
-//! the batch fits or the wait runs out, and then fails with the last
-//! `QueueFull`. A batch that cannot fit even into an empty spool fails at
-//! once.
+//! The items (read and checked by [`crate::ops::input`]: a list, or a
+//! [`Batch`] kept in a spill file) go to the queue in ONE
+//! [`Queue::enqueue_stream`] call: all of them are stored, or none, and a
+//! backend that streams never holds them all in memory. On a full spool
+//! the call fails with [`Error::QueueFull`] (exit 75 in the CLI) unless a
+//! wait is asked for: then it polls, sleeping on the injected clock with a
+//! growing interval (25 ms doubling to 1 s), until the batch fits or the
+//! wait runs out, and then fails with the last `QueueFull`. A batch that
+//! cannot fit even into an empty spool fails at once.
 
 use crate::error::{Error, Result};
-use crate::item::{DepthLimit, EnqueueOptions, ItemId, NewItem};
+use crate::item::{BatchResults, DepthLimit, EnqueueOptions, NewItem};
+use crate::ops::input::Batch;
 use crate::queue::Queue;
 use crate::time::SharedClock;
 use std::time::Duration;
 
+/// The items of an enqueue.
+#[derive(Debug)]
+pub enum Items {
+    /// In memory (a single payload, or a library caller's list).
+    List(Vec<NewItem>),
+    /// A batch read into a spill file.
+    Batch(Batch),
+}
+
+impl Items {
+    /// How many there are.
+    pub fn len(&self) -> u64 {
+        match self {
+            Items::List(v) => v.len() as u64,
+            Items::Batch(b) => b.len(),
+        }
+    }
+
+    /// True when there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The items in order (each call starts from the first).
+    pub fn iter(&self) -> Box<dyn Iterator<Item = Result<NewItem>> + '_> {
+        match self {
+            Items::List(v) => Box::new(v.iter().cloned().map(Ok)),
+            Items::Batch(b) => Box::new(b.items()),
+        }
+    }
+}
+
 /// What to enqueue and how.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct EnqueueRequest {
     /// The items, in order.
-    pub items: Vec<NewItem>,
+    pub items: Items,
     /// A depth bound for this call instead of the stored one.
     pub max_depth: Option<u64>,
     /// How long to wait for room on a full spool (`None`: fail at once).
@@ -28,22 +62,12 @@ pub struct EnqueueRequest {
     pub clock: SharedClock,
 }
 
-/// What happened to one item.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EnqueuedItem {
-    /// Its id, or the id of the pending item that already had its key.
-    pub id: ItemId,
-    /// True when nothing was stored because of the key.
-    pub deduplicated: bool,
-    /// The key the item was enqueued with (`""` for none).
-    pub key: String,
-}
-
 /// What [`enqueue`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct EnqueueReport {
-    /// One entry per requested item, in order.
-    pub items: Vec<EnqueuedItem>,
+    /// One result per requested item, in order (compact: see
+    /// [`BatchResults`]).
+    pub results: BatchResults,
     /// How long the call waited for room (zero when the batch fitted at
     /// once).
     pub waited: Duration,
@@ -51,8 +75,8 @@ pub struct EnqueueReport {
 
 impl EnqueueReport {
     /// Number of items stored (not deduplicated).
-    pub fn stored(&self) -> usize {
-        self.items.iter().filter(|i| !i.deduplicated).count()
+    pub fn stored(&self) -> u64 {
+        self.results.stored()
     }
 }
 
@@ -74,24 +98,21 @@ pub fn enqueue(queue: &dyn Queue, req: &EnqueueRequest) -> Result<EnqueueReport>
     let mut poll = FIRST_POLL;
     let mut slept = false;
     loop {
-        match queue.enqueue_batch(&req.items, &opts) {
+        match queue.enqueue_stream(&mut req.items.iter(), &opts) {
             Ok(results) => {
-                super::check_len("enqueue_batch", &results, req.items.len())?;
-                let items = results
-                    .into_iter()
-                    .zip(&req.items)
-                    .map(|(r, it)| EnqueuedItem {
-                        id: r.id,
-                        deduplicated: r.deduplicated,
-                        key: it.key.clone(),
-                    })
-                    .collect();
+                if results.len() != req.items.len() {
+                    return Err(Error::Internal(format!(
+                        "enqueue_stream gave {} results for {} items",
+                        results.len(),
+                        req.items.len()
+                    )));
+                }
                 let waited = if slept {
                     req.clock.now().since(start)
                 } else {
                     Duration::ZERO
                 };
-                return Ok(EnqueueReport { items, waited });
+                return Ok(EnqueueReport { results, waited });
             }
             Err(Error::QueueFull { max_depth, depth }) => {
                 let full = Error::QueueFull { max_depth, depth };
@@ -124,7 +145,7 @@ mod tests {
 
     fn request(clock: &ManualClock, n: usize, wait: Option<Duration>) -> EnqueueRequest {
         EnqueueRequest {
-            items: (0..n).map(|i| NewItem::new(format!("p{i}"), "")).collect(),
+            items: Items::List((0..n).map(|i| NewItem::new(format!("p{i}"), "")).collect()),
             max_depth: None,
             wait_for_space: wait,
             clock: Arc::new(clock.clone()),
@@ -144,19 +165,19 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_secs(1000));
         let spool = bounded(10, &clock);
         let mut req = request(&clock, 0, None);
-        req.items = vec![
+        req.items = Items::List(vec![
             NewItem::new("a", "k"),
             NewItem::new("b", ""),
             NewItem::new("c", "k"),
-        ];
+        ]);
         let r = enqueue(&*spool, &req).unwrap();
         assert_eq!(r.stored(), 2);
+        let results: Vec<_> = r.results.iter().collect();
         assert_eq!(
-            r.items[2],
-            EnqueuedItem {
-                id: r.items[0].id,
+            results[2],
+            crate::item::Enqueued {
+                id: results[0].id,
                 deduplicated: true,
-                key: "k".into()
             }
         );
     }
@@ -215,7 +236,7 @@ mod tests {
     struct FreeingClock {
         inner: ManualClock,
         spool: std::sync::Mutex<Option<Arc<Spool>>>,
-        first: ItemId,
+        first: crate::item::ItemId,
     }
 
     impl crate::Clock for FreeingClock {
@@ -236,7 +257,13 @@ mod tests {
     fn waiting_succeeds_when_room_appears() {
         let manual = ManualClock::new(Timestamp::from_secs(1000));
         let spool = Arc::new(bounded(1, &manual));
-        let first = enqueue(&**spool, &request(&manual, 1, None)).unwrap().items[0].id;
+        let first = enqueue(&**spool, &request(&manual, 1, None))
+            .unwrap()
+            .results
+            .iter()
+            .next()
+            .unwrap()
+            .id;
         let clock = Arc::new(FreeingClock {
             inner: manual.clone(),
             spool: std::sync::Mutex::new(Some(spool.clone())),

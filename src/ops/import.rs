@@ -151,6 +151,19 @@ fn state_name(s: RecordState) -> &'static str {
 /// (`"stdin"`, a file name). Nothing is returned unless all of it parses.
 pub fn read_records(reader: &mut dyn BufRead, label: &str) -> Result<Vec<Record>> {
     let mut out = Vec::new();
+    for_each_record(reader, label, &mut |rec| {
+        out.push(rec);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Parse the records of `reader` one at a time, handing each to `f`.
+fn for_each_record(
+    reader: &mut dyn BufRead,
+    label: &str,
+    f: &mut dyn FnMut(Record) -> Result<()>,
+) -> Result<()> {
     let mut buf = Vec::new();
     let mut n = 0u64;
     loop {
@@ -159,7 +172,7 @@ pub fn read_records(reader: &mut dyn BufRead, label: &str) -> Result<Vec<Record>
             .read_until(b'\n', &mut buf)
             .map_err(|e| Error::io(std::path::Path::new(label), "read", e))?;
         if got == 0 {
-            break;
+            return Ok(());
         }
         n += 1;
         let mut line: &[u8] = &buf;
@@ -175,9 +188,103 @@ pub fn read_records(reader: &mut dyn BufRead, label: &str) -> Result<Vec<Record>
         let rec = parse_record(line).map_err(|reason| {
             Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
         })?;
-        out.push(rec);
+        f(rec)?;
     }
-    Ok(out)
+}
+
+/// An export, checked in full and ready to be imported in one streamed
+/// commit: a file is read twice (checked, then imported), stdin is copied
+/// to a spill file (0600, unlinked at once) while it is checked. Memory
+/// holds one record at a time whatever the size of the export.
+#[derive(Debug)]
+pub struct ImportInput {
+    file: std::fs::File,
+    label: String,
+    records: u64,
+}
+
+impl ImportInput {
+    /// The export in the file at `path`, checked.
+    pub fn file(path: &std::path::Path) -> Result<ImportInput> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
+        let label = path.display().to_string();
+        let mut records = 0u64;
+        let mut r = std::io::BufReader::with_capacity(1 << 16, &file);
+        for_each_record(&mut r, &label, &mut |_| {
+            records += 1;
+            Ok(())
+        })?;
+        Ok(ImportInput {
+            file,
+            label,
+            records,
+        })
+    }
+
+    /// The export read from `reader` (stdin), checked and kept in a spill
+    /// file in `dir`.
+    pub fn spill(
+        reader: &mut dyn std::io::Read,
+        label: &str,
+        dir: &std::path::Path,
+    ) -> Result<ImportInput> {
+        let mut file = super::input::spill_file(dir)?;
+        std::io::copy(reader, &mut file)
+            .map_err(|e| Error::io(std::path::Path::new(label), "read", e))?;
+        let mut records = 0u64;
+        let mut r =
+            std::io::BufReader::with_capacity(1 << 16, super::input::read_from_start(&file));
+        for_each_record(&mut r, label, &mut |_| {
+            records += 1;
+            Ok(())
+        })?;
+        Ok(ImportInput {
+            file,
+            label: label.to_string(),
+            records,
+        })
+    }
+
+    /// Records in the export.
+    pub fn len(&self) -> u64 {
+        self.records
+    }
+
+    /// True when the export holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// The records, in order, read again from the start.
+    pub fn records(&self) -> impl Iterator<Item = Result<Record>> + '_ {
+        let mut r =
+            std::io::BufReader::with_capacity(1 << 16, super::input::read_from_start(&self.file));
+        let label = self.label.clone();
+        let mut buf = Vec::new();
+        let mut n = 0u64;
+        std::iter::from_fn(move || loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Err(e) => return Some(Err(Error::io(std::path::Path::new(&label), "read", e))),
+                Ok(0) => return None,
+                Ok(_) => {}
+            }
+            n += 1;
+            let mut line: &[u8] = &buf;
+            if let Some(l) = line.strip_suffix(b"\n") {
+                line = l;
+            }
+            if let Some(l) = line.strip_suffix(b"\r") {
+                line = l;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            return Some(parse_record(line).map_err(|reason| {
+                Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
+            }));
+        })
+    }
 }
 
 /// Read and check every record of the file at `path` (see
@@ -231,25 +338,43 @@ pub struct ImportReport {
     pub dead: u64,
 }
 
-/// Store `records` in one atomic [`Queue::import`] call.
+/// Store `records` in one atomic commit.
 pub fn import(queue: &dyn Queue, records: &[Record]) -> Result<ImportReport> {
+    import_records(
+        queue,
+        records.len() as u64,
+        &mut records.iter().cloned().map(Ok),
+    )
+}
+
+/// Store the records of a checked export in one atomic, streamed commit
+/// ([`Queue::import_stream`]).
+pub fn import_input(queue: &dyn Queue, input: &ImportInput) -> Result<ImportReport> {
+    import_records(queue, input.len(), &mut input.records())
+}
+
+fn import_records(
+    queue: &dyn Queue,
+    count: u64,
+    records: &mut dyn Iterator<Item = Result<Record>>,
+) -> Result<ImportReport> {
     let mut r = ImportReport {
-        records: records.len() as u64,
+        records: count,
         ..ImportReport::default()
     };
-    if records.is_empty() {
+    if count == 0 {
         return Ok(r);
     }
-    let results = queue.import(records)?;
-    super::check_len("import", &results, records.len())?;
-    for (rec, res) in records.iter().zip(results) {
+    let mut heard = 0u64;
+    queue.import_stream(records, &mut |rec, res| {
+        heard += 1;
         if res.deduplicated {
             r.deduplicated.push(DedupHit {
                 from: rec.item.id,
                 existing: res.id,
                 key: rec.item.key.clone(),
             });
-            continue;
+            return;
         }
         r.imported += 1;
         if res.kept_id {
@@ -265,6 +390,11 @@ pub fn import(queue: &dyn Queue, records: &[Record]) -> Result<ImportReport> {
             RecordState::Held => r.held += 1,
             RecordState::Dead => r.dead += 1,
         }
+    })?;
+    if heard != count {
+        return Err(Error::Internal(format!(
+            "import_stream reported {heard} results for {count} records"
+        )));
     }
     Ok(r)
 }

@@ -5,7 +5,8 @@
 //! item per line ([`Format::Lines`]) or one item per JSON object
 //! ([`Format::Ndjson`]). All input is read and checked before anything is
 //! enqueued, so a malformed line anywhere means nothing is stored; errors
-//! name the line (1-based).
+//! name the line (1-based). A batch is read line by line into a spill
+//! file ([`Batch`]), so memory stays bounded however large the input.
 //!
 //! NDJSON input objects have the fields `payload` (a string) or
 //! `payload_base64` (standard base64, for bytes), exactly one of the two,
@@ -108,8 +109,28 @@ pub fn payload_key(payload: &[u8]) -> String {
 }
 
 /// Read `source` and turn it into items as `opts` says. Nothing is
-/// returned unless every item is valid.
+/// returned unless every item is valid. The items are held in memory; a
+/// batch of any size is better read with [`Batch::read`].
 pub fn read_items(source: Source<'_>, opts: &InputOptions) -> Result<Vec<NewItem>> {
+    check_policy(opts)?;
+    if opts.format == Format::Single {
+        let label = source.label();
+        // A single payload is read with a bound, so a huge file or an
+        // endless pipe is refused without being read whole.
+        let bytes = read_source(source, Some(opts.max_payload))?;
+        check_size(&bytes, opts.max_payload, || label.clone())?;
+        let key = key_for(&opts.key, &bytes, None);
+        return Ok(vec![NewItem::new(bytes, key)]);
+    }
+    let mut items = Vec::new();
+    for_each_item(source, opts, &mut |item| {
+        items.push(item);
+        Ok(())
+    })?;
+    Ok(items)
+}
+
+fn check_policy(opts: &InputOptions) -> Result<()> {
     if matches!(opts.key, KeyPolicy::Fixed(_)) && opts.format != Format::Single {
         return Err(Error::Unsupported(
             "a fixed key applies to a single payload; a batch would collapse into one item \
@@ -117,47 +138,337 @@ pub fn read_items(source: Source<'_>, opts: &InputOptions) -> Result<Vec<NewItem
                 .into(),
         ));
     }
+    Ok(())
+}
+
+/// The longest input line a batch reads for a payload bound of `max`: a
+/// `--lines` line is the payload itself; an NDJSON line may escape every
+/// byte (`\u0000` is six) or carry it in base64.
+fn line_limit(format: Format, max: u64) -> u64 {
+    match format {
+        Format::Ndjson => max.saturating_mul(6).saturating_add(64 << 10),
+        _ => max.saturating_add(2),
+    }
+}
+
+/// Read a batch (`--lines` or `--ndjson`) from `source` line by line,
+/// handing each checked item to `f`. Memory holds one line at a time.
+fn for_each_item(
+    source: Source<'_>,
+    opts: &InputOptions,
+    f: &mut dyn FnMut(NewItem) -> Result<()>,
+) -> Result<()> {
     let label = source.label();
-    // A single payload is read with a bound, so a huge file or an endless
-    // pipe is refused without being read whole.
-    let limit = match opts.format {
-        Format::Single => Some(opts.max_payload),
-        Format::Lines | Format::Ndjson => None,
-    };
-    let bytes = read_source(source, limit)?;
-    match opts.format {
-        Format::Single => {
-            check_size(&bytes, opts.max_payload, || label.clone())?;
-            let key = key_for(&opts.key, &bytes, None);
-            Ok(vec![NewItem::new(bytes, key)])
+    let limit = line_limit(opts.format, opts.max_payload);
+    let mut each_line = |n: u64, line: &[u8], too_long: bool| -> Result<()> {
+        let at = || format!("{label} line {n}");
+        if too_long {
+            return Err(Error::InvalidInput(format!(
+                "{}: payload is larger than the limit of {} bytes",
+                at(),
+                opts.max_payload
+            )));
         }
-        Format::Lines => {
-            let mut items = Vec::new();
-            for (n, line) in lines(&bytes) {
+        match opts.format {
+            Format::Lines => {
                 if line.is_empty() {
-                    continue;
+                    return Ok(());
                 }
-                check_size(line, opts.max_payload, || format!("{label} line {n}"))?;
+                check_size(line, opts.max_payload, at)?;
                 let key = key_for(&opts.key, line, None);
-                items.push(NewItem::new(line, key));
+                f(NewItem::new(line, key))
             }
-            Ok(items)
-        }
-        Format::Ndjson => {
-            let mut items = Vec::new();
-            for (n, line) in lines(&bytes) {
+            _ => {
                 if line.iter().all(|b| b.is_ascii_whitespace()) {
-                    continue;
+                    return Ok(());
                 }
-                let at = || format!("{label} line {n}");
                 let item = parse_ndjson_line(line)
                     .map_err(|e| Error::InvalidInput(format!("{}: {e}", at())))?;
                 check_size(&item.payload, opts.max_payload, at)?;
                 let key = key_for(&opts.key, &item.payload, item.key);
-                items.push(NewItem::new(item.payload, key));
+                f(NewItem::new(item.payload, key))
             }
-            Ok(items)
         }
+    };
+    match source {
+        Source::Bytes(bytes) => {
+            let mut r: &[u8] = &bytes;
+            read_lines(&mut r, limit, &mut each_line)
+                .map_err(|e| e.into_error(std::path::Path::new(&label), "read payload from"))
+        }
+        Source::File(path) => {
+            let f =
+                std::fs::File::open(&path).map_err(|e| Error::io(&path, "open payload file", e))?;
+            if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+                return Err(Error::InvalidInput(format!(
+                    "payload file {} is a directory",
+                    path.display()
+                )));
+            }
+            let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+            read_lines(&mut r, limit, &mut each_line)
+                .map_err(|e| e.into_error(&path, "read payload file"))
+        }
+        Source::Reader { reader, label } => {
+            let mut r = std::io::BufReader::with_capacity(1 << 16, reader);
+            read_lines(&mut r, limit, &mut each_line)
+                .map_err(|e| e.into_error(std::path::Path::new(&label), "read payload from"))
+        }
+    }
+}
+
+/// What [`read_lines`] calls for each line: its number, its content and
+/// whether it was cut at the limit.
+type LineHandler<'a> = dyn FnMut(u64, &[u8], bool) -> Result<()> + 'a;
+
+/// Why reading lines stopped: the reader failed, or the caller did.
+enum LinesError {
+    Read(std::io::Error),
+    Item(Error),
+}
+
+impl LinesError {
+    fn into_error(self, path: &std::path::Path, action: &'static str) -> Error {
+        match self {
+            LinesError::Read(e) => Error::io(path, action, e),
+            LinesError::Item(e) => e,
+        }
+    }
+}
+
+/// Call `f(number, line, too_long)` for every line of `r` (1-based,
+/// without `\n` or `\r\n`). A line longer than `limit` is not kept:
+/// `f` gets what was read of it with `too_long` set, and the rest is
+/// skipped, so one huge line never fills memory.
+fn read_lines(
+    r: &mut dyn std::io::BufRead,
+    limit: u64,
+    f: &mut LineHandler<'_>,
+) -> std::result::Result<(), LinesError> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut line = Vec::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        let mut too_long = false;
+        let mut ended = false;
+        loop {
+            let buf = match r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(LinesError::Read(e)),
+            };
+            if buf.is_empty() {
+                ended = true;
+                break;
+            }
+            let (take, newline) = match memchr::memchr(b'\n', buf) {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if !too_long {
+                let room = limit.saturating_sub(line.len());
+                if take > room {
+                    too_long = true;
+                    line.extend_from_slice(&buf[..room.min(take)]);
+                } else {
+                    line.extend_from_slice(&buf[..take]);
+                }
+            }
+            r.consume(take);
+            if newline {
+                break;
+            }
+        }
+        if ended && line.is_empty() && !too_long {
+            return Ok(());
+        }
+        n += 1;
+        let mut content: &[u8] = &line;
+        if let Some(c) = content.strip_suffix(b"\n") {
+            content = c;
+        }
+        if let Some(c) = content.strip_suffix(b"\r") {
+            content = c;
+        }
+        f(n, content, too_long).map_err(LinesError::Item)?;
+        if ended {
+            return Ok(());
+        }
+    }
+}
+
+/// A batch (`--lines` or `--ndjson`), read and checked in full before any
+/// of it is enqueued, and kept in a spill file instead of in memory: any
+/// size of input fits, a malformed line anywhere is found before the
+/// spool is touched, and the batch can be handed to the queue more than
+/// once (a wait for room on a full spool retries it).
+///
+/// The spill file is created in a directory the caller chooses (the
+/// spool's own, so that it is on the same file system and never in a
+/// RAM-backed `/tmp`), with mode 0600, and unlinked at once: it
+/// disappears when the batch is dropped or the process dies.
+#[derive(Debug)]
+pub struct Batch {
+    file: std::fs::File,
+    count: u64,
+    end: u64,
+}
+
+impl Batch {
+    /// Read `source` as `opts` says (a batch format) into a spill file in
+    /// `dir`.
+    pub fn read(source: Source<'_>, opts: &InputOptions, dir: &std::path::Path) -> Result<Batch> {
+        check_policy(opts)?;
+        if opts.format == Format::Single {
+            return Err(Error::Internal("a single payload is not a batch".into()));
+        }
+        let file = spill_file(dir)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, &file);
+        let mut count = 0u64;
+        let mut end = 0u64;
+        let spill_err = |e| Error::io(dir, "write the batch's spill file in", e);
+        for_each_item(source, opts, &mut |item| {
+            use std::io::Write;
+            let key = item.key.as_bytes();
+            let header = [
+                (key.len() as u64).to_le_bytes(),
+                (item.payload.len() as u64).to_le_bytes(),
+            ];
+            w.write_all(&header[0])
+                .and_then(|()| w.write_all(&header[1]))
+                .and_then(|()| w.write_all(key))
+                .and_then(|()| w.write_all(&item.payload))
+                .map_err(spill_err)?;
+            count += 1;
+            end += 16 + key.len() as u64 + item.payload.len() as u64;
+            Ok(())
+        })?;
+        use std::io::Write;
+        w.flush().map_err(spill_err)?;
+        drop(w);
+        Ok(Batch { file, count, end })
+    }
+
+    /// Items in the batch.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// True when the input held no item.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The items, in input order, read back from the spill file (each
+    /// call starts from the first).
+    pub fn items(&self) -> BatchItems<'_> {
+        BatchItems {
+            reader: std::io::BufReader::with_capacity(
+                1 << 16,
+                SpillReader {
+                    file: &self.file,
+                    pos: 0,
+                    end: self.end,
+                },
+            ),
+            left: self.count,
+        }
+    }
+}
+
+/// A file in `dir` that only this process can reach: created 0600 under
+/// a unique name and unlinked at once.
+pub(crate) fn spill_file(dir: &std::path::Path) -> Result<std::fs::File> {
+    for _ in 0..16 {
+        let name = dir.join(format!(
+            ".spool-batch-{}-{:016x}.tmp",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        match crate::private_file::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&name)
+        {
+            Ok(f) => {
+                std::fs::remove_file(&name)
+                    .map_err(|e| Error::io(&name, "remove the batch's spill file", e))?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(dir, "create the batch's spill file in", e)),
+        }
+    }
+    Err(Error::Internal(format!(
+        "no free name for a spill file in {}",
+        dir.display()
+    )))
+}
+
+/// Reads the spill file by offset (the file's own cursor is never moved,
+/// so that every [`Batch::items`] starts afresh).
+pub(crate) struct SpillReader<'f> {
+    file: &'f std::fs::File,
+    pos: u64,
+    end: u64,
+}
+
+/// A reader of all of `file` (to its current end) by offset, from its
+/// first byte, leaving the file's own cursor alone.
+pub(crate) fn read_from_start(file: &std::fs::File) -> SpillReader<'_> {
+    let end = file.metadata().map(|m| m.len()).unwrap_or(0);
+    SpillReader { file, pos: 0, end }
+}
+
+impl Read for SpillReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = self.end.saturating_sub(self.pos);
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// The items of a [`Batch`].
+pub struct BatchItems<'f> {
+    reader: std::io::BufReader<SpillReader<'f>>,
+    left: u64,
+}
+
+impl Iterator for BatchItems<'_> {
+    type Item = Result<NewItem>;
+
+    fn next(&mut self) -> Option<Result<NewItem>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let mut read = || -> std::io::Result<NewItem> {
+            let mut header = [0u8; 16];
+            self.reader.read_exact(&mut header)?;
+            let (k, p) = header.split_at(8);
+            let len = |b: &[u8]| -> std::io::Result<usize> {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                usize::try_from(u64::from_le_bytes(a))
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+            };
+            let mut key = vec![0; len(k)?];
+            self.reader.read_exact(&mut key)?;
+            let mut payload = vec![0; len(p)?];
+            self.reader.read_exact(&mut payload)?;
+            let key = String::from_utf8(key)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
+            Ok(NewItem { payload, key })
+        };
+        Some(read().map_err(|e| Error::io("the batch's spill file", "read", e)))
     }
 }
 
@@ -216,16 +527,6 @@ fn key_for(policy: &KeyPolicy, payload: &[u8], own: Option<String>) -> String {
             KeyPolicy::FromPayload => payload_key(payload),
         },
     }
-}
-
-/// Lines of `bytes` with 1-based numbers, each without `\n` or `\r\n`.
-fn lines(bytes: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
-    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let empty = bytes.is_empty();
-    body.split(|&b| b == b'\n')
-        .filter(move |_| !empty)
-        .enumerate()
-        .map(|(i, l)| (i as u64 + 1, l.strip_suffix(b"\r").unwrap_or(l)))
 }
 
 #[derive(serde::Deserialize)]

@@ -66,10 +66,15 @@ const HISTOGRAM_BY_GROUPING: &str =
     "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
 /// Walks `ix_dead_dead_at`, not the payloads.
 const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
+/// The kept pending count, the sequence it is exact at, and the sequence.
+const KEPT_PENDING: &str = "SELECT \
+     (SELECT n FROM spool_counts WHERE name = 'pending'), \
+     (SELECT n FROM spool_counts WHERE name = 'pending_seq'), \
+     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0)";
 
 /// Fresh items per multi-row INSERT (see [`Db::insert_fresh`]); with
 /// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
-const FRESH_ROWS_PER_INSERT: usize = 64;
+pub(super) const FRESH_ROWS_PER_INSERT: usize = 64;
 /// Parameters per row of a fresh insert.
 const FRESH_COLUMNS: usize = 4;
 
@@ -227,17 +232,74 @@ impl Db<'_> {
         }
     }
 
-    /// Number of pending items (held included).
+    /// Number of pending items (held included): the kept count when it is
+    /// known exact (see `migrations/0002_push.sql`), else counted.
     pub fn pending_count(&self) -> Result<u64> {
         if self.layout == Layout::Empty {
             return Ok(0);
         }
-        let n: i64 = self
+        if self.layout.has_push() {
+            if let Some(n) = self.kept_pending()? {
+                return Ok(n);
+            }
+        }
+        self.count(COUNT_PENDING, None)
+    }
+
+    /// The kept pending count, when the AUTOINCREMENT sequence shows that
+    /// nobody inserted a row since it was last exact.
+    fn kept_pending(&self) -> Result<Option<u64>> {
+        let (n, seq, now): (Option<i64>, Option<i64>, i64) = self
             .conn
-            .prepare_cached(COUNT_PENDING)
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .prepare_cached(KEPT_PENDING)
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
             .map_err(|e| self.err(e))?;
-        Ok(n.max(0) as u64)
+        Ok(match (n, seq) {
+            (Some(n), Some(seq)) if seq == now => Some(n.max(0) as u64),
+            _ => None,
+        })
+    }
+
+    /// At the start of a write: make the kept pending count exact again
+    /// if another writer inserted rows since it was (one full count).
+    pub fn ensure_counts(&self) -> Result<()> {
+        if !self.layout.has_push() || self.kept_pending()?.is_some() {
+            return Ok(());
+        }
+        let n = self.count(COUNT_PENDING, None)?;
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending', ?1)")
+            .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
+            .map_err(|e| self.err(e))?;
+        self.seal_counts()
+    }
+
+    /// Count `n` rows this write inserted into the queue table.
+    pub fn count_inserted(&self, n: u64) -> Result<()> {
+        if n == 0 || !self.layout.has_push() {
+            return Ok(());
+        }
+        self.conn
+            .prepare_cached("UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'")
+            .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// At the end of a write: the kept count is exact at the sequence
+    /// this write leaves behind.
+    pub fn seal_counts(&self) -> Result<()> {
+        if !self.layout.has_push() {
+            return Ok(());
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending_seq', \
+                 COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0))",
+            )
+            .and_then(|mut s| s.execute([]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// The pending item that carries the non-empty `key`, if any.
@@ -348,7 +410,7 @@ impl Db<'_> {
                 ])
             })
             .map_err(|e| self.err(e))?;
-        Ok(())
+        self.count_inserted(1)
     }
 
     /// Store freshly enqueued items under the given ids: no attempts, no
@@ -383,7 +445,7 @@ impl Db<'_> {
                 stmt.raw_execute().map_err(|e| self.err(e))?;
             }
         }
-        Ok(())
+        self.count_inserted(rows.len() as u64)
     }
 
     /// Bind `rows` to the parameters of a [`fresh_insert_sql`] statement.
@@ -524,6 +586,16 @@ impl Db<'_> {
         if !self.layout.is_spool() {
             return Ok(0);
         }
+        if self.layout.has_push() {
+            let n: Option<i64> = self
+                .conn
+                .prepare_cached("SELECT n FROM spool_counts WHERE name = 'dead'")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+                .map_err(|e| self.err(e))?;
+            if let Some(n) = n {
+                return Ok(n.max(0) as u64);
+            }
+        }
         let n: i64 = self
             .conn
             .prepare_cached(COUNT_DEAD)
@@ -575,6 +647,7 @@ impl Db<'_> {
         if moved == 0 {
             return Ok(false);
         }
+        self.count_inserted(1)?;
         self.delete_dead(id)?;
         Ok(true)
     }
@@ -876,6 +949,27 @@ impl Db<'_> {
             for row in rows {
                 let (value, n) = row.map_err(|e| self.err(e))?;
                 s.add_attempts(value, n.max(0) as u64);
+            }
+        } else if self.layout.has_push() {
+            // The kept counts: the pending rows, and per non-zero attempt
+            // count the rows that have it; the rest have 0.
+            let depth = self.pending_count()?;
+            let buckets = self
+                .conn
+                .prepare_cached("SELECT attempts, n FROM spool_attempt_counts WHERE n > 0")
+                .and_then(|mut st| {
+                    st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| self.err(e))?;
+            let mut rest = depth;
+            for (value, n) in buckets {
+                let n = n.max(0) as u64;
+                rest = rest.saturating_sub(n);
+                s.add_attempts(value, n);
+            }
+            if rest > 0 {
+                s.add_attempts(0, rest);
             }
         } else {
             // One range of ix_queue_attempts per distinct attempt count:

@@ -59,8 +59,8 @@ use self::schema::Layout;
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
-    ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
+    Imported, Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
@@ -168,12 +168,15 @@ impl SqliteQueue {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
-        let out = f(&Db {
+        let db = Db {
             conn: &tx,
             path: &self.path,
             action,
             layout: self.layout,
-        })?;
+        };
+        db.ensure_counts()?;
+        let out = f(&db)?;
+        db.seal_counts()?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
         Ok(out)
@@ -434,6 +437,84 @@ impl Queue for SqliteQueue {
         })
     }
 
+    fn enqueue_stream(
+        &self,
+        items: &mut dyn Iterator<Item = Result<NewItem>>,
+        opts: &EnqueueOptions,
+    ) -> Result<BatchResults> {
+        let now = self.clock.now();
+        self.write("enqueue into", |db| {
+            // One transaction, filled as the items come: fresh rows go to
+            // the table FRESH_ROWS_PER_INSERT at a time, so a key repeated
+            // within the rows not inserted yet is looked up among them.
+            let bound = match opts.depth_limit {
+                DepthLimit::Stored => db.max_depth()?,
+                DepthLimit::Override(b) => b,
+            };
+            let depth = match bound {
+                Some(_) => db.pending_count()?,
+                None => 0,
+            };
+            let mut next = db.high_water()?;
+            let mut results = BatchResults::default();
+            let mut fresh: u64 = 0;
+            let mut chunk: Vec<(ItemId, NewItem)> = Vec::with_capacity(db::FRESH_ROWS_PER_INSERT);
+            let mut chunk_keys: HashMap<String, ItemId> = HashMap::new();
+            let flush = |chunk: &mut Vec<(ItemId, NewItem)>,
+                         keys: &mut HashMap<String, ItemId>|
+             -> Result<()> {
+                let rows: Vec<(ItemId, &NewItem)> =
+                    chunk.iter().map(|(id, it)| (*id, it)).collect();
+                db.insert_fresh(&rows, now)?;
+                chunk.clear();
+                keys.clear();
+                Ok(())
+            };
+            for item in items {
+                let item = item?;
+                if !item.key.is_empty() {
+                    let owner = match chunk_keys.get(&item.key) {
+                        Some(id) => Some(*id),
+                        None => db.key_owner(&item.key)?,
+                    };
+                    if let Some(id) = owner {
+                        results.push(Enqueued {
+                            id,
+                            deduplicated: true,
+                        });
+                        continue;
+                    }
+                }
+                fresh += 1;
+                if let Some(bound) = bound {
+                    if depth.saturating_add(fresh) > bound {
+                        return Err(Error::QueueFull {
+                            max_depth: bound,
+                            depth,
+                        });
+                    }
+                }
+                next = next
+                    .checked_add(1)
+                    .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+                if !item.key.is_empty() {
+                    chunk_keys.insert(item.key.clone(), next);
+                }
+                chunk.push((next, item));
+                results.push(Enqueued {
+                    id: next,
+                    deduplicated: false,
+                });
+                if chunk.len() == db::FRESH_ROWS_PER_INSERT {
+                    flush(&mut chunk, &mut chunk_keys)?;
+                }
+                crate::debug::crash_point("batch-item");
+            }
+            flush(&mut chunk, &mut chunk_keys)?;
+            Ok(results)
+        })
+    }
+
     fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
         self.read("read", |db| db.page(after, limit))
     }
@@ -617,23 +698,38 @@ impl Queue for SqliteQueue {
     }
 
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+        let mut out = Vec::with_capacity(records.len());
+        self.import_stream(&mut records.iter().cloned().map(Ok), &mut |_, i| {
+            out.push(i)
+        })?;
+        Ok(out)
+    }
+
+    fn import_stream(
+        &self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<()> {
         self.write("import into", |db| {
             // State::plan_import, storing as it goes: the transaction
             // makes it all-or-nothing.
-            let mut out = Vec::with_capacity(records.len());
             let mut hw = db.high_water()?;
             let mut stored_dead = false;
             for r in records {
+                let r = r?;
                 let live = r.state != RecordState::Dead;
                 if live && !r.item.key.is_empty() {
                     // Keys stored earlier in this batch are in the table
                     // already, so one lookup covers both cases.
                     if let Some(id) = db.key_owner(&r.item.key)? {
-                        out.push(Imported {
-                            id,
-                            kept_id: false,
-                            deduplicated: true,
-                        });
+                        each(
+                            &r,
+                            Imported {
+                                id,
+                                kept_id: false,
+                                deduplicated: true,
+                            },
+                        );
                         continue;
                     }
                 }
@@ -662,16 +758,19 @@ impl Queue for SqliteQueue {
                     }
                     RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
                 }
-                out.push(Imported {
-                    id,
-                    kept_id,
-                    deduplicated: false,
-                });
+                each(
+                    &r,
+                    Imported {
+                        id,
+                        kept_id,
+                        deduplicated: false,
+                    },
+                );
             }
             if stored_dead {
                 db.raise_sequence(hw)?;
             }
-            Ok(out)
+            Ok(())
         })
     }
 

@@ -39,10 +39,12 @@ const REFERENCE_COLUMNS: [&str; 5] = [
 const ADDED_COLUMNS: [&str; 3] = ["next_retry_at", "last_error", "held"];
 const ADDED_TABLES: [&str; 2] = ["spool_dead_letters", "spool_meta"];
 const PUSH_COLUMNS: [&str; 1] = ["push_seq"];
-const PUSH_TABLES: [&str; 3] = [
+const PUSH_TABLES: [&str; 5] = [
     "spool_push_skips",
     "spool_push_clients",
     "spool_push_entries",
+    "spool_counts",
+    "spool_attempt_counts",
 ];
 
 /// The shape of the database a handle reads, decided at open.
@@ -264,6 +266,8 @@ mod tests {
             "spool_push_skips",
             "spool_push_clients",
             "spool_push_entries",
+            "spool_counts",
+            "spool_attempt_counts",
         ];
         assert_eq!(classify(p, &found(0, &[], &[])).ok(), Some(Layout::Empty));
         assert_eq!(

@@ -3,8 +3,8 @@
 use super::Ctx;
 use crate::exit::CliError;
 use clap::{ArgGroup, Args};
-use spool::ops::enqueue::{enqueue, EnqueueRequest};
-use spool::ops::input::{read_items, Format, InputOptions, KeyPolicy, Source};
+use spool::ops::enqueue::{enqueue, EnqueueRequest, Items};
+use spool::ops::input::{read_items, Batch, Format, InputOptions, KeyPolicy, Source};
 use spool::ops::preview;
 use spool::units::{parse_duration, parse_size};
 use spool::{Error, OpenMode};
@@ -132,20 +132,34 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         }
     };
     // All input is read and checked before the spool is even opened: bad
-    // input creates nothing and changes nothing.
-    let items = read_items(source, &opts).map_err(|e| input_error(ctx, e, format))?;
+    // input creates nothing and changes nothing. A batch goes to a spill
+    // file beside the spool, so memory stays bounded whatever its size.
+    let items = if format == Format::Single {
+        Items::List(read_items(source, &opts).map_err(|e| input_error(ctx, e, format))?)
+    } else {
+        let dir = match ctx.spool.parent() {
+            Some(d) if d.as_os_str().is_empty() => std::path::Path::new("."),
+            Some(d) => d,
+            None => std::path::Path::new("."),
+        };
+        // A spool whose directory is missing fails at open (73); the
+        // batch waits in the temporary directory until then.
+        let dir = if dir.is_dir() {
+            dir.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        Items::Batch(Batch::read(source, &opts, &dir).map_err(|e| input_error(ctx, e, format))?)
+    };
     let spool = ctx.open(OpenMode::Create, ACTION)?;
     ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
-    let report = enqueue(
-        &*spool,
-        &EnqueueRequest {
-            items,
-            max_depth: args.max_depth,
-            wait_for_space: args.wait_for_space,
-            clock: ctx.clock.clone(),
-        },
-    )
-    .map_err(|e| {
+    let req = EnqueueRequest {
+        items,
+        max_depth: args.max_depth,
+        wait_for_space: args.wait_for_space,
+        clock: ctx.clock.clone(),
+    };
+    let report = enqueue(&*spool, &req).map_err(|e| {
         let waited = match (&e, args.wait_for_space) {
             (Error::QueueFull { .. }, Some(w)) => {
                 format!(" (waited {} for room)", crate::render::duration(w))
@@ -172,7 +186,14 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             crate::render::duration(report.waited)
         ));
     }
-    for item in &report.items {
+    // The keys are read again only for the notes about dedup hits.
+    let mut keys = (report.stored() < report.results.len()).then(|| req.items.iter());
+    for item in report.results.iter() {
+        let key = keys
+            .as_mut()
+            .and_then(|k| k.next())
+            .and_then(|r| r.ok())
+            .map(|i| i.key);
         if ctx.json {
             ctx.out.json(&EnqueuedJson {
                 id: item.id,
@@ -185,7 +206,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ctx.note(&format!(
                 "item {} already pending with key {} (deduplicated)",
                 item.id,
-                preview::escape(item.key.as_bytes())
+                preview::escape(key.unwrap_or_default().as_bytes())
             ));
         }
     }

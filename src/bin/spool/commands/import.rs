@@ -3,7 +3,7 @@
 use super::Ctx;
 use crate::exit::CliError;
 use clap::Args;
-use spool::ops::import::{import, read_file, read_records};
+use spool::ops::import::{import_input, ImportInput};
 use spool::OpenMode;
 use std::path::PathBuf;
 
@@ -40,16 +40,24 @@ pub struct ImportArgs {
 
 pub fn run(args: ImportArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "import into";
-    let records = if args.input.as_os_str() == "-" {
+    // Every record is checked before the spool is opened; the records
+    // are then streamed into one commit (stdin through a spill file
+    // beside the spool), so memory stays bounded whatever the size.
+    let input = if args.input.as_os_str() == "-" {
+        let dir = match ctx.spool.parent() {
+            Some(d) if !d.as_os_str().is_empty() && d.is_dir() => d.to_path_buf(),
+            Some(d) if d.as_os_str().is_empty() => std::path::PathBuf::from("."),
+            _ => std::env::temp_dir(),
+        };
         let stdin = std::io::stdin();
         let mut lock = stdin.lock();
-        read_records(&mut lock, "stdin")
+        ImportInput::spill(&mut lock, "stdin", &dir)
     } else {
-        read_file(&args.input)
+        ImportInput::file(&args.input)
     }
     .map_err(|e| ctx.fail(ACTION, e))?;
     let spool = ctx.open(OpenMode::Create, ACTION)?;
-    let r = import(&*spool, &records).map_err(|e| ctx.fail(ACTION, e))?;
+    let r = import_input(&*spool, &input).map_err(|e| ctx.fail(ACTION, e))?;
     ctx.notices(&spool);
     for d in &r.deduplicated {
         ctx.note(&format!(
