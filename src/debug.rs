@@ -13,6 +13,7 @@
 //! | point | reached |
 //! |---|---|
 //! | `batch-item` | after each item a streamed batch enqueue has written |
+//! | `index-update` | NDJSON: after a write to a spool file is synced, before the index takes it in |
 
 /// Die here with `SIGKILL` when `SPOOL_DEBUG_KILL_AT` names `point` and
 /// this is its `n`-th visit (debug builds only).

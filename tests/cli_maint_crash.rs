@@ -308,6 +308,11 @@ fn a_batch_killed_halfway_leaves_none_of_it_on_sqlite() {
     batch_killed_halfway("spool.db");
 }
 
+#[test]
+fn a_batch_killed_halfway_leaves_none_of_it_on_ndjson() {
+    batch_killed_halfway("spool.ndjson");
+}
+
 fn batch_killed_halfway(file: &str) {
     if !debug_build_or_skip("killing a batch at a chosen item") {
         return;

@@ -1105,7 +1105,7 @@ impl FileQueue {
     /// Lines up to `end` of `which` are durable; the index takes them in
     /// at the end of the call ([`FileQueue::finish`]).
     fn committed(&self, inner: &mut Inner, which: Which, end: u64) {
-        crash_point("after-append");
+        crate::debug::crash_point("index-update");
         *inner.tail(which) = Tail {
             end,
             needs_newline: false,
@@ -1196,21 +1196,6 @@ impl FileQueue {
             })
             .collect())
     }
-}
-
-/// A point where a debug build can be told to die as `kill -9` would
-/// (`SPOOL_DEBUG_CRASH=<point>`), so that tests through the binary can
-/// crash it between writing a spool file and updating its index.
-fn crash_point(point: &str) {
-    #[cfg(debug_assertions)]
-    if std::env::var("SPOOL_DEBUG_CRASH").is_ok_and(|p| p == point) {
-        // SAFETY: kill(2) with our own pid; SIGKILL ends the process.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    let _ = point;
 }
 
 fn no_handle() -> Error {

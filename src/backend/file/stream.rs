@@ -30,7 +30,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// Bytes buffered before a write.
-const CHUNK: usize = 1 << 20;
+const CHUNK: usize = 64 << 10;
 
 /// One file's part of a streamed batch.
 struct BatchOut {
@@ -260,6 +260,7 @@ impl FileQueue {
                 id: next,
                 deduplicated: false,
             });
+            crate::debug::crash_point("batch-item");
         }
         Ok(results)
     }

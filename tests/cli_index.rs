@@ -1,0 +1,238 @@
+//! The NDJSON index through the real binary: a process killed between a
+//! write and its index update, a torn index, an index of another spool,
+//! and `enqueue --lines` killed while its batch is being written. Each
+//! time the spool reads correctly, read-only commands leave the index
+//! alone, `verify` says what it finds, and the next write puts it right.
+
+mod cli_common;
+
+use cli_common::*;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn idx(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.idx", p.display()))
+}
+
+fn ids(env: &Env) -> Vec<u64> {
+    env.drain()
+        .iter()
+        .map(|v| v["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// Run with `SPOOL_DEBUG_KILL_AT=<at>` and expect the process to die by
+/// SIGKILL.
+fn killed_at(env: &Env, at: &str, args: &[&str]) {
+    let out = env
+        .cmd()
+        .args(args)
+        .env("SPOOL_DEBUG_KILL_AT", at)
+        .write_stdin("")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{args:?} was to be killed at {at}: {out:?}"
+    );
+}
+
+#[test]
+fn killed_between_the_append_and_the_index_update() {
+    if !debug_build_or_skip("killing a write before its index update") {
+        return;
+    }
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue_key("b", "kb");
+    env.enqueue("c");
+    killed_at(
+        &env,
+        "index-update:1",
+        &["enqueue", "--key", "kd", "--", "d"],
+    );
+    // The line was synced before the kill: the item is there, the index
+    // is behind, and readers catch up without writing it.
+    let index = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(env.size(), 4);
+    assert_eq!(ids(&env), vec![1, 2, 3, 4]);
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        index,
+        "a reader wrote the index"
+    );
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("behind"), "{}", stdout(&v));
+    // The dedup of a key whose line the index had not taken in.
+    let dup = env
+        .run(&["--json", "enqueue", "--key", "kd", "--", "again"])
+        .success();
+    assert!(
+        stdout(&dup).contains("\"deduplicated\":true"),
+        "{}",
+        stdout(&dup)
+    );
+
+    // A move between the files, killed between its two appends (the dead
+    // letter is written, the main file's `done` is not): the item is a
+    // dead letter, nothing is lost. (Replay records the attempt first:
+    // the dead letter is the second write.)
+    killed_at(
+        &env,
+        "index-update:2",
+        &[
+            "replay",
+            "--exec",
+            "false",
+            "--reject-exit",
+            "1",
+            "--limit",
+            "1",
+        ],
+    );
+    assert_eq!(ids(&env), vec![2, 3, 4]);
+    let dead = env.run(&["--json", "dlq", "list"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 1);
+    let v = env.run(&["verify"]).success();
+    assert!(
+        stdout(&v).contains("both pending and dead"),
+        "{}",
+        stdout(&v)
+    );
+    assert_eq!(env.enqueue("e"), 5);
+    assert_eq!(ids(&env), vec![2, 3, 4, 5]);
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+}
+
+#[test]
+fn a_torn_index_is_reported_and_rebuilt() {
+    let env = Env::new("spool.ndjson");
+    for i in 0..200 {
+        env.enqueue(&format!("item {i} {}", "x".repeat(100)));
+    }
+    let len = std::fs::metadata(idx(&env.path)).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(idx(&env.path))
+        .unwrap()
+        .set_len(len / 3)
+        .unwrap();
+    let torn = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(env.size(), 200);
+    assert_eq!(ids(&env).len(), 200);
+    env.run(&["show", "150"]).success();
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        torn,
+        "a reader wrote the index"
+    );
+    let v = env.run(&["verify"]).code(65);
+    assert!(stdout(&v).contains(".idx"), "{}", stdout(&v));
+    assert!(stderr(&v).contains("--repair"), "{}", stderr(&v));
+    let r = env.run(&["verify", "--repair"]).success();
+    assert!(stderr(&r).contains("rebuilt the index"), "{}", stderr(&r));
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+    assert_eq!(env.enqueue("next"), 201);
+}
+
+#[test]
+fn an_index_of_another_spool_is_not_used() {
+    let env = Env::new("spool.ndjson");
+    let other = env.dir.path().join("other.ndjson");
+    for i in 0..20 {
+        env.enqueue(&format!("mine {i}"));
+    }
+    bin()
+        .args(["--spool"])
+        .arg(&other)
+        .args(["enqueue", "--lines"])
+        .write_stdin("theirs 1\ntheirs 2\n")
+        .assert()
+        .success();
+    std::fs::copy(idx(&other), idx(&env.path)).unwrap();
+    let foreign = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(env.size(), 20);
+    assert_eq!(ids(&env), (1..=20).collect::<Vec<_>>());
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        foreign,
+        "a reader wrote the index"
+    );
+    let v = env.run(&["verify"]).code(65);
+    assert!(stdout(&v).contains("another file"), "{}", stdout(&v));
+    let e = env.run(&["enqueue", "--", "next"]).success();
+    assert_eq!(parse_id(&e.get_output().stdout), 21);
+    assert!(stderr(&e).contains("rebuilt the index"), "{}", stderr(&e));
+    env.run(&["verify"]).success();
+}
+
+/// `enqueue --lines` killed with SIGKILL while it writes its batch to
+/// the spool file (the file has grown, the batch is not finished): none
+/// of the batch is visible, `verify` reports the unfinished batch as
+/// repairable, and the next write cuts it.
+#[test]
+fn enqueue_lines_killed_while_writing_its_batch() {
+    let env = Env::new("spool.ndjson");
+    env.enqueue("before 1");
+    env.enqueue("before 2");
+    let before = std::fs::metadata(&env.path).unwrap().len();
+    let lines = 200_000usize;
+    let mut child = env
+        .std_cmd()
+        .args(["enqueue", "--lines"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut chunk = String::new();
+        for i in 0..lines {
+            chunk.push_str(&format!("streamed line {i} {}\n", "z".repeat(60)));
+            if chunk.len() > 1 << 16 {
+                if stdin.write_all(chunk.as_bytes()).is_err() {
+                    return;
+                }
+                chunk.clear();
+            }
+        }
+        let _ = stdin.write_all(chunk.as_bytes());
+        // Dropping stdin ends the input.
+    });
+    // The batch is written in chunks: kill once the file has grown.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let grew = loop {
+        if std::fs::metadata(&env.path).unwrap().len() > before {
+            break true;
+        }
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    feeder.join().unwrap();
+    assert!(grew, "the spool file never grew: {status:?}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the batch finished before it could be killed"
+    );
+    assert_eq!(env.size(), 2);
+    assert_eq!(ids(&env), vec![1, 2]);
+    let v = env.run(&["verify"]).code(65);
+    assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
+    assert!(stdout(&v).contains("--repair"), "{}", stdout(&v));
+    let e = env.run(&["enqueue", "--", "after"]).success();
+    assert_eq!(parse_id(&e.get_output().stdout), 3);
+    assert!(stderr(&e).contains("unfinished batch"), "{}", stderr(&e));
+    assert_eq!(ids(&env), vec![1, 2, 3]);
+    env.run(&["verify"]).success();
+}
