@@ -40,6 +40,26 @@ def run_timed(argv, stdin_path=None, stdout_path=os.devnull, ok=(0,)):
     return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
 
 
+def peak_rss_kib(argv, stdin_path=None, stdout_path=os.devnull, ok=(0,)):
+    """The peak RSS of argv alone, in KiB, measured by `/usr/bin/time`.
+
+    (`Timed.maxrss_kib` from `run_timed` is not that: Linux carries the peak
+    RSS of the memory image a process had before `exec` into its own, and a
+    child spawned from Python starts in Python's image — so it reports at
+    least the benchmark script's own RSS.)"""
+    out = os.path.join(os.path.dirname(os.path.abspath(stdout_path)) if stdout_path != os.devnull else "/tmp",
+                       f".rss-{os.getpid()}")
+    try:
+        run_timed(["/usr/bin/time", "-f", "%M", "-o", out] + list(argv), stdin_path, stdout_path, ok)
+        with open(out) as f:
+            return int(f.read().split()[-1])
+    finally:
+        try:
+            os.remove(out)
+        except FileNotFoundError:
+            pass
+
+
 def check(argv, **kw):
     return subprocess.run(argv, check=True, stdout=subprocess.PIPE, **kw).stdout
 

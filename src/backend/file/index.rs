@@ -16,7 +16,8 @@
 //!   one `pread` of its line.
 //! * Per dead letter (`dead`): id, where its line is in `<spool>.dead`, key.
 //! * One `state` row: the id high-water mark, counts kept by triggers
-//!   (pending, held, dead letters; attempts per count in `attempts`), the
+//!   (pending, held, dead letters; attempts per count in `attempts`, kept
+//!   by [`Applier`] as it applies lines), the
 //!   push state of the last push-state line, the uuid a regeneration gave,
 //!   and the boot the index was last written in.
 //! * The push receiver's ledger (`clients`, `client_entries`): per client
@@ -119,9 +120,9 @@ CREATE TABLE client_entries (
 ) WITHOUT ROWID;
 ";
 
-/// Secondary indexes and the triggers that keep the counts; created after
-/// a full build has loaded the rows (faster than keeping them up to date
-/// row by row).
+/// Secondary indexes and the counts; made after a full build has loaded
+/// the rows (faster than keeping them up to date row by row). Afterwards
+/// [`Applier`] keeps the counts.
 const DERIVED: &str = "
 CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
 CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
@@ -132,29 +133,6 @@ UPDATE state SET
     dead = (SELECT count(*) FROM dead);
 DELETE FROM attempts;
 INSERT INTO attempts SELECT attempts, count(*) FROM pending GROUP BY attempts;
-CREATE TRIGGER pending_insert AFTER INSERT ON pending BEGIN
-    UPDATE state SET depth = depth + 1, held = held + new.held;
-    INSERT INTO attempts SELECT new.attempts, 0
-        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE attempts = new.attempts);
-    UPDATE attempts SET n = n + 1 WHERE attempts = new.attempts;
-END;
-CREATE TRIGGER pending_delete AFTER DELETE ON pending BEGIN
-    UPDATE state SET depth = depth - 1, held = held - old.held;
-    UPDATE attempts SET n = n - 1 WHERE attempts = old.attempts;
-END;
-CREATE TRIGGER pending_update AFTER UPDATE OF held, attempts ON pending BEGIN
-    UPDATE state SET held = held - old.held + new.held;
-    UPDATE attempts SET n = n - 1 WHERE attempts = old.attempts;
-    INSERT INTO attempts SELECT new.attempts, 0
-        WHERE NOT EXISTS (SELECT 1 FROM attempts WHERE attempts = new.attempts);
-    UPDATE attempts SET n = n + 1 WHERE attempts = new.attempts;
-END;
-CREATE TRIGGER dead_insert AFTER INSERT ON dead BEGIN
-    UPDATE state SET dead = dead + 1;
-END;
-CREATE TRIGGER dead_delete AFTER DELETE ON dead BEGIN
-    UPDATE state SET dead = dead - 1;
-END;
 ";
 
 /// Which spool file a `files` row describes.
@@ -419,7 +397,7 @@ impl Index {
             )));
         }
         conn.execute_batch(if writer {
-            "PRAGMA synchronous = OFF"
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000"
         } else {
             "PRAGMA cache_spill = OFF"
         })
@@ -1038,6 +1016,10 @@ impl Index {
             raised: false,
             push: None,
             err: None,
+            depth: 0,
+            held: 0,
+            dead: 0,
+            attempts: std::collections::BTreeMap::new(),
         })
     }
 }
@@ -1070,6 +1052,11 @@ pub(crate) struct Applier<'a> {
     raised: bool,
     push: Option<PushLine>,
     err: Option<Error>,
+    /// Changes to the kept counts, written by `finish`.
+    depth: i64,
+    held: i64,
+    dead: i64,
+    attempts: std::collections::BTreeMap<u32, i64>,
 }
 
 impl Applier<'_> {
@@ -1078,6 +1065,46 @@ impl Applier<'_> {
             self.hw = id;
             self.raised = true;
         }
+    }
+
+    /// A pending row went away (`held`, `attempts` were its values).
+    fn gone(&mut self, held: bool, attempts: u32) {
+        self.depth -= 1;
+        self.held -= i64::from(held);
+        *self.attempts.entry(attempts).or_default() -= 1;
+    }
+
+    /// A pending row came.
+    fn came(&mut self, held: bool, attempts: u32) {
+        self.depth += 1;
+        self.held += i64::from(held);
+        *self.attempts.entry(attempts).or_default() += 1;
+    }
+
+    /// Delete pending row `id`, counting it.
+    fn delete_pending(&mut self, id: i64) -> Result<()> {
+        let ix = self.ix;
+        let old: Option<(bool, u32)> = ix
+            .conn
+            .prepare_cached("DELETE FROM pending WHERE id = ?1 RETURNING held, attempts")
+            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(ix.err("update"))?;
+        if let Some((held, attempts)) = old {
+            self.gone(held, attempts);
+        }
+        Ok(())
+    }
+
+    /// Delete dead row `id`, counting it.
+    fn delete_dead(&mut self, id: i64) -> Result<()> {
+        let ix = self.ix;
+        let n = ix
+            .conn
+            .prepare_cached("DELETE FROM dead WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(ix.err("update"))?;
+        self.dead -= n as i64;
+        Ok(())
     }
 
     fn keep<T>(&mut self, r: Result<T>) {
@@ -1100,50 +1127,74 @@ impl Applier<'_> {
         let ix = self.ix;
         match e {
             Entry::Put(row) => {
+                // An id above every id seen so far is in neither table:
+                // the common case (new items) needs no lookup.
+                let fresh = row.id > self.hw;
                 self.raise(row.id);
                 let id = to_i64(row.id, "item id")?;
-                let dead: bool = ix
+                let seq = row.push_seq.map(|s| to_i64(s, "push number")).transpose()?;
+                let values = params![
+                    id,
+                    off as i64,
+                    len as i64,
+                    row.key,
+                    row.attempts,
+                    row.enqueued_at,
+                    row.next_retry_at,
+                    row.held,
+                    seq
+                ];
+                if fresh {
+                    self.came(row.held, row.attempts);
+                    ix.conn
+                        .prepare_cached(
+                            "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                        )
+                        .and_then(|mut s| s.execute(values))
+                        .map_err(ix.err("update"))?;
+                    return Ok(());
+                }
+                // Is it a dead letter, and what was it before?
+                let (dead, old): (bool, Option<(bool, u32)>) = ix
                     .conn
-                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1)")
-                    .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1), p.held, p.attempts \
+                         FROM (SELECT 1) LEFT JOIN pending p ON p.id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row([id], |r| {
+                            let held: Option<bool> = r.get(1)?;
+                            let attempts: Option<u32> = r.get(2)?;
+                            Ok((r.get(0)?, held.zip(attempts)))
+                        })
+                    })
                     .map_err(ix.err("update"))?;
                 if dead {
                     // The dead-letter file wins (see the module docs of
                     // the backend): only the mark moves.
                     return Ok(());
                 }
-                let seq = row.push_seq.map(|s| to_i64(s, "push number")).transpose()?;
+                if let Some((held, attempts)) = old {
+                    self.gone(held, attempts);
+                }
+                self.came(row.held, row.attempts);
+                let sql = if old.is_some() {
+                    "UPDATE pending SET off = ?2, len = ?3, key = ?4, attempts = ?5, enqueued_at = ?6, \
+                     next_retry_at = ?7, held = ?8, push_seq = ?9 WHERE id = ?1"
+                } else {
+                    "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                };
                 ix.conn
-                    .prepare_cached(
-                        "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (id) DO UPDATE SET \
-                         off = excluded.off, len = excluded.len, key = excluded.key, \
-                         attempts = excluded.attempts, enqueued_at = excluded.enqueued_at, \
-                         next_retry_at = excluded.next_retry_at, held = excluded.held, \
-                         push_seq = excluded.push_seq",
-                    )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            id,
-                            off as i64,
-                            len as i64,
-                            row.key,
-                            row.attempts,
-                            row.enqueued_at,
-                            row.next_retry_at,
-                            row.held,
-                            seq
-                        ])
-                    })
+                    .prepare_cached(sql)
+                    .and_then(|mut s| s.execute(values))
                     .map_err(ix.err("update"))?;
             }
             Entry::Done(id) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
-                    ix.conn
-                        .prepare_cached("DELETE FROM pending WHERE id = ?1")
-                        .and_then(|mut s| s.execute([id]))
-                        .map_err(ix.err("update"))?;
+                    self.delete_pending(id)?;
                 }
             }
             Entry::Push(p) => self.push = Some(p),
@@ -1167,25 +1218,18 @@ impl Applier<'_> {
             Entry::Put(row) => {
                 self.raise(row.id);
                 let id = to_i64(row.id, "item id")?;
+                self.delete_pending(id)?;
+                self.delete_dead(id)?;
                 ix.conn
-                    .prepare_cached("DELETE FROM pending WHERE id = ?1")
-                    .and_then(|mut s| s.execute([id]))
-                    .map_err(ix.err("update"))?;
-                ix.conn
-                    .prepare_cached(
-                        "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4) \
-                         ON CONFLICT (id) DO UPDATE SET off = excluded.off, len = excluded.len, key = excluded.key",
-                    )
+                    .prepare_cached("INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)")
                     .and_then(|mut s| s.execute(params![id, off as i64, len as i64, row.key]))
                     .map_err(ix.err("update"))?;
+                self.dead += 1;
             }
             Entry::Done(id) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
-                    ix.conn
-                        .prepare_cached("DELETE FROM dead WHERE id = ?1")
-                        .and_then(|mut s| s.execute([id]))
-                        .map_err(ix.err("update"))?;
+                    self.delete_dead(id)?;
                 }
             }
             // Push state lives in the main file only.
@@ -1259,6 +1303,26 @@ impl Applier<'_> {
             return Err(e);
         }
         let ix = self.ix;
+        if self.depth != 0 || self.held != 0 || self.dead != 0 {
+            ix.conn
+                .prepare_cached(
+                    "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3",
+                )
+                .and_then(|mut s| s.execute(params![self.depth, self.held, self.dead]))
+                .map_err(ix.err("update"))?;
+        }
+        for (attempts, n) in &self.attempts {
+            if *n == 0 {
+                continue;
+            }
+            ix.conn
+                .prepare_cached(
+                    "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
+                     ON CONFLICT (attempts) DO UPDATE SET n = n + excluded.n",
+                )
+                .and_then(|mut s| s.execute(params![attempts, n]))
+                .map_err(ix.err("update"))?;
+        }
         if self.raised {
             let hw = to_i64(self.hw, "item id")?;
             ix.conn
