@@ -241,6 +241,8 @@ pub(crate) struct Index {
     /// Identity of the shared index file when it was opened; `None` for a
     /// private index.
     shared: Option<(u64, u64)>,
+    /// The shared index file as this connection last left it.
+    pub seen: Option<Stamp>,
     /// This connection may not commit (a read-only handle on the shared
     /// index): whatever it applies is rolled back.
     pub read_only: bool,
@@ -303,6 +305,33 @@ pub(crate) fn journal_path(index: &Path) -> PathBuf {
     let mut s = index.as_os_str().to_owned();
     s.push("-journal");
     PathBuf::from(s)
+}
+
+/// What `stat` says of the index file: identity, size, times. When it
+/// changes between two calls of a process, another process wrote the
+/// index — or something outside SQLite rewrote it in place, which a
+/// connection's page cache must not outlive: the connection is opened
+/// afresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(path: &Path) -> Option<Stamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
 }
 
 /// A spool file as it is now.
@@ -406,6 +435,7 @@ impl Index {
             conn,
             path: path.to_path_buf(),
             shared: Some((m.dev(), m.ino())),
+            seen: Stamp::of(path),
             read_only: !writer,
             no_writes,
         })
@@ -431,6 +461,7 @@ impl Index {
             conn,
             path: shown,
             shared: None,
+            seen: None,
             read_only: false,
             no_writes: false,
         };
@@ -478,11 +509,6 @@ impl Index {
     /// True for the shared `<spool>.idx` (false for a private index).
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()
-    }
-
-    /// The shared index file's identity when it was opened.
-    pub fn identity(&self) -> Option<(u64, u64)> {
-        self.shared
     }
 
     /// Start a transaction: `IMMEDIATE` (the write lock at once) for a

@@ -495,6 +495,16 @@ impl FileQueue {
     /// failure of the index loses nothing: the lines are committed in the
     /// file, and the index, rolled back, catches up next time.
     fn finish<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
+        let r = self.end_transaction(inner, r);
+        if let Some(ix) = &mut inner.index {
+            if ix.is_shared() {
+                ix.seen = index::Stamp::of(&self.index_path);
+            }
+        }
+        r
+    }
+
+    fn end_transaction<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
         let appended = std::mem::take(&mut inner.appended);
         if inner.index.is_none() {
             return r;
@@ -665,8 +675,23 @@ impl FileQueue {
             let ix = inner.index()?;
             ix.begin(exclusive)?;
             if let Err(why) = self.check_index(inner)? {
+                let private = !inner.index()?.is_shared();
                 inner.index()?.rollback()?;
                 unusable = Some(why);
+                if private {
+                    // The files changed under a private index (another
+                    // process compacted them): the shared index may
+                    // describe them now.
+                    inner.index = None;
+                    unusable = self.open_index(inner, exclusive);
+                    if unusable.is_none() {
+                        inner.index()?.begin(exclusive)?;
+                        if let Err(why) = self.check_index(inner)? {
+                            inner.index()?.rollback()?;
+                            unusable = Some(why);
+                        }
+                    }
+                }
             }
         }
         if let Some(why) = unusable {
@@ -721,18 +746,18 @@ impl FileQueue {
         // opens the index).
         let hot = journal.exists();
         if let Some(ix) = &inner.index {
-            match ix.identity() {
-                None => return None,
-                Some(id) => {
-                    let now = std::fs::metadata(&self.index_path)
-                        .ok()
-                        .map(|m| (m.dev(), m.ino()));
-                    if now == Some(id) && !(hot && !(self.writable && exclusive)) {
-                        return None;
-                    }
-                    inner.index = None;
-                }
+            if !ix.is_shared() {
+                return None;
             }
+            // Kept only while nobody else wrote the file since this call's
+            // last use of it (see `index::Stamp`).
+            if ix.seen.is_some()
+                && index::Stamp::of(&self.index_path) == ix.seen
+                && !(hot && !(self.writable && exclusive))
+            {
+                return None;
+            }
+            inner.index = None;
         }
         if hot && !(self.writable && exclusive) {
             return Some("a write to it was interrupted (its journal is left)".into());
