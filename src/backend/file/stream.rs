@@ -78,7 +78,7 @@ impl BatchOut {
                 .strip_suffix(b"}\n")
                 .ok_or_else(|| Error::Internal("a batch line that does not end in }".into()))?;
             self.buf.extend_from_slice(body);
-            let _ = write!(self.buf, ",\"tx\":{}}}\n", self.tx);
+            let _ = writeln!(self.buf, ",\"tx\":{}}}", self.tx);
             if self.buf.len() >= CHUNK {
                 self.flush(q)?;
             }
