@@ -431,6 +431,60 @@ fn compaction_rebuilds_the_index_for_the_new_file() {
     assert_reads(&p, &want);
 }
 
+/// Reads through the seam, per inode.
+#[derive(Debug, Default)]
+struct PerFile(std::sync::Mutex<std::collections::HashMap<u64, u64>>);
+
+impl FileIo for PerFile {
+    fn read_at(&self, file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(file, buf, offset)?;
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .entry(file.metadata()?.ino())
+            .or_default() += n as u64;
+        Ok(n)
+    }
+}
+
+#[test]
+fn compaction_carries_the_index_over_without_reading_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 5000);
+    let io = Arc::new(PerFile::default());
+    let q = FileQueue::open_with_io(
+        &p,
+        &OpenOptions::new(OpenMode::ReadWrite),
+        io.clone() as Arc<dyn FileIo>,
+    )
+    .unwrap();
+    q.mark_done(&(1..=2500).collect::<Vec<_>>()).unwrap();
+    q.set_held(&[4000], true).unwrap();
+    q.dead_letter(4001, "dead").unwrap();
+    q.compact().unwrap();
+    let ino = std::fs::metadata(&p).unwrap().ino();
+    let len = std::fs::metadata(&p).unwrap().len();
+    let read = io.0.lock().unwrap().get(&ino).copied().unwrap_or(0);
+    assert!(
+        read <= 16 << 10,
+        "{read} bytes of the {len}-byte compacted file were read to index it"
+    );
+    assert!(q.get(4000).unwrap().unwrap().held);
+    assert_eq!(q.dead_count().unwrap(), 1);
+    drop(q);
+    let want: Vec<u64> = (2501..=5000).filter(|i| *i != 4001).collect();
+    assert_reads(&p, &want);
+    // Without an index to carry over, the compaction builds one.
+    std::fs::remove_file(idx(&p)).unwrap();
+    let q = open(&p, OpenMode::ReadWrite);
+    q.mark_done(&[2501]).unwrap();
+    std::fs::remove_file(idx(&p)).unwrap();
+    q.compact().unwrap();
+    drop(q);
+    assert_reads(&p, &want[1..]);
+}
+
 fn fails_at(n: usize) -> impl Iterator<Item = spool::Result<NewItem>> {
     (0..n + 5).map(move |i| {
         if i == n {

@@ -20,10 +20,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 impl FileQueue {
-    /// Rewrite both files; returns the report and the new main file,
-    /// still locked, so that no other process can use the new file before
-    /// its index is rebuilt.
-    pub(super) fn compact_files(&self, inner: &mut Inner) -> Result<(CompactReport, File)> {
+    /// Rewrite both files; returns the report, where the live items' lines
+    /// went, and the new main file, still locked, so that no other process
+    /// can use the new file before its index is in place.
+    pub(super) fn compact_files(&self, inner: &mut Inner) -> Result<(CompactReport, Layout, File)> {
         // Dead letters are few: read them whole, as an image.
         let mut dead = State::default();
         let mut dead_len = 0;
@@ -116,6 +116,12 @@ impl FileQueue {
             last_line = format::strip_tx(&line);
         }
         let copied = order.len() - usize::from(last_line.is_some());
+        let layout = Layout {
+            pending,
+            lines_len: order.iter().map(|(_, len)| *len as u64).sum(),
+            max_live,
+            last_len: last_line.as_ref().map(Vec::len),
+        };
         // The push state, written anew (without any batch frame).
         let mut push_state = Vec::new();
         if let Some((offset, len)) = last_push {
@@ -234,6 +240,7 @@ impl FileQueue {
                 high_water,
                 dropped_torn_tail: scanned.torn,
             },
+            layout,
             new_main,
         ))
     }
@@ -289,6 +296,25 @@ impl FileQueue {
             .map_err(|e| Error::io(dir, "fsync directory", e))?;
         Ok((written, lock.then_some(file)))
     }
+}
+
+/// Where compaction put the live items' lines: one after the other, in
+/// id order, from byte 0, each as it was (with its newline) — but the last
+/// one, which may have lost a `tx` field. The old index, which knows every
+/// live item's line length and columns, can be carried over to the new
+/// file from this alone (see `Index::carry_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Live items.
+    pub pending: u64,
+    /// The sum of their lines' lengths (without newlines), before any
+    /// `tx` was stripped.
+    pub lines_len: u64,
+    /// The highest live id.
+    pub max_live: ItemId,
+    /// The new length of the highest live id's line, when it lost a `tx`
+    /// field.
+    pub last_len: Option<usize>,
 }
 
 /// Apply a line of the dead-letter file to a dead-letter image.

@@ -446,6 +446,15 @@ impl Index {
     /// SQLite deletes when it is closed (`path` `None`). Fill it with an
     /// [`Applier`] and call [`Index::finish_build`].
     pub fn create(path: Option<&Path>) -> Result<Index> {
+        let ix = Index::create_tables(path)?;
+        ix.conn
+            .execute_batch("BEGIN")
+            .map_err(ix.err("create index"))?;
+        Ok(ix)
+    }
+
+    /// [`Index::create`] without the transaction.
+    fn create_tables(path: Option<&Path>) -> Result<Index> {
         let (conn, shown) = match path {
             Some(p) => (
                 Connection::open(p).map_err(|e| Error::sqlite(p, "create index", e))?,
@@ -474,6 +483,68 @@ impl Index {
         ix.conn
             .execute_batch(TABLES)
             .map_err(ix.err("create index"))?;
+        ix.conn
+            .execute_batch("COMMIT")
+            .map_err(ix.err("create index"))?;
+        Ok(ix)
+    }
+
+    /// A new index at `path` for a compacted spool, carried over from the
+    /// index `old` of the files before the compaction (which must have
+    /// been up to date with them): the pending rows with their offsets in
+    /// the new file — the live lines one after the other in id order, see
+    /// [`super::compact::Layout`] — the receiver's ledger, the push state
+    /// and the high-water mark. Fails, changing nothing the caller keeps,
+    /// when `old` does not hold exactly the live items the compaction
+    /// kept. The caller adds the dead letters and the file rows, and calls
+    /// [`Index::finish_build`].
+    pub fn carry_from(path: &Path, old: &Path, layout: &super::compact::Layout) -> Result<Index> {
+        let ix = Index::create_tables(Some(path))?;
+        let shown = ix.path.clone();
+        let err = move |e| Error::sqlite(&shown, "carry the index over to the compacted file", e);
+        ix.conn
+            .execute("ATTACH DATABASE ?1 AS old", [old.to_string_lossy()])
+            .map_err(&err)?;
+        ix.conn.execute_batch("BEGIN").map_err(&err)?;
+        let (count, lines_len, max): (i64, i64, i64) = ix
+            .conn
+            .query_row(
+                "SELECT count(*), coalesce(sum(len), 0), coalesce(max(id), 0) FROM old.pending",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(&err)?;
+        if (u(count), u(lines_len), u(max)) != (layout.pending, layout.lines_len, layout.max_live) {
+            return Err(Error::Internal(format!(
+                "the index before compaction held {count} items ({lines_len} bytes of lines, up to id {max}); the compaction kept {} ({} bytes, up to id {})",
+                layout.pending, layout.lines_len, layout.max_live
+            )));
+        }
+        ix.conn
+            .execute_batch(
+                "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq)
+                 SELECT id,
+                        coalesce(sum(len + 1) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
+                        len, key, attempts, enqueued_at, next_retry_at, held, push_seq
+                 FROM old.pending ORDER BY id;
+                 INSERT INTO clients SELECT * FROM old.clients;
+                 INSERT INTO client_entries SELECT * FROM old.client_entries;
+                 UPDATE state SET high_water = o.high_water, push_assigned = o.push_assigned,
+                        push_acked = o.push_acked, push_skips = o.push_skips, uuid = o.uuid
+                 FROM (SELECT * FROM old.state) AS o;",
+            )
+            .map_err(&err)?;
+        if let Some(len) = layout.last_len {
+            ix.conn
+                .execute(
+                    "UPDATE pending SET len = ?2 WHERE id = ?1",
+                    params![to_i64(layout.max_live, "item id")?, len as i64],
+                )
+                .map_err(&err)?;
+        }
+        ix.conn
+            .execute_batch("COMMIT; DETACH DATABASE old; BEGIN;")
+            .map_err(&err)?;
         Ok(ix)
     }
 

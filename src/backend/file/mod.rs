@@ -408,6 +408,7 @@ impl FileQueue {
     /// Compact with the exclusive lock held; afterwards every handle and
     /// the index are opened afresh on the next call.
     fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+        let carry = self.index_for_compaction(inner);
         if let Some(ix) = inner.index.take() {
             let _ = ix.rollback();
         }
@@ -415,11 +416,20 @@ impl FileQueue {
         inner.dead = None;
         inner.main_tail = Tail::default();
         inner.dead_tail = Tail::default();
-        let (report, new_main) = r?;
+        let (report, layout, new_main) = r?;
         // The new main file stays locked (through `new_main`) until its
         // index is in place; the old one is let go with its handle.
         let dead = open_existing(&self.dead_path, false)?;
-        if let Err(e) = self.build_shared(&new_main, dead.as_ref()) {
+        let carried = match carry {
+            true => self.carry_shared(&new_main, dead.as_ref(), &layout, &report),
+            false => Err(Error::Internal("no index to carry over".into())),
+        };
+        let installed = match carried {
+            Ok(()) => Ok(()),
+            // A full build from the new files.
+            Err(_) => self.build_shared(&new_main, dead.as_ref()).map(drop),
+        };
+        if let Err(e) = installed {
             inner.notices.push(format!(
                 "{}: the index was not rebuilt after compaction ({e}); the next command rebuilds it",
                 self.index_path.display()
@@ -428,6 +438,93 @@ impl FileQueue {
         inner.main = None;
         drop(new_main);
         Ok(report)
+    }
+
+    /// Before a compaction: whether the shared index is usable and, caught
+    /// up with the files now, can be carried over to the compacted files
+    /// (much cheaper than building one from them).
+    fn index_for_compaction(&self, inner: &mut Inner) -> bool {
+        let notices = inner.notices.len();
+        let r = (|| -> Result<bool> {
+            self.track_dead(inner)?;
+            if self.open_index(inner, true).is_some() {
+                return Ok(false);
+            }
+            inner.index()?.begin(true)?;
+            if self.check_index(inner)?.is_err() {
+                return Ok(false);
+            }
+            self.catch_up(inner, Which::Dead)?;
+            self.catch_up(inner, Which::Main)?;
+            inner.index()?.commit()?;
+            Ok(true)
+        })();
+        // The compaction reports torn tails itself.
+        inner.notices.truncate(notices);
+        if let Some(ix) = &inner.index {
+            let _ = ix.rollback();
+        }
+        r.unwrap_or(false)
+    }
+
+    /// The index of the compacted files, carried over from the old one
+    /// (see [`Index::carry_from`]) into a temporary file and renamed into
+    /// place.
+    fn carry_shared(
+        &self,
+        main: &File,
+        dead: Option<&File>,
+        layout: &compact::Layout,
+        report: &CompactReport,
+    ) -> Result<()> {
+        let tmp = companion(&self.index_path, "tmp");
+        let _ = std::fs::remove_file(&tmp);
+        crate::private_file::create_replacement(&tmp, &self.index_path)
+            .map_err(|e| Error::io(&tmp, "create", e))?;
+        let built = Index::carry_from(&tmp, &self.index_path, layout).and_then(|ix| {
+            self.load_dead(&ix, dead)?;
+            let now = FileNow::of(main, &self.path)?;
+            let fingerprint = index::fingerprint(&*self.io, main, now.len)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            ix.set_file_row(
+                Which::Main,
+                &FileRow {
+                    dev: now.dev,
+                    ino: now.ino,
+                    upto: now.len,
+                    lines: report.records_after,
+                    records: report.records_after,
+                    needs_newline: false,
+                    fingerprint,
+                },
+            )?;
+            ix.finish_build()?;
+            if ix.depth()? != report.pending {
+                return Err(Error::Internal(
+                    "the carried index does not count the items kept".into(),
+                ));
+            }
+            ix.close()
+        });
+        if let Err(e) = built {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.install_index(&tmp)
+    }
+
+    /// Put a built index file in place of the shared index.
+    fn install_index(&self, tmp: &Path) -> Result<()> {
+        // A journal of the old index must not be played back into the new
+        // one.
+        let journal = index::journal_path(&self.index_path);
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&journal, "remove", e)),
+        }
+        std::fs::rename(tmp, &self.index_path)
+            .map_err(|e| Error::io(&self.index_path, "replace", e))
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -949,16 +1046,7 @@ impl FileQueue {
                 return Err(e);
             }
         };
-        // A journal of the old index must not be played back into the new
-        // one.
-        let journal = index::journal_path(&self.index_path);
-        match std::fs::remove_file(&journal) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(&journal, "remove", e)),
-        }
-        std::fs::rename(&tmp, &self.index_path)
-            .map_err(|e| Error::io(&self.index_path, "replace", e))?;
+        self.install_index(&tmp)?;
         Ok(torn)
     }
 
@@ -989,37 +1077,8 @@ impl FileQueue {
         main: &File,
         dead: Option<&File>,
     ) -> Result<(Option<TornTail>, Option<TornTail>)> {
+        let dead_torn = self.load_dead(ix, dead)?;
         let mut ap = ix.applier()?;
-        let mut dead_torn = None;
-        if let Some(f) = dead {
-            let now = FileNow::of(f, &self.dead_path)?;
-            let s = scan::scan_tail_with(
-                &self.dead_path,
-                &*self.io,
-                f,
-                0,
-                now.len,
-                0,
-                false,
-                Entry::parse,
-                |e, off, l| ap.dead(e, off, l),
-            )?;
-            let fingerprint = index::fingerprint(&*self.io, f, s.end)
-                .map_err(|e| Error::io(&self.dead_path, "read", e))?;
-            ix.set_file_row(
-                Which::Dead,
-                &FileRow {
-                    dev: now.dev,
-                    ino: now.ino,
-                    upto: s.end,
-                    lines: s.lines,
-                    records: s.records,
-                    needs_newline: s.needs_newline,
-                    fingerprint,
-                },
-            )?;
-            dead_torn = s.torn;
-        }
         let now = FileNow::of(main, &self.path)?;
         let s =
             scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
@@ -1041,6 +1100,40 @@ impl FileQueue {
             },
         )?;
         Ok((s.torn, dead_torn))
+    }
+
+    /// Take the whole dead-letter file into a new index; its torn tail.
+    fn load_dead(&self, ix: &Index, dead: Option<&File>) -> Result<Option<TornTail>> {
+        let Some(f) = dead else { return Ok(None) };
+        let mut ap = ix.applier()?;
+        let now = FileNow::of(f, &self.dead_path)?;
+        let s = scan::scan_tail_with(
+            &self.dead_path,
+            &*self.io,
+            f,
+            0,
+            now.len,
+            0,
+            false,
+            Entry::parse,
+            |e, off, l| ap.dead(e, off, l),
+        )?;
+        ap.finish()?;
+        let fingerprint = index::fingerprint(&*self.io, f, s.end)
+            .map_err(|e| Error::io(&self.dead_path, "read", e))?;
+        ix.set_file_row(
+            Which::Dead,
+            &FileRow {
+                dev: now.dev,
+                ino: now.ino,
+                upto: s.end,
+                lines: s.lines,
+                records: s.records,
+                needs_newline: s.needs_newline,
+                fingerprint,
+            },
+        )?;
+        Ok(s.torn)
     }
 
     fn cut_torn_tail(&self, inner: &mut Inner, which: Which, torn: TornTail) -> Result<()> {
