@@ -120,13 +120,16 @@ CREATE TABLE client_entries (
 ) WITHOUT ROWID;
 ";
 
-/// Secondary indexes and the counts; made after a full build has loaded
-/// the rows (faster than keeping them up to date row by row). Afterwards
-/// [`Applier`] keeps the counts.
-const DERIVED: &str = "
+/// Secondary indexes, made after a build has loaded the rows (faster than
+/// keeping them up to date row by row).
+const SECONDARY: &str = "
 CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
 CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
+";
+
+/// The counts, made after a full build. Afterwards [`Applier`] keeps them.
+const COUNTS: &str = "
 UPDATE state SET
     depth = (SELECT count(*) FROM pending),
     held = (SELECT count(*) FROM pending WHERE held),
@@ -489,70 +492,108 @@ impl Index {
         Ok(ix)
     }
 
-    /// A new index at `path` for a compacted spool, carried over from the
-    /// index `old` of the files before the compaction (which must have
-    /// been up to date with them): the pending rows with their offsets in
-    /// the new file — the live lines one after the other in id order, see
-    /// [`super::compact::Layout`] — the receiver's ledger, the push state
-    /// and the high-water mark. Fails, changing nothing the caller keeps,
-    /// when `old` does not hold exactly the live items the compaction
-    /// kept. The caller adds the dead letters and the file rows, and calls
-    /// [`Index::finish_build`].
-    pub fn carry_from(path: &Path, old: &Path, layout: &super::compact::Layout) -> Result<Index> {
-        let ix = Index::create_tables(Some(path))?;
-        let shown = ix.path.clone();
-        let err = move |e| Error::sqlite(&shown, "carry the index over to the compacted file", e);
+    /// The index of a compacted spool, made from `path`, a byte copy of
+    /// the index of the files before the compaction (which must have been
+    /// up to date with them): every pending row gets its line's offset in
+    /// the new file — the live lines lie there one after the other in id
+    /// order, see [`super::compact::Layout`] — and the dead-letter and
+    /// file rows are dropped, for the caller to add for the new files
+    /// before [`Index::finish_carry`]. Everything else (the columns, the
+    /// secondary indexes, the counts, the push state, the receiver's
+    /// ledger, the high-water mark) stays as it is. Fails when the copy
+    /// does not hold exactly the live items the compaction kept.
+    pub fn carry_from(path: &Path, layout: &super::compact::Layout) -> Result<Index> {
+        let err = |e| Error::sqlite(path, "carry the index over to the compacted file", e);
+        let conn = Connection::open(path).map_err(err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16000; BEGIN;",
+        )
+        .map_err(err)?;
+        let ix = Index {
+            conn,
+            path: path.to_path_buf(),
+            shared: None,
+            seen: None,
+            read_only: false,
+            no_writes: false,
+        };
+        // Each line's new offset: the lengths (and newlines) of the lines
+        // before it in id order — a running sum, kept by a function that
+        // the update calls row by row in rowid (id) order, and refuses
+        // any other order. (A window function does the same in a new
+        // table, but several times slower, and the secondary indexes would
+        // have to be made again.) It also counts the rows and their bytes,
+        // to check them against what the compaction kept.
+        use std::sync::atomic::{AtomicI64, Ordering};
+        let seen = std::sync::Arc::new([AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)]);
+        let tally = seen.clone();
         ix.conn
-            .execute("ATTACH DATABASE ?1 AS old", [old.to_string_lossy()])
-            .map_err(&err)?;
-        ix.conn.execute_batch("BEGIN").map_err(&err)?;
-        let (count, lines_len, max): (i64, i64, i64) = ix
-            .conn
-            .query_row(
-                "SELECT count(*), coalesce(sum(len), 0), coalesce(max(id), 0) FROM old.pending",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            .create_scalar_function(
+                "spool_next_offset",
+                2,
+                rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+                move |ctx| {
+                    let id: i64 = ctx.get(0)?;
+                    let len: i64 = ctx.get(1)?;
+                    let [rows, bytes, last_id] = &*tally;
+                    if id <= last_id.load(Ordering::Relaxed) {
+                        return Err(rusqlite::Error::UserFunctionError(
+                            "rows visited out of id order".into(),
+                        ));
+                    }
+                    last_id.store(id, Ordering::Relaxed);
+                    rows.fetch_add(1, Ordering::Relaxed);
+                    Ok(bytes.fetch_add(len + 1, Ordering::Relaxed))
+                },
             )
-            .map_err(&err)?;
-        if (u(count), u(lines_len), u(max)) != (layout.pending, layout.lines_len, layout.max_live) {
-            return Err(Error::Internal(format!(
-                "the index before compaction held {count} items ({lines_len} bytes of lines, up to id {max}); the compaction kept {} ({} bytes, up to id {})",
-                layout.pending, layout.lines_len, layout.max_live
-            )));
-        }
+            .map_err(err)?;
         ix.conn
             .execute_batch(
-                "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq)
-                 SELECT id,
-                        coalesce(sum(len + 1) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
-                        len, key, attempts, enqueued_at, next_retry_at, held, push_seq
-                 FROM old.pending ORDER BY id;
-                 INSERT INTO clients SELECT * FROM old.clients;
-                 INSERT INTO client_entries SELECT * FROM old.client_entries;
-                 UPDATE state SET high_water = o.high_water, push_assigned = o.push_assigned,
-                        push_acked = o.push_acked, push_skips = o.push_skips, uuid = o.uuid
-                 FROM (SELECT * FROM old.state) AS o;",
+                "UPDATE pending SET off = spool_next_offset(id, len);
+                 DELETE FROM dead;
+                 DELETE FROM files;
+                 UPDATE state SET dead = 0;",
             )
-            .map_err(&err)?;
+            .map_err(err)?;
+        ix.conn
+            .remove_function("spool_next_offset", 2)
+            .map_err(err)?;
+        let [rows, bytes, last_id] = &*seen;
+        let (rows, bytes, last_id) = (
+            u(rows.load(Ordering::Relaxed)),
+            u(bytes.load(Ordering::Relaxed)),
+            u(last_id.load(Ordering::Relaxed)),
+        );
+        if (rows, bytes.saturating_sub(rows), last_id)
+            != (layout.pending, layout.lines_len, layout.max_live)
+        {
+            return Err(Error::Internal(format!(
+                "the index before compaction held {rows} items ({} bytes of lines, up to id {last_id}); the compaction kept {} ({} bytes, up to id {})",
+                bytes.saturating_sub(rows),
+                layout.pending,
+                layout.lines_len,
+                layout.max_live
+            )));
+        }
         if let Some(len) = layout.last_len {
             ix.conn
                 .execute(
                     "UPDATE pending SET len = ?2 WHERE id = ?1",
                     params![to_i64(layout.max_live, "item id")?, len as i64],
                 )
-                .map_err(&err)?;
+                .map_err(err)?;
         }
-        ix.conn
-            .execute_batch("COMMIT; DETACH DATABASE old; BEGIN;")
-            .map_err(&err)?;
         Ok(ix)
     }
 
-    /// Finish a build: the secondary indexes, the counts, the triggers,
-    /// the version, and commit.
+    /// Finish a build: the secondary indexes, the counts, the version,
+    /// and commit.
     pub fn finish_build(&self) -> Result<()> {
         self.conn
-            .execute_batch(DERIVED)
+            .execute_batch(SECONDARY)
+            .map_err(self.err("build index"))?;
+        self.conn
+            .execute_batch(COUNTS)
             .map_err(self.err("build index"))?;
         self.conn
             .execute_batch(&format!(
@@ -567,6 +608,13 @@ impl Index {
                 .map_err(self.err("build index"))?;
         }
         Ok(())
+    }
+
+    /// Finish an index made by [`Index::carry_from`]: commit.
+    pub fn finish_carry(&self) -> Result<()> {
+        self.conn
+            .execute_batch("COMMIT")
+            .map_err(self.err("carry the index over to the compacted file"))
     }
 
     /// Close a built index file (before it is renamed into place).

@@ -479,9 +479,10 @@ impl FileQueue {
     ) -> Result<()> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
-        crate::private_file::create_replacement(&tmp, &self.index_path)
-            .map_err(|e| Error::io(&tmp, "create", e))?;
-        let built = Index::carry_from(&tmp, &self.index_path, layout).and_then(|ix| {
+        // A byte copy (the index is committed, and nobody else may touch
+        // it while the spool is locked); it keeps the index file's mode.
+        std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+        let built = Index::carry_from(&tmp, layout).and_then(|ix| {
             self.load_dead(&ix, dead)?;
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
@@ -498,7 +499,7 @@ impl FileQueue {
                     fingerprint,
                 },
             )?;
-            ix.finish_build()?;
+            ix.finish_carry()?;
             if ix.depth()? != report.pending {
                 return Err(Error::Internal(
                     "the carried index does not count the items kept".into(),
