@@ -173,13 +173,34 @@ fn an_index_of_another_spool_is_not_used() {
 /// `enqueue --lines` killed with SIGKILL while it writes its batch to
 /// the spool file (the file has grown, the batch is not finished): none
 /// of the batch is visible, `verify` reports the unfinished batch as
-/// repairable, and the next write cuts it.
+/// repairable, and the next write cuts it. (The command reads and checks
+/// its whole input into a spill file before it writes to the spool: the
+/// file grows once the input has ended.)
 #[test]
 fn enqueue_lines_killed_while_writing_its_batch() {
-    let env = Env::new("spool.ndjson");
+    killed_while_writing("spool.ndjson");
+}
+
+/// The same on SQLite: the batch is one transaction, whose pages reach
+/// the WAL before it commits; killed then, none of it is visible.
+#[test]
+fn enqueue_lines_killed_while_writing_its_batch_on_sqlite() {
+    killed_while_writing("spool.db");
+}
+
+fn killed_while_writing(file: &str) {
+    let env = Env::new(file);
     env.enqueue("before 1");
     env.enqueue("before 2");
-    let before = std::fs::metadata(&env.path).unwrap().len();
+    // What grows while the batch is written: the NDJSON file, or the
+    // SQLite WAL.
+    let grows = if env.is_ndjson() {
+        env.path.clone()
+    } else {
+        PathBuf::from(format!("{}-wal", env.path.display()))
+    };
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let before = len(&grows);
     let lines = 200_000usize;
     let mut child = env
         .std_cmd()
@@ -208,7 +229,7 @@ fn enqueue_lines_killed_while_writing_its_batch() {
     // The batch is written in chunks: kill once the file has grown.
     let deadline = Instant::now() + Duration::from_secs(120);
     let grew = loop {
-        if std::fs::metadata(&env.path).unwrap().len() > before {
+        if len(&grows) > before {
             break true;
         }
         if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
@@ -225,14 +246,20 @@ fn enqueue_lines_killed_while_writing_its_batch() {
         Some(libc::SIGKILL),
         "the batch finished before it could be killed"
     );
-    assert_eq!(env.size(), 2);
-    assert_eq!(ids(&env), vec![1, 2]);
-    let v = env.run(&["verify"]).code(65);
-    assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
-    assert!(stdout(&v).contains("--repair"), "{}", stdout(&v));
+    assert_eq!(env.size(), 2, "{file}");
+    assert_eq!(ids(&env), vec![1, 2], "{file}");
+    if env.is_ndjson() {
+        let v = env.run(&["verify"]).code(65);
+        assert!(stdout(&v).contains("unfinished batch"), "{}", stdout(&v));
+        assert!(stdout(&v).contains("--repair"), "{}", stdout(&v));
+    } else {
+        env.run(&["verify"]).success();
+    }
     let e = env.run(&["enqueue", "--", "after"]).success();
-    assert_eq!(parse_id(&e.get_output().stdout), 3);
-    assert!(stderr(&e).contains("unfinished batch"), "{}", stderr(&e));
-    assert_eq!(ids(&env), vec![1, 2, 3]);
+    assert_eq!(parse_id(&e.get_output().stdout), 3, "{file}");
+    if env.is_ndjson() {
+        assert!(stderr(&e).contains("unfinished batch"), "{}", stderr(&e));
+    }
+    assert_eq!(ids(&env), vec![1, 2, 3], "{file}");
     env.run(&["verify"]).success();
 }

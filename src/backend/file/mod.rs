@@ -60,7 +60,8 @@
 //! * Opening never rewrites the file. Compaction runs when asked
 //!   ([`FileQueue::compact`]) or automatically after a mutation once the
 //!   main file is over 4 MiB and at least three quarters of its records
-//!   are garbage; it rebuilds the index for the new files.
+//!   are garbage; it carries the index over to the new files (see
+//!   [`index::Index::carry_from`]), or builds one when there was none.
 //! * Moving an item between the main and the dead-letter file writes the
 //!   destination first. If a crash separates the two appends, the item is
 //!   in both files, and the dead-letter file wins: it is a dead letter.
@@ -370,8 +371,9 @@ impl FileQueue {
     /// and the directory synced. The main file ends with a `done` line for
     /// the high-water mark when it is above every pending id, so ids are
     /// never reissued. A torn tail is dropped. Concurrent writers wait on
-    /// the lock and then continue on the new file. The index is rebuilt
-    /// for the new files before the lock is let go.
+    /// the lock and then continue on the new file. The index is carried
+    /// over to the new files (or built, when there was no usable one)
+    /// before the lock is let go.
     ///
     /// Compaction reads the files afresh, not the index, and streams the
     /// main file: every line is checked as a normal read checks it (a
