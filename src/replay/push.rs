@@ -145,6 +145,7 @@ impl Default for PushOptions {
 /// What a run reports besides settled items (which go to
 /// [`ReplayObserver::attempted`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushEvent<'a> {
     /// A request goes out.
     Sending {
