@@ -115,16 +115,16 @@ pub struct PushArgs {
     pub push: Option<String>,
 
     /// Entries per push request
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH, requires = "push",
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH, conflicts_with_all = ["exec", "url"],
           value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
     pub batch: usize,
 
     /// Bytes per push request body, before compression (one entry may exceed it)
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size, requires = "push")]
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size, conflicts_with_all = ["exec", "url"])]
     pub batch_bytes: u64,
 
     /// Compress push request bodies with gzip (Content-Encoding: gzip)
-    #[arg(long, requires = "push")]
+    #[arg(long, conflicts_with_all = ["exec", "url"])]
     pub compress: bool,
 }
 
@@ -148,11 +148,11 @@ pub struct TargetArgs {
     pub exec: Option<String>,
 
     /// Run the --exec command through /bin/sh -c (shell syntax allowed)
-    #[arg(long, requires = "exec")]
+    #[arg(long, requires = "exec", conflicts_with = "url")]
     pub shell: bool,
 
     /// Exit codes of the --exec command that reject an item for good
-    #[arg(long, value_name = "CODES", default_value = "65", value_parser = codes, requires = "exec")]
+    #[arg(long, value_name = "CODES", default_value = "65", value_parser = codes, requires = "exec", conflicts_with = "url")]
     pub reject_exit: Codes<i32>,
 
     /// POST (or --method) each payload to URL
@@ -160,7 +160,7 @@ pub struct TargetArgs {
     pub url: Option<String>,
 
     /// HTTP method for --url
-    #[arg(long, value_name = "METHOD", default_value = "POST", requires = "url")]
+    #[arg(long, value_name = "METHOD", default_value = "POST", requires = "url", conflicts_with = "exec")]
     pub method: String,
 
     /// Content-Type of the request body
@@ -168,7 +168,8 @@ pub struct TargetArgs {
         long,
         value_name = "TYPE",
         default_value = "application/octet-stream",
-        requires = "url"
+        requires = "url",
+        conflicts_with = "exec"
     )]
     pub content_type: String,
 
@@ -177,7 +178,7 @@ pub struct TargetArgs {
     pub headers: Vec<String>,
 
     /// 4xx statuses to retry instead of rejecting (comma-separated)
-    #[arg(long, value_name = "CODES", value_parser = statuses, requires = "url")]
+    #[arg(long, value_name = "CODES", value_parser = statuses, requires = "url", conflicts_with = "exec")]
     pub retry_status: Option<Codes<u16>>,
 
     /// Bound on one delivery attempt
@@ -655,6 +656,26 @@ fn push_hint(cause: StopCause) -> &'static str {
 /// `spool replay --push`.
 fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "push";
+    // clap's `requires` is satisfied by any member of the target group,
+    // so the options of --url and --exec are refused here.
+    let t = &args.target;
+    let foreign = [
+        (t.method != "POST", "--method"),
+        (t.content_type != "application/octet-stream", "--content-type"),
+        (t.retry_status.is_some(), "--retry-status"),
+        (t.shell, "--shell"),
+        (t.reject_exit.0 != [65], "--reject-exit"),
+    ];
+    if let Some((_, flag)) = foreign.iter().find(|(given, _)| *given) {
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "{ACTION} {}: {flag} does not apply to --push (requests are POSTs of JSON; the \
+                 receiver's answers decide what is retried)",
+                ctx.spool.display()
+            ),
+        ));
+    }
     let flags = args.replay.options();
     let options = push_options(&flags, args.push.batch, args.push.batch_bytes)
         .map_err(|e| setup_error(ctx, ACTION, e))?;
