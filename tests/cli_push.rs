@@ -53,11 +53,10 @@ fn every_item_is_delivered_once_in_batches_with_contiguous_numbers() {
         assert_eq!(r["requests"], 3);
         assert_eq!(r["in_flight"], 0);
         assert_eq!(r["watermark"], 13);
-        assert_eq!(rx.seqs(), [
-            vec![1, 2, 3, 4, 5],
-            vec![6, 7, 8, 9, 10],
-            vec![11, 12, 13]
-        ]);
+        assert_eq!(
+            rx.seqs(),
+            [vec![1, 2, 3, 4, 5], vec![6, 7, 8, 9, 10], vec![11, 12, 13]]
+        );
         let mut want = numbers(12);
         want.push("keyed".into());
         assert_eq!(rx.payloads(), want);
@@ -70,7 +69,11 @@ fn every_item_is_delivered_once_in_batches_with_contiguous_numbers() {
         assert_eq!(rx.duplicates(), 0);
         // Nothing left: a second run sends nothing and exits 0.
         let a = push(env, &rx.url(), &[]).code(0);
-        assert!(stdout(&a).starts_with("delivered 0, rejected 0"), "{}", stdout(&a));
+        assert!(
+            stdout(&a).starts_with("delivered 0, rejected 0"),
+            "{}",
+            stdout(&a)
+        );
         assert_eq!(rx.requests().len(), 3);
     });
 }
@@ -87,7 +90,11 @@ fn an_over_ack_is_clamped_and_logged() {
             err.contains("warning: the push receiver acknowledged up to sequence 103, but this spool has assigned only up to 3"),
             "{err}"
         );
-        assert_eq!(json_out(&a)["watermark"], 3, "clamped to the highest assigned");
+        assert_eq!(
+            json_out(&a)["watermark"],
+            3,
+            "clamped to the highest assigned"
+        );
         // The next item gets number 4, and the request says acked 3.
         env.enqueue("p4");
         push(env, &rx.url(), &[]).code(0);
@@ -110,9 +117,16 @@ fn a_receiver_that_lost_state_stops_the_push_with_65_and_nothing_changes() {
         assert!(err.contains("spool: error: push "), "{err}");
         assert!(err.contains("has lost state"), "{err}");
         assert!(err.contains("acknowledged 2"), "{err}");
-        assert!(err.contains("hint: the receiver went back to an older state"), "{err}");
+        assert!(
+            err.contains("hint: the receiver went back to an older state"),
+            "{err}"
+        );
         // The summary still goes to stdout.
-        assert!(stdout(&a).contains("refused by the receiver"), "{}", stdout(&a));
+        assert!(
+            stdout(&a).contains("refused by the receiver"),
+            "{}",
+            stdout(&a)
+        );
         let it = item(env, id);
         assert_eq!(it["push_seq"], 3);
         assert_eq!(it["attempts"], 0, "a refusal is not an attempt");
@@ -148,13 +162,21 @@ fn a_copied_spool_is_told_to_regenerate_its_uuid_and_then_pushes_as_a_new_client
         let err = stderr(&a);
         assert!(err.contains("reused with different content"), "{err}");
         assert!(err.contains("spool config uuid --regenerate"), "{err}");
-        assert_eq!(rx.payloads(), ["base", "original-2"], "nothing lost or applied");
+        assert_eq!(
+            rx.payloads(),
+            ["base", "original-2"],
+            "nothing lost or applied"
+        );
 
         let a = copy.run(&["config", "uuid", "--regenerate"]).success();
         let new = stdout(&a).trim().to_string();
         assert_ne!(new, uuid(env));
         assert_eq!(uuid(&copy), new);
-        assert!(stderr(&a).contains("2 in-flight item(s) renumbered from 1"), "{}", stderr(&a));
+        assert!(
+            stderr(&a).contains("2 in-flight item(s) renumbered from 1"),
+            "{}",
+            stderr(&a)
+        );
         push(&copy, &rx.url(), &[]).code(0);
         let last = rx.requests().pop().unwrap();
         assert_eq!(last.req.as_ref().unwrap().client_id, new);
@@ -208,7 +230,10 @@ fn a_413_halves_the_batch_then_dead_letters_an_item_too_large_alone() {
         let sizes: Vec<usize> = rx.seqs().iter().map(Vec::len).collect();
         assert_eq!(sizes[..2], [8, 4], "{sizes:?}");
         assert!(stderr(&a).contains("refused the request as too large"));
-        let dead = json_out(&env.run(&["dlq", "show", &big.to_string(), "--json"]).success());
+        let dead = json_out(
+            &env.run(&["dlq", "show", &big.to_string(), "--json"])
+                .success(),
+        );
         let why = dead["last_error"].as_str().unwrap();
         assert!(
             why.starts_with("too large for the push receiver (HTTP 413): body over"),
@@ -239,8 +264,14 @@ fn rejected_entries_become_dead_letters_with_the_receivers_reason() {
         env.enqueue("ok-2");
         let a = push(env, &rx.url(), &["--json"]).code(1);
         let r = json_out(&a);
-        assert_eq!((r["delivered"].as_u64(), r["rejected"].as_u64()), (Some(2), Some(1)));
-        let dead = json_out(&env.run(&["dlq", "show", &bad.to_string(), "--json"]).success());
+        assert_eq!(
+            (r["delivered"].as_u64(), r["rejected"].as_u64()),
+            (Some(2), Some(1))
+        );
+        let dead = json_out(
+            &env.run(&["dlq", "show", &bad.to_string(), "--json"])
+                .success(),
+        );
         let why = dead["last_error"].as_str().unwrap();
         assert!(why.contains("16"), "the receiver's reason: {why}");
         assert!(stderr(&a).contains(&format!("item {bad}: dead-lettered")));
@@ -253,23 +284,42 @@ fn rejected_entries_become_dead_letters_with_the_receivers_reason() {
 fn failed_requests_end_at_the_budget_with_75_and_attempts_on_every_item() {
     each_backend(|env| {
         let rx = PushReceiver::start();
-        rx.script(vec![Act::Status(503, r#"{"error":"maintenance"}"#.into(), None); 3]);
+        rx.script(vec![
+            Act::Status(
+                503,
+                r#"{"error":"maintenance"}"#.into(),
+                None
+            );
+            3
+        ]);
         enqueue_lines(env, 3);
         let a = push(env, &rx.url(), &["--max-attempts", "3"]).code(75);
         assert!(stdout(&a).contains("gave up after --max-attempts failed requests"));
-        assert!(stderr(&a).contains("(failed request 3 of 3)"), "{}", stderr(&a));
+        assert!(
+            stderr(&a).contains("(failed request 3 of 3)"),
+            "{}",
+            stderr(&a)
+        );
         assert_eq!(rx.requests().len(), 3);
         for id in 1..=3 {
             let it = item(env, id);
             assert_eq!(it["attempts"], 3, "{it}");
             assert_eq!(it["push_seq"], id);
-            assert!(it["last_error"].as_str().unwrap().contains("HTTP 503: maintenance"));
+            assert!(it["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("HTTP 503: maintenance"));
         }
         let dead = stdout(&env.run(&["dlq", "list", "--json"]).success());
         assert!(dead.trim().is_empty(), "nothing dead-lettered: {dead}");
         // A timeout is a failed request too.
         rx.script(vec![Act::Hang(Duration::from_secs(3)); 2]);
-        let a = push(env, &rx.url(), &["--timeout", "200ms", "--max-attempts", "2"]).code(75);
+        let a = push(
+            env,
+            &rx.url(),
+            &["--timeout", "200ms", "--max-attempts", "2"],
+        )
+        .code(75);
         assert!(stderr(&a).contains("timed out"), "{}", stderr(&a));
         assert_eq!(item(env, 1)["attempts"], 5);
         // Then the receiver is back: the same numbers, delivered.
@@ -287,7 +337,10 @@ fn a_dropped_connection_and_a_lost_answer_are_resent_and_counted_as_duplicates()
         enqueue_lines(env, 4);
         let a = push(env, &rx.url(), &["--json"]).code(0);
         let r = json_out(&a);
-        assert_eq!((r["requests"].as_u64(), r["failed_requests"].as_u64()), (Some(3), Some(2)));
+        assert_eq!(
+            (r["requests"].as_u64(), r["failed_requests"].as_u64()),
+            (Some(3), Some(2))
+        );
         assert_eq!(r["duplicates"], 4);
         assert_eq!(rx.payloads(), numbers(4), "applied exactly once");
         assert_eq!(rx.duplicates(), 4);
@@ -316,9 +369,15 @@ fn a_killed_sender_resends_the_same_numbers_and_the_receiver_counts_duplicates()
         std::thread::sleep(Duration::from_millis(50));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let seqs: Vec<serde_json::Value> = env.drain().iter().map(|i| i["push_seq"].clone()).collect();
-        let before: Vec<serde_json::Value> = (1..=5).map(|i| item(env, i)["push_seq"].clone()).collect();
-        assert_eq!(before[..3], [1, 2, 3], "numbered before the request: {seqs:?}");
+        let seqs: Vec<serde_json::Value> =
+            env.drain().iter().map(|i| i["push_seq"].clone()).collect();
+        let before: Vec<serde_json::Value> =
+            (1..=5).map(|i| item(env, i)["push_seq"].clone()).collect();
+        assert_eq!(
+            before[..3],
+            [1, 2, 3],
+            "numbered before the request: {seqs:?}"
+        );
         assert!(before[3].is_null() && before[4].is_null());
         push(env, &rx.url(), &["--batch", "3"]).code(0);
         assert_eq!(rx.seqs(), [vec![1, 2, 3], vec![1, 2, 3], vec![4, 5]]);
@@ -351,7 +410,12 @@ fn sigterm_finishes_the_request_in_flight_and_records_it() {
                 libc::kill(child.id() as i32, sig);
             }
             let out = child.wait_with_output().unwrap();
-            assert_eq!(out.status.code(), Some(code), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(r["stopped"], "signal", "{r}");
             assert_eq!(r["failed_requests"], 1);
@@ -398,7 +462,11 @@ fn done_force_sends_a_skip_and_hold_of_an_in_flight_item_is_refused() {
         // The list has no push column once nothing is in flight.
         env.enqueue("p4");
         let listed = stdout(&env.run(&["list"]).success());
-        assert_eq!(listed.lines().next().unwrap().split('\t').count(), 8, "{listed}");
+        assert_eq!(
+            listed.lines().next().unwrap().split('\t').count(),
+            8,
+            "{listed}"
+        );
     });
 }
 
@@ -422,7 +490,11 @@ fn a_dry_run_numbers_sends_and_changes_nothing() {
             stdout(&a).trim(),
             "dry run: 2 in flight would be resent, 1 new would be sent, not due 0, held 0"
         );
-        assert!(stderr(&a).contains("seq 3: would send item 3"), "{}", stderr(&a));
+        assert!(
+            stderr(&a).contains("seq 3: would send item 3"),
+            "{}",
+            stderr(&a)
+        );
         assert!(files() == before, "a spool file changed");
         assert_eq!(rx.requests().len(), 1);
     });
@@ -432,13 +504,20 @@ fn a_dry_run_numbers_sends_and_changes_nothing() {
 fn compress_sends_gzip_that_the_receiver_decodes() {
     each_backend(|env| {
         let rx = PushReceiver::start();
-        let lines: String = (0..50).map(|i| format!("{{\"event\":\"signup\",\"n\":{i}}}\n")).collect();
+        let lines: String = (0..50)
+            .map(|i| format!("{{\"event\":\"signup\",\"n\":{i}}}\n"))
+            .collect();
         env.run_in(&["enqueue", "--lines"], lines).success();
         push(env, &rx.url(), &["--compress"]).code(0);
         let reqs = rx.requests();
         assert_eq!(reqs.len(), 1);
         assert_eq!(reqs[0].header("content-encoding"), Some("gzip"));
-        assert!(reqs[0].wire_len * 3 < reqs[0].body.len(), "{} vs {}", reqs[0].wire_len, reqs[0].body.len());
+        assert!(
+            reqs[0].wire_len * 3 < reqs[0].body.len(),
+            "{} vs {}",
+            reqs[0].wire_len,
+            reqs[0].body.len()
+        );
         assert_eq!(rx.payloads().len(), 50);
     });
 }
@@ -461,11 +540,20 @@ fn https_with_cacert_and_a_named_tls_failure_without_it() {
         .assert()
         .code(75);
     assert!(stderr(&a).contains("unknown issuer"), "{}", stderr(&a));
-    assert!(item(&env, 1)["last_error"].as_str().unwrap().contains("TLS handshake with localhost:"));
+    assert!(item(&env, 1)["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("TLS handshake with localhost:"));
     env.cmd()
         .env_remove("SSL_CERT_FILE")
         .env_remove("SSL_CERT_DIR")
-        .args(["replay", "--push", &url, "--cacert", ca_pem.to_str().unwrap()])
+        .args([
+            "replay",
+            "--push",
+            &url,
+            "--cacert",
+            ca_pem.to_str().unwrap(),
+        ])
         .write_stdin("")
         .assert()
         .code(0);
@@ -485,14 +573,20 @@ fn options_that_do_not_apply_to_push_are_usage_errors() {
         let mut all = vec!["replay", "--push", url];
         all.extend(args.iter().copied());
         let a = assert_error(env.run(&all), 64, &env.path);
-        assert!(stderr(&a).contains("does not apply to --push"), "{}", stderr(&a));
+        assert!(
+            stderr(&a).contains("does not apply to --push"),
+            "{}",
+            stderr(&a)
+        );
     }
     env.run(&["replay", "--push", url, "--url", url]).code(64);
     env.run(&["replay", "--url", url, "--batch", "5"]).code(64);
-    env.run(&["replay", "--exec", "true", "--compress"]).code(64);
+    env.run(&["replay", "--exec", "true", "--compress"])
+        .code(64);
     // The options of one target are refused with another.
     env.run(&["replay", "--url", url, "--shell"]).code(64);
-    env.run(&["replay", "--exec", "true", "--method", "PUT"]).code(64);
+    env.run(&["replay", "--exec", "true", "--method", "PUT"])
+        .code(64);
     for args in [
         vec!["--method", "PUT"],
         vec!["--content-type", "text/plain"],
@@ -505,5 +599,9 @@ fn options_that_do_not_apply_to_push_are_usage_errors() {
     }
     env.run(&["replay", "--push", url, "--batch", "0"]).code(64);
     env.run(&["replay", "--push", "ftp://x/y"]).code(64);
-    assert_eq!(item(&env, 1)["push_seq"], serde_json::Value::Null, "nothing numbered");
+    assert_eq!(
+        item(&env, 1)["push_seq"],
+        serde_json::Value::Null,
+        "nothing numbered"
+    );
 }

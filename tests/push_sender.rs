@@ -6,13 +6,10 @@
 use spool::push::wire::{self, PushRequest};
 use spool::push::{apply_push, MemoryReceiver, ReceiveLimits, StopCause};
 use spool::replay::push::{
-    PushAnswer, PushEvent, PushHalt, PushOptions, PushReport, PushSender, PushStatus,
-    PushTransport,
+    PushAnswer, PushEvent, PushHalt, PushOptions, PushReport, PushSender, PushStatus, PushTransport,
 };
 use spool::replay::{Backoff, ItemOutcome, ReplayObserver, RetryAfter, StopHandle};
-use spool::{
-    Item, ManualClock, OpenMode, OpenOptions, Queue, SharedClock, Spool, Timestamp,
-};
+use spool::{Item, ManualClock, OpenMode, OpenOptions, Queue, SharedClock, Spool, Timestamp};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,7 +112,12 @@ impl PushTransport for Receiver {
                 retry_after: None,
             };
         }
-        let fault = self.script.lock().unwrap().pop_front().unwrap_or(Fault::Normal);
+        let fault = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Fault::Normal);
         match fault {
             Fault::Normal => {
                 let (status, body) = self.apply(&req);
@@ -218,13 +220,7 @@ fn spool_with(n: usize, clock: &SharedClock) -> Spool {
     s
 }
 
-fn run(
-    q: &dyn Queue,
-    rx: &Receiver,
-    o: PushOptions,
-    clock: &SharedClock,
-    log: &Log,
-) -> PushReport {
+fn run(q: &dyn Queue, rx: &Receiver, o: PushOptions, clock: &SharedClock, log: &Log) -> PushReport {
     PushSender::new(q, rx, o, clock.clone())
         .unwrap()
         .with_observer(log)
@@ -280,7 +276,10 @@ fn a_lost_answer_is_resent_with_the_same_numbers_and_counted_as_duplicates() {
     let r = run(&*s, &rx, opts(), &c, &log);
     assert_eq!(r.status(), PushStatus::Clean, "{r:?}");
     assert_eq!((r.requests, r.failed_requests), (3, 2));
-    assert_eq!(r.duplicates, 4, "the third request repeats what was applied");
+    assert_eq!(
+        r.duplicates, 4,
+        "the third request repeats what was applied"
+    );
     assert_eq!(rx.seqs(), vec![vec![1, 2, 3, 4]; 3]);
     assert_eq!(rx.payloads(), numbers(4), "applied exactly once");
     // Backoff on the injected clock: 0.5s then 1s (jitter 0 takes the
@@ -293,12 +292,18 @@ fn a_lost_answer_is_resent_with_the_same_numbers_and_counted_as_duplicates() {
 fn failed_requests_count_an_attempt_on_every_item_and_end_at_the_budget() {
     let (clk, c) = clock();
     let s = spool_with(3, &c);
-    let rx = Receiver::new().script(vec![
-        Fault::Status(503, r#"{"error":"busy"}"#, None);
-        10
-    ]);
+    let rx = Receiver::new().script(vec![Fault::Status(503, r#"{"error":"busy"}"#, None); 10]);
     let log = Log::default();
-    let r = run(&*s, &rx, PushOptions { max_attempts: 3, ..opts() }, &c, &log);
+    let r = run(
+        &*s,
+        &rx,
+        PushOptions {
+            max_attempts: 3,
+            ..opts()
+        },
+        &c,
+        &log,
+    );
     assert_eq!(r.status(), PushStatus::Retry);
     assert_eq!(r.halt, Some(PushHalt::Budget));
     assert_eq!((r.requests, r.failed_requests, r.in_flight), (3, 3, 3));
@@ -307,7 +312,10 @@ fn failed_requests_count_an_attempt_on_every_item_and_end_at_the_budget() {
     for it in s.drain().unwrap() {
         assert_eq!(it.attempts, 3, "{it:?}");
         assert!(it.in_flight());
-        assert_eq!(it.next_retry_at, None, "the stream's head is resent next run");
+        assert_eq!(
+            it.next_retry_at, None,
+            "the stream's head is resent next run"
+        );
         assert!(
             it.last_error.as_deref().unwrap().contains("HTTP 503: busy"),
             "{:?}",
@@ -316,7 +324,10 @@ fn failed_requests_count_an_attempt_on_every_item_and_end_at_the_budget() {
     }
     assert_eq!(s.dead_count().unwrap(), 0);
     // Two waits (0.5s, 1s): none after the last failure.
-    assert_eq!(clk.sleeps().iter().sum::<Duration>(), Duration::from_millis(1500));
+    assert_eq!(
+        clk.sleeps().iter().sum::<Duration>(),
+        Duration::from_millis(1500)
+    );
     // A later run starts a fresh budget and resends the same numbers.
     let r = run(&*s, &rx, opts(), &c, &log);
     assert_eq!(r.status(), PushStatus::Retry, "7 more 503s, budget 5");
@@ -335,14 +346,20 @@ fn retry_after_is_honoured_and_one_beyond_the_cap_ends_the_run() {
     let log = Log::default();
     let r = run(&*s, &rx, opts(), &c, &log);
     assert_eq!(r.status(), PushStatus::Clean);
-    assert_eq!(clk.sleeps().iter().sum::<Duration>(), Duration::from_secs(7));
+    assert_eq!(
+        clk.sleeps().iter().sum::<Duration>(),
+        Duration::from_secs(7)
+    );
 
     let s = spool_with(1, &c);
     let ra = Some(RetryAfter::Delay(Duration::from_secs(3600)));
     let rx = Receiver::new().script([Fault::Status(429, "", ra)]);
     let before = clk.sleeps().len();
     let r = run(&*s, &rx, opts(), &c, &log);
-    assert_eq!(r.halt, Some(PushHalt::RetryAfter(Duration::from_secs(3600))));
+    assert_eq!(
+        r.halt,
+        Some(PushHalt::RetryAfter(Duration::from_secs(3600)))
+    );
     assert_eq!(r.status(), PushStatus::Retry);
     assert_eq!(clk.sleeps().len(), before, "no hour-long sleep");
 }
@@ -362,7 +379,10 @@ fn a_wait_past_the_deadline_ends_the_run_at_once() {
     assert_eq!(r.status(), PushStatus::Retry);
     // 0.5s fits, the next 1s would end at 1.5s > 1.2s.
     assert_eq!(r.requests, 2);
-    assert_eq!(clk.sleeps().iter().sum::<Duration>(), Duration::from_millis(500));
+    assert_eq!(
+        clk.sleeps().iter().sum::<Duration>(),
+        Duration::from_millis(500)
+    );
 }
 
 #[test]
@@ -402,7 +422,11 @@ fn a_413_halves_the_batch_down_to_one_then_dead_letters_that_item() {
     assert_eq!((r.too_large, r.delivered, r.skipped), (1, 3, 1));
     let dead = s.dead_get(huge).unwrap().expect("dead-lettered");
     assert!(
-        dead.item.last_error.as_deref().unwrap().contains("too large for the push receiver (HTTP 413)"),
+        dead.item
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("too large for the push receiver (HTTP 413)"),
         "{:?}",
         dead.item.last_error
     );
@@ -474,7 +498,11 @@ fn an_over_ack_is_clamped_and_reported() {
     let r = run(&*s, &rx, opts(), &c, &log);
     assert_eq!(r.status(), PushStatus::Clean);
     assert_eq!((r.watermark, r.acknowledged), (3, 3));
-    assert_eq!(s.push_state().unwrap().acked, 3, "clamped to the highest assigned");
+    assert_eq!(
+        s.push_state().unwrap().acked,
+        3,
+        "clamped to the highest assigned"
+    );
     assert!(
         log.events()
             .iter()
@@ -540,7 +568,11 @@ fn the_limit_counts_distinct_items_and_leaves_the_rest() {
     assert_eq!(r.status(), PushStatus::Retry);
     assert_eq!((r.sent, r.delivered), (3, 3));
     assert_eq!(rx.seqs(), [vec![1, 2], vec![1, 2], vec![3]]);
-    assert_eq!(s.push_state().unwrap().last_assigned, 3, "no number beyond the limit");
+    assert_eq!(
+        s.push_state().unwrap().last_assigned,
+        3,
+        "no number beyond the limit"
+    );
 }
 
 #[test]
@@ -571,7 +603,16 @@ fn bodies_stay_within_batch_bytes_unless_one_entry_is_larger() {
     s.enqueue(&[0xff; 900], "").unwrap();
     let rx = Receiver::new();
     let log = Log::default();
-    let r = run(&*s, &rx, PushOptions { batch_bytes: 700, ..opts() }, &c, &log);
+    let r = run(
+        &*s,
+        &rx,
+        PushOptions {
+            batch_bytes: 700,
+            ..opts()
+        },
+        &c,
+        &log,
+    );
     assert_eq!((r.status(), r.delivered), (PushStatus::Clean, 21));
     let sizes = rx.sizes.lock().unwrap().clone();
     let reqs = rx.requests();
@@ -615,19 +656,42 @@ fn a_dry_run_numbers_and_changes_nothing() {
     let s = spool_with(3, &c);
     let rx = Receiver::new().script([Fault::Drop]);
     let log = Log::default();
-    run(&*s, &rx, PushOptions { batch: 2, max_attempts: 1, ..opts() }, &c, &log);
+    run(
+        &*s,
+        &rx,
+        PushOptions {
+            batch: 2,
+            max_attempts: 1,
+            ..opts()
+        },
+        &c,
+        &log,
+    );
     let held = s.enqueue(b"held", "").unwrap().id;
     s.set_held(&[held], true).unwrap();
     let before = (s.drain().unwrap(), s.push_state().unwrap());
     let requests = rx.requests().len();
     let log = Log::default();
-    let r = run(&*s, &rx, PushOptions { dry_run: true, ..opts() }, &c, &log);
+    let r = run(
+        &*s,
+        &rx,
+        PushOptions {
+            dry_run: true,
+            ..opts()
+        },
+        &c,
+        &log,
+    );
     assert_eq!((r.would_resend, r.would_send, r.held), (2, 1, 1));
     assert_eq!((s.drain().unwrap(), s.push_state().unwrap()), before);
     assert_eq!(rx.requests().len(), requests, "nothing sent");
     assert_eq!(
         log.events(),
-        ["would resend 1 Some(1)", "would resend 2 Some(2)", "would send 3 Some(3)"]
+        [
+            "would resend 1 Some(1)",
+            "would resend 2 Some(2)",
+            "would send 3 Some(3)"
+        ]
     );
 }
 
@@ -637,7 +701,17 @@ fn a_regenerated_uuid_starts_a_new_stream_from_one() {
     let s = spool_with(3, &c);
     let rx = Receiver::new().script([Fault::Drop]);
     let log = Log::default();
-    run(&*s, &rx, PushOptions { batch: 2, max_attempts: 1, ..opts() }, &c, &log);
+    run(
+        &*s,
+        &rx,
+        PushOptions {
+            batch: 2,
+            max_attempts: 1,
+            ..opts()
+        },
+        &c,
+        &log,
+    );
     let old = s.uuid().unwrap();
     let new = s.regenerate_uuid().unwrap();
     assert_ne!(old, new);

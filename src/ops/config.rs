@@ -83,7 +83,8 @@ const KEYS: &[Key] = &[
     },
     Key {
         name: "uuid",
-        about: "the spool's identity: the prefix of its stable idempotency keys, its push client id",
+        about:
+            "the spool's identity: the prefix of its stable idempotency keys, its push client id",
         get: get_uuid,
         set: None,
         read_only: "the uuid is not set to a chosen value; `spool config uuid --regenerate` \
@@ -217,16 +218,25 @@ mod tests {
         assert_eq!(names, ["max-depth", "uuid"]);
         assert_eq!(all[0].value, Value::Count(None));
         assert_eq!(all[0].value.to_string(), "none");
-        assert_eq!(get(&*s, "uuid").unwrap().value, Value::Text(s.uuid().unwrap()));
+        assert_eq!(
+            get(&*s, "uuid").unwrap().value,
+            Value::Text(s.uuid().unwrap())
+        );
         let v = set(&*s, "max-depth", "10").unwrap();
         assert_eq!(v.value, Value::Count(Some(10)));
         assert_eq!(s.max_depth().unwrap(), Some(10));
-        assert_eq!(set(&*s, "max-depth", "NONE").unwrap().value, Value::Count(None));
+        assert_eq!(
+            set(&*s, "max-depth", "NONE").unwrap().value,
+            Value::Count(None)
+        );
         for (k, v) in [("max-depth", "ten"), ("uuid", "x"), ("colour", "1")] {
             let e = set(&*s, k, v).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Usage, "{k}: {e}");
         }
-        assert!(get(&*s, "colour").unwrap_err().to_string().contains("max-depth, uuid"));
+        assert!(get(&*s, "colour")
+            .unwrap_err()
+            .to_string()
+            .contains("max-depth, uuid"));
         assert_eq!(s.max_depth().unwrap(), None, "failed sets change nothing");
     }
 

@@ -127,7 +127,14 @@ mod tests {
              the receiver is told to skip its number"
         );
         assert_eq!(s.size().unwrap(), 2, "nothing changed");
-        let r = done(&*s, &DoneOptions { force: true, ..opts }).unwrap();
+        let r = done(
+            &*s,
+            &DoneOptions {
+                force: true,
+                ..opts
+            },
+        )
+        .unwrap();
         assert_eq!(r.ids.changed, vec![b, a]);
         assert_eq!(r.abandoned, vec![(a, 1)]);
         assert_eq!(s.push_state().unwrap().skips, vec![1]);

@@ -588,9 +588,7 @@ impl super::push::PushTransport for HttpPush {
         let req = match req.body(wire) {
             Ok(r) => r,
             Err(e) => {
-                return PushAnswer::Failed(
-                    self.redact(&format!("cannot build the request: {e}")),
-                )
+                return PushAnswer::Failed(self.redact(&format!("cannot build the request: {e}")))
             }
         };
         let resp = match self.endpoint.agent.run(req) {

@@ -980,10 +980,11 @@ impl<'a> PushSender<'a> {
         let limit = self.opts.limit.unwrap_or(u64::MAX);
         if let Some(o) = self.observer {
             let total = if o.wants_total() {
-                Some(
-                    self.queue
-                        .due_count(self.clock.now(), self.opts.ignore_backoff, self.opts.limit)?,
-                )
+                Some(self.queue.due_count(
+                    self.clock.now(),
+                    self.opts.ignore_backoff,
+                    self.opts.limit,
+                )?)
             } else {
                 None
             };

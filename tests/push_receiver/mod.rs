@@ -96,7 +96,11 @@ fn json(status: u16, body: Vec<u8>, retry_after: Option<u64>) -> Answer {
     if let Some(s) = retry_after {
         headers.push(("retry-after".into(), s.to_string()));
     }
-    Answer::Full(status, headers, String::from_utf8(body).expect("JSON is UTF-8"))
+    Answer::Full(
+        status,
+        headers,
+        String::from_utf8(body).expect("JSON is UTF-8"),
+    )
 }
 
 fn error(status: u16, msg: &str) -> Answer {

@@ -50,7 +50,11 @@ pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     .map_err(|e| ctx.fail(ACTION, e))?;
     ctx.notices(&spool);
     if !report.abandoned.is_empty() {
-        let seqs: Vec<String> = report.abandoned.iter().map(|(_, s)| s.to_string()).collect();
+        let seqs: Vec<String> = report
+            .abandoned
+            .iter()
+            .map(|(_, s)| s.to_string())
+            .collect();
         ctx.note(&format!(
             "abandoned {} in-flight item(s): the next push tells the receiver to skip sequence {}",
             report.abandoned.len(),

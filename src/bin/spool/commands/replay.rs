@@ -6,17 +6,17 @@ use clap::builder::TypedValueParser as _;
 use clap::{ArgGroup, Args};
 use indicatif::{ProgressBar, ProgressStyle};
 use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
+use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
+use spool::push::StopCause;
 use spool::replay::exec::parse_exit_codes;
+use spool::replay::http::HttpPushOptions;
 use spool::replay::http::{parse_statuses, HttpOptions};
+use spool::replay::push::{PushEvent, PushHalt, PushReport, PushStatus, DEFAULT_BATCH};
 use spool::replay::{
     Backoff, ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
     StopReason,
 };
 use spool::tls::TlsTrust;
-use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
-use spool::push::StopCause;
-use spool::replay::http::HttpPushOptions;
-use spool::replay::push::{PushEvent, PushHalt, PushReport, PushStatus, DEFAULT_BATCH};
 use spool::units::{parse_duration, parse_size};
 use spool::{Error, Item, OpenMode};
 use std::io::{IsTerminal, Write};
@@ -160,7 +160,13 @@ pub struct TargetArgs {
     pub url: Option<String>,
 
     /// HTTP method for --url
-    #[arg(long, value_name = "METHOD", default_value = "POST", requires = "url", conflicts_with = "exec")]
+    #[arg(
+        long,
+        value_name = "METHOD",
+        default_value = "POST",
+        requires = "url",
+        conflicts_with = "exec"
+    )]
     pub method: String,
 
     /// Content-Type of the request body
@@ -174,7 +180,12 @@ pub struct TargetArgs {
     pub content_type: String,
 
     /// Extra request header, 'Name: value' (repeatable; --url, --push)
-    #[arg(short = 'H', long = "header", value_name = "HEADER", conflicts_with = "exec")]
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        conflicts_with = "exec"
+    )]
     pub headers: Vec<String>,
 
     /// 4xx statuses to retry instead of rejecting (comma-separated)
@@ -233,6 +244,10 @@ impl TargetArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ReplayFlags {
     /// Failed attempts (cumulative, across runs) before an item is dead-lettered
+    ///
+    /// With --push: the consecutive failed requests of one run, after
+    /// which the run ends with exit 75 (a push never dead-letters an item
+    /// for a failed request; a later run starts a fresh budget).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,
 
@@ -661,7 +676,10 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let t = &args.target;
     let foreign = [
         (t.method != "POST", "--method"),
-        (t.content_type != "application/octet-stream", "--content-type"),
+        (
+            t.content_type != "application/octet-stream",
+            "--content-type",
+        ),
         (t.retry_status.is_some(), "--retry-status"),
         (t.shell, "--shell"),
         (t.reject_exit.0 != [65], "--reject-exit"),
@@ -733,7 +751,12 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             let (message, cause) = r
                 .refusal()
                 .map(|s| (s.message.clone(), s.cause))
-                .unwrap_or_else(|| ("the push receiver refused the run".into(), StopCause::Refused));
+                .unwrap_or_else(|| {
+                    (
+                        "the push receiver refused the run".into(),
+                        StopCause::Refused,
+                    )
+                });
             Err(CliError::new(
                 exit::for_kind(kind),
                 format!("{ACTION} {}: {message}", ctx.spool.display()),

@@ -74,7 +74,10 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             },
         ),
         ("attempts", item.attempts.to_string()),
-        ("push seq", render::or_dash(item.push_seq.map(|s| s.to_string()))),
+        (
+            "push seq",
+            render::or_dash(item.push_seq.map(|s| s.to_string())),
+        ),
         ("enqueued at", when(item.enqueued_at)),
         ("next retry", when(item.next_retry_at)),
         (
