@@ -211,9 +211,10 @@ fn opts() -> PushOptions {
 
 /// A memory spool with `n` items `p1`, `p2`, ….
 fn spool_with(n: usize, clock: &SharedClock) -> Spool {
-    let mut o = OpenOptions::default();
-    o.clock = clock.clone();
-    let s = Spool::memory(&o);
+    let s = Spool::memory(&OpenOptions {
+        clock: clock.clone(),
+        ..OpenOptions::default()
+    });
     for i in 1..=n {
         s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
     }
@@ -407,7 +408,7 @@ fn a_413_halves_the_batch_down_to_one_then_dead_letters_that_item() {
 
     // Now a receiver whose body limit fits no lone entry of item `huge`.
     let s = spool_with(2, &c);
-    let huge = s.enqueue(&vec![b'y'; 100], "").unwrap().id;
+    let huge = s.enqueue(&[b'y'; 100], "").unwrap().id;
     s.enqueue(b"after", "").unwrap();
     let rx = BodyLimit {
         inner: Receiver::new(),
@@ -469,7 +470,7 @@ impl PushTransport for BodyLimit {
 fn rejects_become_dead_letters_with_the_receivers_reason() {
     let (_, c) = clock();
     let s = spool_with(2, &c);
-    let bad = s.enqueue(&vec![b'z'; 64], "").unwrap().id;
+    let bad = s.enqueue(&[b'z'; 64], "").unwrap().id;
     s.enqueue(b"p4", "").unwrap();
     let mut rx = Receiver::new();
     rx.limits.max_payload = 10;

@@ -62,14 +62,19 @@ pub struct Setting {
     pub settable: bool,
 }
 
+/// Reads a setting.
+type Getter = fn(&dyn Queue) -> Result<Value>;
+/// Parses a value as the command line writes it and stores it.
+type Setter = fn(&dyn Queue, &str) -> Result<()>;
+
 /// A row of the settings table.
 struct Key {
     name: &'static str,
     about: &'static str,
-    get: fn(&dyn Queue) -> Result<Value>,
+    get: Getter,
     /// Parse `value` and store it; `None` for a setting that cannot be
     /// set, with the reason in `read_only`.
-    set: Option<fn(&dyn Queue, &str) -> Result<()>>,
+    set: Option<Setter>,
     read_only: &'static str,
 }
 
