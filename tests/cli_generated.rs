@@ -34,6 +34,7 @@ const COMMANDS: &[&str] = &[
     "dlq",
     "export",
     "import",
+    "config",
     "completions",
     "man",
 ];

@@ -16,6 +16,7 @@
 pub mod attempts;
 pub mod checkpoint;
 pub mod compact;
+pub mod config;
 pub mod dlq;
 pub mod done;
 pub mod drain;

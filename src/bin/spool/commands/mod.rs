@@ -10,6 +10,7 @@ mod attempts;
 mod checkpoint;
 mod compact;
 mod completions;
+mod config;
 mod dlq;
 mod done;
 mod drain;
@@ -59,6 +60,7 @@ pub enum Command {
     Dlq(dlq::DlqArgs),
     Export(export::ExportArgs),
     Import(import::ImportArgs),
+    Config(config::ConfigArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -86,6 +88,7 @@ impl Command {
             Command::Dlq(a) => dlq::run(a, ctx),
             Command::Export(a) => export::run(a, ctx),
             Command::Import(a) => import::run(a, ctx),
+            Command::Config(a) => config::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }
