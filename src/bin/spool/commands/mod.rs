@@ -14,7 +14,7 @@ mod config;
 mod dlq;
 mod done;
 mod drain;
-mod enqueue;
+pub mod enqueue;
 mod export;
 mod hold;
 mod import;
