@@ -63,7 +63,7 @@ impl Serve {
             .arg("--spool")
             .arg(&env.path)
             .arg("serve");
-        if !args.iter().any(|a| *a == "--listen") {
+        if !args.contains(&"--listen") {
             c.args(["--listen", "127.0.0.1:0"]);
         }
         c.args(args);
