@@ -166,7 +166,11 @@ fn main() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .expect("listening line");
-    let base = line.trim().strip_prefix("listening on ").expect("listening on").to_string();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening on")
+        .to_string();
     let addr = base.strip_prefix("http://").expect("http").to_string();
 
     // Warm up (creates the tables, fills caches).
@@ -199,7 +203,8 @@ fn main() {
     let (n16, d16) = throughput(&addr, 16, secs);
     let after = text(&a);
     let groups = |from: &str, to: &str| {
-        let commits = metric(to, "spool_serve_commits_total") - metric(from, "spool_serve_commits_total");
+        let commits =
+            metric(to, "spool_serve_commits_total") - metric(from, "spool_serve_commits_total");
         let reqs = metric(to, "spool_serve_committed_requests_total")
             - metric(from, "spool_serve_committed_requests_total");
         (commits, reqs as f64 / commits.max(1) as f64)
@@ -215,8 +220,14 @@ fn main() {
 
     println!("| clients | requests | seconds | requests/s | commits | requests per commit |");
     println!("|---:|---:|---:|---:|---:|---:|");
-    println!("| 1 | {n1} | {:.2} | {r1:.0} | {c1} | {g1:.1} |", d1.as_secs_f64());
-    println!("| 16 | {n16} | {:.2} | {r16:.0} | {c16} | {g16:.1} |", d16.as_secs_f64());
+    println!(
+        "| 1 | {n1} | {:.2} | {r1:.0} | {c1} | {g1:.1} |",
+        d1.as_secs_f64()
+    );
+    println!(
+        "| 16 | {n16} | {:.2} | {r16:.0} | {c16} | {g16:.1} |",
+        d16.as_secs_f64()
+    );
     println!();
     println!("16 clients / 1 client: {:.1}x", r16 / r1);
     println!();

@@ -15,16 +15,17 @@ use std::time::{Duration, Instant};
 
 /// Receive pushes from other spools, and single payloads, over HTTP(S)
 ///
-/// The receiver of `spool replay --push` (SPEC §7), storing what it
-/// receives in the spool given by -s (created when missing). Endpoints:
-///   POST /v1/push            a batch from an edge spool: each entry applied
-///                            exactly once (200; 409 gap; 503 full)
-///   POST /v1/items           body = one payload, Idempotency-Key header =
-///                            its key: 201 {"id", "deduplicated": false},
-///                            200 on a dedup hit, 503 when the spool is full
-///   GET  /v1/clients/ID      {"last_seq", "rejected"} of one pushing client
-///   GET  /healthz            200 when the spool can be read
-///   GET  /metrics            Prometheus text: spool gauges and server series
+/// The receiver of `spool replay --push`: what it receives is stored in
+/// the spool given by -s (created when missing). Endpoints:
+///   POST /v1/push        a batch from an edge spool, each entry applied
+///                        exactly once (200; 409 gap; 503 full)
+///   POST /v1/items       body = one payload, Idempotency-Key = its key:
+///                        201 {"id", "deduplicated": false}; 200 on a
+///                        dedup hit; 503 when the spool is full
+///   GET  /v1/clients/ID  {"last_seq", "rejected"} of one client
+///   GET  /healthz        200 when the spool can be read
+///   GET  /metrics        Prometheus text: spool gauges, server series
+///
 /// Every answer is sent after its data is committed; concurrent requests
 /// share one commit. 503 answers carry Retry-After: 5.
 ///
@@ -40,8 +41,8 @@ use std::time::{Duration, Instant};
 ///
 /// Limits: --max-body bounds a body as received and once decompressed
 /// (Content-Encoding: gzip), --max-payload one payload; over either is
-/// 413. A request head must arrive within --header-timeout (also how long
-/// an idle keep-alive connection stays open), its body within
+/// 413. A request head must arrive within --header-timeout (also how
+/// long an idle keep-alive connection stays open), its body within
 /// --request-timeout (408).
 ///
 /// Prints `listening on http(s)://ADDR` on stdout once ready (with the
@@ -53,9 +54,11 @@ use std::time::{Duration, Instant};
 ///
 /// Examples:
 ///   spool -s /var/spool/central.db serve
-///   spool -s central.db serve --listen 0.0.0.0:8787 --token-file /etc/spool/tokens \
+///   spool -s central.db serve --listen 0.0.0.0:8787 \
+///       --token-file /etc/spool/tokens \
 ///       --tls-cert /etc/spool/cert.pem --tls-key /etc/spool/key.pem
-///   curl -H 'Idempotency-Key: order-7' --data-binary @event.json http://127.0.0.1:8787/v1/items
+///   curl -H 'Idempotency-Key: order-7' --data-binary @event.json \
+///       http://127.0.0.1:8787/v1/items
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ServeArgs {
