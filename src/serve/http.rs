@@ -37,7 +37,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Bodies above this size are inflated and parsed on the blocking pool.
 const BLOCKING_ABOVE: usize = 256 << 10;
@@ -57,6 +57,9 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     pub log: Arc<dyn ServeLog>,
     pub spool: PathBuf,
+    /// Bytes of request bodies (as received and inflated) that may be
+    /// held at once, over all requests.
+    pub budget: Arc<Semaphore>,
 }
 
 /// An answer, before it becomes a response.
@@ -103,6 +106,29 @@ struct Seen {
     client: Option<String>,
     bytes_in: u64,
     body_read: bool,
+    /// The share of the memory budget this request's bodies hold, kept
+    /// until the answer is sent.
+    held: Option<OwnedSemaphorePermit>,
+}
+
+/// Take `n` more bytes of the memory budget for this request, or answer
+/// 503: the server holds too many bodies already.
+fn reserve(shared: &Shared, seen: &mut Seen, n: usize) -> Result<(), Answer> {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    match shared.budget.clone().try_acquire_many_owned(n) {
+        Ok(p) => {
+            match &mut seen.held {
+                Some(held) => held.merge(p),
+                None => seen.held = Some(p),
+            }
+            Ok(())
+        }
+        Err(_) => Err(Answer::error(
+            503,
+            "the server holds too many request bodies at the moment; retry later",
+        )
+        .retry()),
+    }
 }
 
 /// Which `endpoint` label a path has.
@@ -326,6 +352,7 @@ async fn read_body(
                 seen.bytes_in = (buf.len() + data.len()) as u64;
                 return Err(too_large());
             }
+            reserve(shared, seen, data.len())?;
             buf.extend_from_slice(&data);
         }
     }
@@ -334,6 +361,8 @@ async fn read_body(
     match encoding {
         Encoding::Identity => Ok(buf),
         Encoding::Gzip => {
+            // The inflated body may grow to the limit: hold that much.
+            reserve(shared, seen, usize::try_from(limit).unwrap_or(usize::MAX))?;
             let inflated = if buf.len() > BLOCKING_ABOVE {
                 tokio::task::spawn_blocking(move || gunzip(&buf, limit))
                     .await

@@ -103,6 +103,18 @@ pub const DEFAULT_MAX_BODY: u64 = 8 << 20;
 /// How many jobs may wait for the writer before handlers wait to queue.
 const JOB_QUEUE: usize = 1024;
 
+/// Bytes of request bodies held at once, over all requests (as received,
+/// plus room for inflating gzip): 256 MiB, or four times `max_body` when
+/// that is more. A request that would go over is answered 503 with
+/// `Retry-After`, so memory stays bounded however many clients send
+/// large bodies at once.
+fn memory_budget(opts: &ServeOptions) -> usize {
+    let want = opts.max_body.saturating_mul(4).max(256 << 20);
+    usize::try_from(want)
+        .unwrap_or(usize::MAX)
+        .min(Semaphore::MAX_PERMITS)
+}
+
 /// How `spool serve` serves.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -170,6 +182,11 @@ impl ServeOptions {
             )));
         }
         for (what, v) in [
+            ("the header timeout", self.header_timeout.as_millis() as u64),
+            (
+                "the request timeout",
+                self.request_timeout.as_millis() as u64,
+            ),
             ("the body limit", self.max_body),
             ("the payload limit", self.max_payload),
             ("the connection limit", self.max_connections as u64),
@@ -453,9 +470,11 @@ impl Server {
             metrics: metrics.clone(),
             log: log.clone(),
             spool: path,
+            budget: Arc::new(Semaphore::new(memory_budget(&opts))),
         });
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(workers)
             .thread_name("spool-serve")
             .enable_io()
             .enable_time()
@@ -510,7 +529,8 @@ async fn accept_loop(
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| Error::Internal(format!("cannot register the listening socket: {e}")))?;
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(opts.max_connections));
+    let max_connections = opts.max_connections.min(Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(max_connections));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -574,7 +594,7 @@ async fn accept_loop(
         .await
         .is_err()
     {
-        let remaining = opts.max_connections - slots.available_permits();
+        let remaining = max_connections.saturating_sub(slots.available_permits());
         log.log(&ServeEvent::Abandoned {
             connections: remaining,
         });
