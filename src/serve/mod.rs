@@ -26,7 +26,9 @@
 //!   request head must arrive within [`ServeOptions::header_timeout`]
 //!   (this also closes idle keep-alive connections), the body within
 //!   [`ServeOptions::request_timeout`] (408), a TLS handshake within the
-//!   header timeout; at most [`ServeOptions::max_connections`] are open.
+//!   header timeout; at most [`ServeOptions::max_connections`] are open,
+//!   and the bodies held at once by all requests stay under a memory
+//!   budget (256 MiB, or four times `max_body`; 503 when over).
 //! * **Authentication** ([`auth`]): bearer tokens compared in constant
 //!   time; a token may be limited to client-id globs. A non-loopback
 //!   address without tokens is refused unless
