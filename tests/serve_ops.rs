@@ -214,6 +214,43 @@ fn slow_clients_are_cut_off() {
 }
 
 #[test]
+fn a_failed_commit_is_answered_500_and_commits_nothing() {
+    let env = Env::new("spool.ndjson");
+    let s = Serve::start(&env, &[]);
+    let a = agent();
+    assert_eq!(post(&a, &s.url("/v1/items"), &[], b"stored").status, 201);
+    // Another writer damages the file: the server's next transaction
+    // finds it and fails.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&env.path)
+        .unwrap();
+    f.write_all(b"{\"op\":\"garbage\"}\n").unwrap();
+    let r = post(&a, &s.url("/v1/items"), &[], b"never-stored");
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert!(r.error().contains("could not store"), "{}", r.body);
+    let r = get(&a, &s.url("/healthz"), &[]);
+    assert_eq!(r.status, 503, "{}", r.body);
+    let stopped = s.stop();
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("nothing of it was committed"),
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        stopped.stderr.contains("corrupt spool at line 2"),
+        "{}",
+        stopped.stderr
+    );
+    let bytes = std::fs::read_to_string(&env.path).unwrap();
+    assert!(
+        bytes.contains("stored") && !bytes.contains("never-stored"),
+        "{bytes}"
+    );
+}
+
+#[test]
 fn refusals_and_exit_codes() {
     let env = Env::new("spool.db");
     let p = |s: &str| env.dir.path().join(s).to_string_lossy().into_owned();

@@ -269,6 +269,9 @@ pub enum ServeEvent<'a> {
         /// What failed.
         error: &'a Error,
     },
+    /// Reading the spool's state for `/metrics` or `/healthz` failed; the
+    /// request was answered 503.
+    ReadError(&'a Error),
     /// A connection ended with an error before or between requests (a
     /// header timeout, a reset, a failed TLS handshake).
     Connection {
@@ -303,6 +306,7 @@ impl ServeEvent<'_> {
             ServeEvent::Access(_) | ServeEvent::Connection { .. } => Level::Detail,
             ServeEvent::Stopping { .. } => Level::Info,
             ServeEvent::StorageError { .. }
+            | ServeEvent::ReadError(_)
             | ServeEvent::AcceptError(_)
             | ServeEvent::Abandoned { .. } => Level::Warn,
         }
@@ -335,6 +339,7 @@ impl fmt::Display for ServeEvent<'_> {
                 f,
                 "a write transaction of {requests} request(s) failed, nothing of it was committed: {error}"
             ),
+            ServeEvent::ReadError(error) => write!(f, "cannot read the spool's state: {error}"),
             ServeEvent::Connection { peer, error } => write!(f, "connection from {peer}: {error}"),
             ServeEvent::AcceptError(e) => write!(f, "cannot accept a connection: {e}"),
             ServeEvent::Stopping { connections } => write!(

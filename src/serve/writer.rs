@@ -233,10 +233,7 @@ impl Writer {
 
     fn reported<T>(&self, r: crate::Result<T>) -> Result<T, Failure> {
         r.map_err(|e| {
-            self.log.log(&ServeEvent::StorageError {
-                requests: 1,
-                error: &e,
-            });
+            self.log.log(&ServeEvent::ReadError(&e));
             Failure::of(&e)
         })
     }

@@ -180,6 +180,7 @@ impl ServeLog for StderrLog {
                 let name = match e {
                     ServeEvent::Access(_) => "access",
                     ServeEvent::StorageError { .. } => "storage_error",
+                    ServeEvent::ReadError(_) => "read_error",
                     ServeEvent::Connection { .. } => "connection",
                     ServeEvent::AcceptError(_) => "accept_error",
                     ServeEvent::Stopping { .. } => "stopping",
