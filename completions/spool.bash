@@ -22,6 +22,9 @@ _spool() {
             spool,checkpoint)
                 cmd="spool__subcmd__checkpoint"
                 ;;
+            spool,clients)
+                cmd="spool__subcmd__clients"
+                ;;
             spool,compact)
                 cmd="spool__subcmd__compact"
                 ;;
@@ -72,6 +75,9 @@ _spool() {
                 ;;
             spool,replay)
                 cmd="spool__subcmd__replay"
+                ;;
+            spool,serve)
+                cmd="spool__subcmd__serve"
                 ;;
             spool,show)
                 cmd="spool__subcmd__show"
@@ -130,6 +136,9 @@ _spool() {
             spool__subcmd__help,checkpoint)
                 cmd="spool__subcmd__help__subcmd__checkpoint"
                 ;;
+            spool__subcmd__help,clients)
+                cmd="spool__subcmd__help__subcmd__clients"
+                ;;
             spool__subcmd__help,compact)
                 cmd="spool__subcmd__help__subcmd__compact"
                 ;;
@@ -178,6 +187,9 @@ _spool() {
             spool__subcmd__help,replay)
                 cmd="spool__subcmd__help__subcmd__replay"
                 ;;
+            spool__subcmd__help,serve)
+                cmd="spool__subcmd__help__subcmd__serve"
+                ;;
             spool__subcmd__help,show)
                 cmd="spool__subcmd__help__subcmd__show"
                 ;;
@@ -215,7 +227,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch compact checkpoint verify dlq export import config completions man help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -285,6 +297,32 @@ _spool() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__clients)
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -813,7 +851,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help)
-            opts="init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import config completions man help"
+            opts="init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -841,6 +879,20 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help__subcmd__checkpoint)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__help__subcmd__clients)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1135,6 +1187,20 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help__subcmd__replay)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__help__subcmd__serve)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1486,6 +1552,72 @@ _spool() {
                     return 0
                     ;;
                 --commit-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__serve)
+            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --insecure-no-auth --header-timeout --request-timeout --max-connections --commit-delay --spool --backend --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-body)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-payload)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --header-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --commit-delay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

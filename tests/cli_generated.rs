@@ -28,6 +28,8 @@ const COMMANDS: &[&str] = &[
     "stats",
     "replay",
     "watch",
+    "serve",
+    "clients",
     "compact",
     "checkpoint",
     "verify",

@@ -15,6 +15,7 @@
 
 pub mod attempts;
 pub mod checkpoint;
+pub mod clients;
 pub mod compact;
 pub mod config;
 pub mod dlq;

@@ -61,12 +61,14 @@ Exit status:
 Files:
   Every file spool creates (the database and its -wal and -shm files, the
   NDJSON file and its .dead and .meta companions, <spool>.replay.lock,
-  outputs written with -o, the watch metrics file) gets mode 0600, narrowed
-  further by the umask. An existing file keeps its mode, also when it is
-  replaced atomically.
+  <spool>.serve.lock, outputs written with -o, the watch metrics file) gets
+  mode 0600, narrowed further by the umask. An existing file keeps its
+  mode, also when it is replaced atomically.
 
 Environment:
-  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)";
+  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)
+  CREDENTIALS_DIRECTORY  serve: read tokens from spool-serve-tokens in it
+              when --token-file is not given (systemd LoadCredential=)";
 
 /// The whole command line.
 #[derive(Parser, Debug)]

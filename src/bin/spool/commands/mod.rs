@@ -8,6 +8,7 @@
 
 mod attempts;
 mod checkpoint;
+mod clients;
 mod compact;
 mod completions;
 mod config;
@@ -23,6 +24,7 @@ mod list;
 mod man;
 mod release;
 mod replay;
+mod serve;
 mod show;
 mod size;
 mod stats;
@@ -54,6 +56,8 @@ pub enum Command {
     Stats(stats::StatsArgs),
     Replay(replay::ReplayArgs),
     Watch(watch::WatchArgs),
+    Serve(serve::ServeArgs),
+    Clients(clients::ClientsArgs),
     Compact(compact::CompactArgs),
     Checkpoint(checkpoint::CheckpointArgs),
     Verify(verify::VerifyArgs),
@@ -82,6 +86,8 @@ impl Command {
             Command::Stats(a) => stats::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
             Command::Watch(a) => watch::run(a, ctx),
+            Command::Serve(a) => serve::run(a, ctx),
+            Command::Clients(a) => clients::run(a, ctx),
             Command::Compact(a) => compact::run(a, ctx),
             Command::Checkpoint(a) => checkpoint::run(a, ctx),
             Command::Verify(a) => verify::run(a, ctx),
