@@ -731,16 +731,8 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail(ACTION, e))?;
     let r = &run.report;
-    if ctx.json {
-        ctx.out.json(&push_report_json(r, &run.target))?;
-    } else {
-        ctx.out.line(&r.summary(dry_run))?;
-    }
-    ctx.out.flush()?;
-    if let Some(code) = signals.exit_code() {
-        return Err(CliError::Silent(code));
-    }
-    if dry_run {
+    let json = ctx.json.then(|| push_report_json(r, &run.target));
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
         return Ok(());
     }
     match r.status() {
@@ -764,6 +756,28 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             .hint(push_hint(cause)))
         }
     }
+}
+
+/// Print a run's report (its JSON with `--json`, else its summary line),
+/// whatever the exit status will be. `Err` with the signal's status when
+/// a signal stopped the run; `Ok(false)` for a dry run (exit 0 whatever
+/// it found); `Ok(true)` when the status of the report decides.
+fn print_report(
+    ctx: &mut Ctx,
+    json: Option<serde_json::Value>,
+    summary: &str,
+    signals: &Signals,
+    dry_run: bool,
+) -> Result<bool, CliError> {
+    match json {
+        Some(v) => ctx.out.json(&v)?,
+        None => ctx.out.line(summary)?,
+    }
+    ctx.out.flush()?;
+    if let Some(code) = signals.exit_code() {
+        return Err(CliError::Silent(code));
+    }
+    Ok(!dry_run)
 }
 
 pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -810,16 +824,8 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail("replay", e))?;
     let r = &run.report;
-    if ctx.json {
-        ctx.out.json(&report_json(r, &run.target))?;
-    } else {
-        ctx.out.line(&r.summary(dry_run))?;
-    }
-    ctx.out.flush()?;
-    if let Some(code) = signals.exit_code() {
-        return Err(CliError::Silent(code));
-    }
-    if dry_run {
+    let json = ctx.json.then(|| report_json(r, &run.target));
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
         return Ok(());
     }
     match r.status() {
