@@ -32,4 +32,4 @@ else
     trap 'rm -rf "$dir"' EXIT
 fi
 
-python3 "$root/benches/scale_bench.py" --spool "$spool" --dir "$dir" "$@"
+python3 "$root/benches/scale_ndjson.py" --spool "$spool" --dir "$dir" "$@"

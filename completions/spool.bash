@@ -22,11 +22,17 @@ _spool() {
             spool,checkpoint)
                 cmd="spool__subcmd__checkpoint"
                 ;;
+            spool,clients)
+                cmd="spool__subcmd__clients"
+                ;;
             spool,compact)
                 cmd="spool__subcmd__compact"
                 ;;
             spool,completions)
                 cmd="spool__subcmd__completions"
+                ;;
+            spool,config)
+                cmd="spool__subcmd__config"
                 ;;
             spool,dlq)
                 cmd="spool__subcmd__dlq"
@@ -69,6 +75,9 @@ _spool() {
                 ;;
             spool,replay)
                 cmd="spool__subcmd__replay"
+                ;;
+            spool,serve)
+                cmd="spool__subcmd__serve"
                 ;;
             spool,show)
                 cmd="spool__subcmd__show"
@@ -127,11 +136,17 @@ _spool() {
             spool__subcmd__help,checkpoint)
                 cmd="spool__subcmd__help__subcmd__checkpoint"
                 ;;
+            spool__subcmd__help,clients)
+                cmd="spool__subcmd__help__subcmd__clients"
+                ;;
             spool__subcmd__help,compact)
                 cmd="spool__subcmd__help__subcmd__compact"
                 ;;
             spool__subcmd__help,completions)
                 cmd="spool__subcmd__help__subcmd__completions"
+                ;;
+            spool__subcmd__help,config)
+                cmd="spool__subcmd__help__subcmd__config"
                 ;;
             spool__subcmd__help,dlq)
                 cmd="spool__subcmd__help__subcmd__dlq"
@@ -172,6 +187,9 @@ _spool() {
             spool__subcmd__help,replay)
                 cmd="spool__subcmd__help__subcmd__replay"
                 ;;
+            spool__subcmd__help,serve)
+                cmd="spool__subcmd__help__subcmd__serve"
+                ;;
             spool__subcmd__help,show)
                 cmd="spool__subcmd__help__subcmd__show"
                 ;;
@@ -209,7 +227,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help"
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -298,6 +316,32 @@ _spool() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        spool__subcmd__clients)
+            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         spool__subcmd__compact)
             opts="-s -q -v -h -V --wait --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -335,6 +379,36 @@ _spool() {
                 return 0
             fi
             case "${prev}" in
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__config)
+            opts="-s -q -v -h -V --regenerate --wait --spool --backend --json --quiet --verbose --help --version max-depth uuid"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -629,7 +703,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__done)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --force --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -777,7 +851,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help)
-            opts="init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help"
+            opts="init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -818,6 +892,20 @@ _spool() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        spool__subcmd__help__subcmd__clients)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         spool__subcmd__help__subcmd__compact)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -833,6 +921,20 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__help__subcmd__config)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1098,6 +1200,20 @@ _spool() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        spool__subcmd__help__subcmd__serve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         spool__subcmd__help__subcmd__show)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1349,7 +1465,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__replay)
-            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1395,6 +1511,18 @@ _spool() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --push)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --max-attempts)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1424,6 +1552,72 @@ _spool() {
                     return 0
                     ;;
                 --commit-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__serve)
+            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --insecure-no-auth --header-timeout --request-timeout --max-connections --commit-delay --spool --backend --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-body)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-payload)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --header-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --commit-delay)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

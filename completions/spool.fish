@@ -44,14 +44,17 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "release" -d 'Release he
 complete -c spool -n "__fish_spool_needs_command" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
 complete -c spool -n "__fish_spool_needs_command" -f -a "size" -d 'Print the number of pending items (held ones included)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
-complete -c spool -n "__fish_spool_needs_command" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url), or push them (--push)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "watch" -d 'Probe the link; replay the spool as soon as it comes back'
+complete -c spool -n "__fish_spool_needs_command" -f -a "serve" -d 'Receive pushes from other spools, and single payloads, over HTTP(S)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "clients" -d 'Show the clients that pushed into this spool, and where each stands'
 complete -c spool -n "__fish_spool_needs_command" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
 complete -c spool -n "__fish_spool_needs_command" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
 complete -c spool -n "__fish_spool_needs_command" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
 complete -c spool -n "__fish_spool_needs_command" -f -a "dlq" -d 'Inspect, export, requeue or purge dead letters'
 complete -c spool -n "__fish_spool_needs_command" -f -a "export" -d 'Write every pending, held and dead item as NDJSON records'
 complete -c spool -n "__fish_spool_needs_command" -f -a "import" -d 'Add the records of `spool export` to this spool (all or nothing)'
+complete -c spool -n "__fish_spool_needs_command" -f -a "config" -d 'Show or change the settings the spool remembers (max-depth, uuid)'
 complete -c spool -n "__fish_spool_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
 complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -126,6 +129,7 @@ complete -c spool -n "__fish_spool_using_subcommand show" -s V -l version -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand done" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand done" -l force -d 'Also remove items in flight to a push receiver (it is told to skip their numbers)'
 complete -c spool -n "__fish_spool_using_subcommand done" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand done" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand done" -s v -l verbose -d 'Print more on stderr'
@@ -178,10 +182,13 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l reject-exit -d 'E
 complete -c spool -n "__fish_spool_using_subcommand replay" -l url -d 'POST (or --method) each payload to URL' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l method -d 'HTTP method for --url' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l content-type -d 'Content-Type of the request body' -r
-complete -c spool -n "__fish_spool_using_subcommand replay" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable; --url, --push)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l timeout -d 'Bound on one delivery attempt' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l cacert -d 'Also trust the CA certificate(s) in FILE (PEM) for https://' -r -F
+complete -c spool -n "__fish_spool_using_subcommand replay" -l push -d 'Push the items to the push receiver at URL, in numbered batches' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l batch -d 'Entries per push request' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l batch-bytes -d 'Bytes per push request body, before compression (one entry may exceed it)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r
@@ -194,6 +201,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'Th
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand replay" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l compress -d 'Compress push request bodies with gzip (Content-Encoding: gzip)'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l dry-run -d 'Show what would be attempted; deliver and change nothing'
@@ -219,7 +227,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l reject-exit -d 'Ex
 complete -c spool -n "__fish_spool_using_subcommand watch" -l url -d 'POST (or --method) each payload to URL' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l method -d 'HTTP method for --url' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l content-type -d 'Content-Type of the request body' -r
-complete -c spool -n "__fish_spool_using_subcommand watch" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable; --url, --push)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l timeout -d 'Bound on one delivery attempt' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l cacert -d 'Also trust the CA certificate(s) in FILE (PEM) for https://' -r -F
@@ -243,6 +251,33 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -s q -l quiet -d 'Pri
 complete -c spool -n "__fish_spool_using_subcommand watch" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand watch" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand watch" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand serve" -l listen -d 'Address to listen on: IP:PORT or HOST:PORT (port 0: any free port)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l token-file -d 'Accept only requests bearing a token from FILE' -r -F
+complete -c spool -n "__fish_spool_using_subcommand serve" -l tls-cert -d 'Serve HTTPS with this PEM certificate chain (needs --tls-key)' -r -F
+complete -c spool -n "__fish_spool_using_subcommand serve" -l tls-key -d 'The PEM private key for --tls-cert' -r -F
+complete -c spool -n "__fish_spool_using_subcommand serve" -l max-body -d 'Largest request body, as sent and once decompressed' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l max-payload -d 'Largest payload (a push entry over it is rejected; an item is 413)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l header-timeout -d 'Time for a request head to arrive; also the keep-alive idle limit' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l request-timeout -d 'Time for a request body to arrive after its head' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l max-connections -d 'Most connections open at once (more wait to be accepted)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l commit-delay -d 'Sleep this long in every commit (simulates a slow disk; tests, benchmarks)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand serve" -l insecure-no-auth -d 'Listen on a non-loopback address without tokens (trusted networks only)'
+complete -c spool -n "__fish_spool_using_subcommand serve" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand serve" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand serve" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand serve" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand clients" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand clients" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand clients" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand clients" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand clients" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand clients" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand clients" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'Wait up to DURATION for another process\'s lock, then exit 75' -r
 complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand compact" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
@@ -360,6 +395,16 @@ complete -c spool -n "__fish_spool_using_subcommand import" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand import" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand import" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand import" -s V -l version -d 'Print version'
+complete -c spool -n "__fish_spool_using_subcommand config" -l wait -d 'With --regenerate: if a replay holds the spool, wait up to DURATION' -r
+complete -c spool -n "__fish_spool_using_subcommand config" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand config" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
+file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand config" -l regenerate -d 'Give the spool a new uuid (KEY must be uuid)'
+complete -c spool -n "__fish_spool_using_subcommand config" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
+complete -c spool -n "__fish_spool_using_subcommand config" -s q -l quiet -d 'Print less on stderr: only errors'
+complete -c spool -n "__fish_spool_using_subcommand config" -s v -l verbose -d 'Print more on stderr'
+complete -c spool -n "__fish_spool_using_subcommand config" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c spool -n "__fish_spool_using_subcommand config" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -376,28 +421,31 @@ complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print
 complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand man" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "init" -d 'Create a new, empty spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "watch" -d 'Probe the link; replay the spool as soon as it comes back'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "dlq" -d 'Inspect, export, requeue or purge dead letters'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "export" -d 'Write every pending, held and dead item as NDJSON records'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "import" -d 'Add the records of `spool export` to this spool (all or nothing)'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "completions" -d 'Print a shell completion script'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
-complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch compact checkpoint verify dlq export import completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "init" -d 'Create a new, empty spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "enqueue" -d 'Add a payload (or a batch of payloads) to the spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "drain" -d 'Print pending items as NDJSON, in enqueue order (removes nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "list" -d 'List pending items with their attempts, next retry and last error'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "show" -d 'Show one item\'s metadata, or with --raw its exact payload bytes'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "done" -d 'Remove pending items by id (an operator\'s decision)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "hold" -d 'Put pending items on hold: kept, listed and counted, but not replayed'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "release" -d 'Release held items so that replay attempts them again'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "attempts" -d 'Show or set an item\'s durable attempt count'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "size" -d 'Print the number of pending items (held ones included)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "stats" -d 'Show depth, held and dead counts, oldest age, attempts, sizes, bounds'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "replay" -d 'Deliver pending items to a command (--exec) or a URL (--url), or push them (--push)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "watch" -d 'Probe the link; replay the spool as soon as it comes back'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "serve" -d 'Receive pushes from other spools, and single payloads, over HTTP(S)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "clients" -d 'Show the clients that pushed into this spool, and where each stands'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "compact" -d 'Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "checkpoint" -d 'Checkpoint a SQLite spool\'s WAL and report how far it got'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "verify" -d 'Check a spool\'s integrity and report what is wrong and where'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "dlq" -d 'Inspect, export, requeue or purge dead letters'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "export" -d 'Write every pending, held and dead item as NDJSON records'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "import" -d 'Add the records of `spool export` to this spool (all or nothing)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "config" -d 'Show or change the settings the spool remembers (max-depth, uuid)'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "completions" -d 'Print a shell completion script'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
+complete -c spool -n "__fish_spool_using_subcommand help; and not __fish_seen_subcommand_from init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "list" -d 'List dead letters: id, key, attempts, when they died, last error, size, preview'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "show" -d 'Show one dead letter, or with --raw its exact payload bytes'
 complete -c spool -n "__fish_spool_using_subcommand help; and __fish_seen_subcommand_from dlq" -f -a "export" -d 'Write every dead letter as NDJSON, a JSON array or CSV'

@@ -101,6 +101,10 @@ pub enum Error {
     #[error("spool {} is being replayed by another process ({holder})", path.display())]
     ReplayLocked { path: PathBuf, holder: String },
 
+    /// Another `spool serve` holds the NDJSON spool's serve lock.
+    #[error("spool {} is served by another process ({holder})", path.display())]
+    ServeLocked { path: PathBuf, holder: String },
+
     /// The spool stayed busy (locked by another writer) past the timeout.
     #[error("spool {} is busy: {detail}", path.display())]
     Busy { path: PathBuf, detail: String },
@@ -131,9 +135,10 @@ impl Error {
             | Error::InvalidInput(_) => ErrorKind::Data,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. } | Error::CannotCreate { .. } => ErrorKind::CannotCreate,
-            Error::QueueFull { .. } | Error::ReplayLocked { .. } | Error::Busy { .. } => {
-                ErrorKind::Temporary
-            }
+            Error::QueueFull { .. }
+            | Error::ReplayLocked { .. }
+            | Error::ServeLocked { .. }
+            | Error::Busy { .. } => ErrorKind::Temporary,
             Error::Unsupported(_) => ErrorKind::Usage,
             Error::Internal(_) => ErrorKind::Internal,
         }

@@ -32,6 +32,8 @@ pub mod private_file;
 pub mod push;
 pub mod queue;
 pub mod replay;
+#[cfg(feature = "serve")]
+pub mod serve;
 pub mod time;
 pub mod tls;
 pub mod units;

@@ -175,21 +175,28 @@ fn for_each_record(
             return Ok(());
         }
         n += 1;
-        let mut line: &[u8] = &buf;
-        if let Some(l) = line.strip_suffix(b"\n") {
-            line = l;
+        if let Some(rec) = record_of_line(&buf, label, n) {
+            f(rec?)?;
         }
-        if let Some(l) = line.strip_suffix(b"\r") {
-            line = l;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let rec = parse_record(line).map_err(|reason| {
-            Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
-        })?;
-        f(rec)?;
     }
+}
+
+/// The record on line `n` of `label` (`raw` with its line ending), or
+/// `None` for a blank line.
+fn record_of_line(raw: &[u8], label: &str, n: u64) -> Option<Result<Record>> {
+    let mut line = raw;
+    if let Some(l) = line.strip_suffix(b"\n") {
+        line = l;
+    }
+    if let Some(l) = line.strip_suffix(b"\r") {
+        line = l;
+    }
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    Some(parse_record(line).map_err(|reason| {
+        Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
+    }))
 }
 
 /// An export, checked in full and ready to be imported in one streamed
@@ -270,19 +277,9 @@ impl ImportInput {
                 Ok(_) => {}
             }
             n += 1;
-            let mut line: &[u8] = &buf;
-            if let Some(l) = line.strip_suffix(b"\n") {
-                line = l;
+            if let Some(rec) = record_of_line(&buf, &label, n) {
+                return Some(rec);
             }
-            if let Some(l) = line.strip_suffix(b"\r") {
-                line = l;
-            }
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return Some(parse_record(line).map_err(|reason| {
-                Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
-            }));
         })
     }
 }

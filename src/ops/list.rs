@@ -89,6 +89,8 @@ pub struct Row {
     pub preview: String,
     /// The last error, escaped, when there is one.
     pub last_error: Option<String>,
+    /// The push sequence number of an item in flight.
+    pub push_seq: Option<u64>,
 }
 
 impl Row {
@@ -117,8 +119,15 @@ impl Row {
                 .last_error
                 .as_deref()
                 .map(|e| preview::preview(e.as_bytes(), 200)),
+            push_seq: item.push_seq,
         }
     }
+}
+
+/// True when an item of the spool is in flight to a push receiver (the
+/// listing then shows push sequence numbers). One indexed read.
+pub fn any_in_flight(queue: &dyn Queue) -> Result<bool> {
+    Ok(!queue.push_in_flight(0, 1)?.is_empty())
 }
 
 #[cfg(test)]

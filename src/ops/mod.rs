@@ -15,7 +15,9 @@
 
 pub mod attempts;
 pub mod checkpoint;
+pub mod clients;
 pub mod compact;
+pub mod config;
 pub mod dlq;
 pub mod done;
 pub mod drain;

@@ -1,10 +1,12 @@
 //! `replay`: deliver the pending items of a spool to a command or a URL,
-//! once, holding the spool's replay lock.
+//! or push them to a receiving spool, once, holding the spool's replay
+//! lock.
 
 use crate::backend::Spool;
 use crate::error::{Error, Result};
 use crate::replay::exec::ExecTarget;
-use crate::replay::http::{HttpOptions, HttpTarget};
+use crate::replay::http::{HttpOptions, HttpPush, HttpPushOptions, HttpTarget};
+use crate::replay::push::{PushOptions, PushReport, PushSender};
 use crate::replay::{
     ReplayLock, ReplayObserver, ReplayOptions, ReplayReport, StopHandle, SyncWorker, Target,
 };
@@ -128,4 +130,121 @@ pub fn check_options(o: &ReplayOptions) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Where and how to push (`--push URL`).
+#[derive(Clone, Debug)]
+pub struct PushTarget {
+    /// The receiver's push endpoint (credentials in it are used, never
+    /// shown).
+    pub url: String,
+    /// Headers, timeout, compression, TLS trust (`--cacert`).
+    pub http: HttpPushOptions,
+}
+
+impl PushTarget {
+    /// Build the transport, checking the URL and headers and reading the
+    /// certificates TLS trusts: [`Error::InvalidInput`] for a bad URL or
+    /// header, [`Error::Io`] for a bad `--cacert` file.
+    pub fn build(&self) -> Result<HttpPush> {
+        HttpPush::new(&self.url, &self.http)
+    }
+}
+
+/// Everything one push run needs.
+pub struct PushReplay<'a> {
+    /// The receiver.
+    pub target: PushTarget,
+    /// Sender options.
+    pub options: PushOptions,
+    /// How long to wait for another replay of the same spool to finish.
+    pub wait: Duration,
+    /// The clock (backoff waits and the deadline).
+    pub clock: SharedClock,
+    /// Stops the run after the request in flight (signals).
+    pub stop: StopHandle,
+    /// Progress, per-item and per-request reports.
+    pub observer: Option<&'a dyn ReplayObserver>,
+}
+
+/// What a push run did, and the receiver (for the summary).
+#[derive(Clone, Debug)]
+pub struct PushRun {
+    /// The sender's report.
+    pub report: PushReport,
+    /// The receiver, described without secrets.
+    pub target: String,
+}
+
+/// Push `spool` to a receiver once. Holds the spool's replay lock for
+/// the run (a dry run takes none and changes nothing), so one stream of
+/// sequence numbers goes out at a time.
+pub fn push(spool: &Spool, req: &PushReplay<'_>) -> Result<PushRun> {
+    use crate::replay::push::PushTransport as _;
+    let transport = req.target.build()?;
+    let path = spool.path().map(|p| p.to_path_buf());
+    let _lock = match (&path, req.options.dry_run) {
+        (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),
+        _ => None,
+    };
+    let mut sender = PushSender::new(&**spool, &transport, req.options.clone(), req.clock.clone())?
+        .with_stop_handle(req.stop.clone());
+    if let Some(o) = req.observer {
+        sender = sender.with_observer(o);
+    }
+    let report = sender.run()?;
+    Ok(PushRun {
+        report,
+        target: transport.describe(),
+    })
+}
+
+/// The push options for replay options `o` (the flags `--url` and
+/// `--push` share) and the batch bounds. Refuses, naming the flag, what
+/// does not apply to a push: one stream per client goes out in order, one
+/// request at a time, and every acknowledgement is committed before the
+/// next request.
+pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result<PushOptions> {
+    let refuse = |flag: &str, why: &str| {
+        Err(Error::Unsupported(format!(
+            "{flag} does not apply to --push: {why}"
+        )))
+    };
+    if o.concurrency > 1 {
+        return refuse(
+            "--concurrency",
+            "a spool is one push stream, sent in order one request at a time (use --batch to send more per request)",
+        );
+    }
+    if o.ordered {
+        return refuse(
+            "--ordered",
+            "a push is always in sequence order, and a failed request stops nothing but itself",
+        );
+    }
+    if o.commit_every > 1 {
+        return refuse(
+            "--commit-every",
+            "every acknowledgement is one commit for its whole batch already",
+        );
+    }
+    check_options(o)?;
+    if batch == 0 {
+        return Err(Error::Unsupported("--batch must be at least 1".into()));
+    }
+    if batch_bytes == 0 {
+        return Err(Error::Unsupported(
+            "--batch-bytes must be at least 1 byte".into(),
+        ));
+    }
+    Ok(PushOptions {
+        max_attempts: o.max_attempts,
+        backoff: o.backoff,
+        ignore_backoff: o.ignore_backoff,
+        limit: o.limit,
+        deadline: o.deadline,
+        dry_run: o.dry_run,
+        batch,
+        batch_bytes,
+    })
 }

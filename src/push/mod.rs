@@ -92,7 +92,9 @@ pub use self::receiver::{
     apply_push, client_state, Accepted, EntryRecord, PushOutcome, ReceiveLimits, ReceiveRead,
     ReceiveTxn,
 };
-pub use self::sender::{decide, Ack, Decision, Outbox, Reply, Sent, Settled, Slot, Stop};
+pub use self::sender::{
+    decide, Ack, Decision, Outbox, Reply, Sent, Settled, Slot, Stop, StopCause,
+};
 pub use self::wire::{
     parse_request, BadRequest, ClientState, Entry, ItemEntry, Payload, PushRequest, PushResponse,
     Rejected,

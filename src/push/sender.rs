@@ -338,8 +338,26 @@ pub struct Stop {
     /// [`ErrorKind::Data`] (exit 65) or [`ErrorKind::PermissionDenied`]
     /// (exit 77).
     pub kind: ErrorKind,
+    /// Which situation it is, for the operator's next step.
+    pub cause: StopCause,
     /// One line for the operator.
     pub message: String,
+}
+
+/// The situations that stop a push run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    /// 409 gap below the watermark: the receiver forgot what it had
+    /// acknowledged (restored from a backup).
+    LostState,
+    /// 409 that is not a gap: a number reused with different content,
+    /// most likely a copied spool pushing as the same client.
+    ContentConflict,
+    /// 401 or 403: the receiver does not accept this client.
+    Unauthorized,
+    /// Any other refusal (400 and other 4xx, a 409 without `last_seq`, a
+    /// 413 for an empty request).
+    Refused,
 }
 
 /// What the sender does next.
@@ -411,6 +429,7 @@ pub fn decide(sent: &Sent, reply: Reply<'_>) -> Decision {
         409 => conflict(sent, body),
         401 | 403 => Decision::Stop(Stop {
             kind: ErrorKind::PermissionDenied,
+            cause: StopCause::Unauthorized,
             message: format!(
                 "the push receiver refused this client (HTTP {status}): {}",
                 error_text(body)
@@ -419,6 +438,7 @@ pub fn decide(sent: &Sent, reply: Reply<'_>) -> Decision {
         413 => match sent.len() {
             0 => Decision::Stop(Stop {
                 kind: ErrorKind::Data,
+                cause: StopCause::Refused,
                 message: format!(
                     "the push receiver refused an empty request as too large (HTTP 413): {}",
                     error_text(body)
@@ -439,6 +459,7 @@ pub fn decide(sent: &Sent, reply: Reply<'_>) -> Decision {
         },
         400..=499 => Decision::Stop(Stop {
             kind: ErrorKind::Data,
+            cause: StopCause::Refused,
             message: format!(
                 "the push receiver refused the batch (HTTP {status}): {}",
                 error_text(body)
@@ -474,6 +495,7 @@ fn conflict(sent: &Sent, body: &[u8]) -> Decision {
     let Some(last_seq) = parsed.as_ref().ok().and_then(|b| b.last_seq) else {
         return Decision::Stop(Stop {
             kind: ErrorKind::Data,
+            cause: StopCause::Refused,
             message: format!(
                 "the push receiver answered HTTP 409 without its last_seq: {}",
                 error_text(body)
@@ -486,6 +508,7 @@ fn conflict(sent: &Sent, body: &[u8]) -> Decision {
         // reused with different content, most likely a copied spool).
         return Decision::Stop(Stop {
             kind: ErrorKind::Data,
+            cause: StopCause::ContentConflict,
             message: format!(
                 "the push receiver refused the batch (HTTP 409): {}",
                 error_text(body)
@@ -495,6 +518,7 @@ fn conflict(sent: &Sent, body: &[u8]) -> Decision {
     if last_seq < sent.watermark {
         return Decision::Stop(Stop {
             kind: ErrorKind::Data,
+            cause: StopCause::LostState,
             message: format!(
                 "the push receiver has lost state: it has processed this client only up to \
                  sequence number {last_seq}, but had already acknowledged {} (restored from a \
@@ -762,6 +786,7 @@ mod tests {
             status(409, r#"{"error":"batch starts at 11","last_seq":4}"#),
         ));
         assert_eq!(s.kind, ErrorKind::Data);
+        assert_eq!(s.cause, StopCause::LostState);
         assert!(s.message.contains("lost state"), "{}", s.message);
         assert!(
             s.message.contains(" 4,") && s.message.contains("acknowledged 10"),
@@ -776,6 +801,7 @@ mod tests {
         let body = format!(r#"{{"error":"{error}","last_seq":4}}"#);
         let s = stop(decide(&sent(3..6, 2, 5), status(409, &body)));
         assert_eq!(s.kind, ErrorKind::Data);
+        assert_eq!(s.cause, StopCause::ContentConflict);
         assert!(s.message.ends_with(error), "{}", s.message);
         // Starting exactly at last_seq + 1 is not a gap either.
         let s = stop(decide(&sent(5..6, 4, 5), status(409, &body)));
@@ -786,6 +812,7 @@ mod tests {
             status(409, r#"{"error":"nope"}"#),
         ));
         assert!(s.message.contains("without its last_seq"), "{}", s.message);
+        assert_eq!(s.cause, StopCause::Refused);
     }
 
     #[test]
@@ -796,6 +823,7 @@ mod tests {
                 status(code, r#"{"error":"bad token"}"#),
             ));
             assert_eq!(s.kind, ErrorKind::PermissionDenied);
+            assert_eq!(s.cause, StopCause::Unauthorized);
             assert!(s.message.contains("bad token"), "{}", s.message);
             assert!(s.message.contains(&code.to_string()));
         }

@@ -637,33 +637,96 @@ fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 pub fn encode_request(client_id: &str, acked: u64, entries: &[OutEntry<'_>]) -> Vec<u8> {
     let entries = entries
         .iter()
-        .map(|e| match *e {
-            OutEntry::Item {
-                seq,
-                id,
-                key,
-                payload,
-                enqueued_at,
-            } => {
-                let (text, b64) = payload_fields(payload);
-                WireEntry::Item {
-                    seq,
-                    id,
-                    key,
-                    payload: text,
-                    payload_base64: b64,
-                    enqueued_at: enqueued_at.map(|t| Cow::Owned(t.to_rfc3339())),
-                    digest: Cow::Owned(digest(key, payload)),
-                }
-            }
-            OutEntry::Skip { seq } => WireEntry::Skip { seq, skip: true },
-        })
+        .map(|e| wire_entry(e, |key, payload| Cow::Owned(digest(key, payload))))
         .collect();
     to_json(&WireRequest {
         client_id,
         acked,
         entries,
     })
+}
+
+/// An outgoing entry in its written shape, with the digest `digest_of`
+/// gives for its key and payload.
+fn wire_entry<'a>(
+    e: &OutEntry<'a>,
+    digest_of: impl FnOnce(&'a str, &'a [u8]) -> Cow<'a, str>,
+) -> WireEntry<'a> {
+    match *e {
+        OutEntry::Item {
+            seq,
+            id,
+            key,
+            payload,
+            enqueued_at,
+        } => {
+            let (text, b64) = payload_fields(payload);
+            WireEntry::Item {
+                seq,
+                id,
+                key,
+                payload: text,
+                payload_base64: b64,
+                enqueued_at: enqueued_at.map(|t| Cow::Owned(t.to_rfc3339())),
+                digest: digest_of(key, payload),
+            }
+        }
+        OutEntry::Skip { seq } => WireEntry::Skip { seq, skip: true },
+    }
+}
+
+/// Counts the bytes a serializer writes.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn json_len<T: Serialize>(value: &T) -> usize {
+    let mut c = Counter(0);
+    // As in `to_json`, these types always serialize.
+    let _ = serde_json::to_writer(&mut c, value);
+    c.0
+}
+
+/// The exact number of bytes `entry` takes in a body written by
+/// [`encode_request`], without hashing its payload. A sender fills a
+/// batch up to a byte budget with it:
+///
+/// ```
+/// use spool::push::wire::{encode_request, encoded_entry_len, request_overhead, OutEntry};
+///
+/// let entries = [
+///     OutEntry::Item { seq: 7, id: 3, key: "k", payload: b"\x00\xff", enqueued_at: None },
+///     OutEntry::Skip { seq: 8 },
+/// ];
+/// let total: usize = entries.iter().map(encoded_entry_len).sum();
+/// assert_eq!(
+///     encode_request("edge-1", 6, &entries).len(),
+///     request_overhead("edge-1", 6, entries.len()) + total
+/// );
+/// ```
+pub fn encoded_entry_len(entry: &OutEntry<'_>) -> usize {
+    // Every digest has the same length, so a placeholder measures it.
+    const PLACEHOLDER: &str =
+        "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    json_len(&wire_entry(entry, |_, _| Cow::Borrowed(PLACEHOLDER)))
+}
+
+/// The bytes of a request body besides its entries' own: the envelope
+/// and the commas between `entries` entries (see [`encoded_entry_len`]).
+pub fn request_overhead(client_id: &str, acked: u64, entries: usize) -> usize {
+    json_len(&WireRequest {
+        client_id,
+        acked,
+        entries: Vec::new(),
+    }) + entries.saturating_sub(1)
 }
 
 impl PushRequest {

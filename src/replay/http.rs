@@ -30,17 +30,9 @@ const BODY_SNIPPET: usize = 200;
 /// Delivers an item with one HTTP request.
 #[derive(Debug)]
 pub struct HttpTarget {
-    agent: ureq::Agent,
-    url: String,
-    shown_url: String,
-    /// `host:port` of the server, for TLS messages.
-    authority: String,
-    /// What TLS trusts (https only).
-    roots: Option<TrustedRoots>,
+    endpoint: Endpoint,
     method: http::Method,
     content_type: String,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    secrets: Vec<String>,
     retry_status: Vec<u16>,
 }
 
@@ -184,31 +176,54 @@ pub(crate) fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-impl HttpTarget {
-    /// A target for `url`.
-    pub fn new(url: &str, opts: &HttpOptions) -> Result<HttpTarget> {
+/// An HTTP endpoint spool sends to: the URL without credentials, the
+/// configured headers (credentials from the URL become an
+/// `Authorization: Basic` header), the texts that must never be shown,
+/// and a keep-alive agent with the TLS trust of [`crate::tls`]. Shared
+/// by the `--url` target and the `--push` transport.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) agent: ureq::Agent,
+    pub(crate) url: String,
+    /// `host:port` of the server, for TLS messages.
+    pub(crate) authority: String,
+    /// What TLS trusts (https only).
+    pub(crate) roots: Option<TrustedRoots>,
+    pub(crate) headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    secrets: Vec<String>,
+}
+
+impl Endpoint {
+    /// Check `url` and `headers` (messages name the option `flag`, e.g.
+    /// `--url`), load the TLS trust for an https URL, and build the agent.
+    pub(crate) fn new(
+        flag: &str,
+        url: &str,
+        headers: &[String],
+        timeout: Option<Duration>,
+        connections: usize,
+        trust: &TlsTrust,
+    ) -> Result<Endpoint> {
         let (clean, userinfo) = split_userinfo(url);
         let uri: http::Uri = clean
             .parse()
-            .map_err(|e| Error::InvalidInput(format!("invalid --url {clean:?}: {e}")))?;
+            .map_err(|e| Error::InvalidInput(format!("invalid {flag} {clean:?}: {e}")))?;
         match uri.scheme_str() {
             Some("http") | Some("https") => {}
             _ => {
                 return Err(Error::InvalidInput(format!(
-                    "invalid --url {clean:?}: only http:// and https:// URLs are supported"
+                    "invalid {flag} {clean:?}: only http:// and https:// URLs are supported"
                 )))
             }
         }
         if uri.host().is_none() {
             return Err(Error::InvalidInput(format!(
-                "invalid --url {clean:?}: no host"
+                "invalid {flag} {clean:?}: no host"
             )));
         }
-        let method = http::Method::from_bytes(opts.method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| Error::InvalidInput(format!("invalid --method {:?}", opts.method)))?;
         let mut secrets = Vec::new();
-        let mut headers = Vec::new();
-        for h in &opts.headers {
+        let mut parsed = Vec::new();
+        for h in headers {
             let (name, value) = h.split_once(':').ok_or_else(|| {
                 Error::InvalidInput(format!(
                     "invalid header {:?}: write it as 'Name: value'",
@@ -232,20 +247,20 @@ impl HttpTarget {
                     .filter(|w| w.len() >= 8)
                     .map(str::to_string),
             );
-            headers.push((name, value));
+            parsed.push((name, value));
         }
         if let Some(info) = userinfo {
             let (user, pass) = info.split_once(':').unwrap_or((&info, ""));
             let creds = format!("{}:{}", percent_decode(user), percent_decode(pass));
             let token = base64::engine::general_purpose::STANDARD.encode(creds.as_bytes());
             let auth = format!("Basic {token}");
-            if !headers
+            if !parsed
                 .iter()
                 .any(|(n, _)| *n == http::header::AUTHORIZATION)
             {
                 let value = http::HeaderValue::from_str(&auth)
-                    .map_err(|_| Error::InvalidInput("invalid credentials in --url".into()))?;
-                headers.push((http::header::AUTHORIZATION, value));
+                    .map_err(|_| Error::InvalidInput(format!("invalid credentials in {flag}")))?;
+                parsed.push((http::header::AUTHORIZATION, value));
             }
             secrets.push(info.clone());
             secrets.push(token);
@@ -256,17 +271,17 @@ impl HttpTarget {
         // The --cacert file is checked for every URL; the system store is
         // read only when TLS will need it.
         let roots = if uri.scheme_str() == Some("https") {
-            Some(opts.trust.load()?)
+            Some(trust.load()?)
         } else {
-            opts.trust.check()?;
+            trust.check()?;
             None
         };
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
-            .timeout_global(opts.timeout)
-            .max_idle_connections(opts.connections.max(1))
-            .max_idle_connections_per_host(opts.connections.max(1))
+            .timeout_global(timeout)
+            .max_idle_connections(connections.max(1))
+            .max_idle_connections_per_host(connections.max(1))
             .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")));
         if let Some(r) = &roots {
             config = config.tls_config(r.ureq_tls_config());
@@ -277,22 +292,18 @@ impl HttpTarget {
             ureq::unversioned::transport::DefaultConnector::new(),
             CachedResolver::default(),
         );
-        Ok(HttpTarget {
+        Ok(Endpoint {
             agent,
-            url: clean.clone(),
-            shown_url: clean,
+            url: clean,
             authority: authority(&uri),
             roots,
-            method,
-            content_type: opts.content_type.clone(),
-            headers,
+            headers: parsed,
             secrets,
-            retry_status: opts.retry_status.clone(),
         })
     }
 
     /// Remove every secret from `text`.
-    fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
         // Longest first, so a whole value is masked before its parts.
         let mut secrets: Vec<&String> = self.secrets.iter().collect();
@@ -303,6 +314,43 @@ impl HttpTarget {
             }
         }
         out
+    }
+
+    /// A failed request in words, with secrets removed (a TLS failure
+    /// names its cause).
+    pub(crate) fn describe_failure(&self, e: &ureq::Error) -> String {
+        self.redact(&describe_request_error(
+            e,
+            &self.authority,
+            self.roots.as_ref(),
+        ))
+    }
+}
+
+impl HttpTarget {
+    /// A target for `url`.
+    pub fn new(url: &str, opts: &HttpOptions) -> Result<HttpTarget> {
+        let method = http::Method::from_bytes(opts.method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| Error::InvalidInput(format!("invalid --method {:?}", opts.method)))?;
+        let endpoint = Endpoint::new(
+            "--url",
+            url,
+            &opts.headers,
+            opts.timeout,
+            opts.connections,
+            &opts.trust,
+        )?;
+        Ok(HttpTarget {
+            endpoint,
+            method,
+            content_type: opts.content_type.clone(),
+            retry_status: opts.retry_status.clone(),
+        })
+    }
+
+    /// Remove every secret from `text`.
+    fn redact(&self, text: &str) -> String {
+        self.endpoint.redact(text)
     }
 
     fn is_retryable(&self, status: u16) -> bool {
@@ -370,15 +418,15 @@ pub(crate) fn describe_error(e: &ureq::Error) -> String {
 
 impl Target for HttpTarget {
     fn describe(&self) -> String {
-        format!("{} {}", self.method, self.shown_url)
+        format!("{} {}", self.method, self.endpoint.url)
     }
 
     fn deliver(&self, d: &Delivery<'_>) -> std::result::Result<Outcome, String> {
         let mut req = http::Request::builder()
             .method(self.method.clone())
-            .uri(self.url.as_str())
+            .uri(self.endpoint.url.as_str())
             .header(http::header::CONTENT_TYPE, self.content_type.as_str());
-        for (n, v) in &self.headers {
+        for (n, v) in &self.endpoint.headers {
             req = req.header(n, v);
         }
         let key = http::HeaderValue::from_str(d.idempotency_key)
@@ -404,12 +452,9 @@ impl Target for HttpTarget {
         let req = req
             .body(d.item.payload.as_slice())
             .map_err(|e| self.redact(&format!("cannot build the request: {e}")))?;
-        let resp = match self.agent.run(req) {
+        let resp = match self.endpoint.agent.run(req) {
             Ok(r) => r,
-            Err(e) => {
-                let text = describe_request_error(&e, &self.authority, self.roots.as_ref());
-                return Ok(Outcome::failed(self.redact(&text)));
-            }
+            Err(e) => return Ok(Outcome::failed(self.endpoint.describe_failure(&e))),
         };
         let status = resp.status().as_u16();
         let retry_after = resp
@@ -448,6 +493,131 @@ impl Target for HttpTarget {
             },
             _ => Outcome::Rejected { reason: text },
         })
+    }
+}
+
+/// The largest push answer read, in bytes (a 200 lists rejects, at
+/// most one per entry of the request).
+const MAX_PUSH_ANSWER: u64 = 16 << 20;
+
+/// Options for [`HttpPush::new`].
+#[derive(Debug, Clone)]
+pub struct HttpPushOptions {
+    /// Extra headers, `Name: value` (`Authorization: Bearer …`).
+    pub headers: Vec<String>,
+    /// Bound on one request, connect to last byte.
+    pub timeout: Option<Duration>,
+    /// Send bodies gzip-compressed (`Content-Encoding: gzip`).
+    pub compress: bool,
+    /// Which certificates an `https://` receiver may present.
+    pub trust: TlsTrust,
+}
+
+impl Default for HttpPushOptions {
+    fn default() -> Self {
+        HttpPushOptions {
+            headers: Vec::new(),
+            timeout: Some(Duration::from_secs(30)),
+            compress: false,
+            trust: TlsTrust::default(),
+        }
+    }
+}
+
+/// The `--push URL` transport: each request body is `POST`ed to the
+/// receiver's push endpoint as `application/json` (gzip-compressed with
+/// `compress`), over one kept-alive connection, with the TLS trust and
+/// the credential masking of the `--url` target.
+#[derive(Debug)]
+pub struct HttpPush {
+    endpoint: Endpoint,
+    compress: bool,
+}
+
+impl HttpPush {
+    /// A transport to the push endpoint `url`. Errors as for
+    /// [`HttpTarget::new`], naming `--push`.
+    pub fn new(url: &str, opts: &HttpPushOptions) -> Result<HttpPush> {
+        Ok(HttpPush {
+            endpoint: Endpoint::new("--push", url, &opts.headers, opts.timeout, 1, &opts.trust)?,
+            compress: opts.compress,
+        })
+    }
+}
+
+/// `body` compressed with gzip.
+fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 4 + 64),
+        flate2::Compression::default(),
+    );
+    enc.write_all(body)?;
+    enc.finish()
+}
+
+impl super::push::PushTransport for HttpPush {
+    fn describe(&self) -> String {
+        format!("push to {}", self.endpoint.url)
+    }
+
+    fn redact(&self, text: &str) -> String {
+        self.endpoint.redact(text)
+    }
+
+    fn send(&self, body: &[u8]) -> super::push::PushAnswer {
+        use super::push::PushAnswer;
+        let compressed;
+        let mut req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(self.endpoint.url.as_str())
+            .header(http::header::CONTENT_TYPE, "application/json");
+        let wire: &[u8] = if self.compress {
+            compressed = match gzip(body) {
+                Ok(c) => c,
+                Err(e) => return PushAnswer::Failed(format!("cannot compress the request: {e}")),
+            };
+            req = req.header(http::header::CONTENT_ENCODING, "gzip");
+            &compressed
+        } else {
+            body
+        };
+        for (n, v) in &self.endpoint.headers {
+            req = req.header(n, v);
+        }
+        let req = match req.body(wire) {
+            Ok(r) => r,
+            Err(e) => {
+                return PushAnswer::Failed(self.redact(&format!("cannot build the request: {e}")))
+            }
+        };
+        let resp = match self.endpoint.agent.run(req) {
+            Ok(r) => r,
+            Err(e) => return PushAnswer::Failed(self.endpoint.describe_failure(&e)),
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        match resp
+            .into_body()
+            .with_config()
+            .limit(MAX_PUSH_ANSWER)
+            .read_to_vec()
+        {
+            Ok(body) => PushAnswer::Http {
+                status,
+                body,
+                retry_after,
+            },
+            // The receiver's state is unknown: a failed request, resent.
+            Err(e) => PushAnswer::Failed(format!(
+                "reading the answer (HTTP {status}) failed: {}",
+                self.endpoint.describe_failure(&e)
+            )),
+        }
     }
 }
 

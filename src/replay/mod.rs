@@ -25,6 +25,7 @@ pub mod backoff;
 pub mod exec;
 pub mod http;
 pub mod lock;
+pub mod push;
 
 pub use self::backoff::Backoff;
 pub use self::exec::ExecTarget;
@@ -209,6 +210,9 @@ pub trait ReplayObserver: Sync {
     fn attempted(&self, _item: &Item, _attempt: u32, _outcome: &ItemOutcome) {}
     /// One item was skipped (held or not due).
     fn skipped(&self, _item: &Item) {}
+    /// Something happened in a push run besides an item settling
+    /// (`replay --push`; see [`push::PushEvent`]).
+    fn push_event(&self, _event: &push::PushEvent<'_>) {}
 }
 
 /// Why a run ended before it had looked at every item.

@@ -50,6 +50,9 @@ pub enum Answer {
     Full(u16, Vec<(String, String)>, String),
     /// Wait, then answer with a status.
     Slow(Duration, u16),
+    /// Close the connection without answering (a dropped connection, or
+    /// an answer lost on the way back).
+    Hangup,
 }
 
 type Handler = dyn Fn(Received) -> Answer + Send + Sync;
@@ -217,6 +220,7 @@ fn serve_connection(mut stream: impl Read + Write, peer: Option<SocketAddr>, han
             peer,
         });
         let (status, extra, body) = match answer {
+            Answer::Hangup => return,
             Answer::Status(s) => (s, vec![], String::new()),
             Answer::Full(s, h, b) => (s, h, b),
             Answer::Slow(d, s) => {

@@ -40,6 +40,19 @@ impl ServerCert {
     pub fn write_pem(&self, path: &Path) {
         std::fs::write(path, &self.pem).expect("write PEM");
     }
+
+    /// The private key as PKCS#8 PEM (for `spool serve --tls-key`).
+    pub fn key_pem(&self) -> String {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&self.key);
+        let mut pem = String::from("-----BEGIN PRIVATE KEY-----\n");
+        for chunk in b64.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
+            pem.push('\n');
+        }
+        pem.push_str("-----END PRIVATE KEY-----\n");
+        pem
+    }
 }
 
 /// Parameters for `names`; the subject is `CN=spool test <what>`, a name

@@ -61,12 +61,14 @@ Exit status:
 Files:
   Every file spool creates (the database and its -wal and -shm files, the
   NDJSON file and its .dead and .meta companions, <spool>.replay.lock,
-  outputs written with -o, the watch metrics file) gets mode 0600, narrowed
-  further by the umask. An existing file keeps its mode, also when it is
-  replaced atomically.
+  <spool>.serve.lock, outputs written with -o, the watch metrics file) gets
+  mode 0600, narrowed further by the umask. An existing file keeps its
+  mode, also when it is replaced atomically.
 
 Environment:
-  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)";
+  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)
+  CREDENTIALS_DIRECTORY  serve: read tokens from spool-serve-tokens in it
+              when --token-file is not given (systemd LoadCredential=)";
 
 /// The whole command line.
 #[derive(Parser, Debug)]
@@ -184,9 +186,54 @@ fn install_panic_hook() {
     }));
 }
 
+/// The name of the subcommand in `args` (after the program name), when
+/// only global options come before it; `None` when the first word is not
+/// plainly a subcommand (help, version, an unknown option…).
+fn subcommand_name(args: &[OsString]) -> Option<&str> {
+    let mut words = args.iter().skip(1);
+    while let Some(w) = words.next() {
+        let w = w.to_str()?;
+        match w {
+            "-s" | "--spool" | "--backend" => {
+                words.next()?;
+            }
+            "--json" | "-q" | "--quiet" | "--verbose" => {}
+            _ if w.starts_with("--spool=") || w.starts_with("--backend=") => {}
+            _ if w.starts_with("-s") && w.len() > 2 => {}
+            _ if w.len() > 1 && w.starts_with('-') && w[1..].bytes().all(|b| b == b'v') => {}
+            _ if w.starts_with('-') => return None,
+            _ => return Some(w),
+        }
+    }
+    None
+}
+
+/// Parse the command line. `spool enqueue`, the command scripts run once
+/// per event, is parsed against a command tree that holds only its own
+/// subcommand: building every subcommand's arguments is most of what
+/// parsing costs. Anything that does not parse that way (help, an error)
+/// is parsed again against the whole tree, which words it exactly as
+/// always.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{Command, FromArgMatches};
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if subcommand_name(&args) == Some("enqueue") {
+        let one = GlobalArgs::augment_args(Command::new("spool")).subcommand(
+            commands::enqueue::EnqueueArgs::augment_args(Command::new("enqueue")),
+        );
+        if let Ok(cli) = one
+            .try_get_matches_from(&args)
+            .and_then(|m| Cli::from_arg_matches(&m))
+        {
+            return Ok(cli);
+        }
+    }
+    Cli::try_parse_from(args)
+}
+
 fn main() -> ExitCode {
     install_panic_hook();
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = exit::for_clap(&e);
@@ -224,6 +271,73 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_subcommand_is_found_after_global_options() {
+        let name = |args: &[&str]| {
+            let args: Vec<OsString> = std::iter::once("spool")
+                .chain(args.iter().copied())
+                .map(OsString::from)
+                .collect();
+            subcommand_name(&args).map(str::to_string)
+        };
+        assert_eq!(name(&["enqueue", "x"]).as_deref(), Some("enqueue"));
+        assert_eq!(
+            name(&["-s", "q.db", "--json", "-vv", "enqueue"]).as_deref(),
+            Some("enqueue")
+        );
+        assert_eq!(
+            name(&["--spool=q.db", "-sq.db", "size"]).as_deref(),
+            Some("size")
+        );
+        assert_eq!(
+            name(&["--backend", "file", "enqueue"]).as_deref(),
+            Some("enqueue")
+        );
+        assert_eq!(name(&["--help", "enqueue"]), None);
+        assert_eq!(name(&["-s"]), None);
+        assert_eq!(name(&[]), None);
+    }
+
+    /// The one-subcommand tree parses `enqueue` exactly as the whole tree
+    /// does.
+    #[test]
+    fn enqueue_parses_alike_on_both_trees() {
+        use clap::{Command, FromArgMatches};
+        for args in [
+            &["spool", "enqueue", "x"][..],
+            &[
+                "spool", "-s", "a.ndjson", "enqueue", "--key", "k", "--json", "--", "-x",
+            ],
+            &[
+                "spool",
+                "enqueue",
+                "--lines",
+                "--max-payload",
+                "1KiB",
+                "-v",
+                "--file",
+                "f",
+            ],
+            &[
+                "spool",
+                "--backend",
+                "file",
+                "-q",
+                "enqueue",
+                "--ndjson",
+                "--wait-for-space",
+                "2s",
+            ],
+        ] {
+            let one = GlobalArgs::augment_args(Command::new("spool")).subcommand(
+                commands::enqueue::EnqueueArgs::augment_args(Command::new("enqueue")),
+            );
+            let fast = Cli::from_arg_matches(&one.try_get_matches_from(args).unwrap()).unwrap();
+            let full = Cli::try_parse_from(args).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{args:?}");
+        }
     }
 
     #[test]

@@ -14,8 +14,15 @@ use spool::OpenMode;
 /// reads ids from stdin, one per line; a line that is not an id is exit
 /// 65 and nothing is removed. Removing an item releases its key.
 ///
+/// An item in flight to a push receiver (`replay --push` gave it a
+/// sequence number that the receiver has not acknowledged yet) may
+/// already be applied there: removing it is refused (exit 65, nothing
+/// changed) unless --force. Forced, its number becomes a skip entry that
+/// the next push sends, so that the receiver moves past it.
+///
 /// Examples:
 ///   spool done 17 18
+///   spool done --force 42
 ///   spool list --json | jq -r 'select(.attempts > 10) | .id' | spool done -
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -23,13 +30,36 @@ pub struct DoneArgs {
     /// Item ids, or - to read ids from stdin (one per line)
     #[arg(value_name = "ID", required = true, num_args = 1.., value_parser = clap::value_parser!(IdArg))]
     ids: Vec<IdArg>,
+
+    /// Also remove items in flight to a push receiver (it is told to skip their numbers)
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "mark items done in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
     let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
-    let report = done(&*spool, &DoneOptions { ids }).map_err(|e| ctx.fail(ACTION, e))?;
+    let report = done(
+        &*spool,
+        &DoneOptions {
+            ids,
+            force: args.force,
+        },
+    )
+    .map_err(|e| ctx.fail(ACTION, e))?;
     ctx.notices(&spool);
-    ctx.finish_ids(&report, ACTION, "marked done", "done")
+    if !report.abandoned.is_empty() {
+        let seqs: Vec<String> = report
+            .abandoned
+            .iter()
+            .map(|(_, s)| s.to_string())
+            .collect();
+        ctx.note(&format!(
+            "abandoned {} in-flight item(s): the next push tells the receiver to skip sequence {}",
+            report.abandoned.len(),
+            seqs.join(", ")
+        ));
+    }
+    ctx.finish_ids(&report.ids, ACTION, "marked done", "done")
 }

@@ -5,7 +5,7 @@ use crate::exit::CliError;
 use crate::render;
 use clap::Args;
 use spool::ops::json::ItemJson;
-use spool::ops::list::{list, ListOptions, RetryState, Row, PREVIEW_CHARS};
+use spool::ops::list::{any_in_flight, list, ListOptions, RetryState, Row, PREVIEW_CHARS};
 use spool::{OpenMode, PAGE_SIZE};
 
 /// List pending items with their attempts, next retry and last error
@@ -15,8 +15,11 @@ use spool::{OpenMode, PAGE_SIZE};
 /// preview are escaped, so a line is always one record). With --json,
 /// NDJSON item objects as drain prints them. Previews show control bytes
 /// and invalid UTF-8 escaped (\n, \u{1b}, \xff) and are cut to 40
-/// characters. Held items are listed (next retry "held"). Items are read
-/// page by page; never creates or changes the spool.
+/// characters. Held items are listed (next retry "held"). While items are
+/// in flight to a push receiver (`replay --push`), a "push" column shows
+/// their sequence numbers ("-" for the others; in the plain lines it is
+/// the last field). Items are read page by page; never creates or changes
+/// the spool.
 ///
 /// Examples:
 ///   spool list --limit 20
@@ -53,6 +56,7 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         now,
     };
     let table = !ctx.json && ctx.out.is_terminal();
+    let push = !ctx.json && any_in_flight(&*spool).map_err(|e| ctx.fail("list", e))?;
     let mut rows: Vec<Row> = Vec::new();
     let mut count = 0usize;
     for item in list(&*spool, &opts) {
@@ -67,14 +71,14 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             rows.push(row);
             // One table per page keeps memory flat on a huge spool.
             if rows.len() >= PAGE_SIZE {
-                print_table(ctx, &mut rows)?;
+                print_table(ctx, &mut rows, push)?;
             }
         } else {
-            ctx.out.line(&tsv(&row))?;
+            ctx.out.line(&tsv(&row, push))?;
         }
     }
     if table {
-        print_table(ctx, &mut rows)?;
+        print_table(ctx, &mut rows, push)?;
     }
     if count == 0 && !ctx.json {
         ctx.note("no pending items match");
@@ -99,15 +103,27 @@ fn cells(row: &Row) -> [String; 8] {
     ]
 }
 
-fn tsv(row: &Row) -> String {
-    cells(row).join("\t")
+fn push_cell(row: &Row) -> String {
+    row.push_seq
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "-".into())
 }
 
-fn print_table(ctx: &mut Ctx, rows: &mut Vec<Row>) -> Result<(), CliError> {
+/// A plain line; with `push`, the sequence number is the last field.
+fn tsv(row: &Row, push: bool) -> String {
+    let mut c = cells(row).to_vec();
+    if push {
+        c.push(push_cell(row));
+    }
+    c.join("\t")
+}
+
+/// The table; with `push`, a "push" column after the id.
+fn print_table(ctx: &mut Ctx, rows: &mut Vec<Row>, push: bool) -> Result<(), CliError> {
     if rows.is_empty() {
         return Ok(());
     }
-    let mut t = render::table(&[
+    let mut header = vec![
         "id",
         "key",
         "attempts",
@@ -116,9 +132,17 @@ fn print_table(ctx: &mut Ctx, rows: &mut Vec<Row>) -> Result<(), CliError> {
         "size",
         "preview",
         "last error",
-    ]);
+    ];
+    if push {
+        header.insert(1, "push");
+    }
+    let mut t = render::table(&header);
     for r in rows.drain(..) {
-        t.add_row(cells(&r).to_vec());
+        let mut c = cells(&r).to_vec();
+        if push {
+            c.insert(1, push_cell(&r));
+        }
+        t.add_row(c);
     }
     ctx.out.line(&t.to_string())
 }

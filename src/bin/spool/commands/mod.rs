@@ -8,12 +8,14 @@
 
 mod attempts;
 mod checkpoint;
+mod clients;
 mod compact;
 mod completions;
+mod config;
 mod dlq;
 mod done;
 mod drain;
-mod enqueue;
+pub mod enqueue;
 mod export;
 mod hold;
 mod import;
@@ -22,6 +24,7 @@ mod list;
 mod man;
 mod release;
 mod replay;
+mod serve;
 mod show;
 mod size;
 mod stats;
@@ -53,12 +56,15 @@ pub enum Command {
     Stats(stats::StatsArgs),
     Replay(replay::ReplayArgs),
     Watch(watch::WatchArgs),
+    Serve(serve::ServeArgs),
+    Clients(clients::ClientsArgs),
     Compact(compact::CompactArgs),
     Checkpoint(checkpoint::CheckpointArgs),
     Verify(verify::VerifyArgs),
     Dlq(dlq::DlqArgs),
     Export(export::ExportArgs),
     Import(import::ImportArgs),
+    Config(config::ConfigArgs),
     Completions(completions::CompletionsArgs),
     Man(man::ManArgs),
 }
@@ -80,12 +86,15 @@ impl Command {
             Command::Stats(a) => stats::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
             Command::Watch(a) => watch::run(a, ctx),
+            Command::Serve(a) => serve::run(a, ctx),
+            Command::Clients(a) => clients::run(a, ctx),
             Command::Compact(a) => compact::run(a, ctx),
             Command::Checkpoint(a) => checkpoint::run(a, ctx),
             Command::Verify(a) => verify::run(a, ctx),
             Command::Dlq(a) => dlq::run(a, ctx),
             Command::Export(a) => export::run(a, ctx),
             Command::Import(a) => import::run(a, ctx),
+            Command::Config(a) => config::run(a, ctx),
             Command::Completions(a) => completions::run(a, ctx),
             Command::Man(a) => man::run(a, ctx),
         }

@@ -2,17 +2,22 @@
 
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
+use clap::builder::TypedValueParser as _;
 use clap::{ArgGroup, Args};
 use indicatif::{ProgressBar, ProgressStyle};
 use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
+use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
+use spool::push::StopCause;
 use spool::replay::exec::parse_exit_codes;
+use spool::replay::http::HttpPushOptions;
 use spool::replay::http::{parse_statuses, HttpOptions};
+use spool::replay::push::{PushEvent, PushHalt, PushReport, PushStatus, DEFAULT_BATCH};
 use spool::replay::{
     Backoff, ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
     StopReason,
 };
 use spool::tls::TlsTrust;
-use spool::units::parse_duration;
+use spool::units::{parse_duration, parse_size};
 use spool::{Error, Item, OpenMode};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -20,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Deliver pending items to a command (--exec) or a URL (--url)
+/// Deliver pending items to a command (--exec) or a URL (--url), or push them (--push)
 ///
 /// Items are attempted in enqueue order; held items and items whose
 /// next retry time has not come are skipped. A delivered item is marked
@@ -48,6 +53,25 @@ use std::time::Duration;
 /// SSL_CERT_DIR are honoured) or one from --cacert; a TLS failure names
 /// its cause (unknown issuer, name mismatch, expired) in the last error.
 ///
+/// --push URL sends the items to a push receiver (`spool serve`, or any
+/// server speaking docs/push-protocol.md) in numbered batches: each item
+/// gets the spool's next sequence number, committed before the request
+/// that carries it; the receiver applies every number once and answers
+/// with a cumulative acknowledgement; acknowledged items leave the spool,
+/// entries it rejected become dead letters with its reason. A failed
+/// request (no answer, 408/425/429/5xx) counts an attempt on every item
+/// of the batch and is resent, with the same numbers, after a backoff
+/// (Retry-After honoured); --max-attempts bounds the consecutive failed
+/// requests of the run, which then ends with exit 75 and nothing
+/// dead-lettered. 413 halves the batch (an item too large on its own is
+/// dead-lettered). A receiver that lost state or sees another spool's
+/// content under this spool's uuid (409) stops the run with exit 65, a
+/// refused token (401/403) with exit 77; items stay as they are. Takes
+/// -H, --timeout, --cacert, --limit (items sent), --deadline, --dry-run,
+/// --wait, --max-attempts and the backoff options, plus --batch,
+/// --batch-bytes and --compress; not --concurrency, --ordered or
+/// --commit-every (one stream, in order).
+///
 /// One replay per spool runs at a time: a second one waits up to --wait,
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
 /// SIGINT/SIGTERM stop after the item(s) in flight (exit 130/143).
@@ -66,15 +90,42 @@ use std::time::Duration;
 ///   spool replay --exec ./deliver.sh --reject-exit 65,66 --max-attempts 10
 ///   spool replay --url http://127.0.0.1:8080/in --concurrency 16 --deadline 5m
 ///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
+///   spool replay --push https://central:8787/v1/push -H 'Authorization: Bearer …' --compress
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(group(ArgGroup::new("target").args(["exec", "url"]).required(true)))]
+#[command(group(ArgGroup::new("target").args(["exec", "url", "push"]).required(true)))]
 pub struct ReplayArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
+    pub push: PushArgs,
+    #[command(flatten)]
     pub replay: ReplayFlags,
+}
+
+/// `--push` and the options only it takes.
+#[derive(Args, Debug, Clone)]
+pub struct PushArgs {
+    /// Push the items to the push receiver at URL, in numbered batches
+    ///
+    /// URL is the receiver's push endpoint (`…/v1/push` for `spool
+    /// serve`). See docs/push-protocol.md for the protocol.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
+
+    /// Entries per push request
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH, conflicts_with_all = ["exec", "url"],
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+    pub batch: usize,
+
+    /// Bytes per push request body, before compression (one entry may exceed it)
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size, conflicts_with_all = ["exec", "url"])]
+    pub batch_bytes: u64,
+
+    /// Compress push request bodies with gzip (Content-Encoding: gzip)
+    #[arg(long, conflicts_with_all = ["exec", "url"])]
+    pub compress: bool,
 }
 
 /// A comma-separated list of codes (one flag value, many numbers).
@@ -97,11 +148,11 @@ pub struct TargetArgs {
     pub exec: Option<String>,
 
     /// Run the --exec command through /bin/sh -c (shell syntax allowed)
-    #[arg(long, requires = "exec")]
+    #[arg(long, requires = "exec", conflicts_with = "url")]
     pub shell: bool,
 
     /// Exit codes of the --exec command that reject an item for good
-    #[arg(long, value_name = "CODES", default_value = "65", value_parser = codes, requires = "exec")]
+    #[arg(long, value_name = "CODES", default_value = "65", value_parser = codes, requires = "exec", conflicts_with = "url")]
     pub reject_exit: Codes<i32>,
 
     /// POST (or --method) each payload to URL
@@ -109,7 +160,13 @@ pub struct TargetArgs {
     pub url: Option<String>,
 
     /// HTTP method for --url
-    #[arg(long, value_name = "METHOD", default_value = "POST", requires = "url")]
+    #[arg(
+        long,
+        value_name = "METHOD",
+        default_value = "POST",
+        requires = "url",
+        conflicts_with = "exec"
+    )]
     pub method: String,
 
     /// Content-Type of the request body
@@ -117,16 +174,22 @@ pub struct TargetArgs {
         long,
         value_name = "TYPE",
         default_value = "application/octet-stream",
-        requires = "url"
+        requires = "url",
+        conflicts_with = "exec"
     )]
     pub content_type: String,
 
-    /// Extra request header, 'Name: value' (repeatable)
-    #[arg(short = 'H', long = "header", value_name = "HEADER", requires = "url")]
+    /// Extra request header, 'Name: value' (repeatable; --url, --push)
+    #[arg(
+        short = 'H',
+        long = "header",
+        value_name = "HEADER",
+        conflicts_with = "exec"
+    )]
     pub headers: Vec<String>,
 
     /// 4xx statuses to retry instead of rejecting (comma-separated)
-    #[arg(long, value_name = "CODES", value_parser = statuses, requires = "url")]
+    #[arg(long, value_name = "CODES", value_parser = statuses, requires = "url", conflicts_with = "exec")]
     pub retry_status: Option<Codes<u16>>,
 
     /// Bound on one delivery attempt
@@ -181,6 +244,10 @@ impl TargetArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ReplayFlags {
     /// Failed attempts (cumulative, across runs) before an item is dead-lettered
+    ///
+    /// With --push: the consecutive failed requests of one run, after
+    /// which the run ends with exit 75 (a push never dead-letters an item
+    /// for a failed request; a later run starts a fresh budget).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,
 
@@ -329,6 +396,96 @@ impl Progress {
 }
 
 impl ReplayObserver for Progress {
+    fn push_event(&self, event: &PushEvent<'_>) {
+        match event {
+            PushEvent::Sending {
+                first,
+                last,
+                items,
+                skips,
+                bytes,
+            } => self.say(
+                Verbosity::Verbose,
+                format!(
+                    "push: sending sequence {first}..{last} ({items} items, {skips} skips, {bytes} bytes)"
+                ),
+            ),
+            PushEvent::Acked {
+                last_seq,
+                applied,
+                duplicates,
+            } => self.say(
+                Verbosity::Verbose,
+                format!(
+                    "push: acknowledged up to {last_seq} ({applied} applied, {duplicates} duplicates)"
+                ),
+            ),
+            PushEvent::OverAck { claimed, highest } => self.say(
+                Verbosity::Normal,
+                format!(
+                    "warning: the push receiver acknowledged up to sequence {claimed}, but this \
+                     spool has assigned only up to {highest}; the excess is ignored (does the \
+                     receiver hold another client's history under this spool's uuid?)"
+                ),
+            ),
+            PushEvent::RequestFailed {
+                reason,
+                failures,
+                max,
+                retry_in,
+            } => self.say(
+                Verbosity::Normal,
+                match retry_in {
+                    Some(d) => format!(
+                        "{reason} (failed request {failures} of {max}); resending in {}",
+                        crate::render::duration(*d)
+                    ),
+                    None => format!(
+                        "{reason} (failed request {failures} of {max}); no more requests in this run"
+                    ),
+                },
+            ),
+            PushEvent::Halved {
+                max_entries,
+                max_bytes,
+            } => self.say(
+                Verbosity::Normal,
+                format!(
+                    "push: the receiver refused the request as too large; at most {max_entries} \
+                     entries and {max_bytes} bytes per request from now on"
+                ),
+            ),
+            PushEvent::Resend { from } => self.say(
+                Verbosity::Verbose,
+                format!("push: the receiver asked to resend from sequence {from}"),
+            ),
+            PushEvent::WouldSend {
+                seq,
+                item,
+                in_flight,
+            } => {
+                let verb = if *in_flight { "would resend" } else { "would send" };
+                let what = match item {
+                    Some(i) => {
+                        if let Some(b) = &self.bar {
+                            b.inc(1);
+                        }
+                        format!(
+                            "item {} ({} bytes, key {:?}, attempts {})",
+                            i.id,
+                            i.payload.len(),
+                            i.key,
+                            i.attempts
+                        )
+                    }
+                    None => "a skip entry".into(),
+                };
+                self.say(Verbosity::Normal, format!("seq {seq}: {verb} {what}"));
+            }
+            _ => {}
+        }
+    }
+
     fn wants_total(&self) -> bool {
         self.bar.is_some()
     }
@@ -456,7 +613,177 @@ pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
     })
 }
 
+/// The push report as JSON.
+pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
+    serde_json::json!({
+        "target": target,
+        "requests": r.requests,
+        "failed_requests": r.failed_requests,
+        "acknowledged": r.acknowledged,
+        "delivered": r.delivered,
+        "rejected": r.rejected,
+        "too_large": r.too_large,
+        "dead_lettered": r.dead_lettered(),
+        "skipped": r.skipped,
+        "duplicates": r.duplicates,
+        "sent": r.sent,
+        "in_flight": r.in_flight,
+        "watermark": r.watermark,
+        "not_due": r.not_due,
+        "held": r.held,
+        "would_resend": r.would_resend,
+        "would_send": r.would_send,
+        "stopped": r.halt.as_ref().map(|h| match h {
+            PushHalt::Signal => "signal",
+            PushHalt::Limit => "limit",
+            PushHalt::Deadline => "deadline",
+            PushHalt::Budget => "budget",
+            PushHalt::RetryAfter(_) => "retry_after",
+            PushHalt::Refused(_) => "refused",
+        }),
+        "left_due": r.left_due,
+        "last_error": r.last_error,
+        "error": r.refusal().map(|s| s.message.clone()),
+    })
+}
+
+/// The next step after the receiver stopped a push.
+fn push_hint(cause: StopCause) -> &'static str {
+    match cause {
+        StopCause::LostState => {
+            "the receiver went back to an older state (a restored backup?); nothing was resent or \
+             dropped: find out what it lost (GET /v1/clients/<spool uuid> on spool serve) before \
+             pushing again"
+        }
+        StopCause::ContentConflict => {
+            "if this spool is a copy of another one (a cloned disk or VM image, a restored \
+             backup), give it its own identity with `spool config uuid --regenerate`, then push \
+             again"
+        }
+        StopCause::Unauthorized => {
+            "check the credentials sent with -H (e.g. 'Authorization: Bearer …') against the \
+             receiver's tokens; no item was changed"
+        }
+        StopCause::Refused => "the receiver's answer is quoted above; no item was changed",
+    }
+}
+
+/// `spool replay --push`.
+fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    const ACTION: &str = "push";
+    // clap's `requires` is satisfied by any member of the target group,
+    // so the options of --url and --exec are refused here.
+    let t = &args.target;
+    let foreign = [
+        (t.method != "POST", "--method"),
+        (
+            t.content_type != "application/octet-stream",
+            "--content-type",
+        ),
+        (t.retry_status.is_some(), "--retry-status"),
+        (t.shell, "--shell"),
+        (t.reject_exit.0 != [65], "--reject-exit"),
+    ];
+    if let Some((_, flag)) = foreign.iter().find(|(given, _)| *given) {
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "{ACTION} {}: {flag} does not apply to --push (requests are POSTs of JSON; the \
+                 receiver's answers decide what is retried)",
+                ctx.spool.display()
+            ),
+        ));
+    }
+    let flags = args.replay.options();
+    let options = push_options(&flags, args.push.batch, args.push.batch_bytes)
+        .map_err(|e| setup_error(ctx, ACTION, e))?;
+    let dry_run = options.dry_run;
+    let target = PushTarget {
+        url: args.push.push.clone().unwrap_or_default(),
+        http: HttpPushOptions {
+            headers: args.target.headers.clone(),
+            timeout: Some(args.target.timeout),
+            compress: args.push.compress,
+            trust: args.target.trust(),
+        },
+    };
+    // Refuse a bad URL, header or --cacert before touching the spool.
+    target.build().map_err(|e| setup_error(ctx, ACTION, e))?;
+    let mode = if dry_run {
+        OpenMode::ReadOnly
+    } else {
+        OpenMode::ReadWrite
+    };
+    let spool = ctx.open(mode, ACTION)?;
+    let stop = StopHandle::default();
+    let signals = Signals::install(&stop)?;
+    let progress = Progress::new(ctx.verbosity, true);
+    let req = PushReplay {
+        target,
+        options,
+        wait: args.replay.wait,
+        clock: ctx.clock.clone(),
+        stop,
+        observer: Some(&progress),
+    };
+    let result = push(&spool, &req);
+    progress.finish();
+    ctx.notices(&spool);
+    let run = result.map_err(|e| ctx.fail(ACTION, e))?;
+    let r = &run.report;
+    let json = ctx.json.then(|| push_report_json(r, &run.target));
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
+        return Ok(());
+    }
+    match r.status() {
+        PushStatus::Clean => Ok(()),
+        PushStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
+        PushStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+        PushStatus::Refused(kind) => {
+            let (message, cause) = r
+                .refusal()
+                .map(|s| (s.message.clone(), s.cause))
+                .unwrap_or_else(|| {
+                    (
+                        "the push receiver refused the run".into(),
+                        StopCause::Refused,
+                    )
+                });
+            Err(CliError::new(
+                exit::for_kind(kind),
+                format!("{ACTION} {}: {message}", ctx.spool.display()),
+            )
+            .hint(push_hint(cause)))
+        }
+    }
+}
+
+/// Print a run's report (its JSON with `--json`, else its summary line),
+/// whatever the exit status will be. `Err` with the signal's status when
+/// a signal stopped the run; `Ok(false)` for a dry run (exit 0 whatever
+/// it found); `Ok(true)` when the status of the report decides.
+fn print_report(
+    ctx: &mut Ctx,
+    json: Option<serde_json::Value>,
+    summary: &str,
+    signals: &Signals,
+    dry_run: bool,
+) -> Result<bool, CliError> {
+    match json {
+        Some(v) => ctx.out.json(&v)?,
+        None => ctx.out.line(summary)?,
+    }
+    ctx.out.flush()?;
+    if let Some(code) = signals.exit_code() {
+        return Err(CliError::Silent(code));
+    }
+    Ok(!dry_run)
+}
+
 pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    if args.push.push.is_some() {
+        return run_push(args, ctx);
+    }
     let options = args.replay.options();
     let dry_run = options.dry_run;
     check_options(&options).map_err(|e| ctx.fail("replay", e))?;
@@ -497,16 +824,8 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail("replay", e))?;
     let r = &run.report;
-    if ctx.json {
-        ctx.out.json(&report_json(r, &run.target))?;
-    } else {
-        ctx.out.line(&r.summary(dry_run))?;
-    }
-    ctx.out.flush()?;
-    if let Some(code) = signals.exit_code() {
-        return Err(CliError::Silent(code));
-    }
-    if dry_run {
+    let json = ctx.json.then(|| report_json(r, &run.target));
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
         return Ok(());
     }
     match r.status() {

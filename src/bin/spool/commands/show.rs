@@ -59,6 +59,7 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let state = match &shown {
         Shown::Dead(_) => "dead letter",
         Shown::Pending(i) if i.held => "held (pending, skipped by replay)",
+        Shown::Pending(i) if i.in_flight() => "in flight to the push receiver (pending)",
         Shown::Pending(_) => "pending",
     };
     let mut lines: Vec<(&str, String)> = vec![
@@ -73,6 +74,10 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             },
         ),
         ("attempts", item.attempts.to_string()),
+        (
+            "push seq",
+            render::or_dash(item.push_seq.map(|s| s.to_string())),
+        ),
         ("enqueued at", when(item.enqueued_at)),
         ("next retry", when(item.next_retry_at)),
         (

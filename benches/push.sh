@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Push benchmark: `spool replay --push` into `spool serve` against
+# `replay --url` one item per request into the same server's /v1/items.
+# Prints Markdown; see docs/benchmarks.md for recorded figures.
+#
+#   benches/push.sh                # 100,000 items
+#   benches/push.sh 20000          # fewer
+#   SPOOL_BENCH_DIR=/var/tmp/b benches/push.sh   # keep the work files there
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
+
+missing=()
+command -v python3 >/dev/null || missing+=(python3)
+apt_install push.sh "${missing[@]}"
+
+cargo build --release --locked >&2
+spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"
+
+if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
+    dir=$SPOOL_BENCH_DIR
+    mkdir -p "$dir"
+else
+    dir=$(mktemp -d "${TMPDIR:-/var/tmp}/spool-push-bench.XXXXXX")
+    trap 'rm -rf "$dir"' EXIT
+fi
+
+python3 benches/push_bench.py --spool "$spool" --dir "$dir" --items "${1:-100000}"

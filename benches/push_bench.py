@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Push benchmark (SPEC §7, issue "Push"): `spool replay --push` end to end
+against `spool serve`, compared with `spool replay --url` sending one item
+per request to the same server's `/v1/items`. SQLite spools on both sides,
+every answer durable (the receiver commits before it answers), loopback.
+Standard library only; run through benches/push.sh.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import machine_info, run_timed  # noqa: E402
+
+
+def serve(spool, central, extra=()):
+    p = subprocess.Popen([spool, "-s", central, "serve", "--listen", "127.0.0.1:0", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        p.kill()
+        raise RuntimeError(f"serve did not start: {line!r}")
+    return p, line[len("listening on "):]
+
+
+def stop(p):
+    p.terminate()
+    p.wait(timeout=60)
+
+
+def fill(spool, edge, n, workdir):
+    lines = os.path.join(workdir, f"push-lines-{n}.txt")
+    if not os.path.exists(lines):
+        with open(lines, "w") as f:
+            for i in range(n):
+                f.write('{"event":"progress","user":%d,"pad":"0123456789abcdef0123456789abcdef0123456789"}\n' % i)
+    subprocess.run([spool, "-s", edge, "enqueue", "--lines", "--file", lines],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def count(spool, path):
+    return int(subprocess.run([spool, "-s", path, "size"], check=True,
+                              stdout=subprocess.PIPE).stdout.strip())
+
+
+def fresh(workdir, name):
+    path = os.path.join(workdir, name)
+    for suffix in ("", "-wal", "-shm", ".replay.lock"):
+        try:
+            os.remove(path + suffix)
+        except FileNotFoundError:
+            pass
+    return path
+
+
+def run(spool, workdir, n, mode, extra=()):
+    edge = fresh(workdir, f"edge-{mode}.db")
+    central = fresh(workdir, f"central-{mode}.db")
+    fill(spool, edge, n, workdir)
+    p, base = serve(spool, central)
+    try:
+        if mode == "push":
+            argv = [spool, "-s", edge, "replay", "--push", base + "/v1/push", *extra]
+        else:
+            argv = [spool, "-s", edge, "replay", "--url", base + "/v1/items", *extra]
+        t = run_timed(argv)
+    finally:
+        stop(p)
+    got = count(spool, central)
+    if got != n or count(spool, edge) != 0:
+        raise RuntimeError(f"{mode}: {got} of {n} items arrived")
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spool", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--items", type=int, default=100_000)
+    args = ap.parse_args()
+    info = machine_info(args.dir)
+    print(f"# push benchmark: {info['date']}, {info['nproc']} cores, {info['cpu']}, "
+          f"{info['fs']}, load {info['load']}\n")
+    n = args.items
+    rows = []
+    for label, mode, extra in [
+        ("`replay --push` (batch 500)", "push", ()),
+        ("`replay --push --compress`", "push", ("--compress",)),
+        ("`replay --url …/v1/items` (one item per request)", "url", ()),
+        ("`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),
+    ]:
+        t = run(args.spool, args.dir, n, mode, extra)
+        rows.append((label, t.wall, n / t.wall))
+        print(f"{label}: {t.wall:.2f} s, {n / t.wall:,.0f} items/s", flush=True)
+    base = rows[2][2]
+    print()
+    print(f"| {n:,} items of ~100 bytes | seconds | items/s | × one item per request |")
+    print("|---|---:|---:|---:|")
+    for label, wall, rate in rows:
+        print(f"| {label} | {wall:.2f} | {rate:,.0f} | {rate / base:.1f}× |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+//! `spool serve`: receive pushes (and single payloads) over HTTP(S).
+
+use super::{Ctx, Verbosity};
+use crate::exit::{self, CliError};
+use clap::Args;
+use spool::ops::watch::Level;
+use spool::serve::{auth, ServeEvent, ServeLog, ServeOptions, ServeStop, Server, TlsFiles, Tokens};
+use spool::units::{parse_duration, parse_size};
+use spool::{Error, OpenMode};
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Receive pushes from other spools, and single payloads, over HTTP(S)
+///
+/// The receiver of `spool replay --push`: what it receives is stored in
+/// the spool given by -s (created when missing). Endpoints:
+///   POST /v1/push        a batch from an edge spool, each entry applied
+///                        exactly once (200; 409 gap; 503 full)
+///   POST /v1/items       body = one payload, Idempotency-Key = its key:
+///                        201 {"id", "deduplicated": false}; 200 on a
+///                        dedup hit; 503 when the spool is full
+///   GET  /v1/clients/ID  {"last_seq", "rejected"} of one client
+///   GET  /healthz        200 when the spool can be read
+///   GET  /metrics        Prometheus text: spool gauges, server series
+///
+/// Every answer is sent after its data is committed; concurrent requests
+/// share one commit. 503 answers carry Retry-After: 5.
+///
+/// Security: without --listen it serves 127.0.0.1:8787 only. A
+/// non-loopback address needs --token-file (or --insecure-no-auth). A
+/// token file has one token per line, optionally followed by the client
+/// ids (globs with * and ?) it may push as; # starts a comment line.
+/// Requests send `Authorization: Bearer TOKEN`: a missing or wrong token
+/// is 401, pushing as a client the token may not is 403. /healthz and
+/// /metrics need no token. Without --token-file, the systemd credential
+/// spool-serve-tokens ($CREDENTIALS_DIRECTORY/spool-serve-tokens, from
+/// LoadCredential=) is used when present. Tokens never appear in logs.
+///
+/// Limits: --max-body bounds a body as received and once decompressed
+/// (Content-Encoding: gzip), --max-payload one payload; over either is
+/// 413. A request head must arrive within --header-timeout (also how
+/// long an idle keep-alive connection stays open), its body within
+/// --request-timeout (408).
+///
+/// Prints `listening on http(s)://ADDR` on stdout once ready (with the
+/// real port for --listen 127.0.0.1:0). With -v, one access line per
+/// request on stderr. SIGTERM or SIGINT: stop accepting, finish and
+/// commit the requests in flight, exit 0. Only one serve may run on an
+/// NDJSON spool (a second exits 75 naming the holder); several may share
+/// a SQLite spool.
+///
+/// Examples:
+///   spool -s /var/spool/central.db serve
+///   spool -s central.db serve --listen 0.0.0.0:8787 \
+///       --token-file /etc/spool/tokens \
+///       --tls-cert /etc/spool/cert.pem --tls-key /etc/spool/key.pem
+///   curl -H 'Idempotency-Key: order-7' --data-binary @event.json \
+///       http://127.0.0.1:8787/v1/items
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct ServeArgs {
+    /// Address to listen on: IP:PORT or HOST:PORT (port 0: any free port)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787", value_parser = parse_listen)]
+    listen: SocketAddr,
+
+    /// Accept only requests bearing a token from FILE
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key)
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key for --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Largest request body, as sent and once decompressed
+    #[arg(long, value_name = "SIZE", default_value = "8MiB", value_parser = parse_size)]
+    max_body: u64,
+
+    /// Largest payload (a push entry over it is rejected; an item is 413)
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    max_payload: u64,
+
+    /// Listen on a non-loopback address without tokens (trusted networks only)
+    #[arg(long)]
+    insecure_no_auth: bool,
+
+    /// Time for a request head to arrive; also the keep-alive idle limit
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    header_timeout: Duration,
+
+    /// Time for a request body to arrive after its head
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    request_timeout: Duration,
+
+    /// Most connections open at once (more wait to be accepted)
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+
+    /// Sleep this long in every commit (simulates a slow disk; tests, benchmarks)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
+    commit_delay: Option<Duration>,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not an address to listen on (IP:PORT or HOST:PORT): {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+/// Log lines on stderr: `<time> <level>: <message>`, or one JSON object
+/// per line with `--json`.
+struct StderrLog {
+    verbosity: Verbosity,
+    json: bool,
+}
+
+impl StderrLog {
+    fn shown(&self, level: Level) -> bool {
+        match self.verbosity {
+            Verbosity::Quiet => level >= Level::Warn,
+            Verbosity::Normal => level >= Level::Info,
+            Verbosity::Verbose => true,
+        }
+    }
+
+    fn line(&self, level: Level, event: &str, message: &str) {
+        if !self.shown(level) {
+            return;
+        }
+        let now = spool::Timestamp::now();
+        let line = if self.json {
+            serde_json::json!({
+                "time": now.to_rfc3339(),
+                "level": level.name(),
+                "event": event,
+                "message": message,
+            })
+            .to_string()
+        } else {
+            format!("{} {}: {message}", now.to_rfc3339(), level.name())
+        };
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
+
+impl ServeLog for StderrLog {
+    fn log(&self, e: &ServeEvent<'_>) {
+        let level = e.level();
+        if !self.shown(level) {
+            return;
+        }
+        match e {
+            ServeEvent::Access(a) if self.json => {
+                let line = serde_json::json!({
+                    "time": spool::Timestamp::now().to_rfc3339(),
+                    "level": level.name(),
+                    "event": "access",
+                    "peer": a.peer.to_string(),
+                    "method": a.method,
+                    "path": a.path,
+                    "status": a.status,
+                    "ms": a.took.as_secs_f64() * 1000.0,
+                    "bytes_in": a.bytes_in,
+                    "client": a.client,
+                    "error": a.error,
+                });
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            }
+            _ => {
+                let name = match e {
+                    ServeEvent::Access(_) => "access",
+                    ServeEvent::StorageError { .. } => "storage_error",
+                    ServeEvent::ReadError(_) => "read_error",
+                    ServeEvent::Connection { .. } => "connection",
+                    ServeEvent::AcceptError(_) => "accept_error",
+                    ServeEvent::Stopping { .. } => "stopping",
+                    ServeEvent::Abandoned { .. } => "abandoned",
+                    _ => "event",
+                };
+                self.line(level, name, &e.to_string());
+            }
+        }
+    }
+}
+
+/// SIGINT/SIGTERM: the first stops the server cleanly. One that comes
+/// more than a second later exits at once (130/143).
+fn install_signals(stop: ServeStop, log: Arc<StderrLog>) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    std::thread::Builder::new()
+        .name("spool-signals".into())
+        .spawn(move || {
+            let mut first: Option<Instant> = None;
+            for sig in signals.forever() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                match first {
+                    None => {
+                        first = Some(Instant::now());
+                        log.line(Level::Info, "signal", &format!("received {name}"));
+                        stop.stop();
+                    }
+                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
+                    Some(_) => {
+                        log.line(
+                            Level::Warn,
+                            "signal",
+                            &format!("received {name} again: exiting now"),
+                        );
+                        std::process::exit(i32::from(if sig == SIGINT {
+                            exit::INTERRUPTED
+                        } else {
+                            exit::TERMINATED
+                        }));
+                    }
+                }
+            }
+        })
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    Ok(())
+}
+
+fn failed(ctx: &Ctx, e: Error) -> CliError {
+    let hint = match &e {
+        Error::Unsupported(_) => Some(
+            "give --token-file FILE (one token per line), or --insecure-no-auth on a trusted network",
+        ),
+        Error::ServeLocked { .. } => Some(
+            "stop the other `spool serve` first; several servers may share a SQLite spool, not an NDJSON one",
+        ),
+        Error::Io { action, .. } if *action == "listen on" => {
+            Some("another process may be listening there; choose another --listen address")
+        }
+        _ => None,
+    };
+    let err = ctx.fail("serve", e);
+    match hint {
+        Some(h) => err.hint(h),
+        None => err,
+    }
+}
+
+pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
+    let token_file = args.token_file.or_else(|| {
+        auth::credential_token_file(
+            std::env::var_os("CREDENTIALS_DIRECTORY")
+                .as_deref()
+                .map(std::path::Path::new),
+        )
+    });
+    let tokens = match &token_file {
+        Some(f) => Some(Tokens::load(f).map_err(|e| failed(ctx, e))?),
+        None => None,
+    };
+    let opts = ServeOptions {
+        listen: args.listen,
+        tokens,
+        insecure_no_auth: args.insecure_no_auth,
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+            _ => None,
+        },
+        max_body: args.max_body,
+        max_payload: args.max_payload,
+        header_timeout: args.header_timeout,
+        request_timeout: args.request_timeout,
+        max_connections: args.max_connections as usize,
+        commit_delay: args.commit_delay.unwrap_or_default(),
+        ..ServeOptions::default()
+    };
+    // Every option is checked before the spool is created or opened.
+    opts.check().map_err(|e| failed(ctx, e))?;
+    if let Some(f) = &token_file {
+        ctx.detail(&format!(
+            "{} token(s) from {}",
+            opts.tokens.as_ref().map_or(0, Tokens::len),
+            f.display()
+        ));
+    }
+    let log = Arc::new(StderrLog {
+        verbosity: ctx.verbosity,
+        json: ctx.json,
+    });
+    let stop = ServeStop::new();
+    install_signals(stop.clone(), log.clone())?;
+    let spool = ctx.open(OpenMode::Create, "serve")?;
+    let server = Server::bind(spool, opts).map_err(|e| failed(ctx, e))?;
+    if ctx.json {
+        ctx.out
+            .json(&serde_json::json!({"listening_on": server.url()}))?;
+    } else {
+        ctx.out.line(&format!("listening on {}", server.url()))?;
+    }
+    ctx.out.flush()?;
+    let report = server.run(&stop, log).map_err(|e| failed(ctx, e))?;
+    let c = report.counters;
+    ctx.note(&format!(
+        "stopped after {} request(s) on {} connection(s); {} commit(s) for {} request(s)",
+        c.requests, report.connections, c.commits, c.committed_requests
+    ));
+    Ok(())
+}
