@@ -16,6 +16,7 @@ mod done;
 mod drain;
 mod enqueue;
 mod export;
+mod follow;
 mod hold;
 mod import;
 mod init;

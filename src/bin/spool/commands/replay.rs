@@ -9,6 +9,7 @@ use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
 use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
 use spool::push::StopCause;
 use spool::replay::exec::parse_exit_codes;
+use spool::replay::follow::Watching;
 use spool::replay::http::HttpPushOptions;
 use spool::replay::http::{parse_statuses, HttpOptions};
 use spool::replay::push::{PushEvent, PushHalt, PushReport, PushStatus, DEFAULT_BATCH};
@@ -102,6 +103,8 @@ pub struct ReplayArgs {
     pub push: PushArgs,
     #[command(flatten)]
     pub replay: ReplayFlags,
+    #[command(flatten)]
+    pub follow: super::follow::FollowArgs,
 }
 
 /// `--push` and the options only it takes.
@@ -490,6 +493,19 @@ impl ReplayObserver for Progress {
         self.bar.is_some()
     }
 
+    fn following(&self, watching: &Watching) {
+        match watching {
+            Watching::Notify(dir) => self.say(
+                Verbosity::Verbose,
+                format!("following: woken by changes in {}", dir.display()),
+            ),
+            Watching::PollOnly(why) => self.say(
+                Verbosity::Normal,
+                format!("following by polling only ({why})"),
+            ),
+        }
+    }
+
     fn started(&self, total: Option<u64>) {
         if let (Some(b), Some(total)) = (&self.bar, total) {
             b.set_length(total);
@@ -648,7 +664,7 @@ pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
 }
 
 /// The next step after the receiver stopped a push.
-fn push_hint(cause: StopCause) -> &'static str {
+pub(super) fn push_hint(cause: StopCause) -> &'static str {
     match cause {
         StopCause::LostState => {
             "the receiver went back to an older state (a restored backup?); nothing was resent or \
@@ -715,6 +731,10 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         OpenMode::ReadWrite
     };
     let spool = ctx.open(mode, ACTION)?;
+    if args.follow.follow {
+        let wait = args.replay.wait;
+        return super::follow::push(&args.follow, spool, target, options, wait, ctx);
+    }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);
@@ -794,6 +814,10 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         OpenMode::ReadWrite
     };
     let spool = ctx.open(mode, "replay")?;
+    if args.follow.follow {
+        let wait = args.replay.wait;
+        return super::follow::replay(&args.follow, spool, target, options, wait, ctx);
+    }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);
