@@ -117,6 +117,15 @@ pub struct GlobalArgs {
     )]
     backend: Option<BackendArg>,
 
+    /// Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one
+    ///
+    /// A spool's locking works only between processes of one machine
+    /// (SQLite's WAL shared memory, NDJSON's flock): creating a spool on a
+    /// network file system is refused (exit 73) and opening one warns,
+    /// unless this flag says that only this machine will ever use it.
+    #[arg(long, global = true, help_heading = "Global options")]
+    allow_network_fs: bool,
+
     /// Print JSON: one object, or NDJSON for streams of items
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -209,6 +218,7 @@ fn main() -> ExitCode {
         cli.global.json,
         commands::Verbosity::new(cli.global.quiet, cli.global.verbose),
     );
+    ctx.allow_network_fs = cli.global.allow_network_fs;
     let result = cli.command.run(&mut ctx).and_then(|()| ctx.out.flush());
     match result {
         Ok(()) => ExitCode::SUCCESS,
