@@ -215,7 +215,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch compact checkpoint verify dlq export import config completions man help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -241,7 +241,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__attempts)
-            opts="-s -q -v -h -V --set --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --set --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -271,7 +271,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__checkpoint)
-            opts="-s -q -v -h -V --mode --wait --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --mode --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -305,7 +305,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__compact)
-            opts="-s -q -v -h -V --wait --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -335,7 +335,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__completions)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version bash elvish fish powershell zsh"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -361,7 +361,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__config)
-            opts="-s -q -v -h -V --regenerate --wait --spool --backend --json --quiet --verbose --help --version max-depth uuid"
+            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth uuid"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -391,7 +391,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version list show export requeue purge help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version list show export requeue purge help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -417,7 +417,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__export)
-            opts="-o -s -q -v -h -V --format --output --spool --backend --json --quiet --verbose --help --version"
+            opts="-o -s -q -v -h -V --format --output --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -553,7 +553,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__list)
-            opts="-n -s -q -v -h -V --limit --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -s -q -v -h -V --limit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -587,7 +587,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__purge)
-            opts="-s -q -v -h -V --all --yes --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --all --yes --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -613,7 +613,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__requeue)
-            opts="-s -q -v -h -V --all --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --all --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -639,7 +639,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__show)
-            opts="-s -q -v -h -V --raw --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --raw --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -665,7 +665,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__done)
-            opts="-s -q -v -h -V --force --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --force --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -691,7 +691,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__drain)
-            opts="-n -s -q -v -h -V --limit --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -s -q -v -h -V --limit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -725,7 +725,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__enqueue)
-            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --json --quiet --verbose --help --version"
+            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -779,7 +779,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__export)
-            opts="-o -s -q -v -h -V --output --spool --backend --json --quiet --verbose --help --version"
+            opts="-o -s -q -v -h -V --output --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1219,7 +1219,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__hold)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1245,7 +1245,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__import)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1271,7 +1271,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__init)
-            opts="-s -q -v -h -V --max-depth --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --max-depth --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1301,7 +1301,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__list)
-            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1347,7 +1347,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__man)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1373,7 +1373,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__release)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1399,7 +1399,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__replay)
-            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --follow --poll --idle-exit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1489,6 +1489,14 @@ _spool() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --poll)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idle-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1509,7 +1517,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__show)
-            opts="-s -q -v -h -V --raw --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --raw --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1535,7 +1543,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__size)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1561,7 +1569,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__stats)
-            opts="-s -q -v -h -V --prometheus --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --prometheus --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1587,7 +1595,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__verify)
-            opts="-s -q -v -h -V --repair --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --repair --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1613,7 +1621,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__watch)
-            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

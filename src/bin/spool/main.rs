@@ -52,7 +52,8 @@ Exit status:
   65   bad data: corrupt spool, malformed input line, unknown id
   66   the spool or an input file does not exist
   70   internal error (a bug: please report it)
-  73   cannot create the spool: the path exists (init), or its directory is missing
+  73   cannot create the spool: the path exists (init), its directory is missing,
+       or it is on a network file system (see --allow-network-fs)
   74   I/O error: disk full, failed write or fsync
   75   temporary: the spool is full, locked by another replay, or busy
   77   permission denied on the spool, its directory or a file

@@ -77,6 +77,14 @@ use std::time::Duration;
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
 /// SIGINT/SIGTERM stop after the item(s) in flight (exit 130/143).
 ///
+/// --follow keeps running as a service: when nothing is due it waits,
+/// woken by new items (file-change notifications on the spool's
+/// directory, and a look every --poll) and by the next retry time of a
+/// waiting item, and delivers as items arrive; --idle-exit ends it after
+/// that long without an attempt. SIGINT/SIGTERM end it after the item(s)
+/// in flight with exit 0 and the summary of the whole run. Run it from
+/// systemd (Type=simple, Restart=on-failure) instead of cron.
+///
 /// When stderr is a terminal (and without -q), a progress bar shows the
 /// items attempted of those due when the run started (at most --limit),
 /// the rate in items per second and the time left.
@@ -93,6 +101,11 @@ use std::time::Duration;
 ///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
 ///   spool replay --push https://central:8787/v1/push -H 'Authorization: Bearer …' --compress
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
+///   # or as a systemd service (/etc/systemd/system/spool-replay.service):
+///   #   [Service]
+///   #   Type=simple
+///   #   ExecStart=/usr/local/bin/spool -s /var/spool/app.db replay --follow --url …
+///   #   Restart=on-failure
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(group(ArgGroup::new("target").args(["exec", "url", "push"]).required(true)))]
