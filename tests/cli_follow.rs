@@ -11,7 +11,7 @@ use http_sink::Sink;
 use push_receiver::PushReceiver;
 use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// Poll `cond` every 5 ms until it holds or `limit` passes.
