@@ -227,7 +227,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -253,7 +253,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__attempts)
-            opts="-s -q -v -h -V --set --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --set --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -283,7 +283,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__checkpoint)
-            opts="-s -q -v -h -V --mode --wait --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --mode --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -317,7 +317,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__clients)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -343,7 +343,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__compact)
-            opts="-s -q -v -h -V --wait --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -373,7 +373,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__completions)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version bash elvish fish powershell zsh"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -399,7 +399,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__config)
-            opts="-s -q -v -h -V --regenerate --wait --spool --backend --json --quiet --verbose --help --version max-depth uuid"
+            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth uuid"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -429,7 +429,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version list show export requeue purge help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version list show export requeue purge help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -455,7 +455,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__export)
-            opts="-o -s -q -v -h -V --format --output --spool --backend --json --quiet --verbose --help --version"
+            opts="-o -s -q -v -h -V --format --output --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -591,7 +591,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__list)
-            opts="-n -s -q -v -h -V --limit --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -s -q -v -h -V --limit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -625,7 +625,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__purge)
-            opts="-s -q -v -h -V --all --yes --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --all --yes --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -651,7 +651,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__requeue)
-            opts="-s -q -v -h -V --all --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --all --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -677,7 +677,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__dlq__subcmd__show)
-            opts="-s -q -v -h -V --raw --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --raw --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -703,7 +703,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__done)
-            opts="-s -q -v -h -V --force --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --force --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -729,7 +729,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__drain)
-            opts="-n -s -q -v -h -V --limit --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -s -q -v -h -V --limit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -763,7 +763,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__enqueue)
-            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --json --quiet --verbose --help --version"
+            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -817,7 +817,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__export)
-            opts="-o -s -q -v -h -V --output --spool --backend --json --quiet --verbose --help --version"
+            opts="-o -s -q -v -h -V --output --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1285,7 +1285,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__hold)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1311,7 +1311,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__import)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1337,7 +1337,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__init)
-            opts="-s -q -v -h -V --max-depth --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --max-depth --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1367,7 +1367,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__list)
-            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --json --quiet --verbose --help --version"
+            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1413,7 +1413,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__man)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1439,7 +1439,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__release)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1465,7 +1465,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__replay)
-            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --follow --poll --idle-exit --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1555,6 +1555,14 @@ _spool() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --poll)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idle-exit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1575,7 +1583,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__serve)
-            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --insecure-no-auth --header-timeout --request-timeout --max-connections --commit-delay --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --insecure-no-auth --header-timeout --request-timeout --max-connections --commit-delay --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1641,7 +1649,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__show)
-            opts="-s -q -v -h -V --raw --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --raw --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1667,7 +1675,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__size)
-            opts="-s -q -v -h -V --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1693,7 +1701,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__stats)
-            opts="-s -q -v -h -V --prometheus --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --prometheus --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1719,7 +1727,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__verify)
-            opts="-s -q -v -h -V --repair --spool --backend --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --repair --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1745,7 +1753,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__watch)
-            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_spool_global_optspecs
-    string join \n s/spool= backend= json q/quiet v/verbose h/help V/version
+    string join \n s/spool= backend= allow-network-fs json q/quiet v/verbose h/help V/version
 end
 
 function __fish_spool_needs_command
@@ -27,6 +27,7 @@ end
 complete -c spool -n "__fish_spool_needs_command" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_needs_command" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_needs_command" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_needs_command" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_needs_command" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_needs_command" -s v -l verbose -d 'Print more on stderr'
@@ -62,6 +63,7 @@ complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refus
 complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand init" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand init" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand init" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand init" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand init" -s v -l verbose -d 'Print more on stderr'
@@ -79,6 +81,7 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -l stdin -d 'Read t
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l key-from-payload -d 'Use the payload\'s content hash (sha256:<hex>) as its key'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l lines -d 'One payload per input line (a batch, one atomic commit)'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l ndjson -d 'One JSON object per input line: {"payload": ..., "key": ...} (a batch, one atomic commit)'
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s v -l verbose -d 'Print more on stderr'
@@ -88,6 +91,7 @@ complete -c spool -n "__fish_spool_using_subcommand drain" -s n -l limit -d 'Pri
 complete -c spool -n "__fish_spool_using_subcommand drain" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand drain" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand drain" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand drain" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s v -l verbose -d 'Print more on stderr'
@@ -100,6 +104,7 @@ complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The 
 complete -c spool -n "__fish_spool_using_subcommand list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand list" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
+complete -c spool -n "__fish_spool_using_subcommand list" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand list" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand list" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand list" -s v -l verbose -d 'Print more on stderr'
@@ -112,6 +117,7 @@ complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The sp
 complete -c spool -n "__fish_spool_using_subcommand ls" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand ls" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
+complete -c spool -n "__fish_spool_using_subcommand ls" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand ls" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s v -l verbose -d 'Print more on stderr'
@@ -121,6 +127,7 @@ complete -c spool -n "__fish_spool_using_subcommand show" -s s -l spool -d 'The 
 complete -c spool -n "__fish_spool_using_subcommand show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand show" -l raw -d 'Write exactly the payload bytes to stdout'
+complete -c spool -n "__fish_spool_using_subcommand show" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand show" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand show" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand show" -s v -l verbose -d 'Print more on stderr'
@@ -130,6 +137,7 @@ complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The 
 complete -c spool -n "__fish_spool_using_subcommand done" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand done" -l force -d 'Also remove items in flight to a push receiver (it is told to skip their numbers)'
+complete -c spool -n "__fish_spool_using_subcommand done" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand done" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand done" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand done" -s v -l verbose -d 'Print more on stderr'
@@ -138,6 +146,7 @@ complete -c spool -n "__fish_spool_using_subcommand done" -s V -l version -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand hold" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand hold" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand hold" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand hold" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s v -l verbose -d 'Print more on stderr'
@@ -146,6 +155,7 @@ complete -c spool -n "__fish_spool_using_subcommand hold" -s V -l version -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand release" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand release" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand release" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand release" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand release" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand release" -s v -l verbose -d 'Print more on stderr'
@@ -155,6 +165,7 @@ complete -c spool -n "__fish_spool_using_subcommand attempts" -l set -d 'Set the
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand attempts" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s v -l verbose -d 'Print more on stderr'
@@ -163,6 +174,7 @@ complete -c spool -n "__fish_spool_using_subcommand attempts" -s V -l version -d
 complete -c spool -n "__fish_spool_using_subcommand size" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand size" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand size" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand size" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand size" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand size" -s v -l verbose -d 'Print more on stderr'
@@ -172,6 +184,7 @@ complete -c spool -n "__fish_spool_using_subcommand stats" -s s -l spool -d 'The
 complete -c spool -n "__fish_spool_using_subcommand stats" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand stats" -l prometheus -d 'Print the Prometheus text format (for node_exporter\'s textfile collector)'
+complete -c spool -n "__fish_spool_using_subcommand stats" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand stats" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand stats" -s v -l verbose -d 'Print more on stderr'
@@ -197,6 +210,8 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l deadline -d 'Star
 complete -c spool -n "__fish_spool_using_subcommand replay" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l poll -d 'With --follow: look for new items at least this often' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l idle-exit -d 'With --follow: exit after DURATION without anything to attempt' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -205,6 +220,8 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l compress -d 'Comp
 complete -c spool -n "__fish_spool_using_subcommand replay" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l dry-run -d 'Show what would be attempted; deliver and change nothing'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l follow -d 'Keep running: deliver new items as they are enqueued, until stopped'
+complete -c spool -n "__fish_spool_using_subcommand replay" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand replay" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand replay" -s v -l verbose -d 'Print more on stderr'
@@ -246,6 +263,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l shell -d 'Run the 
 complete -c spool -n "__fish_spool_using_subcommand watch" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l dry-run -d 'Show what would be attempted; deliver and change nothing'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand watch" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand watch" -s v -l verbose -d 'Print more on stderr'
@@ -265,6 +283,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The
 complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand serve" -l insecure-no-auth -d 'Listen on a non-loopback address without tokens (trusted networks only)'
+complete -c spool -n "__fish_spool_using_subcommand serve" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand serve" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand serve" -s v -l verbose -d 'Print more on stderr'
@@ -273,6 +292,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -s V -l version -d 'P
 complete -c spool -n "__fish_spool_using_subcommand clients" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand clients" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand clients" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand clients" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand clients" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand clients" -s v -l verbose -d 'Print more on stderr'
@@ -282,6 +302,7 @@ complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'Wait up
 complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand compact" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand compact" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand compact" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand compact" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand compact" -s v -l verbose -d 'Print more on stderr'
@@ -295,6 +316,7 @@ complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l wait -d 'Wait
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s v -l verbose -d 'Print more on stderr'
@@ -304,6 +326,7 @@ complete -c spool -n "__fish_spool_using_subcommand verify" -s s -l spool -d 'Th
 complete -c spool -n "__fish_spool_using_subcommand verify" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand verify" -l repair -d 'Cut a torn trailing line and rebuild a stale index (NDJSON) when that is all the damage'
+complete -c spool -n "__fish_spool_using_subcommand verify" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand verify" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s v -l verbose -d 'Print more on stderr'
@@ -312,6 +335,7 @@ complete -c spool -n "__fish_spool_using_subcommand verify" -s V -l version -d '
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -s v -l verbose -d 'Print more on stderr'
@@ -327,6 +351,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Print more on stderr'
@@ -336,6 +361,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l raw -d 'Write exactly the payload bytes to stdout'
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -s v -l verbose -d 'Print more on stderr'
@@ -348,6 +374,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'Print more on stderr'
@@ -357,6 +384,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l all -d 'Every dead letter'
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s v -l verbose -d 'Print more on stderr'
@@ -367,6 +395,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l all -d 'Every dead letter'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l yes -d 'Really delete them'
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -s v -l verbose -d 'Print more on stderr'
@@ -382,6 +411,7 @@ complete -c spool -n "__fish_spool_using_subcommand export" -s o -l output -d 'W
 complete -c spool -n "__fish_spool_using_subcommand export" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand export" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand export" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand export" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand export" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand export" -s v -l verbose -d 'Print more on stderr'
@@ -390,6 +420,7 @@ complete -c spool -n "__fish_spool_using_subcommand export" -s V -l version -d '
 complete -c spool -n "__fish_spool_using_subcommand import" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand import" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand import" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand import" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand import" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand import" -s v -l verbose -d 'Print more on stderr'
@@ -400,6 +431,7 @@ complete -c spool -n "__fish_spool_using_subcommand config" -s s -l spool -d 'Th
 complete -c spool -n "__fish_spool_using_subcommand config" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand config" -l regenerate -d 'Give the spool a new uuid (KEY must be uuid)'
+complete -c spool -n "__fish_spool_using_subcommand config" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand config" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand config" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand config" -s v -l verbose -d 'Print more on stderr'
@@ -408,6 +440,7 @@ complete -c spool -n "__fish_spool_using_subcommand config" -s V -l version -d '
 complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand completions" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand completions" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s v -l verbose -d 'Print more on stderr'
@@ -416,6 +449,7 @@ complete -c spool -n "__fish_spool_using_subcommand completions" -s V -l version
 complete -c spool -n "__fish_spool_using_subcommand man" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand man" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand man" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand man" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand man" -s q -l quiet -d 'Print less on stderr: only errors'
 complete -c spool -n "__fish_spool_using_subcommand man" -s v -l verbose -d 'Print more on stderr'

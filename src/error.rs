@@ -92,6 +92,14 @@ pub enum Error {
     #[error("cannot create {}: {detail}", path.display())]
     CannotCreate { path: PathBuf, detail: String },
 
+    /// The spool would be created on a network file system, where its
+    /// locking is not safe between machines (see [`crate::fs_type`]).
+    #[error(
+        "cannot create {}: it would be on a network file system ({fs_type}), where spool's locking (SQLite's WAL shared memory, NDJSON's flock) is not safe between machines",
+        path.display()
+    )]
+    NetworkFileSystem { path: PathBuf, fs_type: String },
+
     /// Reject-newest: the spool holds `depth` items and its bound is
     /// `max_depth`.
     #[error("spool is full: {depth} items pending, the bound is {max_depth}")]
@@ -134,7 +142,9 @@ impl Error {
             | Error::SchemaTooNew { .. }
             | Error::InvalidInput(_) => ErrorKind::Data,
             Error::NotFound { .. } => ErrorKind::NotFound,
-            Error::AlreadyExists { .. } | Error::CannotCreate { .. } => ErrorKind::CannotCreate,
+            Error::AlreadyExists { .. }
+            | Error::CannotCreate { .. }
+            | Error::NetworkFileSystem { .. } => ErrorKind::CannotCreate,
             Error::QueueFull { .. }
             | Error::ReplayLocked { .. }
             | Error::ServeLocked { .. }

@@ -26,6 +26,7 @@
 pub mod backend;
 pub mod debug;
 pub mod error;
+pub mod fs_type;
 pub mod item;
 pub mod ops;
 pub mod private_file;

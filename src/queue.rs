@@ -166,6 +166,35 @@ pub trait Queue: Send + Sync {
         Ok(due.min(at_most))
     }
 
+    /// The earliest next retry time after `now` among the pending items
+    /// that are not held: when an item that is waiting for its backoff
+    /// becomes due (`None` when none is waiting). Follow mode sleeps until
+    /// then.
+    ///
+    /// The provided implementation walks the pending items page by page.
+    /// Backends with an index on the retry time override it.
+    fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        let mut next: Option<Timestamp> = None;
+        let mut after = 0;
+        loop {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            for t in page
+                .iter()
+                .filter(|it| !it.held)
+                .filter_map(|it| it.next_retry_at)
+                .filter(|t| *t > now)
+            {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+            if page.len() < PAGE_SIZE {
+                break;
+            }
+        }
+        Ok(next)
+    }
+
     /// The depth bound the spool remembers, if any.
     fn max_depth(&self) -> Result<Option<u64>>;
 

@@ -732,3 +732,34 @@ fn soak(env: &Env) {
         started.elapsed().as_secs_f64()
     );
 }
+
+#[test]
+fn new_items_are_replayed_at_once_not_at_the_next_interval() {
+    each_backend(|env| {
+        let sink = Sink::always(200);
+        let link = Link::up();
+        env.enqueue("first");
+        let hooks = env.dir.path().join("hooks");
+        let args = quick_watch(&link, &sink, &hooks, "1h");
+        let d = Daemon::start(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            wait_until(Duration::from_secs(10), || bodies(&sink).len() == 1),
+            "startup replay: {}",
+            d.log()
+        );
+        env.enqueue("second");
+        let enqueued = Instant::now();
+        assert!(
+            wait_until(Duration::from_secs(10), || bodies(&sink).len() == 2),
+            "woken by the new item: {}",
+            d.log()
+        );
+        assert!(
+            enqueued.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            enqueued.elapsed()
+        );
+        let (status, log) = d.stop();
+        assert_eq!(status.code(), Some(0), "{log}");
+    });
+}

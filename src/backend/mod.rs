@@ -73,6 +73,11 @@ pub struct OpenOptions {
     /// streams the files itself, so a spool opened only to be compacted
     /// never needs its whole image in memory. SQLite ignores it.
     pub defer_load: bool,
+    /// Create the spool even on a network file system (NFS, SMB/CIFS,
+    /// …), which is otherwise refused with
+    /// [`Error::NetworkFileSystem`]: only for a share that one machine
+    /// alone ever uses (see [`crate::fs_type`]).
+    pub allow_network_fs: bool,
 }
 
 impl Default for OpenOptions {
@@ -84,6 +89,7 @@ impl Default for OpenOptions {
             clock: system_clock(),
             busy_timeout: Duration::from_secs(10),
             defer_load: false,
+            allow_network_fs: false,
         }
     }
 }
@@ -202,6 +208,16 @@ impl Spool {
                     path: path.to_path_buf(),
                     detail: format!("directory {} does not exist", dir.display()),
                 });
+            }
+            if !opts.allow_network_fs {
+                if let Ok(t) = crate::fs_type::quick_of_path(path) {
+                    if t.locality == crate::fs_type::Locality::Network {
+                        return Err(Error::NetworkFileSystem {
+                            path: path.to_path_buf(),
+                            fs_type: t.name,
+                        });
+                    }
+                }
             }
         }
         match detect(path, opts.backend)? {

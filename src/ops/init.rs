@@ -16,6 +16,9 @@ pub struct InitOptions {
     pub max_depth: Option<u64>,
     /// The spool's clock.
     pub clock: SharedClock,
+    /// Create it even on a network file system (see
+    /// [`OpenOptions::allow_network_fs`]).
+    pub allow_network_fs: bool,
 }
 
 /// The spool [`init`] created.
@@ -40,6 +43,7 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
             backend: opts.backend,
             max_depth: opts.max_depth,
             clock: opts.clock.clone(),
+            allow_network_fs: opts.allow_network_fs,
             ..OpenOptions::default()
         },
     )?;

@@ -1,16 +1,25 @@
 //! `replay`: deliver the pending items of a spool to a command or a URL,
-//! or push them to a receiving spool, once, holding the spool's replay
-//! lock.
+//! or push them to a receiving spool, holding the spool's replay lock:
+//! once ([`replay`], [`push`]), or on and on as items arrive ([`follow`],
+//! [`follow_push`]).
 
 use crate::backend::Spool;
 use crate::error::{Error, Result};
+use crate::item::{Item, ItemId};
 use crate::replay::exec::ExecTarget;
+use crate::replay::follow::{
+    FollowEnd, FollowOptions, FollowStats, Follower, PassEnd, Signal, SignalWait, SpoolWatcher,
+    Watching, DEFAULT_POLL,
+};
 use crate::replay::http::{HttpOptions, HttpPush, HttpPushOptions, HttpTarget};
-use crate::replay::push::{PushOptions, PushReport, PushSender};
+use crate::replay::push::{PushHalt, PushOptions, PushReport, PushSender, PushStatus};
 use crate::replay::{
-    ReplayLock, ReplayObserver, ReplayOptions, ReplayReport, StopHandle, SyncWorker, Target,
+    ItemOutcome, ReplayLock, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
+    StopReason, SyncWorker, Target,
 };
 use crate::time::SharedClock;
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Where to deliver.
@@ -247,4 +256,374 @@ pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result
         batch,
         batch_bytes,
     })
+}
+
+/// Follow mode (`--follow`): what [`follow`] and [`follow_push`] need
+/// besides the one-shot request.
+#[derive(Clone, Debug)]
+pub struct FollowRequest {
+    /// Look at the spool at least this often (`--poll`).
+    pub poll: Duration,
+    /// End after this long without an attempt (`--idle-exit`).
+    pub idle_exit: Option<Duration>,
+    /// Wakes the waiting run (change notifications) and stops it. Build
+    /// it over the request's stop handle ([`Signal::new`]) so that a stop
+    /// also ends a pass in flight after its item.
+    pub signal: Signal,
+    /// Watch the spool's directory for changes; without it (or when the
+    /// system cannot watch) only `poll` finds new items.
+    pub notify: bool,
+}
+
+impl FollowRequest {
+    /// Follow with notifications, polling every [`DEFAULT_POLL`], never
+    /// ending by itself.
+    pub fn new(signal: Signal) -> FollowRequest {
+        FollowRequest {
+            poll: DEFAULT_POLL,
+            idle_exit: None,
+            signal,
+            notify: true,
+        }
+    }
+}
+
+/// What a follow run did.
+#[derive(Clone, Debug)]
+pub struct FollowRun<R> {
+    /// The passes' reports added up ([`ReplayReport::absorb`],
+    /// [`PushReport::absorb`]).
+    pub report: R,
+    /// The target, described without secrets.
+    pub target: String,
+    /// Why it ended, how many passes, how long.
+    pub follow: FollowStats,
+    /// Items that failed in this run and are still pending at its end
+    /// (`--exec`/`--url`; 0 for a push, whose in-flight items the report
+    /// counts).
+    pub still_failing: u64,
+    /// How it learned of new items.
+    pub watching: Watching,
+}
+
+impl FollowRun<ReplayReport> {
+    /// The status of the whole run: dead letters win; an item that failed
+    /// and is still pending, or due items left by `--limit` or
+    /// `--deadline`, is a retry; otherwise clean. (A stop is the caller's
+    /// to treat: for a service it is not an error.)
+    pub fn status(&self) -> ReplayStatus {
+        let r = &self.report;
+        if r.dead_lettered > 0 {
+            ReplayStatus::DeadLettered
+        } else if self.still_failing > 0 || (r.left_due && self.follow.end != FollowEnd::Stopped) {
+            ReplayStatus::Retry
+        } else {
+            ReplayStatus::Clean
+        }
+    }
+
+    /// The summary line: the counts of the whole run, then how it ended:
+    /// `delivered 12, failed 1, dead-lettered 0, not due 0, held 0;
+    /// followed for 2h3m (85 passes), stopped`.
+    pub fn summary(&self) -> String {
+        let mut r = self.report.clone();
+        r.stopped = None;
+        format!("{}; {}", r.summary(false), follow_tail(&self.follow))
+    }
+}
+
+impl FollowRun<PushReport> {
+    /// The status of the whole run, as [`PushReport::status`] for the
+    /// state at its end.
+    pub fn status(&self) -> PushStatus {
+        let mut r = self.report.clone();
+        if self.follow.end == FollowEnd::Stopped && r.halt == Some(PushHalt::Signal) {
+            r.halt = None;
+            r.left_due = false;
+        }
+        r.status()
+    }
+
+    /// The summary line, as [`FollowRun::summary`] for a push.
+    pub fn summary(&self) -> String {
+        let mut r = self.report.clone();
+        if matches!(
+            r.halt,
+            Some(PushHalt::Signal | PushHalt::Limit | PushHalt::Deadline)
+        ) {
+            r.halt = None;
+        }
+        format!("{}; {}", r.summary(false), follow_tail(&self.follow))
+    }
+}
+
+fn follow_tail(f: &FollowStats) -> String {
+    let why = match f.end {
+        FollowEnd::Stopped => "stopped",
+        FollowEnd::Idle => "ended after --idle-exit with nothing to do",
+        FollowEnd::Deadline => "--deadline passed",
+        FollowEnd::Finished => "ended",
+    };
+    format!(
+        "followed for {} ({} {}), {why}",
+        crate::units::format_duration(Duration::from_secs(f.ran_for.as_secs())),
+        f.passes,
+        if f.passes == 1 { "pass" } else { "passes" }
+    )
+}
+
+/// Refuse what cannot follow: a dry run shows one pass, and
+/// `--ignore-backoff` would retry a failing item in a tight loop.
+fn check_follow(dry_run: bool, ignore_backoff: bool, f: &FollowRequest) -> Result<()> {
+    if dry_run {
+        return Err(Error::Unsupported(
+            "--dry-run shows what one run would do; it cannot be combined with --follow".into(),
+        ));
+    }
+    if ignore_backoff {
+        return Err(Error::Unsupported(
+            "--ignore-backoff would retry a failing item over and over; it cannot be combined with --follow".into(),
+        ));
+    }
+    FollowOptions {
+        poll: f.poll,
+        idle_exit: f.idle_exit,
+        deadline: None,
+    }
+    .check()
+}
+
+/// Start the spool's watcher for `f`, if asked and possible.
+fn start_watcher(spool: &Spool, f: &FollowRequest) -> (Option<SpoolWatcher>, Watching) {
+    if !f.notify {
+        return (None, Watching::PollOnly("notifications are off".into()));
+    }
+    let signal = f.signal.clone();
+    match SpoolWatcher::start(spool, move || signal.notify()) {
+        Ok(Some(w)) => {
+            let dir = w.dir().to_path_buf();
+            (Some(w), Watching::Notify(dir))
+        }
+        Ok(None) => (None, Watching::PollOnly("the spool has no files".into())),
+        Err(e) => (None, Watching::PollOnly(e.to_string())),
+    }
+}
+
+/// What is left of a bound after `used`.
+fn remaining(bound: Option<u64>, used: u64) -> Option<u64> {
+    bound.map(|b| b.saturating_sub(used))
+}
+
+/// Replay `spool` and keep going (`--follow`): a pass now, then one
+/// whenever new items arrive or a waiting item becomes due (see
+/// [`crate::replay::follow`]), until `f.signal` stops it, `--idle-exit`,
+/// `--deadline` or `--limit`. Holds the spool's replay lock for the whole
+/// run. `--limit` and `--deadline` bound the whole run.
+pub fn follow(
+    spool: &Spool,
+    req: &ReplayRequest<'_>,
+    f: &FollowRequest,
+) -> Result<FollowRun<ReplayReport>> {
+    check_follow(req.options.dry_run, req.options.ignore_backoff, f)?;
+    check_options(&req.options)?;
+    let target = req.target.build(req.options.concurrency)?;
+    let path = spool.path().map(|p| p.to_path_buf());
+    let _lock = match &path {
+        Some(p) => Some(ReplayLock::acquire(p, req.wait)?),
+        None => None,
+    };
+    let (_watcher, watching) = start_watcher(spool, f);
+    if let Some(o) = req.observer {
+        o.following(&watching);
+    }
+    let tracker = Tracker {
+        inner: req.observer,
+        failing: Mutex::new(HashSet::new()),
+    };
+    let wait = SignalWait::new(f.signal.clone(), req.clock.clone());
+    let follower = Follower::new(
+        &**spool,
+        spool,
+        &wait,
+        req.clock.clone(),
+        FollowOptions {
+            poll: f.poll,
+            idle_exit: f.idle_exit,
+            deadline: req.options.deadline,
+        },
+    )?;
+    let started = req.clock.now();
+    let mut total = ReplayReport::default();
+    let mut attempted = 0u64;
+    let stats = follower.run(&mut || {
+        let mut opts = req.options.clone();
+        opts.limit = remaining(req.options.limit, attempted);
+        opts.deadline = req
+            .options
+            .deadline
+            .map(|d| d.saturating_sub(req.clock.now().since(started)));
+        let worker = SyncWorker::new(&**spool, &*target, opts, req.clock.clone())?
+            .with_spool_path(path.as_deref())
+            .with_stop_handle(req.stop.clone())
+            .with_observer(&tracker);
+        let r = worker.run()?;
+        let n = r.delivered + r.failed + r.dead_lettered;
+        attempted += n;
+        total.absorb(&r);
+        let end = match r.stopped {
+            Some(StopReason::Stopped) => Some(FollowEnd::Stopped),
+            Some(StopReason::Deadline) => Some(FollowEnd::Deadline),
+            Some(StopReason::Limit) => Some(FollowEnd::Finished),
+            _ if remaining(req.options.limit, attempted) == Some(0) => Some(FollowEnd::Finished),
+            _ => None,
+        };
+        Ok(PassEnd {
+            attempted: n,
+            end,
+            not_before: None,
+        })
+    });
+    // A stop between passes: the stop handle is still set for the next
+    // run of the caller's; leave it as a one-shot run would.
+    let stats = stats?;
+    if stats.end == FollowEnd::Stopped {
+        total.stopped = Some(StopReason::Stopped);
+    }
+    let still_failing = tracker.failing.lock().map(|s| s.len()).unwrap_or(0) as u64;
+    Ok(FollowRun {
+        report: total,
+        target: target.describe(),
+        follow: stats,
+        still_failing,
+        watching,
+    })
+}
+
+/// Push `spool` to a receiver and keep going (`--push --follow`), as
+/// [`follow`] does for `--exec`/`--url`. A run that failed its whole
+/// request budget waits `--backoff-max` before the next one (a
+/// receiver's longer `Retry-After`, that long); a receiver that refuses
+/// the run ends it.
+pub fn follow_push(
+    spool: &Spool,
+    req: &PushReplay<'_>,
+    f: &FollowRequest,
+) -> Result<FollowRun<PushReport>> {
+    use crate::replay::push::PushTransport as _;
+    check_follow(req.options.dry_run, req.options.ignore_backoff, f)?;
+    let transport = req.target.build()?;
+    let path = spool.path().map(|p| p.to_path_buf());
+    let _lock = match &path {
+        Some(p) => Some(ReplayLock::acquire(p, req.wait)?),
+        None => None,
+    };
+    let (_watcher, watching) = start_watcher(spool, f);
+    if let Some(o) = req.observer {
+        o.following(&watching);
+    }
+    let wait = SignalWait::new(f.signal.clone(), req.clock.clone());
+    let follower = Follower::new(
+        &**spool,
+        spool,
+        &wait,
+        req.clock.clone(),
+        FollowOptions {
+            poll: f.poll,
+            idle_exit: f.idle_exit,
+            deadline: req.options.deadline,
+        },
+    )?;
+    let started = req.clock.now();
+    let mut total = PushReport::default();
+    let mut sent = 0u64;
+    let stats = follower.run(&mut || {
+        let mut opts = req.options.clone();
+        opts.limit = remaining(req.options.limit, sent);
+        opts.deadline = req
+            .options
+            .deadline
+            .map(|d| d.saturating_sub(req.clock.now().since(started)));
+        let mut sender = PushSender::new(&**spool, &transport, opts, req.clock.clone())?
+            .with_stop_handle(req.stop.clone());
+        if let Some(o) = req.observer {
+            sender = sender.with_observer(o);
+        }
+        let r = sender.run()?;
+        sent += r.sent;
+        total.absorb(&r);
+        let now = req.clock.now();
+        let (end, not_before) = match &r.halt {
+            Some(PushHalt::Signal) => (Some(FollowEnd::Stopped), None),
+            Some(PushHalt::Deadline) => (Some(FollowEnd::Deadline), None),
+            Some(PushHalt::Limit | PushHalt::Refused(_)) => (Some(FollowEnd::Finished), None),
+            Some(PushHalt::Budget) => (None, Some(now.saturating_add(req.options.backoff.max))),
+            Some(PushHalt::RetryAfter(d)) => (None, Some(now.saturating_add(*d))),
+            None if remaining(req.options.limit, sent) == Some(0) => {
+                (Some(FollowEnd::Finished), None)
+            }
+            None => (None, None),
+        };
+        Ok(PassEnd {
+            attempted: r.requests,
+            end,
+            not_before,
+        })
+    })?;
+    Ok(FollowRun {
+        report: total,
+        target: transport.describe(),
+        follow: stats,
+        still_failing: 0,
+        watching,
+    })
+}
+
+/// Passes the observer's calls on, and keeps the ids of the items that
+/// failed in this run and are still pending.
+struct Tracker<'a> {
+    inner: Option<&'a dyn ReplayObserver>,
+    failing: Mutex<HashSet<ItemId>>,
+}
+
+impl ReplayObserver for Tracker<'_> {
+    fn wants_total(&self) -> bool {
+        self.inner.is_some_and(|o| o.wants_total())
+    }
+    fn started(&self, total: Option<u64>) {
+        if let Some(o) = self.inner {
+            o.started(total)
+        }
+    }
+    fn attempted(&self, item: &Item, attempt: u32, outcome: &ItemOutcome) {
+        {
+            let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+            match outcome {
+                ItemOutcome::Failed { .. } | ItemOutcome::SinkFailed { .. } => {
+                    failing.insert(item.id);
+                }
+                ItemOutcome::Delivered | ItemOutcome::DeadLettered { .. } => {
+                    failing.remove(&item.id);
+                }
+                ItemOutcome::WouldAttempt => {}
+            }
+        }
+        if let Some(o) = self.inner {
+            o.attempted(item, attempt, outcome)
+        }
+    }
+    fn skipped(&self, item: &Item) {
+        if let Some(o) = self.inner {
+            o.skipped(item)
+        }
+    }
+    fn push_event(&self, event: &crate::replay::push::PushEvent<'_>) {
+        if let Some(o) = self.inner {
+            o.push_event(event)
+        }
+    }
+    fn following(&self, watching: &Watching) {
+        if let Some(o) = self.inner {
+            o.following(watching)
+        }
+    }
 }

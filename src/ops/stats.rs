@@ -53,6 +53,9 @@ pub struct StatsReport {
     /// For NDJSON spools, the share of the main file's records that
     /// compaction would remove (`None` for other backends).
     pub ndjson_garbage_ratio: Option<f64>,
+    /// The file system holding the spool (`ext4`, `nfs4`, `fuse.sshfs`),
+    /// and whether it is a network share; `None` for memory.
+    pub fs_type: Option<crate::fs_type::FsType>,
     /// The time the report was made for.
     pub now: Timestamp,
 }
@@ -92,6 +95,7 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
         files,
         total_bytes,
         ndjson_garbage_ratio,
+        fs_type: spool.path().and_then(|p| crate::fs_type::of_path(p).ok()),
         now,
     })
 }
@@ -133,6 +137,12 @@ pub struct StatsJson {
     /// Share of an NDJSON spool's records that compaction would drop
     /// (0 to 1); null for other backends.
     pub ndjson_garbage_ratio: Option<f64>,
+    /// The file system type (`ext4`, `xfs`, `nfs4`, `fuse.sshfs`…), or
+    /// null (memory, or it could not be told).
+    pub fs_type: Option<String>,
+    /// True when that is a network file system (see `fs_type` in the
+    /// README); null when unknown (FUSE, or not told).
+    pub network_fs: Option<bool>,
 }
 
 /// One bucket of the attempts histogram.
@@ -184,6 +194,12 @@ impl StatsReport {
                 .collect(),
             total_bytes: self.total_bytes,
             ndjson_garbage_ratio: self.ndjson_garbage_ratio,
+            fs_type: self.fs_type.as_ref().map(|t| t.name.clone()),
+            network_fs: self.fs_type.as_ref().and_then(|t| match t.locality {
+                crate::fs_type::Locality::Local => Some(false),
+                crate::fs_type::Locality::Network => Some(true),
+                crate::fs_type::Locality::Unknown => None,
+            }),
         }
     }
 

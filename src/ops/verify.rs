@@ -189,6 +189,17 @@ pub fn verify(
             return Err(Error::Internal("detected a memory spool".into()));
         }
     }
+    if let Ok(t) = crate::fs_type::of_path(path) {
+        if let Some(risk) = crate::fs_type::risk(&t) {
+            let severity = match t.locality {
+                crate::fs_type::Locality::Network => Severity::Warning,
+                _ => Severity::Info,
+            };
+            outcome
+                .report
+                .push(severity, path, None, format!("the spool is {risk}"));
+        }
+    }
     Ok(outcome)
 }
 

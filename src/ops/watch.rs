@@ -32,6 +32,11 @@
 //!   sequence gave up while the monitor still reports the link up (no
 //!   transition will come to retry it), the tick runs the online sequence
 //!   again instead, so a daemon never stays unbound on a healthy link.
+//!   With periodic replay on, new items do not wait for the next tick: the
+//!   main thread is woken as `replay --follow` is (a
+//!   [`SpoolWatcher`] on the spool's directory, the hint confirmed by a
+//!   [`ChangeCheck`] of the spool's marks) and posts a round at once
+//!   ([`Trigger::Change`]) when none is queued.
 //! * **Every replay round** holds the spool's [`ReplayLock`] for that
 //!   round only (via [`crate::ops::replay::replay`]), so a cron
 //!   `spool replay` and the daemon never overlap; a busy lock is logged
@@ -54,6 +59,7 @@ use crate::backend::Spool;
 use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
+use crate::replay::follow::{ChangeCheck, Signal, SpoolWatcher, Woke};
 use crate::replay::{ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, StopHandle};
 use crate::time::{SharedClock, Timestamp};
 use crate::tls::TlsTrust;
@@ -70,8 +76,11 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The change check of the periodic loop never polls: the interval does.
+const NO_POLL: Duration = Duration::from_secs(86_400);
 
 /// Bytes of a hook's stderr kept for the log line.
 const HOOK_STDERR_TAIL: usize = 2048;
@@ -186,6 +195,8 @@ pub enum Trigger {
     Reconnect,
     /// `--replay-interval` while online.
     Periodic,
+    /// New items (a change to the spool's files) while online.
+    Change,
 }
 
 impl Trigger {
@@ -195,6 +206,7 @@ impl Trigger {
             Trigger::Startup => "startup",
             Trigger::Reconnect => "reconnect",
             Trigger::Periodic => "periodic",
+            Trigger::Change => "change",
         }
     }
 }
@@ -368,6 +380,15 @@ impl WatchEvent {
                 Round::Ran(r) if r.dead_lettered > 0 => Level::Warn,
                 // An idle periodic round says nothing unless asked.
                 Round::Ran(r) if *trigger == Trigger::Periodic && is_idle(r) => Level::Detail,
+                // A round woken by a change that found nothing to attempt
+                // (the change was its own last round's writes) too.
+                Round::Ran(r)
+                    if *trigger == Trigger::Change
+                        && r.delivered + r.failed + r.dead_lettered == 0
+                        && r.stopped.is_none() =>
+                {
+                    Level::Detail
+                }
                 Round::Ran(_) => Level::Info,
                 Round::Locked { .. } => Level::Warn,
                 Round::Failed(_) => Level::Error,
@@ -544,9 +565,9 @@ pub struct WatchStop {
 
 #[derive(Debug, Default)]
 struct StopInner {
-    stopped: AtomicBool,
-    wake: Mutex<()>,
-    cv: Condvar,
+    /// Stop requests, and the spool's change notifications that wake
+    /// the periodic loop (the same wake-up as `replay --follow`).
+    signal: Signal,
     /// The stop handle of the replay round in flight, if any.
     run: Mutex<Option<StopHandle>>,
 }
@@ -560,38 +581,23 @@ impl WatchStop {
     /// Stop the daemon: the replay in flight stops after its current
     /// item, then everything shuts down. Idempotent.
     pub fn stop(&self) {
-        let i = &self.inner;
+        // Under the run lock: a round registering now either sees the
+        // stop or is interrupted below.
         {
-            let _w = lock(&i.wake);
-            i.stopped.store(true, Ordering::SeqCst);
-            i.cv.notify_all();
+            let _run = lock(&self.inner.run);
+            self.inner.signal.stop();
         }
         self.interrupt_run();
     }
 
     /// True once [`stop`](WatchStop::stop) was called.
     pub fn is_stopped(&self) -> bool {
-        self.inner.stopped.load(Ordering::SeqCst)
+        self.inner.signal.is_stopped()
     }
 
     /// Wait up to `d`; true (at once) when stopped.
     fn wait(&self, d: Duration) -> bool {
-        let i = &self.inner;
-        let deadline = Instant::now() + d;
-        let mut g = lock(&i.wake);
-        loop {
-            if i.stopped.load(Ordering::SeqCst) {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            g =
-                i.cv.wait_timeout(g, deadline - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-        }
+        self.inner.signal.wait_stop(d)
     }
 
     /// Register a new replay round; `None` when stopping.
@@ -966,17 +972,52 @@ impl Watch {
         });
         let _ = gate_tx.send(online);
 
-        // The main thread only keeps time for periodic replay.
+        // The main thread keeps time for periodic replay, and (with
+        // periodic replay on) replays as soon as new items arrive, woken
+        // as `replay --follow` is: a change notification is a hint that a
+        // comparison of the spool's marks confirms.
         let interval = self.replay_interval;
+        let signal = stop.inner.signal.clone();
+        let watcher = if interval.is_zero() {
+            None
+        } else {
+            let s = signal.clone();
+            SpoolWatcher::start(&d.spool, move || s.notify())
+                .ok()
+                .flatten()
+        };
+        let mut check = ChangeCheck::new(&*d.spool, NO_POLL, d.clock.now());
+        check.pass_begins(d.clock.now());
+        let mut changed = false;
         let mut next = Instant::now() + interval;
         loop {
-            let wait = if interval.is_zero() {
+            let mut wait = if interval.is_zero() {
                 Duration::from_secs(3600)
             } else {
                 next.saturating_duration_since(Instant::now())
             };
-            if stop.wait(wait) {
-                break;
+            if watcher.is_some() {
+                wait = wait.min(check.next_check().since(d.clock.now()));
+            }
+            if changed {
+                // Waiting for the worker to take the round.
+                wait = wait.min(Duration::from_millis(20));
+            }
+            match signal.wait_for(wait) {
+                Woke::Stopped => break,
+                Woke::Changed => changed |= check.hinted(d.clock.now()),
+                Woke::Deadline => changed |= check.tick(d.clock.now()),
+            }
+            if changed && !interval.is_zero() {
+                if !d.online() || d.gave_up.load(Ordering::SeqCst) {
+                    // Offline: the online sequence replays when it is back.
+                    changed = false;
+                } else if worker.pending() == 0 && d.bound_online.load(Ordering::SeqCst) {
+                    changed = false;
+                    check.pass_begins(d.clock.now());
+                    let (d2, c) = (d.clone(), coordinator.clone());
+                    worker.post(move || d2.periodic_round(&c, Trigger::Change));
+                }
             }
             if interval.is_zero() || Instant::now() < next {
                 continue;
@@ -996,7 +1037,8 @@ impl Watch {
                     }
                 });
             } else if d.bound_online.load(Ordering::SeqCst) {
-                worker.post(move || d2.periodic_round(&c));
+                check.pass_begins(d.clock.now());
+                worker.post(move || d2.periodic_round(&c, Trigger::Periodic));
             }
         }
 
@@ -1203,13 +1245,14 @@ impl Daemon {
         self.write_metrics_logged(&c.counters());
     }
 
-    /// The worker's job every `--replay-interval` while bound online.
-    fn periodic_round(&self, c: &Coordinator) {
+    /// The worker's job every `--replay-interval`, and when new items
+    /// arrive, while bound online.
+    fn periodic_round(&self, c: &Coordinator, trigger: Trigger) {
         if !self.online() || !self.bound_online.load(Ordering::SeqCst) {
             return;
         }
         let round = self.replay_round();
-        self.log_round(Trigger::Periodic, round);
+        self.log_round(trigger, round);
         self.write_metrics_logged(&c.counters());
     }
 

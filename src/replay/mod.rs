@@ -23,6 +23,7 @@
 
 pub mod backoff;
 pub mod exec;
+pub mod follow;
 pub mod http;
 pub mod lock;
 pub mod push;
@@ -213,6 +214,8 @@ pub trait ReplayObserver: Sync {
     /// Something happened in a push run besides an item settling
     /// (`replay --push`; see [`push::PushEvent`]).
     fn push_event(&self, _event: &push::PushEvent<'_>) {}
+    /// Follow mode (`--follow`) starts, learning of new items this way.
+    fn following(&self, _watching: &follow::Watching) {}
 }
 
 /// Why a run ended before it had looked at every item.
@@ -286,6 +289,22 @@ impl ReplayReport {
             None => "",
         });
         s
+    }
+
+    /// Add a later run's report to this one (follow mode's summary of
+    /// many passes): the counts of what happened add up; what describes
+    /// the spool at the end (not due, held, why the run stopped, due
+    /// items left) is the later run's.
+    pub fn absorb(&mut self, later: &ReplayReport) {
+        self.delivered += later.delivered;
+        self.failed += later.failed;
+        self.dead_lettered += later.dead_lettered;
+        self.rejected += later.rejected;
+        self.would_attempt += later.would_attempt;
+        self.not_due = later.not_due;
+        self.held = later.held;
+        self.stopped = later.stopped;
+        self.left_due = later.left_due;
     }
 
     /// Dead letters win over retries, retries over clean.

@@ -301,6 +301,34 @@ impl PushReport {
         }
     }
 
+    /// Add a later run's report to this one (follow mode's summary of
+    /// many runs): the counts of what happened add up; what describes
+    /// the spool and the stream at the end (in flight, watermark, not
+    /// due, held, why the run stopped, the last error) is the later
+    /// run's.
+    pub fn absorb(&mut self, later: &PushReport) {
+        self.requests += later.requests;
+        self.failed_requests += later.failed_requests;
+        self.acknowledged += later.acknowledged;
+        self.delivered += later.delivered;
+        self.rejected += later.rejected;
+        self.too_large += later.too_large;
+        self.skipped += later.skipped;
+        self.duplicates += later.duplicates;
+        self.sent += later.sent;
+        self.would_resend += later.would_resend;
+        self.would_send += later.would_send;
+        self.in_flight = later.in_flight;
+        self.watermark = later.watermark;
+        self.not_due = later.not_due;
+        self.held = later.held;
+        self.halt = later.halt.clone();
+        self.left_due = later.left_due;
+        if later.last_error.is_some() {
+            self.last_error = later.last_error.clone();
+        }
+    }
+
     /// A refusal wins over dead letters, dead letters over retries.
     pub fn status(&self) -> PushStatus {
         if let Some(stop) = self.refusal() {

@@ -123,6 +123,19 @@ impl SqliteQueue {
         vec![self.path.clone(), with("-wal"), with("-shm")]
     }
 
+    /// SQLite's `PRAGMA data_version`: a number that changes whenever a
+    /// commit by another connection (of this process or any other)
+    /// becomes visible to this handle, and never because of this handle's
+    /// own commits. Follow mode compares it to tell whether a file-change
+    /// notification (or a poll) found anything new.
+    pub fn data_version(&self) -> Result<i64> {
+        self.read("read the data version of", |db| {
+            db.conn
+                .query_row("PRAGMA data_version", [], |r| r.get(0))
+                .map_err(|e| db.err(e))
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -588,6 +601,28 @@ impl Queue for SqliteQueue {
             db.due_count((!ignore_backoff).then_some(now))
         })?;
         Ok(at_most.map_or(due, |m| due.min(m)))
+    }
+
+    fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        if !matches!(self.layout, Layout::Spool | Layout::SpoolV1) {
+            return Ok(None);
+        }
+        self.read("find the next retry time in", |db| {
+            // The partial index on next_retry_at answers this by a range
+            // scan from `now`, stopping at the first row not held.
+            db.conn
+                .query_row(
+                    "SELECT next_retry_at FROM morph_offline_queue INDEXED BY ix_queue_retry \
+                     WHERE next_retry_at > ?1 AND held = 0 ORDER BY next_retry_at LIMIT 1",
+                    [now.as_millis()],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|ms| Some(Timestamp::from_millis(ms)))
+                .or_else(|e| match e {
+                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                    e => Err(db.err(e)),
+                })
+        })
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {

@@ -52,7 +52,8 @@ Exit status:
   65   bad data: corrupt spool, malformed input line, unknown id
   66   the spool or an input file does not exist
   70   internal error (a bug: please report it)
-  73   cannot create the spool: the path exists (init), or its directory is missing
+  73   cannot create the spool: the path exists (init), its directory is missing,
+       or it is on a network file system (see --allow-network-fs)
   74   I/O error: disk full, failed write or fsync
   75   temporary: the spool is full, locked by another replay, or busy
   77   permission denied on the spool, its directory or a file
@@ -118,6 +119,15 @@ pub struct GlobalArgs {
         help_heading = "Global options"
     )]
     backend: Option<BackendArg>,
+
+    /// Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one
+    ///
+    /// A spool's locking works only between processes of one machine
+    /// (SQLite's WAL shared memory, NDJSON's flock): creating a spool on a
+    /// network file system is refused (exit 73) and opening one warns,
+    /// unless this flag says that only this machine will ever use it.
+    #[arg(long, global = true, help_heading = "Global options")]
+    allow_network_fs: bool,
 
     /// Print JSON: one object, or NDJSON for streams of items
     #[arg(long, global = true, help_heading = "Global options")]
@@ -256,6 +266,7 @@ fn main() -> ExitCode {
         cli.global.json,
         commands::Verbosity::new(cli.global.quiet, cli.global.verbose),
     );
+    ctx.allow_network_fs = cli.global.allow_network_fs;
     let result = cli.command.run(&mut ctx).and_then(|()| ctx.out.flush());
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -43,9 +43,11 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             backend: ctx.backend,
             max_depth: args.max_depth,
             clock: ctx.clock.clone(),
+            allow_network_fs: ctx.allow_network_fs,
         },
     )
     .map_err(|e| ctx.fail("create spool", e))?;
+    ctx.fs_warning();
     if ctx.json {
         ctx.out.json(&InitJson {
             spool: report.path.display().to_string(),

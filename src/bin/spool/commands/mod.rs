@@ -17,6 +17,7 @@ mod done;
 mod drain;
 pub mod enqueue;
 mod export;
+mod follow;
 mod hold;
 mod import;
 mod init;
@@ -139,6 +140,9 @@ pub struct Ctx {
     pub out: Out,
     /// The clock the library waits on and stamps with.
     pub clock: SharedClock,
+    /// `--allow-network-fs`: create spools on network file systems, and
+    /// do not warn about opening one.
+    pub allow_network_fs: bool,
 }
 
 impl Ctx {
@@ -157,6 +161,7 @@ impl Ctx {
             verbosity,
             out: Out::stdout(subject),
             clock: spool::time::system_clock(),
+            allow_network_fs: false,
         }
     }
 
@@ -201,9 +206,11 @@ impl Ctx {
             clock: self.clock.clone(),
             busy_timeout: wait,
             defer_load,
+            allow_network_fs: self.allow_network_fs,
             ..OpenOptions::default()
         };
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
+        self.fs_warning();
         self.detail(&format!(
             "opened {} spool {} ({mode:?})",
             spool.kind().name(),
@@ -237,6 +244,16 @@ impl Ctx {
             }
         }
         self.fail(action, e)
+    }
+
+    /// The warning for a spool on a network (or possibly network) file
+    /// system, on stderr unless `-q` or `--allow-network-fs`.
+    pub fn fs_warning(&self) {
+        if !self.allow_network_fs {
+            if let Some(w) = spool::fs_type::open_warning(&self.spool) {
+                self.note(&w);
+            }
+        }
     }
 
     /// A note on stderr, unless `-q`.
@@ -377,6 +394,10 @@ fn describe(e: &Error, spool: &Path) -> String {
         Error::CannotCreate { path, detail } if path == spool => {
             format!("cannot create the spool: {detail}")
         }
+        Error::NetworkFileSystem { path, fs_type } if path == spool => format!(
+            "refusing to create the spool on a network file system ({fs_type}): its locking \
+             (SQLite's WAL shared memory, NDJSON's flock) is not safe between machines"
+        ),
         _ => {
             let msg = e.to_string();
             let prefix = format!("{}: ", spool.display());
@@ -405,6 +426,9 @@ fn default_hint(e: &Error) -> Option<String> {
             "check the --spool path (or SPOOL_PATH): it names a file that spool did not write"
         }
         Error::SchemaTooNew { .. } => "use a newer version of spool for this spool",
+        Error::NetworkFileSystem { .. } => {
+            "put the spool on a local disk; if only this machine will ever use the share, --allow-network-fs creates it there anyway"
+        }
         Error::QueueFull { .. } => {
             "make room (`spool replay`, `spool done ID`), allow more for one call with --max-depth N, or wait with --wait-for-space DURATION"
         }

@@ -9,6 +9,7 @@ use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
 use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
 use spool::push::StopCause;
 use spool::replay::exec::parse_exit_codes;
+use spool::replay::follow::Watching;
 use spool::replay::http::HttpPushOptions;
 use spool::replay::http::{parse_statuses, HttpOptions};
 use spool::replay::push::{PushEvent, PushHalt, PushReport, PushStatus, DEFAULT_BATCH};
@@ -76,6 +77,14 @@ use std::time::Duration;
 /// then exits 75 naming the holder. Enqueues keep working meanwhile.
 /// SIGINT/SIGTERM stop after the item(s) in flight (exit 130/143).
 ///
+/// --follow keeps running as a service: when nothing is due it waits,
+/// woken by new items (file-change notifications on the spool's
+/// directory, and a look every --poll) and by the next retry time of a
+/// waiting item, and delivers as items arrive; --idle-exit ends it after
+/// that long without an attempt. SIGINT/SIGTERM end it after the item(s)
+/// in flight with exit 0 and the summary of the whole run. Run it from
+/// systemd (Type=simple, Restart=on-failure) instead of cron.
+///
 /// When stderr is a terminal (and without -q), a progress bar shows the
 /// items attempted of those due when the run started (at most --limit),
 /// the rate in items per second and the time left.
@@ -92,6 +101,11 @@ use std::time::Duration;
 ///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
 ///   spool replay --push https://central:8787/v1/push -H 'Authorization: Bearer …' --compress
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
+///   # or as a systemd service (/etc/systemd/system/spool-replay.service):
+///   #   [Service]
+///   #   Type=simple
+///   #   ExecStart=/usr/local/bin/spool -s /var/spool/app.db replay --follow --url …
+///   #   Restart=on-failure
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 #[command(group(ArgGroup::new("target").args(["exec", "url", "push"]).required(true)))]
@@ -102,6 +116,8 @@ pub struct ReplayArgs {
     pub push: PushArgs,
     #[command(flatten)]
     pub replay: ReplayFlags,
+    #[command(flatten)]
+    pub follow: super::follow::FollowArgs,
 }
 
 /// `--push` and the options only it takes.
@@ -490,6 +506,19 @@ impl ReplayObserver for Progress {
         self.bar.is_some()
     }
 
+    fn following(&self, watching: &Watching) {
+        match watching {
+            Watching::Notify(dir) => self.say(
+                Verbosity::Verbose,
+                format!("following: woken by changes in {}", dir.display()),
+            ),
+            Watching::PollOnly(why) => self.say(
+                Verbosity::Normal,
+                format!("following by polling only ({why})"),
+            ),
+        }
+    }
+
     fn started(&self, total: Option<u64>) {
         if let (Some(b), Some(total)) = (&self.bar, total) {
             b.set_length(total);
@@ -648,7 +677,7 @@ pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
 }
 
 /// The next step after the receiver stopped a push.
-fn push_hint(cause: StopCause) -> &'static str {
+pub(super) fn push_hint(cause: StopCause) -> &'static str {
     match cause {
         StopCause::LostState => {
             "the receiver went back to an older state (a restored backup?); nothing was resent or \
@@ -715,6 +744,10 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         OpenMode::ReadWrite
     };
     let spool = ctx.open(mode, ACTION)?;
+    if args.follow.follow {
+        let wait = args.replay.wait;
+        return super::follow::push(&args.follow, spool, target, options, wait, ctx);
+    }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);
@@ -808,6 +841,10 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         OpenMode::ReadWrite
     };
     let spool = ctx.open(mode, "replay")?;
+    if args.follow.follow {
+        let wait = args.replay.wait;
+        return super::follow::replay(&args.follow, spool, target, options, wait, ctx);
+    }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);

@@ -93,6 +93,14 @@ pub fn run(args: StatsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ));
     }
     lines.push(("total", render::bytes(r.total_bytes)));
+    if let Some(t) = &r.fs_type {
+        let what = match t.locality {
+            spool::fs_type::Locality::Local => "",
+            spool::fs_type::Locality::Network => " (a network file system)",
+            spool::fs_type::Locality::Unknown => " (may be a network file system)",
+        };
+        lines.push(("file system", format!("{}{what}", t.name)));
+    }
     if let Some(g) = r.ndjson_garbage_ratio {
         lines.push(("garbage", format!("{:.0}% of the file", g * 100.0)));
     }

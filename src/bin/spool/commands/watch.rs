@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 /// --on-offline hook runs. At startup the link is probed at once: up, it
 /// runs the online sequence; down, it runs --on-offline once and delivers
 /// nothing until the link is back. While online it also replays every
-/// --replay-interval (0 turns that off).
+/// --replay-interval, and as soon as new items are enqueued (woken by
+/// file-change notifications, as replay --follow is); 0 turns both off.
 ///
 /// Hooks are split into words like --exec (no shell; write sh -c '...'
 /// for one), run with SPOOL_PATH and SPOOL_EVENT (online/offline) set,

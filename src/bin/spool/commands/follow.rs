@@ -1,0 +1,217 @@
+//! `spool replay --follow`: the flags and the run of follow mode (the
+//! library's [`spool::ops::replay::follow`] and
+//! [`spool::ops::replay::follow_push`]).
+
+use super::replay::{push_hint, push_report_json, report_json, Progress};
+use super::{Ctx, Verbosity};
+use crate::exit::{self, CliError};
+use clap::Args;
+use spool::ops::replay::{
+    follow, follow_push, FollowRequest, FollowRun, PushReplay, PushTarget, ReplayRequest,
+    TargetSpec,
+};
+use spool::push::StopCause;
+use spool::replay::follow::{FollowEnd, Signal};
+use spool::replay::push::{PushOptions, PushStatus};
+use spool::replay::{ReplayOptions, ReplayStatus, StopHandle};
+use spool::units::parse_duration;
+use spool::Spool;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// `--follow` and the options only it takes.
+#[derive(Args, Debug, Clone)]
+pub struct FollowArgs {
+    /// Keep running: deliver new items as they are enqueued, until stopped
+    ///
+    /// After delivering what is due, wait — woken by new items (file-change
+    /// notifications on the spool's directory, and a look every --poll)
+    /// and by the next retry time of a waiting item — and deliver again.
+    /// SIGTERM/SIGINT stop it after the item(s) in flight, with the summary
+    /// of the whole run and exit 0. Holds the spool's replay lock all along.
+    #[arg(long, conflicts_with_all = ["dry_run", "ignore_backoff"])]
+    pub follow: bool,
+
+    /// With --follow: look for new items at least this often
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, requires = "follow")]
+    pub poll: Duration,
+
+    /// With --follow: exit after DURATION without anything to attempt
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "follow")]
+    pub idle_exit: Option<Duration>,
+}
+
+impl FollowArgs {
+    fn request(&self, signal: Signal) -> FollowRequest {
+        FollowRequest {
+            poll: self.poll,
+            idle_exit: self.idle_exit,
+            signal,
+            notify: true,
+        }
+    }
+}
+
+/// SIGINT/SIGTERM: the first stops the run after the item(s) in flight
+/// (exit 0: a service stopping is not an error). One that comes more than
+/// a second later exits at once with 130/143; closer repeats count as the
+/// same request.
+fn install_signals(signal: Signal, verbosity: Verbosity) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    std::thread::Builder::new()
+        .name("spool-signals".into())
+        .spawn(move || {
+            let mut first: Option<Instant> = None;
+            for sig in signals.forever() {
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                let say = |msg: String| {
+                    if verbosity >= Verbosity::Normal {
+                        let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
+                    }
+                };
+                match first {
+                    None => {
+                        first = Some(Instant::now());
+                        say(format!(
+                            "received {name}: stopping after the item(s) in flight"
+                        ));
+                        signal.stop();
+                    }
+                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
+                    Some(_) => {
+                        say(format!("received {name} again: exiting now"));
+                        std::process::exit(i32::from(if sig == SIGINT {
+                            exit::INTERRUPTED
+                        } else {
+                            exit::TERMINATED
+                        }));
+                    }
+                }
+            }
+        })
+        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    Ok(())
+}
+
+fn follow_json<R>(mut obj: serde_json::Value, run: &FollowRun<R>) -> serde_json::Value {
+    obj["follow"] = serde_json::json!({
+        "end": run.follow.end.name(),
+        "passes": run.follow.passes,
+        "seconds": run.follow.ran_for.as_secs_f64(),
+        "still_failing": run.still_failing,
+        "notifications": matches!(run.watching, spool::replay::follow::Watching::Notify(_)),
+    });
+    obj
+}
+
+/// `spool replay --follow` with `--exec` or `--url`.
+pub fn replay(
+    f: &FollowArgs,
+    spool: Spool,
+    target: TargetSpec,
+    options: ReplayOptions,
+    wait: Duration,
+    ctx: &mut Ctx,
+) -> Result<(), CliError> {
+    let stop = StopHandle::default();
+    let signal = Signal::new(stop.clone());
+    install_signals(signal.clone(), ctx.verbosity)?;
+    let progress = Progress::new(ctx.verbosity, false);
+    let req = ReplayRequest {
+        target,
+        options,
+        wait,
+        clock: ctx.clock.clone(),
+        stop,
+        observer: Some(&progress),
+    };
+    let result = follow(&spool, &req, &f.request(signal));
+    ctx.notices(&spool);
+    let run = result.map_err(|e| ctx.fail("replay", e))?;
+    if ctx.json {
+        ctx.out
+            .json(&follow_json(report_json(&run.report, &run.target), &run))?;
+    } else {
+        ctx.out.line(&run.summary())?;
+    }
+    ctx.out.flush()?;
+    if run.follow.end == FollowEnd::Stopped {
+        return Ok(());
+    }
+    match run.status() {
+        ReplayStatus::Clean => Ok(()),
+        ReplayStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
+        ReplayStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+    }
+}
+
+/// `spool replay --push --follow`.
+pub fn push(
+    f: &FollowArgs,
+    spool: Spool,
+    target: PushTarget,
+    options: PushOptions,
+    wait: Duration,
+    ctx: &mut Ctx,
+) -> Result<(), CliError> {
+    let stop = StopHandle::default();
+    let signal = Signal::new(stop.clone());
+    install_signals(signal.clone(), ctx.verbosity)?;
+    let progress = Progress::new(ctx.verbosity, false);
+    let req = PushReplay {
+        target,
+        options,
+        wait,
+        clock: ctx.clock.clone(),
+        stop,
+        observer: Some(&progress),
+    };
+    let result = follow_push(&spool, &req, &f.request(signal));
+    ctx.notices(&spool);
+    let run = result.map_err(|e| ctx.fail("push", e))?;
+    if ctx.json {
+        ctx.out.json(&follow_json(
+            push_report_json(&run.report, &run.target),
+            &run,
+        ))?;
+    } else {
+        ctx.out.line(&run.summary())?;
+    }
+    ctx.out.flush()?;
+    match run.status() {
+        PushStatus::Refused(kind) => {
+            let (message, cause) = run
+                .report
+                .refusal()
+                .map(|s| (s.message.clone(), s.cause))
+                .unwrap_or_else(|| {
+                    (
+                        "the push receiver refused the run".into(),
+                        StopCause::Refused,
+                    )
+                });
+            Err(CliError::new(
+                exit::for_kind(kind),
+                format!("push {}: {message}", ctx.spool.display()),
+            )
+            .hint(push_hint(cause)))
+        }
+        _ if run.follow.end == FollowEnd::Stopped => Ok(()),
+        PushStatus::Clean => Ok(()),
+        PushStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
+        PushStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spool::replay::follow::DEFAULT_POLL;
+
+    #[test]
+    fn the_default_poll_is_the_librarys() {
+        assert_eq!(parse_duration("1s"), Ok(DEFAULT_POLL));
+    }
+}
