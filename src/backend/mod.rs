@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod memory;
+pub mod postgres;
 pub(crate) mod receive;
 pub mod sqlite;
 pub(crate) mod state;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 pub use file::FileQueue;
 pub use memory::MemoryQueue;
+pub use postgres::PostgresQueue;
 pub use sqlite::SqliteQueue;
 
 /// The first 16 bytes of every SQLite database file.
@@ -101,6 +103,9 @@ impl OpenOptions {
 /// The backend of the spool at `path`, which must exist
 /// ([`Error::NotFound`] otherwise); nothing is created or changed.
 pub fn detect_existing(path: &Path) -> Result<BackendKind> {
+    if path.to_str().is_some_and(postgres::is_postgres_url) {
+        return Ok(BackendKind::Postgres);
+    }
     let exists = path
         .try_exists()
         .map_err(|e| Error::io(path, "inspect spool", e))?;
@@ -114,6 +119,9 @@ pub fn detect_existing(path: &Path) -> Result<BackendKind> {
 
 /// Decide which backend `path` uses (see the module docs).
 pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind> {
+    if path.to_str().is_some_and(postgres::is_postgres_url) {
+        return Ok(BackendKind::Postgres);
+    }
     match std::fs::File::open(path) {
         Ok(mut f) => {
             let meta = f
@@ -172,11 +180,30 @@ pub enum Spool {
     File(FileQueue),
     /// SQLite database.
     Sqlite(SqliteQueue),
+    /// PostgreSQL database.
+    Postgres(PostgresQueue),
 }
 
 impl Spool {
     /// Open (or create, as `opts.mode` allows) the spool at `path`.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Spool> {
+        // A URL is never a path: no file is looked at, created or locked.
+        if let Some(url) = path.to_str().filter(|s| postgres::is_postgres_url(s)) {
+            if let Some(b) = opts.backend.filter(|b| *b != BackendKind::Postgres) {
+                return Err(Error::Unsupported(format!(
+                    "{} is a PostgreSQL spool; --backend {} applies only to a spool path",
+                    postgres::redact(url),
+                    b.name()
+                )));
+            }
+            return Ok(Spool::Postgres(PostgresQueue::open(url, opts)?));
+        }
+        if opts.backend == Some(BackendKind::Postgres) {
+            return Err(Error::Unsupported(format!(
+                "{} is a path; a PostgreSQL spool is a postgres:// or postgresql:// URL",
+                path.display()
+            )));
+        }
         if opts.backend == Some(BackendKind::Memory) {
             return Err(Error::Unsupported(
                 "the memory backend has no path; use Spool::memory".into(),
@@ -207,7 +234,9 @@ impl Spool {
         match detect(path, opts.backend)? {
             BackendKind::Sqlite => Ok(Spool::Sqlite(SqliteQueue::open(path, opts)?)),
             BackendKind::File => Ok(Spool::File(FileQueue::open(path, opts)?)),
-            BackendKind::Memory => Err(Error::Internal("detected a memory spool".into())),
+            BackendKind::Memory | BackendKind::Postgres => {
+                Err(Error::Internal("detected a spool without a path".into()))
+            }
         }
     }
 
@@ -225,6 +254,7 @@ impl Spool {
             Spool::Memory(q) => q,
             Spool::File(q) => q,
             Spool::Sqlite(q) => q,
+            Spool::Postgres(q) => q,
         }
     }
 
@@ -233,14 +263,14 @@ impl Spool {
     pub fn take_notices(&self) -> Vec<String> {
         match self {
             Spool::File(q) => q.take_notices(),
-            Spool::Memory(_) | Spool::Sqlite(_) => Vec::new(),
+            Spool::Memory(_) | Spool::Sqlite(_) | Spool::Postgres(_) => Vec::new(),
         }
     }
 
-    /// The spool's path (none for memory).
+    /// The spool's path (none for memory and PostgreSQL).
     pub fn path(&self) -> Option<&Path> {
         match self {
-            Spool::Memory(_) => None,
+            Spool::Memory(_) | Spool::Postgres(_) => None,
             Spool::File(q) => Some(q.path()),
             Spool::Sqlite(q) => Some(q.path()),
         }
@@ -250,7 +280,7 @@ impl Spool {
     /// in bytes (main file, WAL, companions).
     pub fn files(&self) -> Vec<(PathBuf, u64)> {
         let candidates = match self {
-            Spool::Memory(_) => Vec::new(),
+            Spool::Memory(_) | Spool::Postgres(_) => Vec::new(),
             Spool::File(q) => q.files(),
             Spool::Sqlite(q) => q.files(),
         };

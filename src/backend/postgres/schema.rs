@@ -1,0 +1,115 @@
+//! Recognising, creating and migrating the tables of a PostgreSQL spool.
+//!
+//! The tables live in one schema (`spool` unless the URL says `schema=`)
+//! and are shared by every spool of that schema; `spool_schema` holds the
+//! versions applied. Migrations run in one transaction each, after
+//! `pg_advisory_xact_lock` on a key derived from the schema name, and
+//! re-read the version once they hold the lock: many processes starting
+//! at once against an empty database create the tables exactly once, and
+//! the others wait for that commit. A version above [`SCHEMA_VERSION`] is
+//! [`Error::SchemaTooNew`]; read-only opens never create or migrate
+//! anything.
+
+use super::conn::{quote_ident, render, Conn};
+use super::url::PgTarget;
+use crate::error::{Error, Result};
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
+const MIGRATIONS: [&str; 1] = [include_str!("migrations/0001_spool.sql")];
+
+/// What the database holds for a schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Found {
+    /// No spool tables (or no schema) yet.
+    Nothing,
+    /// Tables at this version.
+    Version(i32),
+}
+
+/// The advisory lock key of migrations in `schema`.
+fn lock_key(schema: &str) -> String {
+    format!("spool migrate {schema}")
+}
+
+/// Read the schema version (never writes).
+pub(super) fn inspect(
+    client: &mut postgres::Client,
+    schema: &str,
+) -> std::result::Result<Found, postgres::Error> {
+    let table = format!("{}.spool_schema", quote_ident(schema));
+    let row = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])?;
+    if !row.get::<_, bool>(0) {
+        return Ok(Found::Nothing);
+    }
+    let row = client.query_one(
+        &format!("SELECT COALESCE(max(version), 0) FROM {table}"),
+        &[],
+    )?;
+    Ok(Found::Version(row.get(0)))
+}
+
+/// Fail for a schema newer than this code.
+pub(super) fn check(found: Found, display: &str) -> Result<()> {
+    if let Found::Version(v) = found {
+        if v > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                path: display.into(),
+                found: v.into(),
+                supported: SCHEMA_VERSION.into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Bring the schema to [`SCHEMA_VERSION`], creating it when missing.
+pub(super) fn migrate(conn: &mut Conn, target: &PgTarget, display: &str) -> Result<()> {
+    let err = |e| super::conn::pg_error(target, display, "create the tables of", e);
+    let schema_q = conn.schema_q().to_string();
+    let mut tx = conn.client.transaction().map_err(err)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext($1))",
+        &[&lock_key(&target.schema)],
+    )
+    .map_err(err)?;
+    // Another process may have migrated while we waited for the lock.
+    let table = format!("{schema_q}.spool_schema");
+    let exists: bool = tx
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .map_err(err)?
+        .get(0);
+    let version: i32 = if exists {
+        tx.query_one(
+            &format!("SELECT COALESCE(max(version), 0) FROM {table}"),
+            &[],
+        )
+        .map_err(err)?
+        .get(0)
+    } else {
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema_q}"))
+            .map_err(err)?;
+        0
+    };
+    check(Found::Version(version), display)?;
+    for m in MIGRATIONS.iter().skip(version.max(0) as usize) {
+        tx.batch_execute(&render(m, &schema_q)).map_err(err)?;
+    }
+    tx.commit().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_templates_of_the_schema() {
+        let sql = render(MIGRATIONS[0], "\"q\"");
+        assert!(!sql.contains("{s}"));
+        assert!(sql.contains("\"q\".items"));
+        assert_eq!(MIGRATIONS.len() as i32, SCHEMA_VERSION);
+    }
+}
