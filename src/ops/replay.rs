@@ -102,8 +102,14 @@ pub fn replay(spool: &Spool, req: &ReplayRequest<'_>) -> Result<ReplayRun> {
         (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),
         _ => None,
     };
+    // Leased replay is shared; only an ordered one is exclusive.
+    let _exclusive = match req.options.ordered && !req.options.dry_run {
+        true => ExclusiveLease::take(spool, req.wait)?,
+        false => None,
+    };
+    let shown = path.clone().or_else(|| shown_address(spool));
     let mut worker = SyncWorker::new(&**spool, &*target, req.options.clone(), req.clock.clone())?
-        .with_spool_path(path.as_deref())
+        .with_spool_path(shown.as_deref())
         .with_stop_handle(req.stop.clone());
     if let Some(o) = req.observer {
         worker = worker.with_observer(o);
@@ -113,6 +119,39 @@ pub fn replay(spool: &Spool, req: &ReplayRequest<'_>) -> Result<ReplayRun> {
         report,
         target: target.describe(),
     })
+}
+
+/// The exclusive replay lock of a spool with leased replay (PostgreSQL's
+/// advisory lock), released when dropped.
+struct ExclusiveLease<'a>(&'a dyn crate::queue::Leasing);
+
+impl<'a> ExclusiveLease<'a> {
+    /// Take it when the spool has leased replay (`None` otherwise: the
+    /// local backends' replay lock is exclusive already).
+    fn take(spool: &'a Spool, wait: Duration) -> Result<Option<ExclusiveLease<'a>>> {
+        match spool.leasing() {
+            Some(l) => {
+                l.lock_exclusive(wait)?;
+                Ok(Some(ExclusiveLease(l)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+impl Drop for ExclusiveLease<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.unlock_exclusive();
+    }
+}
+
+/// What targets see as `SPOOL_PATH` for a spool without a path: its
+/// address without the password.
+fn shown_address(spool: &Spool) -> Option<std::path::PathBuf> {
+    match spool {
+        Spool::Postgres(q) => Some(q.display().into()),
+        _ => None,
+    }
 }
 
 /// Check replay options that the worker would refuse, with the flags'
@@ -186,6 +225,11 @@ pub fn push(spool: &Spool, req: &PushReplay<'_>) -> Result<PushRun> {
     let _lock = match (&path, req.options.dry_run) {
         (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),
         _ => None,
+    };
+    // One push stream per spool, across hosts.
+    let _exclusive = match req.options.dry_run {
+        false => ExclusiveLease::take(spool, req.wait)?,
+        true => None,
     };
     let mut sender = PushSender::new(&**spool, &transport, req.options.clone(), req.clock.clone())?
         .with_stop_handle(req.stop.clone());
