@@ -857,116 +857,116 @@ impl SyncWorker<'_> {
             fatal: None,
         });
         {
-        let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
-        let worker = || loop {
-            // Reserve what this claim may take under --limit.
-            let want = {
-                let mut f = lock();
-                if f.closed {
-                    break;
-                }
-                if let Some(why) = self.halt(f.ctx) {
-                    if why != StopReason::Limit {
-                        f.report.stopped = Some(why);
-                        f.report.left_due = true;
-                    } else {
-                        f.report.stopped.get_or_insert(why);
-                    }
-                    f.closed = true;
-                    break;
-                }
-                let left = self
-                    .opts
-                    .limit
-                    .map_or(u64::MAX, |l| l.saturating_sub(f.ctx.attempted));
-                let n = (batch as u64).min(left) as usize;
-                f.ctx.attempted += n as u64;
-                n
-            };
-            let claimed_at = std::time::Instant::now();
-            let claims = match leasing.claim(want, self.opts.lease, self.opts.ignore_backoff) {
-                Ok(c) => c,
-                Err(e) => {
+            let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
+            let worker = || loop {
+                // Reserve what this claim may take under --limit.
+                let want = {
                     let mut f = lock();
-                    f.error.get_or_insert(e);
-                    f.closed = true;
-                    break;
-                }
-            };
-            {
-                let mut f = lock();
-                f.ctx.attempted -= (want - claims.len()) as u64;
-                if claims.is_empty() {
-                    // Nothing due is left (for this replayer).
-                    if f.report.stopped == Some(StopReason::Limit) {
-                        f.report.stopped = None;
+                    if f.closed {
+                        break;
                     }
-                    f.closed = true;
-                    break;
-                }
-            }
-            let mut rest = claims.into_iter();
-            while let Some(c) = rest.next() {
-                let halted = {
-                    let mut f = lock();
-                    let why = if f.closed && (f.error.is_some() || f.fatal.is_some()) {
-                        Some(StopReason::Stopped)
-                    } else {
-                        self.halt(f.ctx).filter(|w| *w != StopReason::Limit)
-                    };
-                    if let Some(why) = why {
-                        if f.error.is_none() && f.fatal.is_none() {
+                    if let Some(why) = self.halt(f.ctx) {
+                        if why != StopReason::Limit {
                             f.report.stopped = Some(why);
                             f.report.left_due = true;
+                        } else {
+                            f.report.stopped.get_or_insert(why);
                         }
                         f.closed = true;
-                        true
-                    } else {
-                        false
+                        break;
                     }
+                    let left = self
+                        .opts
+                        .limit
+                        .map_or(u64::MAX, |l| l.saturating_sub(f.ctx.attempted));
+                    let n = (batch as u64).min(left) as usize;
+                    f.ctx.attempted += n as u64;
+                    n
                 };
-                // A lease about to run out is given back rather than
-                // used: another replayer could take the item over while
-                // it is being delivered here.
-                let lease_left = self.opts.lease.saturating_sub(claimed_at.elapsed());
-                if halted || lease_left < self.opts.lease / 10 {
-                    let back: Vec<(ItemId, LeaseToken)> = std::iter::once(&c)
-                        .chain(rest.as_slice())
-                        .map(|c| (c.item.id, c.token))
-                        .collect();
-                    if let Err(e) = leasing.release(&back) {
-                        lock().error.get_or_insert(e);
-                    }
-                    break;
-                }
-                match self.deliver_claimed(leasing, &c, &lock) {
-                    Ok(ItemOutcome::Failed { .. }) if self.opts.ordered => {
-                        let mut f = lock();
-                        f.report.stopped = Some(StopReason::OrderedFailure);
-                        f.report.left_due = true;
-                        f.closed = true;
-                    }
-                    Ok(_) => {}
+                let claimed_at = std::time::Instant::now();
+                let claims = match leasing.claim(want, self.opts.lease, self.opts.ignore_backoff) {
+                    Ok(c) => c,
                     Err(e) => {
                         let mut f = lock();
+                        f.error.get_or_insert(e);
                         f.closed = true;
-                        match e {
-                            Error::Unsupported(_) => f.fatal.get_or_insert(e),
-                            e => f.error.get_or_insert(e),
-                        };
+                        break;
+                    }
+                };
+                {
+                    let mut f = lock();
+                    f.ctx.attempted -= (want - claims.len()) as u64;
+                    if claims.is_empty() {
+                        // Nothing due is left (for this replayer).
+                        if f.report.stopped == Some(StopReason::Limit) {
+                            f.report.stopped = None;
+                        }
+                        f.closed = true;
+                        break;
                     }
                 }
-            }
-        };
-        if self.opts.concurrency <= 1 {
-            worker();
-        } else {
-            std::thread::scope(|s| {
-                for _ in 0..self.opts.concurrency {
-                    s.spawn(worker);
+                let mut rest = claims.into_iter();
+                while let Some(c) = rest.next() {
+                    let halted = {
+                        let mut f = lock();
+                        let why = if f.closed && (f.error.is_some() || f.fatal.is_some()) {
+                            Some(StopReason::Stopped)
+                        } else {
+                            self.halt(f.ctx).filter(|w| *w != StopReason::Limit)
+                        };
+                        if let Some(why) = why {
+                            if f.error.is_none() && f.fatal.is_none() {
+                                f.report.stopped = Some(why);
+                                f.report.left_due = true;
+                            }
+                            f.closed = true;
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    // A lease about to run out is given back rather than
+                    // used: another replayer could take the item over while
+                    // it is being delivered here.
+                    let lease_left = self.opts.lease.saturating_sub(claimed_at.elapsed());
+                    if halted || lease_left < self.opts.lease / 10 {
+                        let back: Vec<(ItemId, LeaseToken)> = std::iter::once(&c)
+                            .chain(rest.as_slice())
+                            .map(|c| (c.item.id, c.token))
+                            .collect();
+                        if let Err(e) = leasing.release(&back) {
+                            lock().error.get_or_insert(e);
+                        }
+                        break;
+                    }
+                    match self.deliver_claimed(leasing, &c, &lock) {
+                        Ok(ItemOutcome::Failed { .. }) if self.opts.ordered => {
+                            let mut f = lock();
+                            f.report.stopped = Some(StopReason::OrderedFailure);
+                            f.report.left_due = true;
+                            f.closed = true;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            let mut f = lock();
+                            f.closed = true;
+                            match e {
+                                Error::Unsupported(_) => f.fatal.get_or_insert(e),
+                                e => f.error.get_or_insert(e),
+                            };
+                        }
+                    }
                 }
-            });
-        }
+            };
+            if self.opts.concurrency <= 1 {
+                worker();
+            } else {
+                std::thread::scope(|s| {
+                    for _ in 0..self.opts.concurrency {
+                        s.spawn(worker);
+                    }
+                });
+            }
         }
         let feed = shared.into_inner().unwrap_or_else(|e| e.into_inner());
         match feed.error.or(feed.fatal) {
@@ -1053,12 +1053,7 @@ impl SyncWorker<'_> {
                             now.saturating_add(self.opts.backoff.delay(attempt, unit))
                         }
                     };
-                    lost(leasing.retry_later(
-                        item.id,
-                        c.token,
-                        next_retry_at.since(now),
-                        &reason,
-                    ))?;
+                    lost(leasing.retry_later(item.id, c.token, next_retry_at.since(now), &reason))?;
                     ItemOutcome::Failed {
                         error: reason,
                         next_retry_at,
@@ -1106,7 +1101,11 @@ impl SyncWorker<'_> {
                         sink_error,
                     });
                 }
-                lost(leasing.complete(&[(c.item.id, c.token)]).map(|v| v.iter().all(|b| *b)))?;
+                lost(
+                    leasing
+                        .complete(&[(c.item.id, c.token)])
+                        .map(|v| v.iter().all(|b| *b)),
+                )?;
             }
         }
         Ok(ItemOutcome::DeadLettered {

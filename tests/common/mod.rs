@@ -38,7 +38,12 @@ pub fn pg_url(name: &str) -> Option<String> {
             if std::env::var("SPOOL_REQUIRE_PG").is_ok_and(|v| v == "1") {
                 panic!("{name}: SPOOL_REQUIRE_PG=1 but SPOOL_TEST_PG_URL is not set");
             }
-            eprintln!("SKIPPED: {name} needs PostgreSQL (SPOOL_TEST_PG_URL is not set)");
+            // Past the harness's capture, so that it shows for a pass too.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED: {name} needs PostgreSQL (SPOOL_TEST_PG_URL is not set)"
+            );
             None
         }
     }

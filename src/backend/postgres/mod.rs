@@ -569,6 +569,14 @@ impl PostgresQueue {
         Ok(row.and_then(|r| r.get::<_, Option<i64>>(0)).map(u64_of))
     }
 
+    /// The process id of this handle's server process
+    /// (`pg_stat_activity.pid`), for operators and tests.
+    pub fn server_pid(&self) -> Result<i32> {
+        self.txn("read the server process of", false, |tx| {
+            Ok(tx.query_one("SELECT pg_backend_pid()", &[])?.get(0))
+        })
+    }
+
     /// Tables of this schema and their dead tuples (for `compact`).
     pub fn dead_tuples(&self) -> Result<Vec<(String, u64, u64)>> {
         self.txn("read the table statistics of", false, |tx| {

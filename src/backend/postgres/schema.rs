@@ -29,6 +29,13 @@ pub(super) enum Found {
     Version(i32),
 }
 
+/// Whether the version table exists. A query of the catalog (under the
+/// statement's snapshot), not `to_regclass`, whose cached catalog may not
+/// have seen a commit that happened while this session waited for the
+/// migration lock.
+const EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+     WHERE schemaname = $1 AND tablename = 'spool_schema')";
+
 /// The advisory lock key of migrations in `schema`.
 fn lock_key(schema: &str) -> String {
     format!("spool migrate {schema}")
@@ -77,10 +84,7 @@ pub(super) fn migrate(conn: &mut Conn, target: &PgTarget, display: &str) -> Resu
     .map_err(err)?;
     // Another process may have migrated while we waited for the lock.
     let table = format!("{schema_q}.spool_schema");
-    let exists: bool = tx
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-        .map_err(err)?
-        .get(0);
+    let exists: bool = tx.query_one(EXISTS, &[&target.schema]).map_err(err)?.get(0);
     let version: i32 = if exists {
         tx.query_one(
             &format!("SELECT COALESCE(max(version), 0) FROM {table}"),

@@ -6,7 +6,7 @@
 -- tables; every row carries the name of its spool.
 
 CREATE TABLE IF NOT EXISTS {s}.spool_schema (
-    version    integer     NOT NULL,
+    version    integer     PRIMARY KEY,
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 

@@ -374,7 +374,10 @@ pub const DEAD_IDS: IdKind = IdKind {
 /// The library's message, without a repetition of the spool path.
 fn describe(e: &Error, spool: &Path) -> String {
     match e {
-        Error::NotFound { path } if path == spool && spool::backend::postgres::is_postgres_url(&path.to_string_lossy()) => {
+        Error::NotFound { path }
+            if path == spool
+                && spool::backend::postgres::is_postgres_url(&path.to_string_lossy()) =>
+        {
             "no spool of this name exists in the database".into()
         }
         Error::NotFound { path } if path == spool => "no spool exists at this path".into(),

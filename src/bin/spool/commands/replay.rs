@@ -619,10 +619,7 @@ impl Signals {
 pub fn setup_error(ctx: &Ctx, action: &str, e: Error) -> CliError {
     match e {
         Error::Io { .. } => ctx.fail(action, e),
-        e => CliError::new(
-            exit::USAGE,
-            format!("{action} {}: {e}", ctx.shown()),
-        ),
+        e => CliError::new(exit::USAGE, format!("{action} {}: {e}", ctx.shown())),
     }
 }
 
@@ -811,10 +808,7 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         // (watch accepts it with --exec: its https probe uses it.)
         return Err(CliError::new(
             exit::USAGE,
-            format!(
-                "replay {}: --cacert applies to --url only",
-                ctx.shown()
-            ),
+            format!("replay {}: --cacert applies to --url only", ctx.shown()),
         ));
     }
     let target = args.target.spec();
