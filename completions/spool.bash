@@ -1399,7 +1399,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__replay)
-            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --lease --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1486,6 +1486,10 @@ _spool() {
                     return 0
                     ;;
                 --commit-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lease)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1613,7 +1617,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__watch)
-            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --spool --backend --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --lease --spool --backend --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1736,6 +1740,10 @@ _spool() {
                     return 0
                     ;;
                 --commit-every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --lease)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -276,6 +276,17 @@ impl Spool {
         }
     }
 
+    /// Where the spool is, as reports and metrics name it: its path, a
+    /// PostgreSQL spool's URL without the password, or `memory`.
+    pub fn location(&self) -> PathBuf {
+        match self {
+            Spool::Memory(_) => PathBuf::from("memory"),
+            Spool::File(q) => q.path().to_path_buf(),
+            Spool::Sqlite(q) => q.path().to_path_buf(),
+            Spool::Postgres(q) => PathBuf::from(q.display()),
+        }
+    }
+
     /// Every file that belongs to the spool and exists now, with its size
     /// in bytes (main file, WAL, companions).
     pub fn files(&self) -> Vec<(PathBuf, u64)> {
