@@ -9,7 +9,6 @@
 //! `SKIPPED: …` and passes (unless `SPOOL_REQUIRE_PG=1`).
 
 mod common;
-#[allow(dead_code)]
 mod http_sink;
 
 use common::{pg_spool_url, pg_url, T0};
@@ -238,14 +237,12 @@ fn concurrent_producers_store_each_key_once_under_an_exact_bound() {
         }
         let keyed = dir.path().join(format!("keyed-{p}.ndjson"));
         std::fs::write(&keyed, lines).unwrap();
-        let script = format!(
-            "set -u; S=\"$1\"; B=\"$2\"; F=\"$3\"; P=\"$4\"; \
+        let script = "set -u; S=\"$1\"; B=\"$2\"; F=\"$3\"; P=\"$4\"; \
              while read -r line; do printf '%s\\n' \"$line\" | \"$B\" -q -s \"$S\" enqueue --ndjson || echo fail; done < \"$F\"; \
-             i=0; while [ $i -lt 40 ]; do \"$B\" -q -s \"$S\" enqueue \"$P-free-$i\" >/dev/null 2>&1 || echo full; i=$((i+1)); done"
-        );
+             i=0; while [ $i -lt 40 ]; do \"$B\" -q -s \"$S\" enqueue \"$P-free-$i\" >/dev/null 2>&1 || echo full; i=$((i+1)); done";
         children.push(
             Command::new("bash")
-                .args(["-c", &script, "producer"])
+                .args(["-c", script, "producer"])
                 .arg(&url)
                 .arg(env!("CARGO_BIN_EXE_spool"))
                 .arg(&keyed)

@@ -276,6 +276,24 @@ impl Spool {
         }
     }
 
+    /// The notification source of `replay --follow` and `watch`: block
+    /// until another process commits an enqueue into this spool (`true`)
+    /// or `timeout` passes (`false`). `None`, at once, for a backend with
+    /// no such source: the caller polls (local spools watch their files
+    /// instead). A wake-up is a hint, never a promise that an item is due:
+    /// poll the spool after every return, and after every timeout too.
+    ///
+    /// PostgreSQL: `LISTEN` on the schema's channel, to which every commit
+    /// that enqueues sends one `NOTIFY` (see [`postgres::channel`]). The
+    /// first call starts listening: an enqueue that commits before it is
+    /// not seen, so poll once after the first call returns.
+    pub fn wait_for_enqueue(&self, timeout: Duration) -> Result<Option<bool>> {
+        match self.leasing() {
+            Some(l) => l.wait_for_enqueue(timeout).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Where the spool is, as reports and metrics name it: its path, a
     /// PostgreSQL spool's URL without the password, or `memory`.
     pub fn location(&self) -> PathBuf {

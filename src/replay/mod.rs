@@ -351,7 +351,7 @@ pub struct SyncWorker<'a> {
     done_group: Mutex<(Vec<ItemId>, Option<Timestamp>)>,
     /// Leased replay: delivered claims not yet committed, and when the
     /// oldest was delivered.
-    leased_group: Mutex<(Vec<(Item, LeaseToken)>, Option<Timestamp>)>,
+    leased_group: Mutex<LeasedGroup>,
 }
 
 impl<'a> SyncWorker<'a> {
@@ -815,6 +815,10 @@ impl SyncWorker<'_> {
         Ok(())
     }
 }
+
+/// Delivered claims not yet committed as done, and when the oldest was
+/// delivered.
+type LeasedGroup = (Vec<(Item, LeaseToken)>, Option<Timestamp>);
 
 /// What the threads of a leased run share.
 struct LeaseFeed<'r> {

@@ -180,9 +180,8 @@ pub(super) fn pg_error(
         };
         let kind = if *code == SqlState::INVALID_PASSWORD
             || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+            || *code == SqlState::INSUFFICIENT_PRIVILEGE
         {
-            ErrorKind::PermissionDenied
-        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
             ErrorKind::PermissionDenied
         } else if *code == SqlState::INVALID_CATALOG_NAME {
             ErrorKind::NotFound
