@@ -143,7 +143,8 @@ impl PostgresQueue {
         let client = connect(&target, &display)?;
         let mut conn = Conn::new(client, &target.schema);
         let err = |e| pg_error(&target, &display, "open", e);
-        let found = schema::inspect(&mut conn.client, &target.schema).map_err(err)?;
+        let (found, exists) =
+            schema::inspect(&mut conn.client, &target.schema, &target.spool).map_err(err)?;
         schema::check(found, &display)?;
         let clock = if opts.clock.is_system() {
             None
@@ -157,19 +158,6 @@ impl PostgresQueue {
             clock,
             read_only: !opts.mode.writable(),
             listening: Mutex::new(false),
-        };
-        let exists = match found {
-            Found::Nothing => false,
-            Found::Version(_) => {
-                let row = conn
-                    .client
-                    .query_opt(
-                        &format!("SELECT 1 FROM {}.spools WHERE name = $1", conn.schema_q()),
-                        &[&q.target.spool],
-                    )
-                    .map_err(|e| pg_error(&q.target, &q.display, "open", e))?;
-                row.is_some()
-            }
         };
         match (exists, opts.mode) {
             (false, OpenMode::ReadOnly | OpenMode::ReadWrite) => {
@@ -349,6 +337,19 @@ impl PostgresQueue {
             "UPDATE {s}.spools SET high_water = greatest(high_water, $2), \
              depth = depth + $3, dead = dead + $4 WHERE name = $1",
             &[self.spool(), &id_param(high_water), &depth, &dead],
+        )?;
+        Ok(())
+    }
+
+    /// [`PostgresQueue::adjust`] and [`PostgresQueue::notify`] in one
+    /// statement (one round trip), for commits that enqueue.
+    fn adjust_and_notify(&self, tx: &mut Tx<'_>, high_water: u64, depth: i64, dead: i64) -> Result<()> {
+        let ch = channel(&self.target.schema);
+        tx.query(
+            "WITH u AS (UPDATE {s}.spools SET high_water = greatest(high_water, $2), \
+             depth = depth + $3, dead = dead + $4 WHERE name = $1 RETURNING 1) \
+             SELECT pg_notify($5, $1) FROM u",
+            &[self.spool(), &id_param(high_water), &depth, &dead, &ch],
         )?;
         Ok(())
     }
@@ -786,8 +787,7 @@ impl Queue for PostgresQueue {
                 self.insert_fresh(tx, &fresh[start..end])?;
                 start = end;
             }
-            self.adjust(tx, next, fresh.len() as i64, 0)?;
-            self.notify(tx)?;
+            self.adjust_and_notify(tx, next, fresh.len() as i64, 0)?;
             Ok(results)
         })
     }
@@ -877,8 +877,7 @@ impl Queue for PostgresQueue {
                 }
             }
             if stored > 0 {
-                self.adjust(tx, next, stored as i64, 0)?;
-                self.notify(tx)?;
+                self.adjust_and_notify(tx, next, stored as i64, 0)?;
             }
             Ok(results)
         })
@@ -1147,8 +1146,7 @@ impl Queue for PostgresQueue {
                 out.push(n > 0);
             }
             if moved > 0 {
-                self.adjust(tx, 0, moved, -moved)?;
-                self.notify(tx)?;
+                self.adjust_and_notify(tx, 0, moved, -moved)?;
             }
             Ok(out)
         })
@@ -1399,8 +1397,7 @@ impl Queue for PostgresQueue {
             (f.take().expect("runs once"))(&mut rx)?;
             let (hw, added) = rx.finish()?;
             if added > 0 {
-                self.adjust(tx, hw, added as i64, 0)?;
-                self.notify(tx)?;
+                self.adjust_and_notify(tx, hw, added as i64, 0)?;
             }
             Ok(())
         })

@@ -41,21 +41,30 @@ fn lock_key(schema: &str) -> String {
     format!("spool migrate {schema}")
 }
 
-/// Read the schema version (never writes).
+/// Read the schema version and whether spool `name` exists, in one round
+/// trip (never writes): a missing schema or table is [`Found::Nothing`].
 pub(super) fn inspect(
     client: &mut postgres::Client,
     schema: &str,
-) -> std::result::Result<Found, postgres::Error> {
-    let table = format!("{}.spool_schema", quote_ident(schema));
-    let row = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])?;
-    if !row.get::<_, bool>(0) {
-        return Ok(Found::Nothing);
+    name: &str,
+) -> std::result::Result<(Found, bool), postgres::Error> {
+    use postgres::error::SqlState;
+    use postgres::types::Type;
+    let s = quote_ident(schema);
+    let sql = format!(
+        "SELECT (SELECT COALESCE(max(version), 0) FROM {s}.spool_schema), \
+                EXISTS (SELECT 1 FROM {s}.spools WHERE name = $1)"
+    );
+    match client.query_typed_one(&sql, &[(&name, Type::TEXT)]) {
+        Ok(row) => Ok((Found::Version(row.get(0)), row.get(1))),
+        Err(e)
+            if e.code() == Some(&SqlState::UNDEFINED_TABLE)
+                || e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            Ok((Found::Nothing, false))
+        }
+        Err(e) => Err(e),
     }
-    let row = client.query_one(
-        &format!("SELECT COALESCE(max(version), 0) FROM {table}"),
-        &[],
-    )?;
-    Ok(Found::Version(row.get(0)))
 }
 
 /// Fail for a schema newer than this code.
