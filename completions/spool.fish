@@ -210,6 +210,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l deadline -d 'Star
 complete -c spool -n "__fish_spool_using_subcommand replay" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l poll -d 'With --follow: look for new items at least this often' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l idle-exit -d 'With --follow: exit after DURATION without anything to attempt' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
@@ -256,6 +257,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l deadline -d 'Start
 complete -c spool -n "__fish_spool_using_subcommand watch" -l wait -d 'If another replay holds the spool, wait up to DURATION for it' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

@@ -58,6 +58,21 @@ pub enum Error {
         source: rusqlite::Error,
     },
 
+    /// A PostgreSQL spool's server refused or failed an operation. The
+    /// kind is decided from the SQLSTATE or the connection failure (see
+    /// `backend::postgres`); `target` is the spool's address without its
+    /// password.
+    #[error("cannot {action} {target}: {detail}")]
+    Postgres {
+        target: String,
+        action: &'static str,
+        kind: ErrorKind,
+        detail: String,
+        /// A serialization failure or deadlock: retrying the whole
+        /// transaction may succeed.
+        retryable: bool,
+    },
+
     /// The spool's contents are damaged.
     #[error("{}: corrupt spool{}: {detail}", path.display(), line.map(|l| format!(" at line {l}")).unwrap_or_default())]
     Corrupt {
@@ -137,6 +152,7 @@ impl Error {
         match self {
             Error::Io { source, .. } => io_kind(source),
             Error::Sqlite { source, .. } => sqlite_kind(source),
+            Error::Postgres { kind, .. } => *kind,
             Error::Corrupt { .. }
             | Error::NotASpool { .. }
             | Error::SchemaTooNew { .. }

@@ -41,11 +41,13 @@ pub mod units;
 pub mod verify;
 pub mod watch;
 
-pub use backend::{detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, Spool, SqliteQueue};
+pub use backend::{
+    detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, PostgresQueue, Spool, SqliteQueue,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use item::{
     AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
     ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
 };
-pub use queue::{BackendKind, Queue, PAGE_SIZE};
+pub use queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

@@ -19,6 +19,7 @@ use crate::item::{
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::time::Timestamp;
+use std::time::Duration;
 
 /// Which storage a spool uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,6 +30,8 @@ pub enum BackendKind {
     File,
     /// In memory, for tests and embedding.
     Memory,
+    /// A PostgreSQL database shared by many machines.
+    Postgres,
 }
 
 impl BackendKind {
@@ -38,6 +41,7 @@ impl BackendKind {
             BackendKind::Sqlite => "sqlite",
             BackendKind::File => "file",
             BackendKind::Memory => "memory",
+            BackendKind::Postgres => "postgres",
         }
     }
 }
@@ -314,4 +318,89 @@ pub trait Queue: Send + Sync {
 
     /// Every client that ever pushed to this spool, by id.
     fn push_clients(&self) -> Result<Vec<ClientSummary>>;
+
+    // --- Leased replay -------------------------------------------------
+
+    /// The leased-replay operations, for a backend whose replay is not
+    /// exclusive (PostgreSQL: many replayers share one spool). `None`, the
+    /// default, means replay walks the spool with [`Queue::page`] under
+    /// the spool's exclusive replay lock, as the local backends do.
+    fn leasing(&self) -> Option<&dyn Leasing> {
+        None
+    }
+}
+
+/// The fencing token of one claim: outcomes are recorded only while the
+/// item still carries the token it was claimed with.
+pub type LeaseToken = i64;
+
+/// An item claimed for delivery under a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The item, its attempt count already including this attempt.
+    pub item: Item,
+    /// The claim's fencing token.
+    pub token: LeaseToken,
+    /// When the lease ends (the backend's clock).
+    pub lease_until: Timestamp,
+}
+
+/// Leased, concurrent replay: the contract the replay engine uses on a
+/// spool that any number of replayers, on any hosts, share.
+///
+/// A claim takes due items (not held, not in flight to a push receiver,
+/// not waiting for a retry time — unless `ignore_backoff` — and not
+/// leased by anyone whose lease is still running), counts the attempt on
+/// each (so a replayer that dies mid-delivery still spends the item's
+/// budget), and leases them until `now + lease` under a fresh token.
+/// Every outcome must present the token: once a lease ran out and another
+/// replayer claimed the item, the first replayer's outcome is refused
+/// (`false`, "lease lost") and changes nothing. An item whose lease ran
+/// out without an outcome is due again (at-least-once delivery).
+pub trait Leasing: Send + Sync {
+    /// Claim up to `limit` due items, oldest first, leased for `lease`.
+    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>>;
+
+    /// Record delivered items as done (removed), in one commit. Returns,
+    /// per item, whether its lease was still ours.
+    fn complete(&self, done: &[(ItemId, LeaseToken)]) -> Result<Vec<bool>>;
+
+    /// Record a failed attempt: due again `retry_in` from now (the
+    /// backend's clock), with `last_error`; the lease ends. Whether the
+    /// lease was still ours.
+    fn retry_later(
+        &self,
+        id: ItemId,
+        token: LeaseToken,
+        retry_in: Duration,
+        last_error: &str,
+    ) -> Result<bool>;
+
+    /// Move a claimed item to the dead-letter set. Whether the lease was
+    /// still ours.
+    fn dead_letter_claimed(&self, id: ItemId, token: LeaseToken, last_error: &str) -> Result<bool>;
+
+    /// Give claimed items back undelivered (a stop, a deadline): the lease
+    /// ends and the attempt counted at the claim is taken back.
+    fn release(&self, claims: &[(ItemId, LeaseToken)]) -> Result<()>;
+
+    /// Pending items a replay skips now: `(held, waiting)` where waiting
+    /// counts items whose retry time (unless `ignore_backoff`) or someone
+    /// else's lease has not run out.
+    fn skipped_now(&self, ignore_backoff: bool) -> Result<(u64, u64)>;
+
+    /// Take the spool's exclusive replay lock (`--ordered`, `--push`),
+    /// waiting up to `wait`; [`crate::Error::ReplayLocked`] when another
+    /// process keeps it. Held until [`Leasing::unlock_exclusive`] or the
+    /// end of the connection.
+    fn lock_exclusive(&self, wait: Duration) -> Result<()>;
+
+    /// Release the lock [`Leasing::lock_exclusive`] took.
+    fn unlock_exclusive(&self) -> Result<()>;
+
+    /// Block until an enqueue into this spool commits (a notification) or
+    /// `timeout` passes; `true` when woken by an enqueue. A notification
+    /// is a hint: a caller polls the spool after every wake-up and after
+    /// every timeout alike.
+    fn wait_for_enqueue(&self, timeout: Duration) -> Result<bool>;
 }

@@ -99,6 +99,11 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> Timestamp;
     /// Block the calling thread for `d` (a manual clock advances instead).
     fn sleep(&self, d: Duration);
+    /// True for the real wall clock, which a backend with a clock of its
+    /// own (a PostgreSQL server's) may use instead.
+    fn is_system(&self) -> bool {
+        false
+    }
 }
 
 /// The real clock.
@@ -111,6 +116,9 @@ impl Clock for SystemClock {
     }
     fn sleep(&self, d: Duration) {
         std::thread::sleep(d)
+    }
+    fn is_system(&self) -> bool {
+        true
     }
 }
 

@@ -38,6 +38,22 @@ macro_rules! conformance {
         conformance!(@flavour file_reopen, Backend::File, true, []; $($case,)* $($dcase),*);
         conformance!(@flavour sqlite, Backend::Sqlite, false, []; $($case,)* $($dcase),*);
         conformance!(@flavour sqlite_reopen, Backend::Sqlite, true, []; $($case,)* $($dcase),*);
+        conformance!(@pg postgres, Backend::Postgres, false; $($case,)* $($dcase),*);
+        conformance!(@pg postgres_reopen, Backend::Postgres, true; $($case,)* $($dcase),*);
+    };
+    (@pg $flavour:ident, $backend:expr, $reopen:expr; $($case:ident),* $(,)?) => {
+        mod $flavour {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    if common::pg_url(concat!(stringify!($flavour), "::", stringify!($case))).is_none() {
+                        return;
+                    }
+                    super::$case(Setup { backend: $backend, reopen: $reopen });
+                }
+            )*
+        }
     };
     (@flavour $flavour:ident, $backend:expr, $reopen:expr, $attrs:tt; $($case:ident),* $(,)?) => {
         mod $flavour {
@@ -1714,10 +1730,7 @@ fn read_only_open_changes_nothing(s: Setup) {
 
     let mut opts = h.reopen_options();
     opts.mode = spool::OpenMode::ReadOnly;
-    let missing = h
-        .dir
-        .path()
-        .join(format!("missing-{}", s.backend.file_name()));
+    let missing = h.missing();
     match Spool::open(&missing, &opts) {
         Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "{e}"),
         Ok(_) => panic!("a read-only open created {}", missing.display()),

@@ -368,6 +368,7 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
                     .vacuum(Duration::from_secs(10))
                     .and_then(|_| s.checkpoint(CheckpointMode::Truncate, Duration::from_secs(10)))
                     .map(drop),
+                Spool::Postgres(p) => p.vacuum().map(drop),
                 Spool::Memory(_) => Ok(()),
             };
             same(&what, done, Ok(()))

@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod memory;
+pub mod postgres;
 pub(crate) mod receive;
 pub mod sqlite;
 pub(crate) mod state;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 pub use file::FileQueue;
 pub use memory::MemoryQueue;
+pub use postgres::PostgresQueue;
 pub use sqlite::SqliteQueue;
 
 /// The first 16 bytes of every SQLite database file.
@@ -107,6 +109,9 @@ impl OpenOptions {
 /// The backend of the spool at `path`, which must exist
 /// ([`Error::NotFound`] otherwise); nothing is created or changed.
 pub fn detect_existing(path: &Path) -> Result<BackendKind> {
+    if path.to_str().is_some_and(postgres::is_postgres_url) {
+        return Ok(BackendKind::Postgres);
+    }
     let exists = path
         .try_exists()
         .map_err(|e| Error::io(path, "inspect spool", e))?;
@@ -120,6 +125,9 @@ pub fn detect_existing(path: &Path) -> Result<BackendKind> {
 
 /// Decide which backend `path` uses (see the module docs).
 pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind> {
+    if path.to_str().is_some_and(postgres::is_postgres_url) {
+        return Ok(BackendKind::Postgres);
+    }
     match std::fs::File::open(path) {
         Ok(mut f) => {
             let meta = f
@@ -178,11 +186,30 @@ pub enum Spool {
     File(FileQueue),
     /// SQLite database.
     Sqlite(SqliteQueue),
+    /// PostgreSQL database.
+    Postgres(PostgresQueue),
 }
 
 impl Spool {
     /// Open (or create, as `opts.mode` allows) the spool at `path`.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Spool> {
+        // A URL is never a path: no file is looked at, created or locked.
+        if let Some(url) = path.to_str().filter(|s| postgres::is_postgres_url(s)) {
+            if let Some(b) = opts.backend.filter(|b| *b != BackendKind::Postgres) {
+                return Err(Error::Unsupported(format!(
+                    "{} is a PostgreSQL spool; --backend {} applies only to a spool path",
+                    postgres::redact(url),
+                    b.name()
+                )));
+            }
+            return Ok(Spool::Postgres(PostgresQueue::open(url, opts)?));
+        }
+        if opts.backend == Some(BackendKind::Postgres) {
+            return Err(Error::Unsupported(format!(
+                "{} is a path; a PostgreSQL spool is a postgres:// or postgresql:// URL",
+                path.display()
+            )));
+        }
         if opts.backend == Some(BackendKind::Memory) {
             return Err(Error::Unsupported(
                 "the memory backend has no path; use Spool::memory".into(),
@@ -223,7 +250,9 @@ impl Spool {
         match detect(path, opts.backend)? {
             BackendKind::Sqlite => Ok(Spool::Sqlite(SqliteQueue::open(path, opts)?)),
             BackendKind::File => Ok(Spool::File(FileQueue::open(path, opts)?)),
-            BackendKind::Memory => Err(Error::Internal("detected a memory spool".into())),
+            BackendKind::Memory | BackendKind::Postgres => {
+                Err(Error::Internal("detected a spool without a path".into()))
+            }
         }
     }
 
@@ -241,6 +270,7 @@ impl Spool {
             Spool::Memory(q) => q,
             Spool::File(q) => q,
             Spool::Sqlite(q) => q,
+            Spool::Postgres(q) => q,
         }
     }
 
@@ -249,16 +279,45 @@ impl Spool {
     pub fn take_notices(&self) -> Vec<String> {
         match self {
             Spool::File(q) => q.take_notices(),
-            Spool::Memory(_) | Spool::Sqlite(_) => Vec::new(),
+            Spool::Memory(_) | Spool::Sqlite(_) | Spool::Postgres(_) => Vec::new(),
         }
     }
 
-    /// The spool's path (none for memory).
+    /// The spool's path (none for memory and PostgreSQL).
     pub fn path(&self) -> Option<&Path> {
         match self {
-            Spool::Memory(_) => None,
+            Spool::Memory(_) | Spool::Postgres(_) => None,
             Spool::File(q) => Some(q.path()),
             Spool::Sqlite(q) => Some(q.path()),
+        }
+    }
+
+    /// The notification source of `replay --follow` and `watch`: block
+    /// until another process commits an enqueue into this spool (`true`)
+    /// or `timeout` passes (`false`). `None`, at once, for a backend with
+    /// no such source: the caller polls (local spools watch their files
+    /// instead). A wake-up is a hint, never a promise that an item is due:
+    /// poll the spool after every return, and after every timeout too.
+    ///
+    /// PostgreSQL: `LISTEN` on the schema's channel, to which every commit
+    /// that enqueues sends one `NOTIFY` (see [`postgres::channel`]). The
+    /// first call starts listening: an enqueue that commits before it is
+    /// not seen, so poll once after the first call returns.
+    pub fn wait_for_enqueue(&self, timeout: Duration) -> Result<Option<bool>> {
+        match self.leasing() {
+            Some(l) => l.wait_for_enqueue(timeout).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the spool is, as reports and metrics name it: its path, a
+    /// PostgreSQL spool's URL without the password, or `memory`.
+    pub fn location(&self) -> PathBuf {
+        match self {
+            Spool::Memory(_) => PathBuf::from("memory"),
+            Spool::File(q) => q.path().to_path_buf(),
+            Spool::Sqlite(q) => q.path().to_path_buf(),
+            Spool::Postgres(q) => PathBuf::from(q.display()),
         }
     }
 
@@ -266,7 +325,7 @@ impl Spool {
     /// in bytes (main file, WAL, companions).
     pub fn files(&self) -> Vec<(PathBuf, u64)> {
         let candidates = match self {
-            Spool::Memory(_) => Vec::new(),
+            Spool::Memory(_) | Spool::Postgres(_) => Vec::new(),
             Spool::File(q) => q.files(),
             Spool::Sqlite(q) => q.files(),
         };

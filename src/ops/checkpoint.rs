@@ -156,6 +156,13 @@ impl From<&CheckpointReport> for CheckpointJson {
     }
 }
 
+fn not_for_postgres(url: &str) -> Error {
+    Error::Unsupported(format!(
+        "{}: PostgreSQL manages its own WAL, there is nothing to checkpoint; `spool compact` runs VACUUM (ANALYZE) on the spool's tables",
+        crate::backend::postgres::redact(url)
+    ))
+}
+
 fn not_for_ndjson(path: &Path) -> Error {
     Error::Unsupported(format!(
         "{}: an NDJSON spool has no WAL to checkpoint; `spool compact` rewrites it without the records it no longer needs",
@@ -171,6 +178,7 @@ fn not_for_ndjson(path: &Path) -> Error {
 pub fn check_applies(path: &Path) -> Result<()> {
     match detect_existing(path)? {
         BackendKind::File => Err(not_for_ndjson(path)),
+        BackendKind::Postgres => Err(not_for_postgres(&path.to_string_lossy())),
         _ => Ok(()),
     }
 }
@@ -185,6 +193,7 @@ pub fn checkpoint(spool: &Spool, opts: &CheckpointOptions) -> Result<CheckpointO
             report: q.checkpoint(opts.mode, opts.wait)?,
         }),
         Spool::File(q) => Err(not_for_ndjson(q.path())),
+        Spool::Postgres(q) => Err(not_for_postgres(q.display())),
         Spool::Memory(_) => Err(Error::Unsupported(
             "an in-memory spool has no WAL to checkpoint".into(),
         )),

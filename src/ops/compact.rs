@@ -77,6 +77,10 @@ pub struct CompactReport {
     pub dropped_torn_tail: Option<DroppedTail>,
     /// SQLite: the truncating checkpoint after `VACUUM`.
     pub checkpoint: Option<CheckpointReport>,
+    /// PostgreSQL: dead tuples in the spool's tables before `VACUUM`.
+    pub dead_tuples_before: Option<u64>,
+    /// PostgreSQL: dead tuples after.
+    pub dead_tuples_after: Option<u64>,
     /// What the backend noticed and repaired since the spool was opened
     /// (an NDJSON torn tail is cut by the writable open, before the
     /// compaction proper; see [`Spool::take_notices`]).
@@ -107,6 +111,8 @@ impl CompactReport {
                 .checkpoint
                 .as_ref()
                 .map(super::checkpoint::CheckpointJson::from),
+            dead_tuples_before: self.dead_tuples_before,
+            dead_tuples_after: self.dead_tuples_after,
             notices: &self.notices,
         }
     }
@@ -139,6 +145,11 @@ pub struct CompactJson<'a> {
     pub dropped_torn_tail: Option<&'a DroppedTail>,
     /// SQLite: the checkpoint after VACUUM (null for NDJSON).
     pub checkpoint: Option<super::checkpoint::CheckpointJson>,
+    /// PostgreSQL: dead tuples in the spool's tables before (null for
+    /// files).
+    pub dead_tuples_before: Option<u64>,
+    /// PostgreSQL: dead tuples after.
+    pub dead_tuples_after: Option<u64>,
     /// What the backend noticed and repaired (a torn tail cut).
     pub notices: &'a [String],
 }
@@ -172,6 +183,33 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                     reason: t.reason,
                 }),
                 checkpoint: None,
+                dead_tuples_before: None,
+                dead_tuples_after: None,
+                notices: Vec::new(),
+            })
+        }
+        Spool::Postgres(q) => {
+            use crate::queue::Queue;
+            let dead = |t: &[(String, u64, u64)]| t.iter().map(|x| x.2).sum::<u64>();
+            let before = q.dead_tuples()?;
+            let (_, bytes_before) = q.extra_stats()?;
+            q.vacuum()?;
+            let after = q.dead_tuples()?;
+            let (_, bytes_after) = q.extra_stats()?;
+            Ok(CompactReport {
+                path: PathBuf::from(q.display()),
+                backend: BackendKind::Postgres,
+                bytes_before,
+                bytes_after,
+                records_before: None,
+                records_after: None,
+                pending: q.size()?,
+                dead_letters: q.dead_count()?,
+                high_water: q.high_water()?,
+                dropped_torn_tail: None,
+                checkpoint: None,
+                dead_tuples_before: Some(dead(&before)),
+                dead_tuples_after: Some(dead(&after)),
                 notices: Vec::new(),
             })
         }
@@ -190,6 +228,8 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,
                 checkpoint: Some(r.checkpoint),
+                dead_tuples_before: None,
+                dead_tuples_after: None,
                 notices: Vec::new(),
             })
         }

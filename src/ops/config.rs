@@ -191,6 +191,19 @@ pub fn regenerate_uuid(spool: &Spool, wait: Duration) -> Result<Regenerated> {
         Some(p) => Some(ReplayLock::acquire(p, wait)?),
         None => None,
     };
+    // PostgreSQL: the advisory lock a push replay holds.
+    let leasing = spool.leasing();
+    if let Some(l) = leasing {
+        l.lock_exclusive(wait)?;
+    }
+    let result = regenerate_locked(spool);
+    if let Some(l) = leasing {
+        let _ = l.unlock_exclusive();
+    }
+    result
+}
+
+fn regenerate_locked(spool: &Spool) -> Result<Regenerated> {
     let old = spool.uuid()?;
     let mut renumbered = 0u64;
     let mut after = 0;

@@ -48,7 +48,10 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
         },
     )?;
     Ok(InitReport {
-        path: path.to_path_buf(),
+        path: match &spool {
+            Spool::Postgres(q) => PathBuf::from(q.display()),
+            _ => path.to_path_buf(),
+        },
         backend: spool.kind(),
         max_depth: spool.max_depth()?,
         uuid: spool.uuid()?,

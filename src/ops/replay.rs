@@ -111,8 +111,14 @@ pub fn replay(spool: &Spool, req: &ReplayRequest<'_>) -> Result<ReplayRun> {
         (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),
         _ => None,
     };
+    // Leased replay is shared; only an ordered one is exclusive.
+    let _exclusive = match req.options.ordered && !req.options.dry_run {
+        true => ExclusiveLease::take(spool, req.wait)?,
+        false => None,
+    };
+    let shown = path.clone().or_else(|| shown_address(spool));
     let mut worker = SyncWorker::new(&**spool, &*target, req.options.clone(), req.clock.clone())?
-        .with_spool_path(path.as_deref())
+        .with_spool_path(shown.as_deref())
         .with_stop_handle(req.stop.clone());
     if let Some(o) = req.observer {
         worker = worker.with_observer(o);
@@ -122,6 +128,39 @@ pub fn replay(spool: &Spool, req: &ReplayRequest<'_>) -> Result<ReplayRun> {
         report,
         target: target.describe(),
     })
+}
+
+/// The exclusive replay lock of a spool with leased replay (PostgreSQL's
+/// advisory lock), released when dropped.
+struct ExclusiveLease<'a>(&'a dyn crate::queue::Leasing);
+
+impl<'a> ExclusiveLease<'a> {
+    /// Take it when the spool has leased replay (`None` otherwise: the
+    /// local backends' replay lock is exclusive already).
+    fn take(spool: &'a Spool, wait: Duration) -> Result<Option<ExclusiveLease<'a>>> {
+        match spool.leasing() {
+            Some(l) => {
+                l.lock_exclusive(wait)?;
+                Ok(Some(ExclusiveLease(l)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+impl Drop for ExclusiveLease<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.unlock_exclusive();
+    }
+}
+
+/// What targets see as `SPOOL_PATH` for a spool without a path: its
+/// address without the password.
+fn shown_address(spool: &Spool) -> Option<std::path::PathBuf> {
+    match spool {
+        Spool::Postgres(q) => Some(q.display().into()),
+        _ => None,
+    }
 }
 
 /// Check replay options that the worker would refuse, with the flags'
@@ -195,6 +234,11 @@ pub fn push(spool: &Spool, req: &PushReplay<'_>) -> Result<PushRun> {
     let _lock = match (&path, req.options.dry_run) {
         (Some(p), false) => Some(ReplayLock::acquire(p, req.wait)?),
         _ => None,
+    };
+    // One push stream per spool, across hosts.
+    let _exclusive = match req.options.dry_run {
+        false => ExclusiveLease::take(spool, req.wait)?,
+        true => None,
     };
     let mut sender = PushSender::new(&**spool, &transport, req.options.clone(), req.clock.clone())?
         .with_stop_handle(req.stop.clone());
@@ -401,8 +445,8 @@ fn start_watcher(spool: &Spool, f: &FollowRequest) -> (Option<SpoolWatcher>, Wat
     let signal = f.signal.clone();
     match SpoolWatcher::start(spool, move || signal.notify()) {
         Ok(Some(w)) => {
-            let dir = w.dir().to_path_buf();
-            (Some(w), Watching::Notify(dir))
+            let watching = w.watching();
+            (Some(w), watching)
         }
         Ok(None) => (None, Watching::PollOnly("the spool has no files".into())),
         Err(e) => (None, Watching::PollOnly(e.to_string())),
@@ -431,6 +475,11 @@ pub fn follow(
     let _lock = match &path {
         Some(p) => Some(ReplayLock::acquire(p, req.wait)?),
         None => None,
+    };
+    // Leased replay is shared; only an ordered one is exclusive.
+    let _exclusive = match req.options.ordered {
+        true => ExclusiveLease::take(spool, req.wait)?,
+        false => None,
     };
     let (_watcher, watching) = start_watcher(spool, f);
     if let Some(o) = req.observer {
@@ -517,6 +566,8 @@ pub fn follow_push(
         Some(p) => Some(ReplayLock::acquire(p, req.wait)?),
         None => None,
     };
+    // A push replay is exclusive on a shared spool too.
+    let _exclusive = ExclusiveLease::take(spool, req.wait)?;
     let (_watcher, watching) = start_watcher(spool, f);
     if let Some(o) = req.observer {
         o.following(&watching);

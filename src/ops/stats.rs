@@ -74,13 +74,21 @@ impl StatsReport {
 pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
     let s = spool.stats(now)?;
     let files = spool.files();
-    let total_bytes = files.iter().map(|(_, n)| n).sum();
+    let total_bytes = match spool {
+        // The tables (and their indexes) of the spool's schema, which all
+        // its spools share.
+        Spool::Postgres(q) => q.extra_stats()?.1,
+        _ => files.iter().map(|(_, n)| n).sum(),
+    };
     let ndjson_garbage_ratio = match spool {
         Spool::File(q) => Some(q.file_stats()?.garbage_ratio),
         _ => None,
     };
     Ok(StatsReport {
-        path: spool.path().map(|p| p.to_path_buf()).unwrap_or_default(),
+        path: match spool {
+            Spool::Postgres(_) => spool.location(),
+            _ => spool.path().map(|p| p.to_path_buf()).unwrap_or_default(),
+        },
         backend: spool.kind(),
         depth: s.depth,
         held: s.held,

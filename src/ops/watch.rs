@@ -853,7 +853,10 @@ impl Watch {
         log: Arc<dyn WatchLog>,
         stop: &WatchStop,
     ) -> Result<WatchSummary> {
-        let path = spool.path().map(Path::to_path_buf).unwrap_or_default();
+        let path = match &*spool {
+            Spool::Postgres(_) => spool.location(),
+            _ => spool.path().map(Path::to_path_buf).unwrap_or_default(),
+        };
         let d = Arc::new(Daemon {
             spool,
             path: path.clone(),

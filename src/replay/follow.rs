@@ -242,7 +242,9 @@ impl Marks for Spool {
                         .wrapping_add(m.mtime_nsec() as u64),
                 ])
             }),
-            Spool::Memory(_) => None,
+            // Every hint and every poll runs a pass: a claim query is as
+            // cheap as any mark would be.
+            Spool::Memory(_) | Spool::Postgres(_) => None,
         }
     }
 }
@@ -343,6 +345,8 @@ impl<'a> ChangeCheck<'a> {
 pub enum Watching {
     /// File-change notifications on this directory (and polling).
     Notify(PathBuf),
+    /// PostgreSQL `LISTEN` on this channel (and polling).
+    Listen(String),
     /// Polling only, for this reason.
     PollOnly(String),
 }
@@ -563,7 +567,7 @@ pub fn watched_files(spool: &Spool) -> Option<(PathBuf, Vec<OsString>)> {
     let names = match spool {
         Spool::Sqlite(_) => vec![name.clone(), with("-wal"), with("-journal")],
         Spool::File(_) => vec![name.clone()],
-        Spool::Memory(_) => return None,
+        Spool::Memory(_) | Spool::Postgres(_) => return None,
     };
     Some((dir, names))
 }
@@ -571,16 +575,43 @@ pub fn watched_files(spool: &Spool) -> Option<(PathBuf, Vec<OsString>)> {
 /// Watches a spool's directory and calls back on every change to one of
 /// the spool's own files (see [`watched_files`]). Opening, reading and
 /// closing a file without writing are not changes. Stops when dropped.
+///
+/// A PostgreSQL spool has no files: its watcher is a thread that
+/// `LISTEN`s on a connection of its own for the `NOTIFY` every enqueue
+/// sends ([`crate::backend::postgres::channel`]).
 pub struct SpoolWatcher {
-    _watcher: notify::RecommendedWatcher,
-    dir: PathBuf,
+    source: Source,
 }
+
+enum Source {
+    Files {
+        _watcher: notify::RecommendedWatcher,
+        dir: PathBuf,
+    },
+    Listen {
+        channel: String,
+        /// Tells the listening thread to end (it notices within
+        /// [`LISTEN_SLICE`]; nobody waits for it).
+        stop: Arc<AtomicBool>,
+    },
+}
+
+/// How long the listening thread blocks on its connection at a time.
+const LISTEN_SLICE: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for SpoolWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpoolWatcher")
-            .field("dir", &self.dir)
+            .field("watching", &self.watching())
             .finish()
+    }
+}
+
+impl Drop for SpoolWatcher {
+    fn drop(&mut self) {
+        if let Source::Listen { stop, .. } = &self.source {
+            stop.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -593,10 +624,56 @@ impl SpoolWatcher {
         spool: &Spool,
         on_change: impl Fn() + Send + 'static,
     ) -> Result<Option<SpoolWatcher>> {
+        if let Spool::Postgres(q) = spool {
+            return Self::listen(q, on_change).map(Some);
+        }
         let Some((dir, names)) = watched_files(spool) else {
             return Ok(None);
         };
         Self::start_in(&dir, names, on_change).map(Some)
+    }
+
+    /// Listen for a PostgreSQL spool's enqueues on a second connection.
+    /// The first `LISTEN` happens before this returns, so an enqueue
+    /// committed after it is never missed; a lost connection is
+    /// reconnected, and counts as a change (something may have been
+    /// missed meanwhile).
+    fn listen(
+        q: &crate::backend::postgres::PostgresQueue,
+        on_change: impl Fn() + Send + 'static,
+    ) -> Result<SpoolWatcher> {
+        let listener = q.second_handle();
+        crate::queue::Leasing::wait_for_enqueue(&listener, Duration::ZERO)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let channel = crate::backend::postgres::channel(&q.target().schema);
+        std::thread::Builder::new()
+            .name("spool-listen".into())
+            .spawn(move || {
+                use crate::queue::Leasing as _;
+                while !stopped.load(Ordering::SeqCst) {
+                    match listener.wait_for_enqueue(LISTEN_SLICE) {
+                        Ok(true) => on_change(),
+                        Ok(false) => {}
+                        Err(_) => {
+                            on_change();
+                            std::thread::sleep(LISTEN_SLICE);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::Internal(format!("cannot start the listening thread: {e}")))?;
+        Ok(SpoolWatcher {
+            source: Source::Listen { channel, stop },
+        })
+    }
+
+    /// How this watcher learns of changes.
+    pub fn watching(&self) -> Watching {
+        match &self.source {
+            Source::Files { dir, .. } => Watching::Notify(dir.clone()),
+            Source::Listen { channel, .. } => Watching::Listen(channel.clone()),
+        }
     }
 
     /// Watch `dir` for changes to the files named `names`.
@@ -639,14 +716,11 @@ impl SpoolWatcher {
             .watch(dir, notify::RecursiveMode::NonRecursive)
             .map_err(fail)?;
         Ok(SpoolWatcher {
-            _watcher: watcher,
-            dir: dir.to_path_buf(),
+            source: Source::Files {
+                _watcher: watcher,
+                dir: dir.to_path_buf(),
+            },
         })
-    }
-
-    /// The directory watched.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

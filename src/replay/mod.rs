@@ -35,7 +35,7 @@ pub use self::lock::ReplayLock;
 
 use crate::error::{Error, Result};
 use crate::item::{AttemptUpdate, Item, ItemId};
-use crate::queue::{Queue, PAGE_SIZE};
+use crate::queue::{Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 use crate::time::{SharedClock, Timestamp};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,7 +138,15 @@ pub struct ReplayOptions {
     /// redelivers at most `commit_every - 1` delivered items (with their
     /// idempotency keys), never loses one.
     pub commit_every: usize,
+    /// How long a claim leases an item on a spool with leased replay
+    /// (PostgreSQL; see [`crate::Leasing`]): another replayer may take the
+    /// item over once it runs out. Longer than one delivery can take (the
+    /// CLI's default is `--timeout` + 30s).
+    pub lease: Duration,
 }
+
+/// The lease of [`ReplayOptions::lease`] by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
 /// The longest a delivered item waits in a commit group.
 pub const GROUP_COMMIT_MAX_AGE: Duration = Duration::from_millis(500);
@@ -155,6 +163,7 @@ impl Default for ReplayOptions {
             dry_run: false,
             concurrency: 1,
             commit_every: 1,
+            lease: DEFAULT_LEASE,
         }
     }
 }
@@ -216,6 +225,10 @@ pub trait ReplayObserver: Sync {
     fn push_event(&self, _event: &push::PushEvent<'_>) {}
     /// Follow mode (`--follow`) starts, learning of new items this way.
     fn following(&self, _watching: &follow::Watching) {}
+    /// Leased replay: the lease on `item` ran out before its outcome was
+    /// recorded and another replayer holds it now, so the outcome of this
+    /// attempt was not recorded ("lease lost"; the other replayer's wins).
+    fn lease_lost(&self, _item: &Item) {}
 }
 
 /// Why a run ended before it had looked at every item.
@@ -355,6 +368,9 @@ pub struct SyncWorker<'a> {
     /// Delivered ids not yet committed as done, and when the oldest was
     /// delivered (group commit).
     done_group: Mutex<(Vec<ItemId>, Option<Timestamp>)>,
+    /// Leased replay: delivered claims not yet committed, and when the
+    /// oldest was delivered.
+    leased_group: Mutex<LeasedGroup>,
 }
 
 impl<'a> SyncWorker<'a> {
@@ -392,6 +408,7 @@ impl<'a> SyncWorker<'a> {
             spool_path: None,
             run_lock: Mutex::new(()),
             done_group: Mutex::new((Vec::new(), None)),
+            leased_group: Mutex::new((Vec::new(), None)),
         })
     }
 
@@ -460,7 +477,10 @@ impl<'a> SyncWorker<'a> {
             started,
             attempted: 0,
         };
-        let ran = if self.opts.concurrency > 1 && !self.opts.dry_run {
+        let leasing = self.queue.leasing().filter(|_| !self.opts.dry_run);
+        let ran = if let Some(leasing) = leasing {
+            self.run_leased(leasing, &mut ctx, &mut report)
+        } else if self.opts.concurrency > 1 && !self.opts.dry_run {
             self.run_concurrent(&mut ctx, &mut report)
         } else {
             self.run_sequential(&mut ctx, &mut report)
@@ -468,6 +488,10 @@ impl<'a> SyncWorker<'a> {
         // Commit the last group whatever happened, so that a failed run
         // does not make delivered items look pending.
         let flushed = self.flush_done();
+        let flushed = match leasing {
+            Some(l) => flushed.and(self.flush_leased(l)),
+            None => flushed,
+        };
         ran?;
         flushed?;
         if report.stopped == Some(StopReason::Stopped) {
@@ -806,6 +830,346 @@ impl SyncWorker<'_> {
         };
         if !ids.is_empty() {
             self.queue.mark_done(&ids)?;
+        }
+        Ok(())
+    }
+}
+
+/// Delivered claims not yet committed as done, and when the oldest was
+/// delivered.
+type LeasedGroup = (Vec<(Item, LeaseToken)>, Option<Timestamp>);
+
+/// What the threads of a leased run share.
+struct LeaseFeed<'r> {
+    ctx: &'r mut RunCtx,
+    report: &'r mut ReplayReport,
+    /// No thread claims another item.
+    closed: bool,
+    /// The first error reading or writing the spool.
+    error: Option<Error>,
+    /// The first error of a target that cannot work.
+    fatal: Option<Error>,
+}
+
+impl SyncWorker<'_> {
+    /// Leased replay (a spool that many replayers share): each of
+    /// `concurrency` threads claims due items, delivers them and records
+    /// each outcome under the claim's token. Claims are taken in groups
+    /// of up to `commit_every` (at most 64) so that one commit of done
+    /// items matches one claim. An item whose attempt count, counted at
+    /// its claim, is already past the budget (earlier claims whose
+    /// replayer died before recording anything) is dead-lettered without
+    /// another delivery. Items claimed but not delivered when the run
+    /// halts (a stop, the deadline, an `--ordered` failure) are released,
+    /// their attempt taken back.
+    fn run_leased(
+        &self,
+        leasing: &dyn Leasing,
+        ctx: &mut RunCtx,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
+        let (held, waiting) = leasing.skipped_now(self.opts.ignore_backoff)?;
+        report.held = held;
+        report.not_due = waiting;
+        let batch = self.opts.commit_every.clamp(1, 64);
+        let shared = Mutex::new(LeaseFeed {
+            ctx,
+            report,
+            closed: false,
+            error: None,
+            fatal: None,
+        });
+        {
+            let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
+            let worker = || loop {
+                // Reserve what this claim may take under --limit.
+                let want = {
+                    let mut f = lock();
+                    if f.closed {
+                        break;
+                    }
+                    if let Some(why) = self.halt(f.ctx) {
+                        if why != StopReason::Limit {
+                            f.report.stopped = Some(why);
+                            f.report.left_due = true;
+                        } else {
+                            f.report.stopped.get_or_insert(why);
+                        }
+                        f.closed = true;
+                        break;
+                    }
+                    let left = self
+                        .opts
+                        .limit
+                        .map_or(u64::MAX, |l| l.saturating_sub(f.ctx.attempted));
+                    let n = (batch as u64).min(left) as usize;
+                    f.ctx.attempted += n as u64;
+                    n
+                };
+                let claimed_at = std::time::Instant::now();
+                let claims = match leasing.claim(want, self.opts.lease, self.opts.ignore_backoff) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let mut f = lock();
+                        f.error.get_or_insert(e);
+                        f.closed = true;
+                        break;
+                    }
+                };
+                {
+                    let mut f = lock();
+                    f.ctx.attempted -= (want - claims.len()) as u64;
+                    if claims.is_empty() {
+                        // Nothing due is left (for this replayer).
+                        if f.report.stopped == Some(StopReason::Limit) {
+                            f.report.stopped = None;
+                        }
+                        f.closed = true;
+                        break;
+                    }
+                }
+                let mut rest = claims.into_iter();
+                while let Some(c) = rest.next() {
+                    let halted = {
+                        let mut f = lock();
+                        let why = if f.closed && (f.error.is_some() || f.fatal.is_some()) {
+                            Some(StopReason::Stopped)
+                        } else {
+                            self.halt(f.ctx).filter(|w| *w != StopReason::Limit)
+                        };
+                        if let Some(why) = why {
+                            if f.error.is_none() && f.fatal.is_none() {
+                                f.report.stopped = Some(why);
+                                f.report.left_due = true;
+                            }
+                            f.closed = true;
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    // A lease about to run out is given back rather than
+                    // used: another replayer could take the item over while
+                    // it is being delivered here.
+                    let lease_left = self.opts.lease.saturating_sub(claimed_at.elapsed());
+                    if halted || lease_left < self.opts.lease / 10 {
+                        let back: Vec<(ItemId, LeaseToken)> = std::iter::once(&c)
+                            .chain(rest.as_slice())
+                            .map(|c| (c.item.id, c.token))
+                            .collect();
+                        if let Err(e) = leasing.release(&back) {
+                            lock().error.get_or_insert(e);
+                        }
+                        break;
+                    }
+                    match self.deliver_claimed(leasing, &c, &lock) {
+                        Ok(ItemOutcome::Failed { .. }) if self.opts.ordered => {
+                            let mut f = lock();
+                            f.report.stopped = Some(StopReason::OrderedFailure);
+                            f.report.left_due = true;
+                            f.closed = true;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            let mut f = lock();
+                            f.closed = true;
+                            match e {
+                                Error::Unsupported(_) => f.fatal.get_or_insert(e),
+                                e => f.error.get_or_insert(e),
+                            };
+                        }
+                    }
+                }
+            };
+            if self.opts.concurrency <= 1 {
+                worker();
+            } else {
+                std::thread::scope(|s| {
+                    for _ in 0..self.opts.concurrency {
+                        s.spawn(worker);
+                    }
+                });
+            }
+        }
+        let feed = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+        match feed.error.or(feed.fatal) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Deliver one claimed item and record its outcome under its token.
+    fn deliver_claimed<'g, 'r: 'g>(
+        &self,
+        leasing: &dyn Leasing,
+        c: &Claimed,
+        lock: &dyn Fn() -> std::sync::MutexGuard<'g, LeaseFeed<'r>>,
+    ) -> Result<ItemOutcome> {
+        let item = &c.item;
+        let attempt = item.attempts;
+        let lost = |r: Result<bool>| -> Result<()> {
+            if !r? {
+                if let Some(o) = self.observer {
+                    o.lease_lost(item);
+                }
+            }
+            Ok(())
+        };
+        if attempt > self.opts.max_attempts {
+            // Earlier claims spent the budget without recording anything
+            // (their replayers died or lost their leases).
+            let reason = format!(
+                "{} (gave up after {} attempts; the last ones ended without an outcome before their leases ran out)",
+                item.last_error.as_deref().unwrap_or("no attempt recorded an outcome"),
+                attempt - 1
+            );
+            let out = self.kill_claimed(leasing, c, reason, false, &lost)?;
+            let mut f = lock();
+            f.report.dead_lettered += 1;
+            if let Some(o) = self.observer {
+                o.attempted(item, attempt, &out);
+            }
+            return Ok(out);
+        }
+        let key = if item.key.is_empty() {
+            format!("{}:{}", lock().ctx.uuid, item.id)
+        } else {
+            item.key.clone()
+        };
+        let outcome = self
+            .target
+            .deliver(&Delivery {
+                item,
+                attempt,
+                idempotency_key: &key,
+                spool_path: self.spool_path.as_deref(),
+            })
+            .map_err(Error::Unsupported);
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // The target cannot work: give the item back untouched.
+                leasing.release(&[(item.id, c.token)])?;
+                return Err(e);
+            }
+        };
+        let now = self.clock.now();
+        let result = match outcome {
+            Outcome::Delivered => {
+                self.delivered_leased(leasing, c)?;
+                ItemOutcome::Delivered
+            }
+            Outcome::Rejected { reason } => self.kill_claimed(leasing, c, reason, true, &lost)?,
+            Outcome::Failed {
+                reason,
+                retry_after,
+            } => {
+                if attempt >= self.opts.max_attempts {
+                    let reason = format!("{reason} (gave up after {attempt} attempts)");
+                    self.kill_claimed(leasing, c, reason, false, &lost)?
+                } else {
+                    let next_retry_at = match retry_after {
+                        Some(RetryAfter::Delay(d)) => now.saturating_add(d),
+                        Some(RetryAfter::At(t)) => Timestamp::from_system_time(t).max(now),
+                        None => {
+                            let unit = (self.rng.lock().unwrap_or_else(|e| e.into_inner()))();
+                            now.saturating_add(self.opts.backoff.delay(attempt, unit))
+                        }
+                    };
+                    lost(leasing.retry_later(item.id, c.token, next_retry_at.since(now), &reason))?;
+                    ItemOutcome::Failed {
+                        error: reason,
+                        next_retry_at,
+                    }
+                }
+            }
+        };
+        let mut f = lock();
+        match &result {
+            ItemOutcome::Delivered => f.report.delivered += 1,
+            ItemOutcome::Failed { .. } | ItemOutcome::SinkFailed { .. } => f.report.failed += 1,
+            ItemOutcome::DeadLettered { rejected, .. } => {
+                f.report.dead_lettered += 1;
+                if *rejected {
+                    f.report.rejected += 1;
+                }
+            }
+            ItemOutcome::WouldAttempt => {}
+        }
+        if let Some(o) = self.observer {
+            o.attempted(item, attempt, &result);
+        }
+        Ok(result)
+    }
+
+    /// Dead-letter a claimed item (or hand it to the sink and remove it).
+    fn kill_claimed(
+        &self,
+        leasing: &dyn Leasing,
+        c: &Claimed,
+        reason: String,
+        rejected: bool,
+        lost: &dyn Fn(Result<bool>) -> Result<()>,
+    ) -> Result<ItemOutcome> {
+        match self.sink {
+            None => lost(leasing.dead_letter_claimed(c.item.id, c.token, &reason))?,
+            Some(sink) => {
+                let mut dead = c.item.clone();
+                dead.last_error = Some(reason.clone());
+                dead.next_retry_at = None;
+                if let Err(sink_error) = sink.accept(&dead, &reason) {
+                    lost(leasing.retry_later(c.item.id, c.token, Duration::ZERO, &reason))?;
+                    return Ok(ItemOutcome::SinkFailed {
+                        error: reason,
+                        sink_error,
+                    });
+                }
+                lost(
+                    leasing
+                        .complete(&[(c.item.id, c.token)])
+                        .map(|v| v.iter().all(|b| *b)),
+                )?;
+            }
+        }
+        Ok(ItemOutcome::DeadLettered {
+            error: reason,
+            rejected,
+        })
+    }
+
+    /// Record a delivered claim as done: at once, or as part of a group.
+    fn delivered_leased(&self, leasing: &dyn Leasing, c: &Claimed) -> Result<()> {
+        let now = self.clock.now();
+        let full = {
+            let mut g = self.leased_group.lock().unwrap_or_else(|e| e.into_inner());
+            g.0.push((c.item.clone(), c.token));
+            let first = *g.1.get_or_insert(now);
+            g.0.len() >= self.opts.commit_every.max(1) || now.since(first) >= GROUP_COMMIT_MAX_AGE
+        };
+        if full {
+            self.flush_leased(leasing)?;
+        }
+        Ok(())
+    }
+
+    /// Commit the group of delivered claims; report the leases lost.
+    fn flush_leased(&self, leasing: &dyn Leasing) -> Result<()> {
+        let group = {
+            let mut g = self.leased_group.lock().unwrap_or_else(|e| e.into_inner());
+            g.1 = None;
+            std::mem::take(&mut g.0)
+        };
+        if group.is_empty() {
+            return Ok(());
+        }
+        let claims: Vec<(ItemId, LeaseToken)> = group.iter().map(|(i, t)| (i.id, *t)).collect();
+        let kept = leasing.complete(&claims)?;
+        if let Some(o) = self.observer {
+            for ((item, _), ok) in group.iter().zip(kept) {
+                if !ok {
+                    o.lease_lost(item);
+                }
+            }
         }
         Ok(())
     }

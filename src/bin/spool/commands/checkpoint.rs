@@ -74,6 +74,9 @@ impl From<ModeArg> for CheckpointMode {
 pub fn run(args: CheckpointArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "checkpoint";
     check_applies(&ctx.spool).map_err(|e| match e.kind() {
+        spool::ErrorKind::Usage if spool::backend::postgres::is_postgres_url(ctx.shown()) => ctx
+            .fail(ACTION, e)
+            .hint("PostgreSQL checkpoints its WAL itself; run `spool compact` to VACUUM the spool's tables"),
         spool::ErrorKind::Usage => ctx
             .fail(ACTION, e)
             .hint("run `spool compact` to shrink an NDJSON spool"),

@@ -80,6 +80,12 @@ pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     if let (Some(b), Some(a)) = (r.records_before, r.records_after) {
         lines.push(("records", format!("{b} -> {a} lines")));
     }
+    if let (Some(b), Some(a)) = (r.dead_tuples_before, r.dead_tuples_after) {
+        lines.push((
+            "dead tuples",
+            format!("{b} -> {a} (VACUUM (ANALYZE) of the schema's tables)"),
+        ));
+    }
     lines.push((
         "kept",
         format!(

@@ -114,7 +114,7 @@ fn regenerate(args: ConfigArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             exit::USAGE,
             format!(
                 "{ACTION} {}: --regenerate applies to the uuid only (spool config uuid --regenerate)",
-                ctx.spool.display()
+                ctx.shown()
             ),
         ));
     }

@@ -380,7 +380,7 @@ fn purge(args: PurgeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             exit::USAGE,
             format!(
                 "{ACTION} {}: purging deletes dead letters for good; refusing without --yes (nothing was changed)",
-                ctx.spool.display()
+                ctx.shown()
             ),
         )
         .hint("add --yes; `spool dlq export -o FILE` saves them first"));

@@ -101,7 +101,7 @@ fn follow_json<R>(mut obj: serde_json::Value, run: &FollowRun<R>) -> serde_json:
         "passes": run.follow.passes,
         "seconds": run.follow.ran_for.as_secs_f64(),
         "still_failing": run.still_failing,
-        "notifications": matches!(run.watching, spool::replay::follow::Watching::Notify(_)),
+        "notifications": !matches!(run.watching, spool::replay::follow::Watching::PollOnly(_)),
     });
     obj
 }

@@ -128,8 +128,11 @@ impl Verbosity {
 
 /// What every command gets: the global options and stdout.
 pub struct Ctx {
-    /// The spool path.
+    /// The spool path (or a PostgreSQL URL, password included: show
+    /// [`Ctx::shown`] instead).
     pub spool: PathBuf,
+    /// The spool as messages show it (a URL without its password).
+    pub shown: String,
     /// `--backend`, for a spool being created.
     pub backend: Option<BackendKind>,
     /// `--json`.
@@ -153,8 +156,9 @@ impl Ctx {
         json: bool,
         verbosity: Verbosity,
     ) -> Ctx {
-        let subject = path.display().to_string();
+        let subject = spool::backend::postgres::redact(&path.to_string_lossy());
         Ctx {
+            shown: subject.clone(),
             spool: path,
             backend,
             json,
@@ -163,6 +167,12 @@ impl Ctx {
             clock: spool::time::system_clock(),
             allow_network_fs: false,
         }
+    }
+
+    /// The spool as messages show it: the path, or the URL without its
+    /// password.
+    pub fn shown(&self) -> &str {
+        &self.shown
     }
 
     /// The current time.
@@ -214,7 +224,7 @@ impl Ctx {
         self.detail(&format!(
             "opened {} spool {} ({mode:?})",
             spool.kind().name(),
-            self.spool.display()
+            self.shown()
         ));
         Ok(spool)
     }
@@ -225,8 +235,8 @@ impl Ctx {
         let code = exit::for_kind(e.kind());
         let message = format!(
             "{action} {}: {}",
-            self.spool.display(),
-            describe(&e, &self.spool)
+            self.shown(),
+            describe(&e, Path::new(&self.shown))
         );
         let err = CliError::new(code, message);
         match default_hint(&e) {
@@ -334,7 +344,7 @@ impl Ctx {
                 exit::DATA,
                 format!(
                     "{action} {}: no {} with id {}{others}",
-                    self.spool.display(),
+                    self.shown(),
                     kind.missing,
                     list.join(", ")
                 ),
@@ -387,6 +397,12 @@ pub const DEAD_IDS: IdKind = IdKind {
 /// The library's message, without a repetition of the spool path.
 fn describe(e: &Error, spool: &Path) -> String {
     match e {
+        Error::NotFound { path }
+            if path == spool
+                && spool::backend::postgres::is_postgres_url(&path.to_string_lossy()) =>
+        {
+            "no spool of this name exists in the database".into()
+        }
         Error::NotFound { path } if path == spool => "no spool exists at this path".into(),
         Error::AlreadyExists { path } if path == spool => {
             "the path already exists (it was left untouched)".into()

@@ -313,6 +313,17 @@ pub struct ReplayFlags {
     /// succeeded.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub commit_every: u32,
+
+    /// PostgreSQL: how long a claimed item stays leased to this replayer
+    ///
+    /// Replay on a PostgreSQL spool is shared: each replayer claims due
+    /// items and leases them; an item whose lease runs out before its
+    /// outcome is recorded (the replayer died, or hung) is due again and
+    /// another replayer takes it over (at-least-once). Make it longer than
+    /// one delivery can take. Default: --timeout + 30s. Ignored by the
+    /// local backends, whose replay is exclusive.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
 }
 
 impl ReplayFlags {
@@ -331,6 +342,18 @@ impl ReplayFlags {
             dry_run: self.dry_run,
             concurrency: self.concurrency as usize,
             commit_every: self.commit_every as usize,
+            lease: self.lease.unwrap_or(spool::replay::DEFAULT_LEASE),
+        }
+    }
+
+    /// The worker options for deliveries bounded by `timeout`: the lease
+    /// defaults to `timeout` + 30s.
+    pub fn options_for(&self, timeout: Duration) -> ReplayOptions {
+        ReplayOptions {
+            lease: self
+                .lease
+                .unwrap_or_else(|| timeout.saturating_add(Duration::from_secs(30))),
+            ..self.options()
         }
     }
 }
@@ -412,6 +435,17 @@ impl Progress {
 }
 
 impl ReplayObserver for Progress {
+    fn lease_lost(&self, item: &Item) {
+        self.say(
+            Verbosity::Normal,
+            format!(
+                "item {}: lease lost (it ran out and another replayer holds the item now); \
+                 this attempt's outcome was not recorded",
+                item.id
+            ),
+        );
+    }
+
     fn push_event(&self, event: &PushEvent<'_>) {
         match event {
             PushEvent::Sending {
@@ -511,6 +545,10 @@ impl ReplayObserver for Progress {
             Watching::Notify(dir) => self.say(
                 Verbosity::Verbose,
                 format!("following: woken by changes in {}", dir.display()),
+            ),
+            Watching::Listen(channel) => self.say(
+                Verbosity::Verbose,
+                format!("following: woken by NOTIFY on {channel}"),
             ),
             Watching::PollOnly(why) => self.say(
                 Verbosity::Normal,
@@ -614,10 +652,7 @@ impl Signals {
 pub fn setup_error(ctx: &Ctx, action: &str, e: Error) -> CliError {
     match e {
         Error::Io { .. } => ctx.fail(action, e),
-        e => CliError::new(
-            exit::USAGE,
-            format!("{action} {}: {e}", ctx.spool.display()),
-        ),
+        e => CliError::new(exit::USAGE, format!("{action} {}: {e}", ctx.shown())),
     }
 }
 
@@ -719,11 +754,11 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             format!(
                 "{ACTION} {}: {flag} does not apply to --push (requests are POSTs of JSON; the \
                  receiver's answers decide what is retried)",
-                ctx.spool.display()
+                ctx.shown()
             ),
         ));
     }
-    let flags = args.replay.options();
+    let flags = args.replay.options_for(args.target.timeout);
     let options = push_options(&flags, args.push.batch, args.push.batch_bytes)
         .map_err(|e| setup_error(ctx, ACTION, e))?;
     let dry_run = options.dry_run;
@@ -784,7 +819,7 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                 });
             Err(CliError::new(
                 exit::for_kind(kind),
-                format!("{ACTION} {}: {message}", ctx.spool.display()),
+                format!("{ACTION} {}: {message}", ctx.shown()),
             )
             .hint(push_hint(cause)))
         }
@@ -817,17 +852,14 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     if args.push.push.is_some() {
         return run_push(args, ctx);
     }
-    let options = args.replay.options();
+    let options = args.replay.options_for(args.target.timeout);
     let dry_run = options.dry_run;
     check_options(&options).map_err(|e| ctx.fail("replay", e))?;
     if args.target.exec.is_some() && args.target.cacert.is_some() {
         // (watch accepts it with --exec: its https probe uses it.)
         return Err(CliError::new(
             exit::USAGE,
-            format!(
-                "replay {}: --cacert applies to --url only",
-                ctx.spool.display()
-            ),
+            format!("replay {}: --cacert applies to --url only", ctx.shown()),
         ));
     }
     let target = args.target.spec();

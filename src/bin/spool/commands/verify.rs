@@ -122,7 +122,7 @@ pub fn run(args: VerifyArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         exit::DATA,
         format!(
             "{ACTION} {}: the spool is damaged (the findings are on stdout)",
-            ctx.spool.display()
+            ctx.shown()
         ),
     );
     Err(

@@ -208,7 +208,7 @@ pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     cfg.hook_timeout = args.target.timeout;
     cfg.replay_interval = args.replay_interval;
     cfg.metrics_file = args.metrics_file;
-    cfg.options = args.replay.options();
+    cfg.options = args.replay.options_for(args.target.timeout);
     cfg.wait = args.replay.wait;
     cfg.clock = ctx.clock.clone();
     // Every flag is checked before the spool is touched.

@@ -1,0 +1,184 @@
+//! The receiving side of push (SPEC §7) in PostgreSQL: [`ReceiveTxn`]
+//! inside the one transaction that [`super::PostgresQueue::receive`]
+//! opens, with the spool row locked, so that concurrent `spool serve`
+//! processes on one spool apply each client's entries once.
+
+use super::conn::Tx;
+use super::{id_param, text, u64_of, PostgresQueue};
+use crate::error::{Error, Result};
+use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
+use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
+use crate::push::wire::Rejected;
+use crate::time::Timestamp;
+
+/// One receiving transaction; keeps the high-water mark and the depth so
+/// that the counts are written once at the end.
+pub(super) struct PgReceive<'q, 't, 'c> {
+    q: &'q PostgresQueue,
+    tx: &'t mut Tx<'c>,
+    high_water: ItemId,
+    depth: u64,
+    max_depth: Option<u64>,
+    added: u64,
+}
+
+impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
+    pub fn new(
+        q: &'q PostgresQueue,
+        tx: &'t mut Tx<'c>,
+        high_water: ItemId,
+        depth: u64,
+        max_depth: Option<u64>,
+    ) -> Self {
+        PgReceive {
+            q,
+            tx,
+            high_water,
+            depth,
+            max_depth,
+            added: 0,
+        }
+    }
+
+    /// The high-water mark reached and the number of items enqueued.
+    pub fn finish(self) -> Result<(ItemId, u64)> {
+        Ok((self.high_water, self.added))
+    }
+}
+
+impl ReceiveRead for PgReceive<'_, '_, '_> {
+    fn last_seq(&mut self, client: &str) -> Result<u64> {
+        client_last_seq(self.q, self.tx, client)
+    }
+
+    fn digest(&mut self, client: &str, seq: u64) -> Result<Option<String>> {
+        let row = self.tx.query_opt(
+            "SELECT digest FROM {s}.push_entries WHERE spool = $1 AND client_id = $2 AND seq = $3",
+            &[self.q.spool(), &text(client), &id_param(seq)],
+        )?;
+        Ok(row.and_then(|r| r.get(0)))
+    }
+
+    fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        client_rejects(self.q, self.tx, client, after)
+    }
+}
+
+impl ReceiveTxn for PgReceive<'_, '_, '_> {
+    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
+        if let Some(id) = self.q.key_owner(self.tx, key)? {
+            return Ok(Some(Enqueued {
+                id,
+                deduplicated: true,
+            }));
+        }
+        if let Some(bound) = self.max_depth {
+            if self.depth + self.added >= bound {
+                return Ok(None);
+            }
+        }
+        let next = self
+            .high_water
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let item = NewItem::new(payload, key);
+        self.q.insert_fresh(self.tx, &[(next, &item)])?;
+        self.high_water = next;
+        self.added += 1;
+        Ok(Some(Enqueued {
+            id: next,
+            deduplicated: false,
+        }))
+    }
+
+    fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
+        let (outcome, digest, reason) = match record {
+            EntryRecord::Applied { digest } => ("applied", Some(digest), None),
+            EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
+            EntryRecord::Skipped => ("skipped", None, None),
+        };
+        self.tx.execute(
+            "INSERT INTO {s}.push_entries (spool, client_id, seq, outcome, digest, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                self.q.spool(),
+                &text(client),
+                &id_param(seq),
+                &outcome,
+                &digest.map(text),
+                &reason.map(text),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
+        let now = self.q.now_param();
+        self.tx.execute(
+            "INSERT INTO {s}.push_clients (spool, client_id, last_seq, updated_at) \
+             VALUES ($1, $2, $3, COALESCE($4::int8, {now})) \
+             ON CONFLICT (spool, client_id) DO UPDATE \
+             SET last_seq = greatest({s}.push_clients.last_seq, excluded.last_seq), \
+                 updated_at = excluded.updated_at",
+            &[self.q.spool(), &text(client), &id_param(seq), &now],
+        )?;
+        Ok(())
+    }
+
+    fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
+        self.tx.execute(
+            "UPDATE {s}.push_entries SET reason = NULL \
+             WHERE spool = $1 AND client_id = $2 AND seq <= $3 AND reason IS NOT NULL",
+            &[self.q.spool(), &text(client), &id_param(upto)],
+        )?;
+        Ok(())
+    }
+}
+
+fn client_last_seq(q: &PostgresQueue, tx: &mut Tx<'_>, client: &str) -> Result<u64> {
+    let row = tx.query_opt(
+        "SELECT last_seq FROM {s}.push_clients WHERE spool = $1 AND client_id = $2",
+        &[q.spool(), &text(client)],
+    )?;
+    Ok(row.map_or(0, |r| u64_of(r.get(0))))
+}
+
+fn client_rejects(
+    q: &PostgresQueue,
+    tx: &mut Tx<'_>,
+    client: &str,
+    after: u64,
+) -> Result<Vec<Rejected>> {
+    let rows = tx.query(
+        "SELECT seq, reason FROM {s}.push_entries \
+         WHERE spool = $1 AND client_id = $2 AND seq > $3 AND reason IS NOT NULL ORDER BY seq",
+        &[q.spool(), &text(client), &id_param(after)],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| Rejected {
+            seq: u64_of(r.get(0)),
+            error: r.get(1),
+        })
+        .collect())
+}
+
+/// Every client of the receiving spool, by id.
+pub(super) fn clients(q: &PostgresQueue, tx: &mut Tx<'_>) -> Result<Vec<ClientSummary>> {
+    let rows = tx.query(
+        "SELECT client_id, last_seq, updated_at FROM {s}.push_clients WHERE spool = $1 ORDER BY client_id",
+        &[q.spool()],
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let client_id: String = r.get(0);
+        let rejected = client_rejects(q, tx, &client_id, 0)?;
+        out.push(ClientSummary {
+            client_id,
+            last_seq: u64_of(r.get(1)),
+            rejected,
+            updated_at: r.get::<_, Option<i64>>(2).map(Timestamp::from_millis),
+        });
+    }
+    Ok(out)
+}

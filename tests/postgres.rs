@@ -1,0 +1,748 @@
+//! The PostgreSQL backend's own cases, beyond the conformance suite:
+//! leases and their fencing tokens, concurrent producers and replayers as
+//! separate processes, a replayer killed with SIGKILL, a connection killed
+//! mid-transaction, the error mapping, schema versions, and durability
+//! across a server crash (on a second cluster with default fsync settings,
+//! started through `.ci/pg.sh`).
+//!
+//! Every case needs `SPOOL_TEST_PG_URL`; without it each prints
+//! `SKIPPED: …` and passes (unless `SPOOL_REQUIRE_PG=1`).
+
+mod common;
+mod http_sink;
+
+use common::{pg_spool_url, pg_url, T0};
+use http_sink::{Answer, Sink};
+use spool::{ErrorKind, Leasing, ManualClock, OpenMode, OpenOptions, Spool};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_spool"));
+    c.env_remove("SPOOL_PATH");
+    c
+}
+
+/// A new spool URL in the test database, or `None` (skipped).
+fn new_spool(name: &str) -> Option<String> {
+    let base = pg_url(&format!("postgres::{name}"))?;
+    Some(pg_spool_url(&base, name))
+}
+
+fn open_with(url: &str, mode: OpenMode, clock: Option<&ManualClock>) -> Spool {
+    let mut opts = OpenOptions::new(mode);
+    if let Some(c) = clock {
+        opts.clock = Arc::new(c.clone());
+    }
+    Spool::open(Path::new(url), &opts).unwrap_or_else(|e| panic!("open {url}: {e}"))
+}
+
+fn leasing(s: &Spool) -> &dyn Leasing {
+    s.leasing().expect("a PostgreSQL spool leases")
+}
+
+fn psql(base: &str, sql: &str) -> String {
+    // The test URL is a libpq URL (our own parameters are not in it).
+    let out = Command::new("psql")
+        .args([base, "-XAtqc", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+// ------------------------------------------------------------ leases
+
+/// A claim counts the attempt and leases the item; while the lease runs
+/// nobody else can claim it; once it ran out the item is due again, the
+/// new claim has a new token, and the first replayer's outcome is refused
+/// ("lease lost") without changing anything.
+#[test]
+fn an_expired_lease_cannot_record_over_the_new_holder() {
+    let Some(url) = new_spool("expired_lease") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let a = open_with(&url, OpenMode::Create, Some(&clock));
+    let b = open_with(&url, OpenMode::ReadWrite, Some(&clock));
+    let id = a.enqueue(b"p", "k").unwrap().id;
+    let first = leasing(&a)
+        .claim(10, Duration::from_secs(30), false)
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].item.attempts, 1, "the claim counts the attempt");
+    assert_eq!(
+        first[0].lease_until,
+        T0.saturating_add(Duration::from_secs(30))
+    );
+    assert!(leasing(&b)
+        .claim(10, Duration::from_secs(30), false)
+        .unwrap()
+        .is_empty());
+    clock.advance(Duration::from_secs(31));
+    let second = leasing(&b)
+        .claim(10, Duration::from_secs(30), false)
+        .unwrap();
+    assert_eq!(second.len(), 1, "an expired lease makes the item due again");
+    assert_eq!(second[0].item.attempts, 2);
+    assert_ne!(second[0].token, first[0].token);
+    // The first replayer comes back late: every outcome is refused.
+    let la = leasing(&a);
+    assert_eq!(la.complete(&[(id, first[0].token)]).unwrap(), vec![false]);
+    assert!(!la
+        .retry_later(id, first[0].token, Duration::ZERO, "late")
+        .unwrap());
+    assert!(!la.dead_letter_claimed(id, first[0].token, "late").unwrap());
+    let it = a.get(id).unwrap().expect("still pending");
+    assert_eq!((it.attempts, it.last_error), (2, None));
+    // The holder's outcome counts.
+    assert_eq!(
+        leasing(&b).complete(&[(id, second[0].token)]).unwrap(),
+        vec![true]
+    );
+    assert_eq!(a.size().unwrap(), 0);
+}
+
+/// Released claims take their attempt back; failures wait for their retry
+/// time; held and in-flight items are never claimed; claims come oldest
+/// first.
+#[test]
+fn claims_release_retry_and_skip() {
+    let Some(url) = new_spool("claims") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let s = open_with(&url, OpenMode::Create, Some(&clock));
+    let l = leasing(&s);
+    let ids: Vec<u64> = (0..5)
+        .map(|i| s.enqueue(format!("p{i}").as_bytes(), "").unwrap().id)
+        .collect();
+    s.set_held(&[ids[1]], true).unwrap();
+    s.push_assign(&[ids[2]]).unwrap();
+    let c = l.claim(10, Duration::from_secs(60), false).unwrap();
+    let got: Vec<u64> = c.iter().map(|c| c.item.id).collect();
+    assert_eq!(got, vec![ids[0], ids[3], ids[4]]);
+    l.release(&[(c[1].item.id, c[1].token)]).unwrap();
+    assert_eq!(s.get(ids[3]).unwrap().unwrap().attempts, 0);
+    assert!(l
+        .retry_later(ids[0], c[0].token, Duration::from_secs(10), "boom")
+        .unwrap());
+    let it = s.get(ids[0]).unwrap().unwrap();
+    assert_eq!(it.attempts, 1);
+    assert_eq!(it.last_error.as_deref(), Some("boom"));
+    assert_eq!(
+        it.next_retry_at,
+        Some(T0.saturating_add(Duration::from_secs(10)))
+    );
+    let (held, waiting) = l.skipped_now(false).unwrap();
+    assert_eq!(
+        (held, waiting),
+        (1, 2),
+        "ids[0] backs off, ids[4] is leased"
+    );
+    let again = l.claim(10, Duration::from_secs(60), false).unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.item.id).collect::<Vec<_>>(),
+        vec![ids[3]]
+    );
+    clock.advance(Duration::from_secs(11));
+    let later = l.claim(10, Duration::from_secs(60), false).unwrap();
+    assert_eq!(
+        later.iter().map(|c| c.item.id).collect::<Vec<_>>(),
+        vec![ids[0]]
+    );
+    assert_eq!(later[0].item.attempts, 2);
+    assert!(l
+        .dead_letter_claimed(ids[0], later[0].token, "poison")
+        .unwrap());
+    assert_eq!(s.dead_count().unwrap(), 1);
+    assert_eq!(s.size().unwrap(), 4);
+}
+
+/// A poison item that kills every replayer still reaches the dead-letter
+/// set: each claim counted an attempt, and the claim past the budget
+/// dead-letters it without delivering it again.
+#[test]
+fn a_poison_item_reaches_the_dead_letters() {
+    let Some(url) = new_spool("poison") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    let id = s.enqueue(b"poison", "").unwrap().id;
+    // Three replayers "die" mid-delivery: their claims expire at once.
+    for _ in 0..3 {
+        let c = leasing(&s).claim(1, Duration::ZERO, false).unwrap();
+        assert_eq!(c.len(), 1);
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let out = bin()
+        .args([
+            "-s",
+            &url,
+            "replay",
+            "--exec",
+            "true",
+            "--max-attempts",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let dead = s.dead_get(id).unwrap().expect("dead-lettered");
+    assert_eq!(dead.item.attempts, 4);
+    assert!(
+        dead.item
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("gave up after 3 attempts"),
+        "{dead:?}"
+    );
+}
+
+// --------------------------------------------------- many processes
+
+/// 8 producer processes enqueue overlapping keys into one bounded spool:
+/// exactly one item per key, and the depth never passes the bound.
+#[test]
+fn concurrent_producers_store_each_key_once_under_an_exact_bound() {
+    let Some(url) = new_spool("producers") else {
+        return;
+    };
+    const PRODUCERS: usize = 8;
+    const KEYS: usize = 60;
+    const BOUND: u64 = 150;
+    let st = bin()
+        .args(["-s", &url, "init", "--max-depth", &BOUND.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let dir = tempfile::tempdir().unwrap();
+    let mut children = Vec::new();
+    for p in 0..PRODUCERS {
+        // Each producer: every shared key (racing the others), then fresh
+        // unkeyed items until the spool is full.
+        let mut lines = String::new();
+        for k in 0..KEYS {
+            lines.push_str(&format!(
+                "{{\"payload\":\"p{p}-k{k}\",\"key\":\"key-{k}\"}}\n"
+            ));
+        }
+        let keyed = dir.path().join(format!("keyed-{p}.ndjson"));
+        std::fs::write(&keyed, lines).unwrap();
+        let script = "set -u; S=\"$1\"; B=\"$2\"; F=\"$3\"; P=\"$4\"; \
+             while read -r line; do printf '%s\\n' \"$line\" | \"$B\" -q -s \"$S\" enqueue --ndjson || echo fail; done < \"$F\"; \
+             i=0; while [ $i -lt 40 ]; do \"$B\" -q -s \"$S\" enqueue \"$P-free-$i\" >/dev/null 2>&1 || echo full; i=$((i+1)); done";
+        children.push(
+            Command::new("bash")
+                .args(["-c", script, "producer"])
+                .arg(&url)
+                .arg(env!("CARGO_BIN_EXE_spool"))
+                .arg(&keyed)
+                .arg(format!("p{p}"))
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let mut full = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("fail"), "a keyed enqueue failed: {text}");
+        full += text.lines().filter(|l| *l == "full").count();
+    }
+    let s = open_with(&url, OpenMode::ReadOnly, None);
+    let items = s.drain().unwrap();
+    assert_eq!(s.size().unwrap(), items.len() as u64);
+    assert_eq!(items.len() as u64, BOUND, "the bound is exact");
+    let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
+    for it in &items {
+        if !it.key.is_empty() {
+            *per_key.entry(it.key.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(per_key.len(), KEYS, "every key stored");
+    assert!(per_key.values().all(|n| *n == 1), "{per_key:?}");
+    let ids: BTreeSet<u64> = items.iter().map(|i| i.id).collect();
+    assert_eq!(ids.len(), items.len(), "ids are unique");
+    let tried = PRODUCERS * 40;
+    assert_eq!(
+        tried - full,
+        (BOUND as usize) - KEYS,
+        "rejected exactly the overflow"
+    );
+}
+
+/// 4 replayer processes share 2,000 items against a real HTTP sink: each
+/// item is delivered exactly once (no crash, no expired lease), and the
+/// spool ends empty.
+#[test]
+fn four_replayers_deliver_each_item_once() {
+    let Some(url) = new_spool("replayers") else {
+        return;
+    };
+    const ITEMS: usize = 2000;
+    let input: String = (0..ITEMS).map(|i| format!("item-{i}\n")).collect();
+    let mut c = bin()
+        .args(["-q", "-s", &url, "enqueue", "--lines"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    assert!(c.wait().unwrap().success());
+    let sink = Sink::start(|_, _| Answer::Status(200));
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            bin()
+                .args([
+                    "-q",
+                    "-s",
+                    &url,
+                    "replay",
+                    "--url",
+                    &sink.url("/in"),
+                    "--concurrency",
+                    "2",
+                ])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    let got = sink.received();
+    let mut bodies: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+    for r in &got {
+        *bodies.entry(r.body.clone()).or_default() += 1;
+    }
+    assert_eq!(bodies.len(), ITEMS, "every item delivered");
+    let dup: Vec<_> = bodies.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dup.is_empty(), "delivered twice: {}", dup.len());
+    let s = open_with(&url, OpenMode::ReadOnly, None);
+    assert_eq!(s.size().unwrap(), 0);
+}
+
+/// A replayer killed with SIGKILL mid-delivery loses nothing: its item
+/// comes back when the lease runs out, with the attempt counted, and the
+/// next replayer delivers it.
+#[test]
+fn a_killed_replayer_s_item_is_redelivered_after_its_lease() {
+    let Some(url) = new_spool("killed") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    let id = s.enqueue(b"slow", "").unwrap().id;
+    s.enqueue(b"other", "").unwrap();
+    let mut r = bin()
+        .args([
+            "-q",
+            "-s",
+            &url,
+            "replay",
+            "--exec",
+            "sleep 60",
+            "--lease",
+            "2s",
+            "--timeout",
+            "90s",
+        ])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while s.get(id).unwrap().unwrap().attempts == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "never claimed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.kill().unwrap();
+    r.wait().unwrap();
+    // While the lease runs, nobody takes the item.
+    let out = bin()
+        .args([
+            "-q",
+            "-s",
+            &url,
+            "replay",
+            "--exec",
+            "true",
+            "--ignore-backoff",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.size().unwrap(), 1, "only the leased item is left");
+    assert_eq!(
+        s.get(id).unwrap().unwrap().attempts,
+        1,
+        "the attempt was counted"
+    );
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = bin()
+        .args([
+            "-s",
+            &url,
+            "replay",
+            "--exec",
+            "sh -c '[ \"$SPOOL_ATTEMPT\" = 2 ]'",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.size().unwrap(), 0, "redelivered and done");
+}
+
+/// `--ordered` takes the spool's advisory lock: a second ordered replay
+/// waits `--wait`, then exits 75 naming the holder.
+#[test]
+fn ordered_replays_are_exclusive() {
+    let Some(url) = new_spool("ordered") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    s.enqueue(b"a", "").unwrap();
+    let mut first = bin()
+        .args(["-q", "-s", &url, "replay", "--ordered", "--exec", "sleep 3"])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while s.get(1).unwrap().is_some_and(|i| i.attempts == 0) {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = bin()
+        .args([
+            "-s",
+            &url,
+            "replay",
+            "--ordered",
+            "--exec",
+            "true",
+            "--wait",
+            "200ms",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("advisory lock"), "{err}");
+    assert!(first.wait().unwrap().success());
+}
+
+// ----------------------------------------------------------- failures
+
+/// A connection killed in the middle of a transaction (here, a streamed
+/// batch) stores nothing of it and is a temporary error; the next call
+/// reconnects.
+#[test]
+fn a_connection_killed_mid_transaction_changes_nothing() {
+    let Some(url) = new_spool("terminated") else {
+        return;
+    };
+    let base = pg_url("terminated").unwrap();
+    let s = open_with(&url, OpenMode::Create, None);
+    s.enqueue(b"before", "").unwrap();
+    let Spool::Postgres(q) = &s else {
+        unreachable!()
+    };
+    let pid = q.server_pid().unwrap();
+    let mut n = 0;
+    let mut items = std::iter::from_fn(|| {
+        n += 1;
+        if n == 50 {
+            // Kill the server process of this spool's connection while
+            // its transaction is open.
+            psql(&base, &format!("SELECT pg_terminate_backend({pid})"));
+        }
+        (n <= 100).then(|| Ok(spool::NewItem::new(format!("x{n}"), "")))
+    });
+    let r = s.enqueue_stream(&mut items, &Default::default());
+    match r {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Temporary, "{e}"),
+        Ok(_) => panic!("the batch survived its connection"),
+    }
+    // Nothing of the batch; the next call reconnects.
+    assert_eq!(s.size().unwrap(), 1);
+    assert_eq!(s.enqueue(b"after", "").unwrap().id, 2);
+}
+
+/// Unreachable: 75 naming host and port; an unknown role: 77; a missing
+/// spool for a read-only command: 66 and nothing created; a schema newer
+/// than this binary: 65 with a hint; the password is never shown.
+#[test]
+fn errors_map_to_exit_codes() {
+    let Some(url) = new_spool("errors") else {
+        return;
+    };
+    let base = pg_url("errors").unwrap();
+    let out = bin()
+        .args(["-s", "postgres://u:hunter2@127.0.0.1:1/db", "size"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+
+    let nobody = format!("{base}&user=nobody_{}", std::process::id()).replace("&user=postgres", "");
+    let out = bin().args(["-s", &nobody, "size"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+
+    let schema = format!("fresh_{}", std::process::id());
+    let fresh = format!("{url}&schema={schema}");
+    let out = bin().args(["-s", &fresh, "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(66), "{out:?}");
+    assert_eq!(
+        psql(
+            &base,
+            &format!("SELECT count(*) FROM pg_namespace WHERE nspname = '{schema}'")
+        ),
+        "0",
+        "a read-only command created the schema"
+    );
+    assert!(bin()
+        .args(["-s", &fresh, "enqueue", "x"])
+        .status()
+        .unwrap()
+        .success());
+    psql(
+        &base,
+        &format!("INSERT INTO {schema}.spool_schema (version) VALUES (99)"),
+    );
+    let out = bin().args(["-s", &fresh, "size"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(65), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("newer") && err.contains("hint:"), "{err}");
+    psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
+
+    let out = bin().args(["-s", &url, "init"]).output().unwrap();
+    assert!(out.status.success());
+    let out = bin().args(["-s", &url, "checkpoint"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
+
+/// Many processes using a fresh schema at once create it once.
+#[test]
+fn concurrent_first_use_migrates_once() {
+    let Some(url) = new_spool("first_use") else {
+        return;
+    };
+    let base = pg_url("first_use").unwrap();
+    let schema = format!("race_{}", std::process::id());
+    let fresh = format!("{url}&schema={schema}");
+    let children: Vec<_> = (0..6)
+        .map(|i| {
+            bin()
+                .args(["-q", "-s", &fresh, "enqueue", &format!("p{i}")])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    assert_eq!(
+        psql(
+            &base,
+            &format!("SELECT count(*) FROM {schema}.spool_schema")
+        ),
+        "1"
+    );
+    assert_eq!(
+        psql(&base, &format!("SELECT depth FROM {schema}.spools")),
+        "6"
+    );
+    psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
+}
+
+/// SQLite → PostgreSQL through export | import keeps ids, keys,
+/// attempts, holds and dead letters.
+#[test]
+fn export_from_sqlite_imports_into_postgres() {
+    let Some(url) = new_spool("migrate") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.db");
+    let db = db.to_str().unwrap();
+    for (p, k) in [("a", "ka"), ("b", ""), ("c", "kc")] {
+        assert!(bin()
+            .args(["-q", "-s", db, "enqueue", p, "--key", k])
+            .status()
+            .unwrap()
+            .success());
+    }
+    assert!(bin()
+        .args(["-q", "-s", db, "hold", "2"])
+        .status()
+        .unwrap()
+        .success());
+    assert!(bin()
+        .args(["-q", "-s", db, "attempts", "3", "--set", "4"])
+        .status()
+        .unwrap()
+        .success());
+    let export = bin().args(["-s", db, "export"]).output().unwrap();
+    assert!(export.status.success());
+    let mut imp = bin()
+        .args(["-q", "-s", &url, "import", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    imp.stdin.take().unwrap().write_all(&export.stdout).unwrap();
+    assert!(imp.wait().unwrap().success());
+    let a = open_with(db, OpenMode::ReadOnly, None);
+    let b = open_with(&url, OpenMode::ReadOnly, None);
+    assert_eq!(a.drain().unwrap(), b.drain().unwrap());
+    assert_eq!(b.high_water().unwrap(), 3);
+}
+
+/// `wait_for_enqueue` wakes on a NOTIFY from another process's enqueue,
+/// and times out without one.
+#[test]
+fn enqueues_wake_a_listener() {
+    let Some(url) = new_spool("notify") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    assert!(!leasing(&s)
+        .wait_for_enqueue(Duration::from_millis(50))
+        .unwrap());
+    let u = url.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(bin()
+            .args(["-q", "-s", &u, "enqueue", "x"])
+            .status()
+            .unwrap()
+            .success());
+    });
+    let start = Instant::now();
+    assert!(leasing(&s)
+        .wait_for_enqueue(Duration::from_secs(20))
+        .unwrap());
+    assert!(start.elapsed() < Duration::from_secs(10));
+    t.join().unwrap();
+}
+
+// ----------------------------------------------------------- durability
+
+fn pg_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/pg.sh")
+}
+
+/// On a cluster with PostgreSQL's default durability settings, every
+/// enqueue that exited 0 is present after the server was killed with
+/// SIGKILL and restarted.
+#[test]
+fn acknowledged_enqueues_survive_a_server_crash() {
+    if pg_url("postgres::acknowledged_enqueues_survive_a_server_crash").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("durable");
+    let cluster = cluster.to_str().unwrap();
+    let out = Command::new("bash")
+        .arg(pg_script())
+        .args(["start", cluster, "--durable"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stop = scopeguard(cluster.to_string());
+    let url = format!("{base}&spool=durable");
+    // Producers keep enqueueing while the server is killed.
+    let acked = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let url = url.clone();
+            let acked = acked.clone();
+            std::thread::spawn(move || {
+                for i in 0..400 {
+                    let out = bin()
+                        .args(["-q", "-s", &url, "enqueue", &format!("w{w}-{i}")])
+                        .output()
+                        .unwrap();
+                    if out.status.success() {
+                        let id: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+                        acked.lock().unwrap().push(id);
+                    } else {
+                        assert_eq!(out.status.code(), Some(75), "{out:?}");
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while acked.lock().unwrap().len() < 30 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let k = Command::new("bash")
+        .arg(pg_script())
+        .args(["kill", cluster])
+        .status()
+        .unwrap();
+    assert!(k.success());
+    for w in workers {
+        w.join().unwrap();
+    }
+    let r = Command::new("bash")
+        .arg(pg_script())
+        .args(["restart", cluster])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 10,
+        "too few enqueues before the crash: {}",
+        acked.len()
+    );
+    let s = open_with(&url, OpenMode::ReadOnly, None);
+    let have: BTreeSet<u64> = s.drain().unwrap().iter().map(|i| i.id).collect();
+    let lost: Vec<u64> = acked
+        .iter()
+        .filter(|id| !have.contains(id))
+        .copied()
+        .collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert_eq!(s.size().unwrap(), have.len() as u64);
+    drop(s);
+    drop(stop);
+}
+
+/// Stops the cluster in `dir` when dropped (also when the test fails).
+struct Stop(String);
+
+fn scopeguard(dir: String) -> Stop {
+    Stop(dir)
+}
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(pg_script())
+            .args(["stop", &self.0])
+            .status();
+    }
+}
