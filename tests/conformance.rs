@@ -111,6 +111,7 @@ conformance!(
         import_with_a_malformed_record_changes_nothing,
         stats_numbers,
         due_count_leaves_out_held_and_waiting_items,
+        next_retry_after_is_the_earliest_waiting_item_not_held,
         uuid_is_stable_and_well_formed,
         payload_bytes_round_trip,
         large_payload_round_trips,
@@ -2431,4 +2432,46 @@ fn a_streamed_import_that_fails_stores_nothing(s: Setup) {
         (kept, h.q().size().unwrap(), h.q().dead_count().unwrap()),
         (100, 90, 10)
     );
+}
+
+/// `next_retry_after(now)`: the earliest retry time after `now` among
+/// pending items that are not held; `None` when nothing waits.
+fn next_retry_after_is_the_earliest_waiting_item_not_held(s: Setup) {
+    let mut h = s.open(None);
+    let now = h.now();
+    assert_eq!(h.q().next_retry_after(now).unwrap(), None, "an empty spool");
+    let ids: Vec<ItemId> = (0..4).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    let upd = |at: Timestamp| AttemptUpdate {
+        attempts: 1,
+        next_retry_at: Some(at),
+        last_error: Some("x".into()),
+    };
+    let (t1, t2, t3) = (
+        now.saturating_add(secs(10)),
+        now.saturating_add(secs(20)),
+        now.saturating_add(secs(30)),
+    );
+    assert_eq!(h.q().next_retry_after(now).unwrap(), None, "nothing waits");
+    h.q().record_attempt(ids[0], &upd(t2)).unwrap();
+    h.q().record_attempt(ids[1], &upd(t1)).unwrap();
+    h.q().record_attempt(ids[2], &upd(t3)).unwrap();
+    h.q().record_attempt(ids[3], &upd(now)).unwrap();
+    h.step();
+    assert_eq!(h.q().next_retry_after(now).unwrap(), Some(t1));
+    assert_eq!(
+        h.q().next_retry_after(t1).unwrap(),
+        Some(t2),
+        "after, not at"
+    );
+    h.q().set_held(&[ids[1]], true).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().next_retry_after(now).unwrap(),
+        Some(t2),
+        "held items never become due"
+    );
+    h.q().mark_done(&[ids[0]]).unwrap();
+    h.step();
+    assert_eq!(h.q().next_retry_after(now).unwrap(), Some(t3));
+    assert_eq!(h.q().next_retry_after(t3).unwrap(), None);
 }

@@ -746,3 +746,74 @@ impl Drop for Stop {
             .status();
     }
 }
+
+// ----------------------------------------------------------- follow mode
+
+/// `replay --follow` on a PostgreSQL spool is woken by the NOTIFY of
+/// another process's enqueue (with a poll of an hour, only the
+/// notification can find it), and SIGTERM ends it with exit 0.
+#[test]
+fn follow_mode_is_woken_by_another_process_s_enqueue() {
+    let Some(url) = new_spool("follow") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("delivered.txt");
+    let err = dir.path().join("follow.err");
+    let exec = format!(
+        "sh -c 'cat >> {}; echo >> {}'",
+        file.display(),
+        file.display()
+    );
+    assert!(bin()
+        .args(["-q", "-s", &url, "enqueue", "first"])
+        .status()
+        .unwrap()
+        .success());
+    let mut child = bin()
+        .args(["-v", "-s", &url, "replay", "--follow", "--poll", "1h"])
+        .args(["--exec", &exec])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let delivered = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = std::fs::read_to_string(&file).unwrap_or_default();
+            if got.lines().collect::<Vec<_>>() == want {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    assert!(
+        delivered(&["first"]),
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    assert!(bin()
+        .args(["-q", "-s", &url, "enqueue", "second"])
+        .status()
+        .unwrap()
+        .success());
+    let start = Instant::now();
+    assert!(
+        delivered(&["first", "second"]),
+        "{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // SAFETY: kill only sends a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("woken by NOTIFY on spool_enqueue:"),
+        "{stderr}"
+    );
+}

@@ -970,6 +970,18 @@ impl Index {
         Ok(depth.saturating_sub(held).saturating_sub(waiting))
     }
 
+    /// The earliest retry time after `now` of a pending item that is not
+    /// held (see [`crate::Queue::next_retry_after`]).
+    pub fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.conn
+            .prepare_cached(
+                "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+            )
+            .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, Option<i64>>(0)))
+            .map(|t| t.map(Timestamp::from_millis))
+            .map_err(self.err("read"))
+    }
+
     /// Counts for `stats`; the bound is the caller's.
     pub fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         let mut s = QueueStats {

@@ -206,6 +206,12 @@ impl Queue for FileQueue {
         })
     }
 
+    fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.next_retry_after(now)
+        })
+    }
+
     fn max_depth(&self) -> Result<Option<u64>> {
         self.locked(Access::Read, MetaUse::Read, |_, inner| {
             Ok(inner.meta.max_depth)

@@ -1032,6 +1032,21 @@ impl Queue for PostgresQueue {
         Ok(at_most.map_or(due, |m| due.min(m)))
     }
 
+    fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        // An item leased by another replayer becomes due when its lease
+        // runs out.
+        let now = self.clock.as_ref().map(|_| now.as_millis());
+        self.txn("read the next retry time of", false, |tx| {
+            let row = tx.query_one(
+                "SELECT min(greatest(next_retry_at, lease_until)) FROM {s}.items \
+                 WHERE spool = $1 AND NOT held \
+                   AND greatest(next_retry_at, lease_until) > COALESCE($2::int8, {now})",
+                &[self.spool(), &now],
+            )?;
+            Ok(row.get::<_, Option<i64>>(0).map(Timestamp::from_millis))
+        })
+    }
+
     fn max_depth(&self) -> Result<Option<u64>> {
         self.txn("read the depth bound of", false, |tx| {
             let row = tx.query_one(
