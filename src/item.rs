@@ -32,9 +32,24 @@ pub struct Item {
     /// number is *in flight*: the receiver may hold it, so it stays in the
     /// spool, unchanged, until the receiver acknowledges or rejects it.
     pub push_seq: Option<u64>,
+    /// The ordering group (SPEC §9): replay delivers the items of one
+    /// group strictly in enqueue order. `None`: no group.
+    pub group: Option<String>,
+    /// The coalesce key (SPEC §9): a later enqueue with the same key
+    /// replaces this item while it was never attempted and is not in
+    /// flight. `None`: never coalesced.
+    pub coalesce_key: Option<String>,
 }
 
 impl Item {
+    /// A new pending item `id` made of `new`, enqueued at `now`.
+    pub fn from_new(id: ItemId, new: &NewItem, now: Timestamp) -> Item {
+        let mut item = Item::new(id, new.payload.clone(), new.key.clone(), now);
+        item.group = new.group.clone();
+        item.coalesce_key = new.coalesce_key.clone();
+        item
+    }
+
     /// A fresh item as enqueue creates it.
     pub fn new(id: ItemId, payload: Vec<u8>, key: String, enqueued_at: Timestamp) -> Item {
         Item {
@@ -47,6 +62,8 @@ impl Item {
             last_error: None,
             held: false,
             push_seq: None,
+            group: None,
+            coalesce_key: None,
         }
     }
 
@@ -79,6 +96,10 @@ pub struct NewItem {
     pub payload: Vec<u8>,
     /// Idempotency key; empty for none.
     pub key: String,
+    /// Ordering group, if any.
+    pub group: Option<String>,
+    /// Coalesce key, if any.
+    pub coalesce_key: Option<String>,
 }
 
 impl NewItem {
@@ -87,12 +108,26 @@ impl NewItem {
         NewItem {
             payload: payload.into(),
             key: key.into(),
+            group: None,
+            coalesce_key: None,
         }
+    }
+
+    /// The same item in ordering group `group`.
+    pub fn in_group(mut self, group: impl Into<String>) -> NewItem {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// The same item with coalesce key `key`.
+    pub fn coalescing(mut self, key: impl Into<String>) -> NewItem {
+        self.coalesce_key = Some(key.into());
+        self
     }
 }
 
 /// What one enqueue did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Enqueued {
     /// The id of the stored item, or of the pending item that already
     /// carried the key.
@@ -100,12 +135,43 @@ pub struct Enqueued {
     /// True when nothing was stored because a pending item already
     /// carried the same non-empty key (first write wins).
     pub deduplicated: bool,
+    /// Pending items this one replaced (removed) because they carried its
+    /// coalesce key, had never been attempted and were not in flight
+    /// (SPEC §9 "Coalescing").
+    pub replaced: Vec<ItemId>,
+    /// Pending items moved to the dead-letter set to make room for this
+    /// one (the `drop-oldest` overflow policy, SPEC §9).
+    pub evicted: Vec<ItemId>,
+}
+
+impl Enqueued {
+    /// A new item stored as `id`.
+    pub fn fresh(id: ItemId) -> Enqueued {
+        Enqueued {
+            id,
+            ..Enqueued::default()
+        }
+    }
+
+    /// A dedup hit on the pending item `id`.
+    pub fn dedup(id: ItemId) -> Enqueued {
+        Enqueued {
+            id,
+            deduplicated: true,
+            ..Enqueued::default()
+        }
+    }
+
+    /// True when this result is only an id and a dedup flag.
+    fn is_plain(&self) -> bool {
+        self.replaced.is_empty() && self.evicted.is_empty()
+    }
 }
 
 /// What a streamed batch enqueue did, item by item, kept compact: runs of
 /// fresh items with consecutive ids take one entry, so the results of a
-/// batch of millions of lines fit in a few bytes (dedup hits take one
-/// entry each).
+/// batch of millions of lines fit in a few bytes (dedup hits, and items
+/// that replaced or evicted others, take one entry each).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct BatchResults {
     runs: Vec<BatchRun>,
@@ -114,23 +180,31 @@ pub struct BatchResults {
 }
 
 /// A run of results of [`BatchResults`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum BatchRun {
     /// `count` fresh items with ids `first, first + 1, …`.
     Fresh { first: ItemId, count: u64 },
     /// A dedup hit on `id`.
     Dedup { id: ItemId },
+    /// An item that replaced or evicted others.
+    Other(Enqueued),
 }
 
 impl BatchResults {
     /// Record the next item's result.
     pub fn push(&mut self, e: Enqueued) {
         self.len += 1;
+        if !e.deduplicated {
+            self.stored += 1;
+        }
+        if !e.is_plain() {
+            self.runs.push(BatchRun::Other(e));
+            return;
+        }
         if e.deduplicated {
             self.runs.push(BatchRun::Dedup { id: e.id });
             return;
         }
-        self.stored += 1;
         if let Some(BatchRun::Fresh { first, count }) = self.runs.last_mut() {
             if first.checked_add(*count) == Some(e.id) {
                 *count += 1;
@@ -158,16 +232,40 @@ impl BatchResults {
         self.stored
     }
 
+    /// Every id the batch's items replaced, in order.
+    pub fn replaced(&self) -> impl Iterator<Item = ItemId> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|r| match r {
+                BatchRun::Other(e) => e.replaced.as_slice(),
+                _ => &[],
+            })
+            .copied()
+    }
+
+    /// Every id the batch's items evicted, in order.
+    pub fn evicted(&self) -> impl Iterator<Item = ItemId> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|r| match r {
+                BatchRun::Other(e) => e.evicted.as_slice(),
+                _ => &[],
+            })
+            .copied()
+    }
+
     /// Every item's result, in order.
     pub fn iter(&self) -> impl Iterator<Item = Enqueued> + '_ {
         self.runs.iter().flat_map(|r| {
-            let (first, count, dedup) = match *r {
-                BatchRun::Fresh { first, count } => (first, count, false),
-                BatchRun::Dedup { id } => (id, 1, true),
+            let (first, count, dedup, other) = match r {
+                BatchRun::Fresh { first, count } => (*first, *count, false, None),
+                BatchRun::Dedup { id } => (*id, 1, true, None),
+                BatchRun::Other(e) => (e.id, 1, e.deduplicated, Some(e)),
             };
-            (0..count).map(move |i| Enqueued {
-                id: if dedup { first } else { first + i },
-                deduplicated: dedup,
+            (0..count).map(move |i| match other {
+                Some(e) => e.clone(),
+                None if dedup => Enqueued::dedup(first),
+                None => Enqueued::fresh(first + i),
             })
         })
     }
@@ -180,6 +278,45 @@ impl FromIterator<Enqueued> for BatchResults {
             r.push(e);
         }
         r
+    }
+}
+
+/// What an enqueue does when the spool is at its depth bound (the
+/// `on-full` setting, SPEC §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum OnFull {
+    /// Refuse the enqueue ([`crate::Error::QueueFull`], exit 75); store
+    /// nothing.
+    #[default]
+    Reject,
+    /// Move the oldest pending item that is not held and not in flight to
+    /// the dead-letter set (`last_error` [`OnFull::eviction_error`]) and
+    /// store the new one.
+    DropOldest,
+}
+
+impl OnFull {
+    /// The setting's value as `spool config` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnFull::Reject => "reject",
+            OnFull::DropOldest => "drop-oldest",
+        }
+    }
+
+    /// Parse a setting value (`reject`, `drop-oldest`).
+    pub fn parse(s: &str) -> Option<OnFull> {
+        match s {
+            "reject" => Some(OnFull::Reject),
+            "drop-oldest" => Some(OnFull::DropOldest),
+            _ => None,
+        }
+    }
+
+    /// The `last_error` of an item evicted by a spool bounded at
+    /// `max_depth`.
+    pub fn eviction_error(max_depth: u64) -> String {
+        format!("evicted: spool full (max-depth {max_depth})")
     }
 }
 
@@ -311,4 +448,8 @@ pub struct QueueStats {
     pub max_depth: Option<u64>,
     /// The highest id ever issued.
     pub high_water: u64,
+    /// What an enqueue does at the bound.
+    pub on_full: OnFull,
+    /// Items ever evicted by the `drop-oldest` policy.
+    pub evicted_total: u64,
 }

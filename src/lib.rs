@@ -47,7 +47,7 @@ pub use backend::{
 pub use error::{Error, ErrorKind, Result};
 pub use item::{
     AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
-    ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
 };
 pub use queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

@@ -15,7 +15,7 @@
 use crate::error::Result;
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
-    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record,
+    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::time::Timestamp;
@@ -59,9 +59,23 @@ pub const PAGE_SIZE: usize = 512;
 /// dead-lettering release the key; a dedup hit succeeds even on a full
 /// spool, since it stores nothing.
 ///
-/// Depth bound: reject-newest. An enqueue that would take the number of
-/// pending items past the bound fails with [`crate::Error::QueueFull`]
-/// and stores nothing; nothing is ever evicted.
+/// Depth bound: with the default overflow policy ([`OnFull::Reject`]) an
+/// enqueue that would take the number of pending items past the bound
+/// fails with [`crate::Error::QueueFull`] and stores nothing. With
+/// [`OnFull::DropOldest`], each new item that does not fit first moves
+/// the oldest pending item that is not held and not in flight (no push
+/// sequence number; on PostgreSQL, no running lease) to the dead-letter
+/// set with `last_error` [`OnFull::eviction_error`], reported in
+/// [`Enqueued::evicted`] and counted in [`QueueStats::evicted_total`];
+/// when no item can be evicted, the batch fails as with `Reject`.
+///
+/// Coalescing (SPEC §9): a new item with a coalesce key first removes
+/// every pending item with the same coalesce key that was never attempted
+/// (`attempts == 0`) and is not in flight, earlier items of the same batch
+/// included, reported in [`Enqueued::replaced`]; removed items release
+/// their keys as `mark_done` does. A dedup hit (checked first) stores
+/// nothing and replaces nothing. Ordering groups ([`Item::group`]) are
+/// stored and returned; replay enforces them.
 pub trait Queue: Send + Sync {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
@@ -204,6 +218,12 @@ pub trait Queue: Send + Sync {
 
     /// Remember a depth bound (`None`: unbounded) for every later call.
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()>;
+
+    /// The overflow policy the spool remembers.
+    fn on_full(&self) -> Result<OnFull>;
+
+    /// Remember an overflow policy (durable).
+    fn set_on_full(&self, policy: OnFull) -> Result<()>;
 
     /// The spool's RFC 4122 UUID (lowercase hyphenated), created with the
     /// spool and kept by it.

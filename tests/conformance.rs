@@ -11,8 +11,8 @@ mod common;
 use common::{Backend, Harness, T0};
 use spool::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind, Imported,
-    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState, Spool, Timestamp,
-    PAGE_SIZE,
+    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState, Spool,
+    Timestamp, PAGE_SIZE,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -69,6 +69,48 @@ macro_rules! conformance {
         }
     };
 }
+
+/// The ledger-policy cases (SPEC §9: ordering groups, coalescing,
+/// drop-oldest), for the backends that implement them.
+macro_rules! policies {
+    (flavours: [$($flavour:ident = $backend:expr, $reopen:expr);* $(;)?], cases: $cases:tt $(,)?) => {
+        $( policies!(@flavour $flavour, $backend, $reopen, $cases); )*
+    };
+    (@flavour $flavour:ident, $backend:expr, $reopen:expr, [$($case:ident),* $(,)?]) => {
+        mod $flavour {
+            use super::*;
+            $(
+                #[test]
+                fn $case() {
+                    if matches!($backend, Backend::Postgres)
+                        && common::pg_url(concat!(stringify!($flavour), "::", stringify!($case))).is_none()
+                    {
+                        return;
+                    }
+                    super::$case(Setup { backend: $backend, reopen: $reopen });
+                }
+            )*
+        }
+    };
+}
+
+policies!(
+    flavours: [
+        policies_memory = Backend::Memory, false;
+        policies_sqlite = Backend::Sqlite, false;
+        policies_sqlite_reopen = Backend::Sqlite, true;
+    ],
+    cases: [
+        groups_and_coalesce_keys_are_kept,
+        coalescing_replaces_never_attempted_items_only,
+        coalescing_within_a_batch_and_against_dedup,
+        coalescing_leaves_in_flight_items,
+        drop_oldest_evicts_the_oldest_item_not_held_nor_in_flight,
+        drop_oldest_with_nothing_to_evict_is_full,
+        drop_oldest_in_a_batch,
+        on_full_is_remembered,
+    ],
+);
 
 conformance!(
     all: [
@@ -665,7 +707,8 @@ fn dedup_first_write_wins(s: Setup) {
         again,
         Enqueued {
             id: first.id,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         }
     );
     h.step();
@@ -741,7 +784,8 @@ fn dedup_survives_reopen(s: Setup) {
         enq(&h, b"two", "k"),
         Enqueued {
             id: a.id,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         }
     );
     h.reopen();
@@ -757,7 +801,8 @@ fn dedup_hit_succeeds_on_a_full_spool(s: Setup) {
         enq(&h, b"two", "k"),
         Enqueued {
             id: a.id,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         }
     );
     let r = batch(&h, &[("x", "k"), ("y", "k")], DepthLimit::Stored).unwrap();
@@ -808,7 +853,8 @@ fn keys_are_stored_verbatim(s: Setup) {
             enq(&h, b"again", k),
             Enqueued {
                 id: *id,
-                deduplicated: true
+                deduplicated: true,
+                ..Default::default()
             },
             "key {k:?}"
         );
@@ -879,30 +925,37 @@ fn batch_repeated_key_dedups_to_the_first(s: Setup) {
         Enqueued {
             id: ia,
             deduplicated: false,
+            ..Default::default()
         },
         Enqueued {
             id: ib,
             deduplicated: false,
+            ..Default::default()
         },
         Enqueued {
             id: ia,
             deduplicated: true,
+            ..Default::default()
         },
         Enqueued {
             id,
             deduplicated: false,
+            ..Default::default()
         },
         Enqueued {
             id: pre,
             deduplicated: true,
+            ..Default::default()
         },
         Enqueued {
             id,
             deduplicated: true,
+            ..Default::default()
         },
         Enqueued {
             id: ig,
             deduplicated: false,
+            ..Default::default()
         },
     ];
     assert_eq!(r, want);
@@ -942,7 +995,8 @@ fn held_items_stay_pending(s: Setup) {
         enq(&h, b"dup", "ka"),
         Enqueued {
             id: a,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         },
         "a held item keeps its key"
     );
@@ -1126,7 +1180,8 @@ fn requeue_restores_under_the_same_id(s: Setup) {
         enq(&h, b"dup", "ka"),
         Enqueued {
             id: a,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         },
         "the requeued item carries its key again"
     );
@@ -1430,6 +1485,7 @@ fn stats_numbers(s: Setup) {
         attempts_histogram: BTreeMap::from([(0, 1), (1, 1), (2, 2)]),
         max_depth: Some(10),
         high_water: f,
+        ..QueueStats::default()
     };
     assert_eq!(h.q().stats(now).unwrap(), want);
     assert_eq!(
@@ -2474,4 +2530,223 @@ fn next_retry_after_is_the_earliest_waiting_item_not_held(s: Setup) {
     h.step();
     assert_eq!(h.q().next_retry_after(now).unwrap(), Some(t3));
     assert_eq!(h.q().next_retry_after(t3).unwrap(), None);
+}
+
+// ------------------------------------------------------------ §9 policies
+
+fn new_item(payload: &str, key: &str, group: Option<&str>, ck: Option<&str>) -> NewItem {
+    let mut n = NewItem::new(payload.as_bytes(), key);
+    n.group = group.map(str::to_string);
+    n.coalesce_key = ck.map(str::to_string);
+    n
+}
+
+fn enq_one(h: &Harness, n: NewItem) -> Enqueued {
+    h.q()
+        .enqueue_batch(&[n], &EnqueueOptions::default())
+        .unwrap()
+        .pop()
+        .unwrap()
+}
+
+fn pending_ids(h: &Harness) -> Vec<ItemId> {
+    h.q().drain().unwrap().iter().map(|i| i.id).collect()
+}
+
+/// `Item::group` and `Item::coalesce_key` are stored as given and come
+/// back from `get`, `page`, `drain`, the dead-letter set and a requeue.
+fn groups_and_coalesce_keys_are_kept(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq_one(&h, new_item("a", "", Some("g1"), None)).id;
+    let b = enq_one(&h, new_item("b", "kb", None, Some("c1"))).id;
+    let c = enq_one(&h, new_item("c", "", Some("g ü/2"), Some("c2"))).id;
+    let d = add(&h, "d", "");
+    h.step();
+    let got = |id| h.q().get(id).unwrap().unwrap();
+    assert_eq!(got(a).group.as_deref(), Some("g1"));
+    assert_eq!(got(a).coalesce_key, None);
+    assert_eq!(got(b).group, None);
+    assert_eq!(got(b).coalesce_key.as_deref(), Some("c1"));
+    assert_eq!(got(c).group.as_deref(), Some("g ü/2"));
+    assert_eq!(got(c).coalesce_key.as_deref(), Some("c2"));
+    assert_eq!((got(d).group, got(d).coalesce_key), (None, None));
+    let page = h.q().page(0, 10).unwrap();
+    assert_eq!(page[2].group.as_deref(), Some("g ü/2"));
+    assert!(h.q().dead_letter(c, "boom").unwrap());
+    h.step();
+    let dl = h.q().dead_get(c).unwrap().unwrap();
+    assert_eq!(dl.item.group.as_deref(), Some("g ü/2"));
+    assert_eq!(dl.item.coalesce_key.as_deref(), Some("c2"));
+    assert_eq!(h.q().requeue(&[c]).unwrap(), vec![true]);
+    h.step();
+    assert_eq!(
+        h.q().get(c).unwrap().unwrap().group.as_deref(),
+        Some("g ü/2")
+    );
+}
+
+/// A new item with coalesce key K replaces every pending item with K that
+/// was never attempted and is not in flight (held or not), releasing its
+/// key; attempted items and other keys stay; the new item gets a new id.
+fn coalescing_replaces_never_attempted_items_only(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq_one(&h, new_item("a", "", None, Some("k"))).id;
+    h.q().set_attempts(a, 1).unwrap();
+    let c = enq_one(&h, new_item("c", "kc", None, Some("k")));
+    assert!(c.replaced.is_empty(), "a was attempted");
+    let c = c.id;
+    h.q().set_held(&[c], true).unwrap();
+    let d = enq_one(&h, new_item("d", "", None, Some("other"))).id;
+    let e = add(&h, "e", "");
+    h.step();
+    let r = enq_one(&h, new_item("new", "", None, Some("k")));
+    assert!(!r.deduplicated);
+    assert_eq!(r.replaced, vec![c]);
+    assert!(r.evicted.is_empty());
+    assert!(r.id > e);
+    h.step();
+    assert_eq!(pending_ids(&h), vec![a, d, e, r.id]);
+    assert_eq!(h.q().size().unwrap(), 4);
+    assert_eq!(
+        h.q().dead_count().unwrap(),
+        0,
+        "replaced items are gone, not dead"
+    );
+    assert!(
+        !h.q().get(r.id).unwrap().unwrap().held,
+        "the new item is not held"
+    );
+    // c's key was released with it.
+    assert!(!enq(&h, b"again", "kc").deduplicated);
+}
+
+/// Within a batch a later item replaces an earlier one with the same
+/// coalesce key; a dedup hit (checked first) replaces nothing.
+fn coalescing_within_a_batch_and_against_dedup(s: Setup) {
+    let mut h = s.open(None);
+    let keep = enq_one(&h, new_item("keep", "dup", None, Some("k")));
+    let r = h
+        .q()
+        .enqueue_batch(
+            &[
+                new_item("x", "dup", None, Some("k")),
+                new_item("y", "", None, Some("z")),
+                new_item("w", "", None, Some("z")),
+            ],
+            &EnqueueOptions::default(),
+        )
+        .unwrap();
+    assert!(r[0].deduplicated && r[0].replaced.is_empty());
+    assert_eq!(r[0].id, keep.id);
+    assert!(r[1].replaced.is_empty());
+    assert_eq!(r[2].replaced, vec![r[1].id]);
+    h.step();
+    assert_eq!(pending_ids(&h), vec![keep.id, r[2].id]);
+}
+
+/// An item in flight (it has a push sequence number) is never replaced.
+fn coalescing_leaves_in_flight_items(s: Setup) {
+    let mut h = s.open(None);
+    let a = enq_one(&h, new_item("a", "", None, Some("k"))).id;
+    assert_eq!(h.q().push_assign(&[a]).unwrap().len(), 1);
+    h.step();
+    let b = enq_one(&h, new_item("b", "", None, Some("k")));
+    assert!(b.replaced.is_empty(), "a is in flight");
+    let c = enq_one(&h, new_item("c", "", None, Some("k")));
+    assert_eq!(c.replaced, vec![b.id]);
+    h.step();
+    assert_eq!(pending_ids(&h), vec![a, c.id]);
+}
+
+/// drop-oldest: each item over the bound moves the oldest pending item
+/// that is not held and not in flight to the dead letters with
+/// "evicted: spool full (max-depth N)"; the count survives reopening.
+fn drop_oldest_evicts_the_oldest_item_not_held_nor_in_flight(s: Setup) {
+    let mut h = s.open(Some(3));
+    h.q().set_on_full(OnFull::DropOldest).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "kb");
+    let c = add(&h, "c", "");
+    h.q().set_held(&[a], true).unwrap();
+    h.step();
+    let d = enq_one(&h, new_item("d", "", None, None));
+    assert_eq!(d.evicted, vec![b]);
+    h.step();
+    assert_eq!(pending_ids(&h), vec![a, c, d.id]);
+    let dl = h.q().dead_get(b).unwrap().unwrap();
+    assert_eq!(
+        dl.item.last_error.as_deref(),
+        Some("evicted: spool full (max-depth 3)")
+    );
+    assert_eq!(dl.item.payload, b"b");
+    // Its key is free again.
+    assert_eq!(h.q().push_assign(&[c]).unwrap().len(), 1);
+    h.step();
+    let e = enq_one(&h, new_item("e", "kb", None, None));
+    assert!(!e.deduplicated);
+    assert_eq!(e.evicted, vec![d.id], "a is held, c in flight");
+    h.step();
+    assert_eq!(pending_ids(&h), vec![a, c, e.id]);
+    let st = h.q().stats(h.now()).unwrap();
+    assert_eq!(st.evicted_total, 2);
+    assert_eq!(st.on_full, OnFull::DropOldest);
+    assert_eq!(st.dead_letters, 2);
+    // A dedup hit on a full spool evicts nothing.
+    let again = enq(&h, b"again", "kb");
+    assert!(again.deduplicated && again.evicted.is_empty());
+    assert_eq!(h.q().stats(h.now()).unwrap().evicted_total, 2);
+}
+
+/// drop-oldest with nothing evictable fails as reject does and changes
+/// nothing.
+fn drop_oldest_with_nothing_to_evict_is_full(s: Setup) {
+    let mut h = s.open(Some(2));
+    h.q().set_on_full(OnFull::DropOldest).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    h.q().set_held(&[a], true).unwrap();
+    assert_eq!(h.q().push_assign(&[b]).unwrap().len(), 1);
+    h.step();
+    let err = h
+        .q()
+        .enqueue_batch(&[NewItem::new(&b"c"[..], "")], &EnqueueOptions::default())
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Temporary, "{err}");
+    h.step();
+    assert_eq!(pending_ids(&h), vec![a, b]);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert_eq!(h.q().stats(h.now()).unwrap().evicted_total, 0);
+}
+
+/// A batch larger than the room evicts as it goes, its own earlier items
+/// included once nothing older can go; the bound holds afterwards.
+fn drop_oldest_in_a_batch(s: Setup) {
+    let mut h = s.open(Some(3));
+    h.q().set_on_full(OnFull::DropOldest).unwrap();
+    let a = add(&h, "a", "");
+    h.step();
+    let batch: Vec<NewItem> = (0..5).map(|i| NewItem::new(format!("n{i}"), "")).collect();
+    let r = h
+        .q()
+        .enqueue_batch(&batch, &EnqueueOptions::default())
+        .unwrap();
+    let ids: Vec<ItemId> = r.iter().map(|e| e.id).collect();
+    let evicted: Vec<ItemId> = r.iter().flat_map(|e| e.evicted.clone()).collect();
+    assert_eq!(evicted, vec![a, ids[0], ids[1]]);
+    h.step();
+    assert_eq!(pending_ids(&h), ids[2..].to_vec());
+    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(h.q().dead_count().unwrap(), 3);
+}
+
+/// The overflow policy is a stored setting.
+fn on_full_is_remembered(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().on_full().unwrap(), OnFull::Reject);
+    h.q().set_on_full(OnFull::DropOldest).unwrap();
+    h.step();
+    assert_eq!(h.q().on_full().unwrap(), OnFull::DropOldest);
+    h.q().set_on_full(OnFull::Reject).unwrap();
+    h.step();
+    assert_eq!(h.q().on_full().unwrap(), OnFull::Reject);
 }

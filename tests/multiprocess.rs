@@ -353,7 +353,8 @@ fn two_handles(backend: Backend) {
         q2.enqueue(b"b", "k").unwrap(),
         Enqueued {
             id: a.id,
-            deduplicated: true
+            deduplicated: true,
+            ..Default::default()
         },
         "the other handle knows the key"
     );

@@ -10,7 +10,7 @@ use super::state::{self, State};
 use crate::error::Result;
 use crate::item::{
     AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushAck, PushState, QueueStats, Record,
+    NewItem, OnFull, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
@@ -67,11 +67,7 @@ impl Queue for MemoryQueue {
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
         let now = self.clock.now();
         let mut st = self.lock();
-        let (results, fresh) = st.plan_enqueue(items, opts, now)?;
-        for item in fresh {
-            st.insert_pending(item);
-        }
-        Ok(results)
+        st.enqueue(items, opts, now)
     }
 
     fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
@@ -124,6 +120,15 @@ impl Queue for MemoryQueue {
 
     fn max_depth(&self) -> Result<Option<u64>> {
         Ok(self.lock().max_depth)
+    }
+
+    fn on_full(&self) -> Result<OnFull> {
+        Ok(self.lock().on_full)
+    }
+
+    fn set_on_full(&self, policy: OnFull) -> Result<()> {
+        self.lock().on_full = policy;
+        Ok(())
     }
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {

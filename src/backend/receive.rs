@@ -139,6 +139,7 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
                 return Ok(Some(Enqueued {
                     id,
                     deduplicated: true,
+                    ..Default::default()
                 }));
             }
         }
@@ -162,6 +163,7 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
         Ok(Some(Enqueued {
             id,
             deduplicated: false,
+            ..Default::default()
         }))
     }
 

@@ -14,7 +14,7 @@
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, PushState, QueueStats, Record, RecordState,
+    NewItem, OnFull, PushState, QueueStats, Record, RecordState,
 };
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
@@ -319,6 +319,18 @@ pub(crate) fn import_record(r: &Record, hw: &mut ItemId) -> Result<(Imported, Re
     ))
 }
 
+/// A pending item a new item with coalesce key `ck` replaces: same
+/// coalesce key, never attempted, not in flight (SPEC §9).
+pub(crate) fn coalescible(item: &Item, ck: &str) -> bool {
+    item.coalesce_key.as_deref() == Some(ck) && item.attempts == 0 && item.push_seq.is_none()
+}
+
+/// A pending item the `drop-oldest` policy may evict: not held, not in
+/// flight.
+pub(crate) fn evictable(item: &Item) -> bool {
+    !item.held && item.push_seq.is_none()
+}
+
 /// Pending items, dead letters, the key index and the id high-water mark.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct State {
@@ -333,6 +345,10 @@ pub(crate) struct State {
     pub dead: BTreeMap<ItemId, DeadLetter>,
     pub high_water: ItemId,
     pub max_depth: Option<u64>,
+    /// The overflow policy.
+    pub on_full: OnFull,
+    /// Items ever evicted by `drop-oldest`.
+    pub evicted_total: u64,
     /// The spool as a push client: numbers assigned, watermark, skips.
     pub push: PushState,
     /// In-flight pending items by push sequence number.
@@ -468,15 +484,35 @@ impl State {
         }
     }
 
-    /// Decide what enqueueing `items` at `now` does: per item, a dedup hit
-    /// or a new id; and the new items themselves. Fails with
-    /// [`Error::QueueFull`] when the new items do not fit.
-    pub fn plan_enqueue(
-        &self,
+    /// Enqueue `items` at `now` as one all-or-nothing step (SPEC §2, §9):
+    /// per item a dedup hit, or a new id after coalescing and, under the
+    /// `drop-oldest` policy, eviction. Fails with [`Error::QueueFull`],
+    /// changing nothing, when the new items do not fit.
+    pub fn enqueue(
+        &mut self,
         items: &[NewItem],
         opts: &EnqueueOptions,
         now: Timestamp,
-    ) -> Result<(Vec<Enqueued>, Vec<Item>)> {
+    ) -> Result<Vec<Enqueued>> {
+        // Work on a copy only when an item can remove others.
+        let simple =
+            self.on_full == OnFull::Reject && items.iter().all(|i| i.coalesce_key.is_none());
+        if simple {
+            return self.enqueue_simple(items, opts, now);
+        }
+        let mut scratch = self.clone();
+        let results = scratch.enqueue_in_place(items, opts, now)?;
+        *self = scratch;
+        Ok(results)
+    }
+
+    /// [`State::enqueue`] for a batch that neither coalesces nor evicts.
+    fn enqueue_simple(
+        &mut self,
+        items: &[NewItem],
+        opts: &EnqueueOptions,
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>> {
         let mut results = Vec::with_capacity(items.len());
         let mut fresh: Vec<Item> = Vec::new();
         let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
@@ -488,10 +524,7 @@ impl State {
                     .get(&it.key)
                     .or_else(|| batch_keys.get(it.key.as_str()))
                 {
-                    results.push(Enqueued {
-                        id,
-                        deduplicated: true,
-                    });
+                    results.push(Enqueued::dedup(id));
                     continue;
                 }
             }
@@ -501,11 +534,8 @@ impl State {
             if !it.key.is_empty() {
                 batch_keys.insert(&it.key, next);
             }
-            fresh.push(Item::new(next, it.payload.clone(), it.key.clone(), now));
-            results.push(Enqueued {
-                id: next,
-                deduplicated: false,
-            });
+            fresh.push(Item::from_new(next, it, now));
+            results.push(Enqueued::fresh(next));
         }
         if let Some(bound) = self.bound(opts.depth_limit) {
             let depth = self.pending.len() as u64;
@@ -516,7 +546,69 @@ impl State {
                 });
             }
         }
-        Ok((results, fresh))
+        for item in fresh {
+            self.insert_pending(item);
+        }
+        Ok(results)
+    }
+
+    /// [`State::enqueue`] item by item, changing `self` as it goes (the
+    /// caller works on a copy and drops it on `Err`).
+    fn enqueue_in_place(
+        &mut self,
+        items: &[NewItem],
+        opts: &EnqueueOptions,
+        now: Timestamp,
+    ) -> Result<Vec<Enqueued>> {
+        let depth_before = self.pending.len() as u64;
+        let bound = self.bound(opts.depth_limit);
+        let mut results = Vec::with_capacity(items.len());
+        for it in items {
+            if !it.key.is_empty() {
+                if let Some(&id) = self.keys.get(&it.key) {
+                    results.push(Enqueued::dedup(id));
+                    continue;
+                }
+            }
+            let mut e = Enqueued::default();
+            if let Some(ck) = &it.coalesce_key {
+                e.replaced = self
+                    .pending
+                    .values()
+                    .filter(|p| coalescible(p, ck))
+                    .map(|p| p.id)
+                    .collect();
+                for id in &e.replaced {
+                    self.remove_pending(*id);
+                }
+            }
+            if let Some(b) = bound {
+                while self.pending.len() as u64 >= b {
+                    let victim = match self.on_full {
+                        OnFull::Reject => None,
+                        OnFull::DropOldest => {
+                            self.pending.values().find(|p| evictable(p)).map(|p| p.id)
+                        }
+                    };
+                    let Some(victim) = victim else {
+                        return Err(Error::QueueFull {
+                            max_depth: b,
+                            depth: depth_before,
+                        });
+                    };
+                    self.kill(victim, &OnFull::eviction_error(b), now);
+                    self.evicted_total += 1;
+                    e.evicted.push(victim);
+                }
+            }
+            e.id = self
+                .high_water
+                .checked_add(1)
+                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+            self.insert_pending(Item::from_new(e.id, it, now));
+            results.push(e);
+        }
+        Ok(results)
     }
 
     /// Pending items after `after`, in id order.
@@ -623,6 +715,8 @@ impl State {
             dead_letters: self.dead.len() as u64,
             max_depth: self.max_depth,
             high_water: self.high_water,
+            on_full: self.on_full,
+            evicted_total: self.evicted_total,
             ..QueueStats::default()
         };
         if let Some(first) = self.pending.values().next() {

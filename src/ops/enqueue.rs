@@ -178,6 +178,7 @@ mod tests {
             crate::item::Enqueued {
                 id: results[0].id,
                 deduplicated: true,
+                ..Default::default()
             }
         );
     }

@@ -133,6 +133,8 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
             last_error: r.last_error,
             held: state == RecordState::Held,
             push_seq: None,
+            group: None,
+            coalesce_key: None,
         },
         state,
         dead_at,

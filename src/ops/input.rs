@@ -466,7 +466,7 @@ impl Iterator for BatchItems<'_> {
             self.reader.read_exact(&mut payload)?;
             let key = String::from_utf8(key)
                 .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
-            Ok(NewItem { payload, key })
+            Ok(NewItem::new(payload, key))
         };
         Some(read().map_err(|e| Error::io("the batch's spill file", "read", e)))
     }

@@ -220,6 +220,7 @@ impl ReceiveTxn for MemoryReceiver {
                 return Ok(Some(Enqueued {
                     id: *id,
                     deduplicated: true,
+                    ..Default::default()
                 }));
             }
         }
@@ -233,6 +234,7 @@ impl ReceiveTxn for MemoryReceiver {
         Ok(Some(Enqueued {
             id,
             deduplicated: false,
+            ..Default::default()
         }))
     }
 

@@ -17,6 +17,9 @@
 //! | `lastError`   | why the last attempt failed                          |
 //! | `held`        | `true` while an operator holds the item              |
 //! | `deadAt`      | dead-letter file only: time of death, Unix ms        |
+//! | `pushSeq`     | push sequence number of an item in flight            |
+//! | `group`       | ordering group                                       |
+//! | `coalesceKey` | coalesce key                                         |
 //!
 //! A payload that is valid UTF-8 is a JSON string. Any other payload is an
 //! object `{"base64": "..."}` (standard alphabet, padded): a reader that
@@ -124,6 +127,10 @@ struct Fields<'a, P, S> {
     #[serde(default, rename = "pushSeq")]
     push_seq: Option<u64>,
     #[serde(default = "none")]
+    group: Option<S>,
+    #[serde(default = "none", rename = "coalesceKey")]
+    coalesce_key: Option<S>,
+    #[serde(default = "none")]
     push: Option<PushLine>,
     #[serde(default = "none")]
     client: Option<ClientLine>,
@@ -207,6 +214,10 @@ struct PutOut<'a> {
     dead_at: Option<i64>,
     #[serde(rename = "pushSeq", skip_serializing_if = "Option::is_none")]
     push_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
+    #[serde(rename = "coalesceKey", skip_serializing_if = "Option::is_none")]
+    coalesce_key: Option<&'a str>,
 }
 
 /// A line in exactly the shape `spool` writes — its fields in its order,
@@ -227,6 +238,8 @@ struct Plain<'a> {
     held: bool,
     dead_at: Option<i64>,
     push_seq: Option<u64>,
+    group: Option<Cow<'a, str>>,
+    coalesce_key: Option<Cow<'a, str>>,
     tx: Option<u64>,
 }
 
@@ -267,6 +280,8 @@ impl<'a> Plain<'a> {
         let held = c.eat(r#","held":true"#);
         let dead_at = c.int_field(r#","deadAt":"#)?;
         let push_seq = c.uint_field(r#","pushSeq":"#)?;
+        let group = c.str_field(r#","group":""#)?;
+        let coalesce_key = c.str_field(r#","coalesceKey":""#)?;
         let tx = c.uint_field(r#","tx":"#)?;
         c.end()?;
         Some(Plain {
@@ -281,6 +296,8 @@ impl<'a> Plain<'a> {
             held,
             dead_at,
             push_seq,
+            group,
+            coalesce_key,
             tx,
         })
     }
@@ -300,6 +317,8 @@ impl<'a> Plain<'a> {
                 last_error: self.last_error.map(Cow::into_owned),
                 held: self.held,
                 push_seq: self.push_seq,
+                group: self.group.map(Cow::into_owned),
+                coalesce_key: self.coalesce_key.map(Cow::into_owned),
             },
             dead_at: self.dead_at.map(Timestamp::from_millis),
         }
@@ -342,6 +361,15 @@ impl<'a> Cursor<'a> {
             return Some(None);
         }
         Some(Some(i64::try_from(self.uint()?).ok()?))
+    }
+
+    /// Like [`Cursor::int_field`], for a string field (`name` ends with
+    /// the opening quote).
+    fn str_field(&mut self, name: &str) -> Option<Option<Cow<'a, str>>> {
+        if !self.eat(name) {
+            return Some(None);
+        }
+        Some(Some(self.string()?))
     }
 
     /// Like [`Cursor::int_field`], for an unsigned integer.
@@ -466,6 +494,8 @@ fn parse_line_serde<'a>(
                     last_error: raw.last_error,
                     held: raw.held.unwrap_or(false),
                     push_seq: raw.push_seq,
+                    group: raw.group,
+                    coalesce_key: raw.coalesce_key,
                 },
                 dead_at: raw.dead_at.map(Timestamp::from_millis),
             })
@@ -623,6 +653,8 @@ pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestam
         held: item.held,
         dead_at: dead_at.map(|t| t.as_millis()),
         push_seq: item.push_seq,
+        group: item.group.as_deref(),
+        coalesce_key: item.coalesce_key.as_deref(),
     };
     // Serialising plain strings and integers into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, &line).is_ok() {
@@ -751,6 +783,8 @@ mod tests {
             last_error: Some("boom\nline two".into()),
             held: true,
             push_seq: None,
+            group: None,
+            coalesce_key: None,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::backend::state::{self, View};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
-    Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record,
+    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::push::wire::Rejected;
@@ -210,6 +210,19 @@ impl Queue for FileQueue {
         self.locked(Access::Read, MetaUse::Skip, |_, inner| {
             inner.index()?.next_retry_after(now)
         })
+    }
+
+    fn on_full(&self) -> Result<OnFull> {
+        Ok(OnFull::Reject)
+    }
+
+    fn set_on_full(&self, policy: OnFull) -> Result<()> {
+        match policy {
+            OnFull::Reject => Ok(()),
+            OnFull::DropOldest => Err(Error::Unsupported(
+                "on-full drop-oldest is not available on NDJSON spools yet".into(),
+            )),
+        }
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {

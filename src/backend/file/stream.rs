@@ -234,6 +234,7 @@ impl FileQueue {
                 results.push(Enqueued {
                     id,
                     deduplicated: true,
+                    ..Default::default()
                 });
                 continue;
             }
@@ -259,6 +260,7 @@ impl FileQueue {
             results.push(Enqueued {
                 id: next,
                 deduplicated: false,
+                ..Default::default()
             });
             crate::debug::crash_point("batch-item");
         }

@@ -50,7 +50,7 @@ use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
-    Imported, Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue};
@@ -117,6 +117,8 @@ fn item_from_row(r: &Row) -> Item {
         last_error: r.get(6),
         held: r.get(7),
         push_seq: r.get::<_, Option<i64>>(8).map(u64_of),
+        group: None,
+        coalesce_key: None,
     }
 }
 
@@ -755,6 +757,7 @@ impl Queue for PostgresQueue {
                         results.push(Enqueued {
                             id,
                             deduplicated: true,
+                            ..Default::default()
                         });
                         continue;
                     }
@@ -762,6 +765,7 @@ impl Queue for PostgresQueue {
                         results.push(Enqueued {
                             id,
                             deduplicated: true,
+                            ..Default::default()
                         });
                         continue;
                     }
@@ -776,6 +780,7 @@ impl Queue for PostgresQueue {
                 results.push(Enqueued {
                     id: next,
                     deduplicated: false,
+                    ..Default::default()
                 });
             }
             if fresh.is_empty() {
@@ -863,6 +868,7 @@ impl Queue for PostgresQueue {
                             results.push(Enqueued {
                                 id,
                                 deduplicated: true,
+                                ..Default::default()
                             });
                             continue;
                         }
@@ -886,6 +892,7 @@ impl Queue for PostgresQueue {
                     results.push(Enqueued {
                         id: next,
                         deduplicated: false,
+                        ..Default::default()
                     });
                 }
                 self.insert_fresh(tx, &fresh)?;
@@ -1045,6 +1052,19 @@ impl Queue for PostgresQueue {
             )?;
             Ok(row.get::<_, Option<i64>>(0).map(Timestamp::from_millis))
         })
+    }
+
+    fn on_full(&self) -> Result<OnFull> {
+        Ok(OnFull::Reject)
+    }
+
+    fn set_on_full(&self, policy: OnFull) -> Result<()> {
+        match policy {
+            OnFull::Reject => Ok(()),
+            OnFull::DropOldest => Err(Error::Unsupported(
+                "on-full drop-oldest is not available on PostgreSQL spools yet".into(),
+            )),
+        }
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {

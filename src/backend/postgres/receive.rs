@@ -70,6 +70,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
+                ..Default::default()
             }));
         }
         if let Some(bound) = self.max_depth {
@@ -88,6 +89,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
         Ok(Some(Enqueued {
             id: next,
             deduplicated: false,
+            ..Default::default()
         }))
     }
 

@@ -9,7 +9,7 @@
 
 use super::schema::{self, Layout};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Item, ItemId, NewItem, PushState, QueueStats};
+use crate::item::{DeadLetter, Item, ItemId, NewItem, OnFull, PushState, QueueStats};
 use crate::time::Timestamp;
 use rusqlite::types::{ToSqlOutput, Type, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -22,20 +22,28 @@ pub(super) const UNKNOWN_ENQUEUED_AT: i64 = i64::MIN;
 
 /// The item columns of a spool database, in the order [`item_from_row`]
 /// reads them.
-const ITEM_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq";
-/// The same for a schema version 1 database: no push number.
+const ITEM_COLUMNS: &str = "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, push_seq, group_name, coalesce_key";
+/// The same for a schema version 2 database: no group or coalesce key.
+const V2_ITEM_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, push_seq, NULL, NULL";
+/// The same for a schema version 1 database: no push number either.
 const V1_ITEM_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, NULL";
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, NULL, NULL, NULL";
 /// The same for a reference database: the added columns read as their
 /// defaults.
 const REFERENCE_ITEM_COLUMNS: &str =
-    "id, payload, idempotency_key, attempts, enqueued_at, NULL, NULL, 0, NULL";
+    "id, payload, idempotency_key, attempts, enqueued_at, NULL, NULL, 0, NULL, NULL, NULL";
 const DEAD_COLUMNS: &str = "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
-     last_error, held, push_seq, dead_at";
+     last_error, held, push_seq, group_name, coalesce_key, dead_at";
+const V2_DEAD_COLUMNS: &str =
+    "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
+     last_error, held, push_seq, NULL, NULL, dead_at";
 const V1_DEAD_COLUMNS: &str =
     "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
-     last_error, held, NULL, dead_at";
+     last_error, held, NULL, NULL, NULL, dead_at";
 
 /// Pending items; walks `ix_queue_attempts`, not the table.
 const COUNT_PENDING: &str = "SELECT count(*) FROM morph_offline_queue";
@@ -76,18 +84,18 @@ const KEPT_PENDING: &str = "SELECT \
 /// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
 pub(super) const FRESH_ROWS_PER_INSERT: usize = 64;
 /// Parameters per row of a fresh insert.
-const FRESH_COLUMNS: usize = 4;
+const FRESH_COLUMNS: usize = 5;
 
 /// `INSERT` of `rows` fresh items: id, payload, key, enqueue time.
 fn fresh_insert_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO morph_offline_queue (id, payload, idempotency_key, enqueued_at) VALUES ",
+        "INSERT INTO morph_offline_queue (id, payload, idempotency_key, enqueued_at, group_name) VALUES ",
     );
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str("(?,?,?,?)");
+        sql.push_str("(?,?,?,?,?)");
     }
     sql
 }
@@ -179,13 +187,15 @@ fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
         last_error: read_text(row, 6)?,
         held: row.get::<_, Option<i64>>(7)?.unwrap_or(0) != 0,
         push_seq: read_seq(row, 8)?,
+        group: read_text(row, 9)?,
+        coalesce_key: read_text(row, 10)?,
     })
 }
 
 fn dead_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
     Ok(DeadLetter {
         item: item_from_row(row)?,
-        dead_at: Timestamp::from_millis(row.get(9)?),
+        dead_at: Timestamp::from_millis(row.get(11)?),
     })
 }
 
@@ -221,6 +231,7 @@ impl Db<'_> {
         match self.layout {
             Layout::Reference => REFERENCE_ITEM_COLUMNS,
             Layout::SpoolV1 => V1_ITEM_COLUMNS,
+            Layout::SpoolV2 => V2_ITEM_COLUMNS,
             _ => ITEM_COLUMNS,
         }
     }
@@ -228,6 +239,7 @@ impl Db<'_> {
     fn dead_columns(&self) -> &'static str {
         match self.layout {
             Layout::SpoolV1 => V1_DEAD_COLUMNS,
+            Layout::SpoolV2 => V2_DEAD_COLUMNS,
             _ => DEAD_COLUMNS,
         }
     }
@@ -323,7 +335,7 @@ impl Db<'_> {
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0))"
             }
-            Layout::Spool | Layout::SpoolV1 => {
+            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 => {
                 "SELECT max( \
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
@@ -359,6 +371,70 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// The stored overflow policy ([`OnFull::Reject`] when unset).
+    pub fn on_full(&self) -> Result<OnFull> {
+        if !self.layout.is_spool() {
+            return Ok(OnFull::Reject);
+        }
+        let Some(v) = schema::get_meta(self.conn, "on_full").map_err(|e| self.err(e))? else {
+            return Ok(OnFull::Reject);
+        };
+        OnFull::parse(v.trim()).ok_or_else(|| {
+            Error::corrupt(
+                self.path,
+                None,
+                format!("spool_meta on_full is not a policy: {v:?}"),
+            )
+        })
+    }
+
+    /// Items ever evicted by `drop-oldest`.
+    pub fn evicted_total(&self) -> Result<u64> {
+        if !self.layout.is_spool() {
+            return Ok(0);
+        }
+        self.push_counter("evicted_total")
+    }
+
+    /// Remove the pending items a new item with coalesce key `ck` replaces
+    /// (never attempted, not in flight; SPEC §9), returning their ids in
+    /// id order.
+    pub fn coalesce(&self, ck: &str) -> Result<Vec<ItemId>> {
+        let mut ids: Vec<ItemId> = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM morph_offline_queue \
+                 WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL RETURNING id",
+            )
+            .and_then(|mut s| {
+                s.query_map([ck], |r| r.get::<_, i64>(0))?
+                    .map(|r| r.map(|v| v.max(0) as u64))
+                    .collect()
+            })
+            .map_err(|e| self.err(e))?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The oldest pending item `drop-oldest` may evict: not held, not in
+    /// flight.
+    pub fn oldest_evictable(&self) -> Result<Option<ItemId>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM morph_offline_queue WHERE held = 0 AND push_seq IS NULL \
+                 ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)).optional())
+            .map(|v| v.map(|v| v.max(0) as u64))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Count `n` more evicted items.
+    pub fn add_evicted(&self, n: u64) -> Result<()> {
+        let total = self.evicted_total()?.saturating_add(n);
+        schema::set_meta(self.conn, "evicted_total", &total.to_string()).map_err(|e| self.err(e))
+    }
+
     /// The stored depth bound.
     pub fn max_depth(&self) -> Result<Option<u64>> {
         if !self.layout.is_spool() {
@@ -392,8 +468,9 @@ impl Db<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO morph_offline_queue \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                  group_name, coalesce_key) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -407,6 +484,8 @@ impl Db<'_> {
                     item.last_error,
                     item.held,
                     item.push_seq.and_then(|s| i64::try_from(s).ok()),
+                    item.group,
+                    item.coalesce_key,
                 ])
             })
             .map_err(|e| self.err(e))?;
@@ -462,6 +541,7 @@ impl Db<'_> {
                 .and_then(|()| stmt.raw_bind_parameter(first + 1, payload_value(&item.payload)))
                 .and_then(|()| stmt.raw_bind_parameter(first + 2, item.key.as_str()))
                 .and_then(|()| stmt.raw_bind_parameter(first + 3, at))
+                .and_then(|()| stmt.raw_bind_parameter(first + 4, item.group.as_deref()))
                 .map_err(|e| self.err(e))?;
         }
         Ok(())
@@ -474,8 +554,9 @@ impl Db<'_> {
         self.conn
             .prepare_cached(
                 "INSERT INTO spool_dead_letters \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                  group_name, coalesce_key, dead_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -488,6 +569,8 @@ impl Db<'_> {
                     item.last_error,
                     item.held,
                     item.push_seq.and_then(|s| i64::try_from(s).ok()),
+                    item.group,
+                    item.coalesce_key,
                     dl.dead_at.as_millis(),
                 ])
             })
@@ -614,8 +697,10 @@ impl Db<'_> {
             .conn
             .prepare_cached(
                 "INSERT INTO spool_dead_letters \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
-                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, push_seq, ?4 \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                  group_name, coalesce_key, dead_at) \
+                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, push_seq, \
+                  group_name, coalesce_key, ?4 \
                  FROM morph_offline_queue WHERE id = ?1",
             )
             .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()]))
@@ -638,8 +723,10 @@ impl Db<'_> {
             .conn
             .prepare_cached(
                 "INSERT INTO morph_offline_queue \
-                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held) \
-                 SELECT id, payload, idempotency_key, 0, COALESCE(enqueued_at, ?2), NULL, last_error, 0 \
+                 (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, \
+                  group_name, coalesce_key) \
+                 SELECT id, payload, idempotency_key, 0, COALESCE(enqueued_at, ?2), NULL, last_error, 0, \
+                  group_name, coalesce_key \
                  FROM spool_dead_letters WHERE id = ?1",
             )
             .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT]))
@@ -931,6 +1018,8 @@ impl Db<'_> {
         let mut s = QueueStats {
             max_depth: self.max_depth()?,
             high_water: self.high_water()?,
+            on_full: self.on_full()?,
+            evicted_total: self.evicted_total()?,
             dead_letters: self.dead_count()?,
             ..QueueStats::default()
         };

@@ -181,6 +181,12 @@ impl SqliteQueue {
                 None,
                 "schema version 1 (before push); the next write migrates it",
             ),
+            super::Layout::SpoolV2 => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "schema version 2 (before ordering groups and coalescing); the next write migrates it",
+            ),
             super::Layout::Reference | super::Layout::Empty => report.push(
                 Severity::Info,
                 &self.path,

@@ -60,7 +60,7 @@ use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
-    Imported, Item, ItemId, NewItem, PushAck, PushState, QueueStats, Record, RecordState,
+    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
@@ -372,6 +372,74 @@ impl Drop for SqliteQueue {
     }
 }
 
+/// The bound and overflow policy an enqueue works under.
+struct Policy {
+    bound: Option<u64>,
+    on_full: OnFull,
+}
+
+impl Policy {
+    fn read(db: &Db<'_>, opts: &EnqueueOptions) -> Result<Policy> {
+        Ok(Policy {
+            bound: match opts.depth_limit {
+                DepthLimit::Stored => db.max_depth()?,
+                DepthLimit::Override(b) => b,
+            },
+            on_full: db.on_full()?,
+        })
+    }
+
+    /// Items are stored one by one (coalescing, or eviction under a bound)
+    /// rather than in multi-row inserts.
+    fn per_item(&self, coalescing: bool) -> bool {
+        coalescing || (self.on_full == OnFull::DropOldest && self.bound.is_some())
+    }
+}
+
+/// Store one item that may coalesce or evict (SPEC §9) inside the
+/// enqueue's transaction: dedup first, then the replaced items go, then
+/// evictions make room (or the batch fails with [`Error::QueueFull`]).
+fn enqueue_one(db: &Db<'_>, it: &NewItem, policy: &Policy, now: Timestamp) -> Result<Enqueued> {
+    if !it.key.is_empty() {
+        if let Some(id) = db.key_owner(&it.key)? {
+            return Ok(Enqueued::dedup(id));
+        }
+    }
+    let mut e = Enqueued::default();
+    if let Some(ck) = &it.coalesce_key {
+        e.replaced = db.coalesce(ck)?;
+    }
+    if let Some(bound) = policy.bound {
+        loop {
+            let depth = db.pending_count()?;
+            if depth < bound {
+                break;
+            }
+            let victim = match policy.on_full {
+                OnFull::Reject => None,
+                OnFull::DropOldest => db.oldest_evictable()?,
+            };
+            let Some(victim) = victim else {
+                return Err(Error::QueueFull {
+                    max_depth: bound,
+                    depth,
+                });
+            };
+            db.kill(victim, &OnFull::eviction_error(bound), now)?;
+            e.evicted.push(victim);
+        }
+        if !e.evicted.is_empty() {
+            db.add_evicted(e.evicted.len() as u64)?;
+        }
+    }
+    e.id = db
+        .high_water()?
+        .checked_add(1)
+        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+    db.insert_pending(&Item::from_new(e.id, it, now))?;
+    Ok(e)
+}
+
 impl Queue for SqliteQueue {
     fn kind(&self) -> BackendKind {
         BackendKind::Sqlite
@@ -380,6 +448,13 @@ impl Queue for SqliteQueue {
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
         let now = self.clock.now();
         self.write("enqueue into", |db| {
+            let policy = Policy::read(db, opts)?;
+            if policy.per_item(items.iter().any(|i| i.coalesce_key.is_some())) {
+                return items
+                    .iter()
+                    .map(|it| enqueue_one(db, it, &policy, now))
+                    .collect();
+            }
             /// What one item of the batch does.
             enum Plan {
                 Dedup(ItemId),
@@ -424,6 +499,7 @@ impl Queue for SqliteQueue {
                     Plan::Dedup(id) => Enqueued {
                         id,
                         deduplicated: true,
+                        ..Default::default()
                     },
                     Plan::SameAs(j) => Enqueued {
                         id: results
@@ -431,6 +507,7 @@ impl Queue for SqliteQueue {
                             .map(|r| r.id)
                             .ok_or_else(|| Error::Internal("batch dedup out of order".into()))?,
                         deduplicated: true,
+                        ..Default::default()
                     },
                     Plan::Store => {
                         next = next
@@ -440,6 +517,7 @@ impl Queue for SqliteQueue {
                         Enqueued {
                             id: next,
                             deduplicated: false,
+                            ..Default::default()
                         }
                     }
                 };
@@ -460,11 +538,10 @@ impl Queue for SqliteQueue {
             // One transaction, filled as the items come: fresh rows go to
             // the table FRESH_ROWS_PER_INSERT at a time, so a key repeated
             // within the rows not inserted yet is looked up among them.
-            let bound = match opts.depth_limit {
-                DepthLimit::Stored => db.max_depth()?,
-                DepthLimit::Override(b) => b,
-            };
-            let depth = match bound {
+            let policy = Policy::read(db, opts)?;
+            let bound = policy.bound;
+            let evicting = policy.per_item(false);
+            let mut depth = match bound {
                 Some(_) => db.pending_count()?,
                 None => 0,
             };
@@ -485,6 +562,20 @@ impl Queue for SqliteQueue {
             };
             for item in items {
                 let item = item?;
+                if evicting || item.coalesce_key.is_some() {
+                    // Coalescing and eviction look at what is stored: store
+                    // what came before first.
+                    flush(&mut chunk, &mut chunk_keys)?;
+                    let e = enqueue_one(db, &item, &policy, now)?;
+                    next = next.max(e.id);
+                    results.push(e);
+                    if bound.is_some() {
+                        depth = db.pending_count()?;
+                        fresh = 0;
+                    }
+                    crate::debug::crash_point("batch-item");
+                    continue;
+                }
                 if !item.key.is_empty() {
                     let owner = match chunk_keys.get(&item.key) {
                         Some(id) => Some(*id),
@@ -494,6 +585,7 @@ impl Queue for SqliteQueue {
                         results.push(Enqueued {
                             id,
                             deduplicated: true,
+                            ..Default::default()
                         });
                         continue;
                     }
@@ -517,6 +609,7 @@ impl Queue for SqliteQueue {
                 results.push(Enqueued {
                     id: next,
                     deduplicated: false,
+                    ..Default::default()
                 });
                 if chunk.len() == db::FRESH_ROWS_PER_INSERT {
                     flush(&mut chunk, &mut chunk_keys)?;
@@ -604,7 +697,7 @@ impl Queue for SqliteQueue {
     }
 
     fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
-        if !matches!(self.layout, Layout::Spool | Layout::SpoolV1) {
+        if !self.layout.is_spool() {
             return Ok(None);
         }
         self.read("find the next retry time in", |db| {
@@ -627,6 +720,16 @@ impl Queue for SqliteQueue {
 
     fn max_depth(&self) -> Result<Option<u64>> {
         self.read("read the depth bound of", |db| db.max_depth())
+    }
+
+    fn on_full(&self) -> Result<OnFull> {
+        self.read("read the overflow policy of", |db| db.on_full())
+    }
+
+    fn set_on_full(&self, policy: OnFull) -> Result<()> {
+        self.write("set the overflow policy of", |db| {
+            schema::set_meta(db.conn, "on_full", policy.name()).map_err(|e| db.err(e))
+        })
     }
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {

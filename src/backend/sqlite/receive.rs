@@ -79,6 +79,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
+                ..Default::default()
             }));
         }
         if let Some(room) = self.room()? {
@@ -99,6 +100,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
         Ok(Some(Enqueued {
             id: next,
             deduplicated: false,
+            ..Default::default()
         }))
     }
 

@@ -3,7 +3,8 @@
 //! A database is one of: empty (no tables yet), a plain reference queue
 //! (`morph_offline_queue` only, `user_version` 0), a spool of an earlier
 //! version (`user_version` 1: `migrations/0001_spool.sql`), a spool
-//! (`user_version` 2: also `migrations/0002_push.sql`), too new (a later
+//! of version 2 (`user_version` 2: also `migrations/0002_push.sql`), a
+//! spool (`user_version` 3: also `migrations/0003_policies.sql`), too new (a later
 //! `user_version`), or not a spool at all. Writable opens bring the first
 //! three to the current version, in one `BEGIN IMMEDIATE` transaction that
 //! re-checks what it found, so two processes opening the same file at once
@@ -23,8 +24,11 @@ pub(super) const MIGRATION_0001: &str = include_str!("migrations/0001_spool.sql"
 /// Push, sending and receiving; ends with `PRAGMA user_version = 2`.
 pub(super) const MIGRATION_0002: &str = include_str!("migrations/0002_push.sql");
 
+/// Ordering groups and coalesce keys; ends with `PRAGMA user_version = 3`.
+pub(super) const MIGRATION_0003: &str = include_str!("migrations/0003_policies.sql");
+
 /// The schema version this code writes and understands.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 /// The reference queue table.
 pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
@@ -39,6 +43,7 @@ const REFERENCE_COLUMNS: [&str; 5] = [
 const ADDED_COLUMNS: [&str; 3] = ["next_retry_at", "last_error", "held"];
 const ADDED_TABLES: [&str; 2] = ["spool_dead_letters", "spool_meta"];
 const PUSH_COLUMNS: [&str; 1] = ["push_seq"];
+const POLICY_COLUMNS: [&str; 2] = ["group_name", "coalesce_key"];
 const PUSH_TABLES: [&str; 5] = [
     "spool_push_skips",
     "spool_push_clients",
@@ -55,6 +60,9 @@ pub(super) enum Layout {
     /// Schema version 1, read only: no push columns or tables (in-flight
     /// numbers read as none, the push state as empty).
     SpoolV1,
+    /// Schema version 2, read only: no ordering groups or coalesce keys
+    /// (they read as none).
+    SpoolV2,
     /// A plain reference queue, read only: added columns read as their
     /// defaults, no dead letters, no metadata.
     Reference,
@@ -65,12 +73,12 @@ pub(super) enum Layout {
 impl Layout {
     /// Spool's own tables (dead letters, metadata) are there.
     pub(super) fn is_spool(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV1)
+        matches!(self, Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2)
     }
 
     /// The push columns and tables are there.
     pub(super) fn has_push(self) -> bool {
-        self == Layout::Spool
+        matches!(self, Layout::Spool | Layout::SpoolV2)
     }
 }
 
@@ -146,6 +154,9 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
         columns.extend(PUSH_COLUMNS);
         tables.extend(PUSH_TABLES);
     }
+    if v >= 3 {
+        columns.extend(POLICY_COLUMNS);
+    }
     if let Some(c) = columns.iter().find(|c| !has_column(c)) {
         return Err(Error::corrupt(
             path,
@@ -160,10 +171,10 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
             format!("schema version {v}, but the table {t} is missing"),
         ));
     }
-    Ok(if v == 1 {
-        Layout::SpoolV1
-    } else {
-        Layout::Spool
+    Ok(match v {
+        1 => Layout::SpoolV1,
+        2 => Layout::SpoolV2,
+        _ => Layout::Spool,
     })
 }
 
@@ -197,16 +208,22 @@ pub(super) fn ensure_spool(
         Layout::Spool => {}
         Layout::SpoolV1 => {
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
+            tx.execute_batch(MIGRATION_0003).map_err(err)?;
+        }
+        Layout::SpoolV2 => {
+            tx.execute_batch(MIGRATION_0003).map_err(err)?;
         }
         Layout::Reference => {
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
+            tx.execute_batch(MIGRATION_0003).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
         }
         Layout::Empty => {
             tx.execute_batch(REFERENCE_SCHEMA).map_err(err)?;
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
+            tx.execute_batch(MIGRATION_0003).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
             if let Some(bound) = opts.max_depth {
                 set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
@@ -243,7 +260,7 @@ mod tests {
         }
     }
 
-    const ALL: [&str; 9] = [
+    const ALL: [&str; 11] = [
         "id",
         "payload",
         "idempotency_key",
@@ -253,6 +270,8 @@ mod tests {
         "last_error",
         "held",
         "push_seq",
+        "group_name",
+        "coalesce_key",
     ];
 
     #[test]
@@ -278,10 +297,14 @@ mod tests {
             classify(p, &found(1, &t1, &ALL[..8])).ok(),
             Some(Layout::SpoolV1)
         );
-        assert_eq!(classify(p, &found(2, &t, &ALL)).ok(), Some(Layout::Spool));
+        assert_eq!(
+            classify(p, &found(2, &t, &ALL[..9])).ok(),
+            Some(Layout::SpoolV2)
+        );
+        assert_eq!(classify(p, &found(3, &t, &ALL)).ok(), Some(Layout::Spool));
         assert!(matches!(
-            classify(p, &found(3, &t, &ALL)),
-            Err(Error::SchemaTooNew { found: 3, .. })
+            classify(p, &found(4, &t, &ALL)),
+            Err(Error::SchemaTooNew { found: 4, .. })
         ));
         for bad in [
             found(0, &["other"], &[]),
@@ -291,6 +314,7 @@ mod tests {
             found(1, &t1, &ALL[..7]),
             found(2, &t1, &ALL),
             found(2, &t, &ALL[..8]),
+            found(3, &t, &ALL[..10]),
             found(-1, &t, &ALL),
         ] {
             assert!(
@@ -311,6 +335,7 @@ mod tests {
         .unwrap();
         conn.execute_batch(MIGRATION_0001).unwrap();
         conn.execute_batch(MIGRATION_0002).unwrap();
+        conn.execute_batch(MIGRATION_0003).unwrap();
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);
