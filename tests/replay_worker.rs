@@ -845,3 +845,197 @@ fn the_progress_total_is_the_due_items_capped_by_the_limit() {
         );
     }
 }
+
+// ------------------------------------------------------ ordering groups
+
+/// A memory spool of `(payload, group)` items.
+fn grouped(shared: &SharedClock, items: &[(&str, Option<&str>)]) -> Spool {
+    let s = Spool::memory(&OpenOptions {
+        clock: shared.clone(),
+        ..OpenOptions::default()
+    });
+    for (p, g) in items {
+        let mut n = spool::NewItem::new(p.as_bytes(), "");
+        n.group = g.map(str::to_string);
+        s.enqueue_batch(&[n], &spool::EnqueueOptions::default())
+            .unwrap();
+    }
+    s
+}
+
+fn payloads(target: &[Seen]) -> Vec<String> {
+    target
+        .iter()
+        .map(|d| String::from_utf8(d.3.clone()).unwrap())
+        .collect()
+}
+
+/// Per-group FIFO: an item waits while an earlier item of its group is
+/// pending (a failure blocks the rest of its group and nothing else);
+/// items of other groups and without a group go on; a dead letter stops
+/// blocking; a delivered head lets the next item go in the same run.
+#[test]
+fn a_group_delivers_in_order_and_a_failure_blocks_only_its_group() {
+    let (manual, shared) = clock();
+    let s = grouped(
+        &shared,
+        &[
+            ("a1", Some("a")),
+            ("b1", Some("b")),
+            ("a2", Some("a")),
+            ("x", None),
+            ("b2", Some("b")),
+            ("a3", Some("a")),
+        ],
+    );
+    // b1 fails twice, then is rejected.
+    let target = Scripted::new(|p: &[u8], attempt: u32| match (p, attempt) {
+        (b"b1", 1) => Outcome::failed("busy"),
+        (b"b1", _) => Outcome::Rejected {
+            reason: "no".into(),
+        },
+        _ => Outcome::Delivered,
+    });
+    let run = |ignore_backoff| {
+        let mut o = fixed_opts();
+        o.ignore_backoff = ignore_backoff;
+        SyncWorker::new(&*s, &target, o, shared.clone())
+            .unwrap()
+            .run()
+            .unwrap()
+    };
+    let r = run(false);
+    assert_eq!(
+        payloads(&target.deliveries()),
+        ["a1", "b1", "x", "a2", "a3"]
+    );
+    assert_eq!((r.delivered, r.failed, r.group_waiting), (4, 1, 1));
+    assert!(
+        r.summary(false).contains("waiting behind their group 1"),
+        "{}",
+        r.summary(false)
+    );
+    // b2 still waits behind b1, which is not due yet.
+    let r = run(false);
+    assert_eq!((r.delivered, r.not_due, r.group_waiting), (0, 1, 1));
+    manual.advance(Duration::from_secs(3600));
+    let r = run(false);
+    assert_eq!((r.dead_lettered, r.delivered, r.group_waiting), (1, 1, 0));
+    assert_eq!(
+        payloads(&target.deliveries()),
+        ["a1", "b1", "x", "a2", "a3", "b1", "b2"]
+    );
+    assert_eq!(s.size().unwrap(), 0);
+}
+
+/// A held head blocks its group (it is pending); releasing it lets the
+/// group go on in order.
+#[test]
+fn a_held_item_blocks_its_group() {
+    let (_m, shared) = clock();
+    let s = grouped(
+        &shared,
+        &[("g1", Some("g")), ("g2", Some("g")), ("h1", Some("h"))],
+    );
+    s.set_held(&[1], true).unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(payloads(&target.deliveries()), ["h1"]);
+    assert_eq!((r.held, r.group_waiting), (1, 1));
+    s.set_held(&[1], false).unwrap();
+    SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(payloads(&target.deliveries()), ["h1", "g1", "g2"]);
+}
+
+/// With `--concurrency`, two items of one group are never in flight at
+/// once, groups run side by side, and each group keeps its order; with
+/// group commits of done items too.
+#[test]
+fn concurrent_replay_keeps_one_item_per_group_in_flight() {
+    struct Tracking {
+        in_flight: Mutex<HashMap<String, usize>>,
+        order: Mutex<Vec<String>>,
+        max_total: AtomicUsize,
+        now: AtomicUsize,
+    }
+    impl Target for Tracking {
+        fn deliver(&self, d: &Delivery<'_>) -> Result<Outcome, String> {
+            let g = d.item.group.clone().unwrap_or_default();
+            {
+                let mut m = self.in_flight.lock().unwrap();
+                let n = m.entry(g.clone()).or_default();
+                *n += 1;
+                assert_eq!(*n, 1, "two items of group {g} in flight");
+            }
+            let now = self.now.fetch_add(1, AtomicOrdering::SeqCst) + 1;
+            self.max_total.fetch_max(now, AtomicOrdering::SeqCst);
+            std::thread::sleep(Duration::from_millis(2));
+            self.now.fetch_sub(1, AtomicOrdering::SeqCst);
+            self.order
+                .lock()
+                .unwrap()
+                .push(String::from_utf8(d.item.payload.clone()).unwrap());
+            *self.in_flight.lock().unwrap().get_mut(&g).unwrap() -= 1;
+            Ok(Outcome::Delivered)
+        }
+        fn describe(&self) -> String {
+            "tracking".into()
+        }
+    }
+    let (_m, shared) = clock();
+    let mut items = Vec::new();
+    let names: Vec<String> = (0..40).map(|i| format!("g{}-{}", i % 8, i / 8)).collect();
+    let groups: Vec<String> = (0..40).map(|i| format!("g{}", i % 8)).collect();
+    for i in 0..40 {
+        items.push((names[i].as_str(), Some(groups[i].as_str())));
+    }
+    let s = grouped(&shared, &items);
+    for commit_every in [1, 16] {
+        let t = Tracking {
+            in_flight: Mutex::new(HashMap::new()),
+            order: Mutex::new(Vec::new()),
+            max_total: AtomicUsize::new(0),
+            now: AtomicUsize::new(0),
+        };
+        let mut o = fixed_opts();
+        o.concurrency = 8;
+        o.commit_every = commit_every;
+        let r = SyncWorker::new(&*s, &t, o, shared.clone())
+            .unwrap()
+            .run()
+            .unwrap();
+        if commit_every == 1 {
+            assert_eq!(r.delivered, 40);
+            let order = t.order.lock().unwrap().clone();
+            for g in 0..8 {
+                let mine: Vec<&String> = order
+                    .iter()
+                    .filter(|p| p.starts_with(&format!("g{g}-")))
+                    .collect();
+                let want: Vec<String> = (0..5).map(|k| format!("g{g}-{k}")).collect();
+                assert_eq!(mine, want.iter().collect::<Vec<_>>(), "group g{g}");
+            }
+            assert!(
+                t.max_total.load(AtomicOrdering::SeqCst) > 1,
+                "groups ran side by side"
+            );
+            assert_eq!(s.size().unwrap(), 0);
+            for (i, it) in items.iter().enumerate() {
+                let mut n = spool::NewItem::new(it.0.as_bytes(), "");
+                n.group = Some(groups[i].clone());
+                s.enqueue_batch(&[n], &spool::EnqueueOptions::default())
+                    .unwrap();
+            }
+        } else {
+            assert_eq!(r.delivered, 40, "no item delivered twice, none left");
+            assert_eq!(t.order.lock().unwrap().len(), 40);
+            assert_eq!(s.size().unwrap(), 0);
+        }
+    }
+}

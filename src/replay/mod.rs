@@ -198,6 +198,16 @@ pub enum ItemOutcome {
     WouldAttempt,
 }
 
+impl ItemOutcome {
+    /// The item is no longer pending (delivered or dead-lettered).
+    pub fn left_pending(&self) -> bool {
+        matches!(
+            self,
+            ItemOutcome::Delivered | ItemOutcome::DeadLettered { .. }
+        )
+    }
+}
+
 /// Observes a run (progress bars, logs). Called from the worker's thread.
 pub trait ReplayObserver: Sync {
     /// Whether [`ReplayObserver::started`] wants the number of items the
@@ -259,6 +269,9 @@ pub struct ReplayReport {
     pub not_due: u64,
     /// Skipped because they are held.
     pub held: u64,
+    /// Skipped because an earlier item of their ordering group is still
+    /// pending (SPEC §9).
+    pub group_waiting: u64,
     /// Dry run: items that would be attempted.
     pub would_attempt: u64,
     /// Why the run ended early, if it did.
@@ -294,6 +307,12 @@ impl ReplayReport {
             )
         };
         s.push_str(&format!(", not due {}, held {}", self.not_due, self.held));
+        if self.group_waiting > 0 {
+            s.push_str(&format!(
+                ", waiting behind their group {}",
+                self.group_waiting
+            ));
+        }
         s.push_str(match self.stopped {
             Some(StopReason::Stopped) => "; stopped after the item in flight",
             Some(StopReason::Limit) => "; --limit reached, due items left",
@@ -476,6 +495,7 @@ impl<'a> SyncWorker<'a> {
             uuid,
             started,
             attempted: 0,
+            groups: GroupGate::default(),
         };
         let leasing = self.queue.leasing().filter(|_| !self.opts.dry_run);
         let ran = if let Some(leasing) = leasing {
@@ -550,30 +570,43 @@ impl<'a> SyncWorker<'a> {
     /// `each` returns false to end the walk.
     fn walk(
         &self,
+        ctx: &mut RunCtx,
         report: &mut ReplayReport,
-        mut each: impl FnMut(Item, &mut ReplayReport) -> Result<bool>,
+        mut each: impl FnMut(Item, &mut RunCtx, &mut ReplayReport) -> Result<bool>,
     ) -> Result<()> {
-        let mut after: ItemId = 0;
         loop {
-            let page = self.queue.page(after, PAGE_SIZE)?;
-            let n = page.len();
-            for item in page {
-                after = item.id;
-                if !self.is_candidate(&item, report) {
-                    continue;
+            let mut after: ItemId = 0;
+            let mut ended = false;
+            'sweep: loop {
+                let page = self.queue.page(after, PAGE_SIZE)?;
+                let n = page.len();
+                for item in page {
+                    after = item.id;
+                    if !ctx.groups.admit(&item, report) {
+                        continue;
+                    }
+                    if !self.is_candidate(&item, report) {
+                        continue;
+                    }
+                    if !each(item, ctx, report)? {
+                        ended = true;
+                        break 'sweep;
+                    }
                 }
-                if !each(item, report)? {
-                    return Ok(());
+                if n < PAGE_SIZE {
+                    break;
                 }
             }
-            if n < PAGE_SIZE {
+            if ended || !ctx.groups.next_sweep(report) {
                 return Ok(());
             }
+            // The next sweep must not see delivered items as pending.
+            self.flush_done()?;
         }
     }
 
     fn run_sequential(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<()> {
-        self.walk(report, |item, report| {
+        self.walk(ctx, report, |item, ctx, report| {
             if let Some(why) = self.halt(ctx) {
                 report.stopped = Some(why);
                 report.left_due = true;
@@ -599,6 +632,9 @@ impl<'a> SyncWorker<'a> {
                 })
                 .map_err(Error::Unsupported)?;
             let recorded = self.record(&item, attempt, outcome, report)?;
+            if recorded.left_pending() {
+                ctx.groups.left(&item);
+            }
             if self.opts.ordered && matches!(recorded, ItemOutcome::Failed { .. }) {
                 report.stopped = Some(StopReason::OrderedFailure);
                 report.left_due = true;
@@ -617,6 +653,19 @@ impl<'a> SyncWorker<'a> {
     /// thread from taking another item; the deliveries in flight finish
     /// and are recorded.
     fn run_concurrent(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<()> {
+        loop {
+            let ended = self.sweep_concurrent(ctx, report)?;
+            if ended || !ctx.groups.next_sweep(report) {
+                return Ok(());
+            }
+            // The next sweep must not see delivered items as pending.
+            self.flush_done()?;
+        }
+    }
+
+    /// One sweep of [`SyncWorker::run_concurrent`]; true when it ended
+    /// early (a halt).
+    fn sweep_concurrent(&self, ctx: &mut RunCtx, report: &mut ReplayReport) -> Result<bool> {
         let shared = Mutex::new(Feed {
             ctx,
             report,
@@ -643,12 +692,17 @@ impl<'a> SyncWorker<'a> {
                     let mut feed = lock();
                     let feed = &mut *feed;
                     match out {
-                        Ok(outcome) => {
-                            if let Err(e) = self.record(&item, attempt, outcome, feed.report) {
+                        Ok(outcome) => match self.record(&item, attempt, outcome, feed.report) {
+                            Ok(recorded) => {
+                                if recorded.left_pending() {
+                                    feed.ctx.groups.left(&item);
+                                }
+                            }
+                            Err(e) => {
                                 feed.error.get_or_insert(e);
                                 feed.closed = true;
                             }
-                        }
+                        },
                         Err(e) => {
                             feed.fatal.get_or_insert(Error::Unsupported(e));
                             feed.closed = true;
@@ -658,9 +712,10 @@ impl<'a> SyncWorker<'a> {
             }
         });
         let feed = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+        let ended = feed.report.stopped.is_some();
         match feed.error.or(feed.fatal) {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(ended),
         }
     }
 
@@ -689,6 +744,9 @@ impl<'a> SyncWorker<'a> {
                 continue;
             };
             feed.after = item.id;
+            if !feed.ctx.groups.admit(&item, feed.report) {
+                continue;
+            }
             if !self.is_candidate(&item, feed.report) {
                 continue;
             }
@@ -1198,4 +1256,72 @@ struct RunCtx {
     uuid: String,
     started: Timestamp,
     attempted: u64,
+    /// Ordering groups in the current sweep.
+    groups: GroupGate,
+}
+
+/// Ordering groups (SPEC §9) during a local replay: an item is attempted
+/// only when no earlier item of its group is pending. A sweep walks the
+/// spool in id order; the first pending item of a group it meets is the
+/// group's head (held, waiting or due alike), and every later item of the
+/// group waits. When a head leaves the pending set during the sweep
+/// (delivered or dead-lettered), the next item of its group becomes the
+/// head, so the run sweeps again over the items of those groups only,
+/// until no group made progress. With `--concurrency`, at most one item
+/// per group is in flight (the others wait behind it in the sweep).
+#[derive(Debug, Default)]
+struct GroupGate {
+    /// Groups whose head this sweep has met.
+    seen: std::collections::HashSet<String>,
+    /// Groups whose head left the pending set during this sweep.
+    progressed: std::collections::HashSet<String>,
+    /// A later sweep looks only at the items of these groups.
+    only: Option<std::collections::HashSet<String>>,
+}
+
+impl GroupGate {
+    /// Whether the sweep looks at `item` at all, and whether it may go on
+    /// to be attempted (it is the head of its group, or has none). Counts
+    /// the items that wait behind their group.
+    fn admit(&mut self, item: &Item, report: &mut ReplayReport) -> bool {
+        let Some(g) = &item.group else {
+            // Items without a group were all looked at by the first sweep.
+            return self.only.is_none();
+        };
+        if let Some(only) = &self.only {
+            if !only.contains(g) {
+                return false;
+            }
+        }
+        if self.seen.contains(g) {
+            if self.only.is_none() {
+                report.group_waiting += 1;
+            }
+            return false;
+        }
+        self.seen.insert(g.clone());
+        if self.only.is_some() {
+            // It waited behind its group in the sweep before; now it leads.
+            report.group_waiting = report.group_waiting.saturating_sub(1);
+        }
+        true
+    }
+
+    /// `item` left the pending set (delivered or dead-lettered).
+    fn left(&mut self, item: &Item) {
+        if let Some(g) = &item.group {
+            self.progressed.insert(g.clone());
+        }
+    }
+
+    /// Start another sweep if a group made progress while later items of
+    /// it waited; false when the run is over.
+    fn next_sweep(&mut self, report: &ReplayReport) -> bool {
+        if self.progressed.is_empty() || report.group_waiting == 0 {
+            return false;
+        }
+        self.only = Some(std::mem::take(&mut self.progressed));
+        self.seen.clear();
+        true
+    }
 }
