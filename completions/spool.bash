@@ -399,7 +399,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__config)
-            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth uuid"
+            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth on-full uuid"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -763,7 +763,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__enqueue)
-            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-f -k -s -q -v -h -V --file --stdin --key --key-from-payload --lines --ndjson --max-payload --max-depth --wait-for-space --group --coalesce-key --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -794,6 +794,14 @@ _spool() {
                     return 0
                     ;;
                 --wait-for-space)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coalesce-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1337,7 +1345,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__init)
-            opts="-s -q -v -h -V --max-depth --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --max-depth --on-full --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1345,6 +1353,10 @@ _spool() {
             case "${prev}" in
                 --max-depth)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --on-full)
+                    COMPREPLY=($(compgen -W "reject drop-oldest" -- "${cur}"))
                     return 0
                     ;;
                 --spool)
@@ -1367,7 +1379,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__list)
-            opts="-n -k -s -q -v -h -V --limit --key --min-attempts --due --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-n -k -g -s -q -v -h -V --limit --key --min-attempts --group --due --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1390,6 +1402,14 @@ _spool() {
                     return 0
                     ;;
                 --min-attempts)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --group)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -g)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

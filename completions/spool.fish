@@ -60,6 +60,8 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "completions" -d 'Print 
 complete -c spool -n "__fish_spool_needs_command" -f -a "man" -d 'Print the man page (roff), or a subcommand\'s page'
 complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refuse enqueues beyond N pending items (remembered by the spool)' -r
+complete -c spool -n "__fish_spool_using_subcommand init" -l on-full -d 'At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)' -r -f -a "reject\t''
+drop-oldest\t''"
 complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand init" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -74,6 +76,8 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -s k -l key -d 'Ide
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-payload -d 'Refuse a payload larger than SIZE (exit 65)' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-depth -d 'Enforce this depth bound for this call instead of the spool\'s own' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l wait-for-space -d 'On a full spool, wait up to DURATION for room instead of failing' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l group -d 'Ordering group: replay delivers the items of a group in enqueue order' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l coalesce-key -d 'Replace pending items with this coalesce key that were never attempted' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -100,6 +104,7 @@ complete -c spool -n "__fish_spool_using_subcommand drain" -s V -l version -d 'P
 complete -c spool -n "__fish_spool_using_subcommand list" -s n -l limit -d 'Show at most N items (after filtering)' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -l min-attempts -d 'Only items tried at least N times' -r
+complete -c spool -n "__fish_spool_using_subcommand list" -s g -l group -d 'Only items of ordering group G (enqueue --group)' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -113,6 +118,7 @@ complete -c spool -n "__fish_spool_using_subcommand list" -s V -l version -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand ls" -s n -l limit -d 'Show at most N items (after filtering)' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -l min-attempts -d 'Only items tried at least N times' -r
+complete -c spool -n "__fish_spool_using_subcommand ls" -s g -l group -d 'Only items of ordering group G (enqueue --group)' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand ls" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

@@ -497,7 +497,9 @@ fn drain_is_a_snapshot_in_order() {
             keys,
             [
                 "attempts",
+                "coalesce_key",
                 "enqueued_at",
+                "group",
                 "held",
                 "id",
                 "key",
@@ -507,6 +509,7 @@ fn drain_is_a_snapshot_in_order() {
                 "push_seq"
             ]
         );
+        assert!(items[0]["group"].is_null() && items[0]["coalesce_key"].is_null());
         assert_eq!(items[0]["id"], 1);
         assert!(items[0]["push_seq"].is_null());
         assert_eq!(items[0]["key"], "");
@@ -751,6 +754,7 @@ fn stats_json_prometheus_and_text() {
                 "dead_letters",
                 "depth",
                 "due",
+                "evicted_total",
                 "files",
                 "fs_type",
                 "held",
@@ -761,6 +765,7 @@ fn stats_json_prometheus_and_text() {
                 "oldest_age_seconds",
                 "oldest_enqueued_at",
                 "oldest_id",
+                "on_full",
                 "spool",
                 "total_bytes",
                 "waiting"

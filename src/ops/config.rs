@@ -87,6 +87,14 @@ const KEYS: &[Key] = &[
         read_only: "",
     },
     Key {
+        name: "on-full",
+        about: "what an enqueue does at max-depth: reject (exit 75) or drop-oldest \
+                (evict the oldest pending item that is not held nor in flight to the dead letters)",
+        get: get_on_full,
+        set: Some(set_on_full),
+        read_only: "",
+    },
+    Key {
         name: "uuid",
         about:
             "the spool's identity: the prefix of its stable idempotency keys, its push client id",
@@ -113,6 +121,19 @@ fn set_max_depth(q: &dyn Queue, value: &str) -> Result<()> {
         })?)
     };
     q.set_max_depth(bound)
+}
+
+fn get_on_full(q: &dyn Queue) -> Result<Value> {
+    Ok(Value::Text(q.on_full()?.name().to_string()))
+}
+
+fn set_on_full(q: &dyn Queue, value: &str) -> Result<()> {
+    let policy = crate::item::OnFull::parse(value.trim()).ok_or_else(|| {
+        Error::Unsupported(format!(
+            "invalid on-full {value:?}: give reject or drop-oldest"
+        ))
+    })?;
+    q.set_on_full(policy)
 }
 
 fn get_uuid(q: &dyn Queue) -> Result<Value> {
@@ -233,7 +254,7 @@ mod tests {
         let s = Spool::memory(&OpenOptions::default());
         let all = list(&*s).unwrap();
         let names: Vec<&str> = all.iter().map(|s| s.key).collect();
-        assert_eq!(names, ["max-depth", "uuid"]);
+        assert_eq!(names, ["max-depth", "on-full", "uuid"]);
         assert_eq!(all[0].value, Value::Count(None));
         assert_eq!(all[0].value.to_string(), "none");
         assert_eq!(
@@ -254,7 +275,7 @@ mod tests {
         assert!(get(&*s, "colour")
             .unwrap_err()
             .to_string()
-            .contains("max-depth, uuid"));
+            .contains("max-depth, on-full, uuid"));
         assert_eq!(s.max_depth().unwrap(), None, "failed sets change nothing");
     }
 

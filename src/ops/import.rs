@@ -51,6 +51,10 @@ struct RecordIn {
     dead_at: Option<String>,
     #[serde(default)]
     state: Option<RecordState>,
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    coalesce_key: Option<String>,
     /// The exporting spool's push number: read and dropped, since the
     /// number belongs to that spool's stream (an imported in-flight item
     /// is sent again under the importing spool's numbers).
@@ -133,8 +137,8 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
             last_error: r.last_error,
             held: state == RecordState::Held,
             push_seq: None,
-            group: None,
-            coalesce_key: None,
+            group: r.group,
+            coalesce_key: r.coalesce_key,
         },
         state,
         dead_at,

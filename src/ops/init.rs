@@ -3,6 +3,7 @@
 
 use crate::backend::{OpenMode, OpenOptions, Spool};
 use crate::error::Result;
+use crate::item::OnFull;
 use crate::queue::BackendKind;
 use crate::time::SharedClock;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,9 @@ pub struct InitOptions {
     pub backend: Option<BackendKind>,
     /// The depth bound the spool remembers.
     pub max_depth: Option<u64>,
+    /// The overflow policy the spool remembers (`None`: the default,
+    /// reject).
+    pub on_full: Option<OnFull>,
     /// The spool's clock.
     pub clock: SharedClock,
     /// Create it even on a network file system (see
@@ -30,6 +34,8 @@ pub struct InitReport {
     pub backend: BackendKind,
     /// The stored depth bound.
     pub max_depth: Option<u64>,
+    /// The stored overflow policy.
+    pub on_full: OnFull,
     /// The new spool's UUID.
     pub uuid: String,
 }
@@ -47,6 +53,9 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
             ..OpenOptions::default()
         },
     )?;
+    if let Some(policy) = opts.on_full {
+        spool.set_on_full(policy)?;
+    }
     Ok(InitReport {
         path: match &spool {
             Spool::Postgres(q) => PathBuf::from(q.display()),
@@ -54,6 +63,7 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
         },
         backend: spool.kind(),
         max_depth: spool.max_depth()?,
+        on_full: spool.on_full()?,
         uuid: spool.uuid()?,
     })
 }

@@ -84,6 +84,12 @@ pub struct InputOptions {
     pub key: KeyPolicy,
     /// The largest payload accepted, in bytes.
     pub max_payload: u64,
+    /// The ordering group of every item (`--group`); an NDJSON line's own
+    /// `group` wins.
+    pub group: Option<String>,
+    /// The coalesce key of every item (`--coalesce-key`); an NDJSON line's
+    /// own `coalesce_key` wins.
+    pub coalesce_key: Option<String>,
 }
 
 impl Default for InputOptions {
@@ -92,7 +98,22 @@ impl Default for InputOptions {
             format: Format::Single,
             key: KeyPolicy::None,
             max_payload: DEFAULT_MAX_PAYLOAD,
+            group: None,
+            coalesce_key: None,
         }
+    }
+}
+
+impl InputOptions {
+    /// `item` with the options' group and coalesce key where it has none.
+    fn with_policies(&self, mut item: NewItem) -> NewItem {
+        if item.group.is_none() {
+            item.group = self.group.clone();
+        }
+        if item.coalesce_key.is_none() {
+            item.coalesce_key = self.coalesce_key.clone();
+        }
+        item
     }
 }
 
@@ -120,7 +141,7 @@ pub fn read_items(source: Source<'_>, opts: &InputOptions) -> Result<Vec<NewItem
         let bytes = read_source(source, Some(opts.max_payload))?;
         check_size(&bytes, opts.max_payload, || label.clone())?;
         let key = key_for(&opts.key, &bytes, None);
-        return Ok(vec![NewItem::new(bytes, key)]);
+        return Ok(vec![opts.with_policies(NewItem::new(bytes, key))]);
     }
     let mut items = Vec::new();
     for_each_item(source, opts, &mut |item| {
@@ -176,7 +197,7 @@ fn for_each_item(
                 }
                 check_size(line, opts.max_payload, at)?;
                 let key = key_for(&opts.key, line, None);
-                f(NewItem::new(line, key))
+                f(opts.with_policies(NewItem::new(line, key)))
             }
             _ => {
                 if line.iter().all(|b| b.is_ascii_whitespace()) {
@@ -186,7 +207,10 @@ fn for_each_item(
                     .map_err(|e| Error::InvalidInput(format!("{}: {e}", at())))?;
                 check_size(&item.payload, opts.max_payload, at)?;
                 let key = key_for(&opts.key, &item.payload, item.key);
-                f(NewItem::new(item.payload, key))
+                let mut new = NewItem::new(item.payload, key);
+                new.group = item.group;
+                new.coalesce_key = item.coalesce_key;
+                f(opts.with_policies(new))
             }
         }
     };
@@ -330,18 +354,30 @@ impl Batch {
         let spill_err = |e| Error::io(dir, "write the batch's spill file in", e);
         for_each_item(source, opts, &mut |item| {
             use std::io::Write;
+            // A record: four little-endian u64 lengths (key, payload,
+            // group + 1 and coalesce key + 1, 0 for none), then the bytes.
             let key = item.key.as_bytes();
+            let group = item.group.as_deref().map(str::as_bytes);
+            let ck = item.coalesce_key.as_deref().map(str::as_bytes);
+            let opt_len = |v: Option<&[u8]>| v.map_or(0, |b| b.len() as u64 + 1);
             let header = [
                 (key.len() as u64).to_le_bytes(),
                 (item.payload.len() as u64).to_le_bytes(),
+                opt_len(group).to_le_bytes(),
+                opt_len(ck).to_le_bytes(),
             ];
-            w.write_all(&header[0])
-                .and_then(|()| w.write_all(&header[1]))
+            w.write_all(header.as_flattened())
                 .and_then(|()| w.write_all(key))
                 .and_then(|()| w.write_all(&item.payload))
+                .and_then(|()| w.write_all(group.unwrap_or_default()))
+                .and_then(|()| w.write_all(ck.unwrap_or_default()))
                 .map_err(spill_err)?;
             count += 1;
-            end += 16 + key.len() as u64 + item.payload.len() as u64;
+            end += 32
+                + key.len() as u64
+                + item.payload.len() as u64
+                + group.map_or(0, |g| g.len() as u64)
+                + ck.map_or(0, |c| c.len() as u64);
             Ok(())
         })?;
         use std::io::Write;
@@ -451,22 +487,36 @@ impl Iterator for BatchItems<'_> {
         }
         self.left -= 1;
         let mut read = || -> std::io::Result<NewItem> {
-            let mut header = [0u8; 16];
+            let mut header = [0u8; 32];
             self.reader.read_exact(&mut header)?;
-            let (k, p) = header.split_at(8);
-            let len = |b: &[u8]| -> std::io::Result<usize> {
+            let bad = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+            let len = |i: usize| -> std::io::Result<usize> {
                 let mut a = [0u8; 8];
-                a.copy_from_slice(b);
-                usize::try_from(u64::from_le_bytes(a))
-                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+                a.copy_from_slice(&header[i * 8..i * 8 + 8]);
+                usize::try_from(u64::from_le_bytes(a)).map_err(|_| bad())
             };
-            let mut key = vec![0; len(k)?];
-            self.reader.read_exact(&mut key)?;
-            let mut payload = vec![0; len(p)?];
-            self.reader.read_exact(&mut payload)?;
-            let key = String::from_utf8(key)
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))?;
-            Ok(NewItem::new(payload, key))
+            let mut bytes = |n: usize| -> std::io::Result<Vec<u8>> {
+                let mut v = vec![0; n];
+                self.reader.read_exact(&mut v)?;
+                Ok(v)
+            };
+            let key = bytes(len(0)?)?;
+            let payload = bytes(len(1)?)?;
+            let mut text = |n: usize| -> std::io::Result<Option<String>> {
+                match n {
+                    0 => Ok(None),
+                    n => String::from_utf8(bytes(n - 1)?)
+                        .map(Some)
+                        .map_err(|_| bad()),
+                }
+            };
+            let group = text(len(2)?)?;
+            let coalesce_key = text(len(3)?)?;
+            let key = String::from_utf8(key).map_err(|_| bad())?;
+            let mut item = NewItem::new(payload, key);
+            item.group = group;
+            item.coalesce_key = coalesce_key;
+            Ok(item)
         };
         Some(read().map_err(|e| Error::io("the batch's spill file", "read", e)))
     }
@@ -538,11 +588,17 @@ struct NdjsonLine {
     payload_base64: Option<String>,
     #[serde(default)]
     key: Option<String>,
+    #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
+    coalesce_key: Option<String>,
 }
 
 struct ParsedLine {
     payload: Vec<u8>,
     key: Option<String>,
+    group: Option<String>,
+    coalesce_key: Option<String>,
 }
 
 fn parse_ndjson_line(line: &[u8]) -> std::result::Result<ParsedLine, String> {
@@ -574,6 +630,8 @@ fn parse_ndjson_line(line: &[u8]) -> std::result::Result<ParsedLine, String> {
     Ok(ParsedLine {
         payload,
         key: obj.key,
+        group: obj.group,
+        coalesce_key: obj.coalesce_key,
     })
 }
 
@@ -592,6 +650,7 @@ mod tests {
                 format,
                 key,
                 max_payload: 10,
+                ..InputOptions::default()
             },
         )
     }

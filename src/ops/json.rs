@@ -5,8 +5,8 @@
 //! `key` (`""` when none); `attempts`; `enqueued_at` (RFC 3339 UTC, null
 //! only for items from reference NDJSON lines); `next_retry_at` (or
 //! null); `last_error` (or null); `held`; `push_seq` (the number of an
-//! item in flight to a push receiver, or null). Dead letters add
-//! `dead_at`.
+//! item in flight to a push receiver, or null); `group` (its ordering
+//! group, or null); `coalesce_key` (or null). Dead letters add `dead_at`.
 //! Whole-spool exports add `state` (`pending`, `held` or `dead`).
 //!
 //! Field order is fixed (the order above), so output is stable for
@@ -43,6 +43,10 @@ pub struct ItemJson<'a> {
     pub held: bool,
     /// The push sequence number of an in-flight item, or null.
     pub push_seq: Option<u64>,
+    /// The ordering group, or null.
+    pub group: Option<&'a str>,
+    /// The coalesce key, or null.
+    pub coalesce_key: Option<&'a str>,
     /// For dead letters: when the item died.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_at: Option<String>,
@@ -76,6 +80,8 @@ impl<'a> ItemJson<'a> {
             last_error: item.last_error.as_deref(),
             held: item.held,
             push_seq: item.push_seq,
+            group: item.group.as_deref(),
+            coalesce_key: item.coalesce_key.as_deref(),
             dead_at: None,
             state: None,
         }
@@ -125,7 +131,7 @@ mod tests {
         let it = item(b"hello");
         assert_eq!(
             ItemJson::item(&it).to_line(),
-            r#"{"id":7,"payload":"hello","key":"k","attempts":0,"enqueued_at":"2025-11-30T12:00:00.000Z","next_retry_at":null,"last_error":null,"held":false,"push_seq":null}"#
+            r#"{"id":7,"payload":"hello","key":"k","attempts":0,"enqueued_at":"2025-11-30T12:00:00.000Z","next_retry_at":null,"last_error":null,"held":false,"push_seq":null,"group":null,"coalesce_key":null}"#
         );
     }
 

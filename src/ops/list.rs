@@ -23,6 +23,8 @@ pub struct ListOptions {
     pub key: Option<String>,
     /// Only items with at least this many attempts.
     pub min_attempts: Option<u32>,
+    /// Only items of this ordering group.
+    pub group: Option<String>,
     /// Only items replay would attempt at `now` (not held, not waiting).
     pub due: bool,
     /// The time `due` is decided against.
@@ -32,6 +34,10 @@ pub struct ListOptions {
 impl ListOptions {
     fn matches(&self, item: &Item) -> bool {
         self.key.as_deref().is_none_or(|k| item.key == k)
+            && self
+                .group
+                .as_deref()
+                .is_none_or(|g| item.group.as_deref() == Some(g))
             && self.min_attempts.is_none_or(|n| item.attempts >= n)
             && (!self.due || item.is_due(self.now))
     }
@@ -43,7 +49,8 @@ pub fn list<'a>(
     opts: &ListOptions,
 ) -> impl Iterator<Item = Result<Item>> + 'a {
     let filter = opts.clone();
-    let filtered = opts.key.is_some() || opts.min_attempts.is_some() || opts.due;
+    let filtered =
+        opts.key.is_some() || opts.group.is_some() || opts.min_attempts.is_some() || opts.due;
     let stream = if filtered {
         ItemStream::unlimited(queue)
     } else {

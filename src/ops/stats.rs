@@ -44,6 +44,10 @@ pub struct StatsReport {
     pub attempts_histogram: BTreeMap<u32, u64>,
     /// The stored depth bound.
     pub max_depth: Option<u64>,
+    /// What an enqueue does at the bound.
+    pub on_full: crate::item::OnFull,
+    /// Items ever evicted by `drop-oldest`.
+    pub evicted_total: u64,
     /// The highest id ever issued.
     pub high_water: u64,
     /// Every file of the spool with its size in bytes.
@@ -99,6 +103,8 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
         oldest_age: s.oldest_enqueued_at.map(|t| now.since(t)),
         attempts_histogram: s.attempts_histogram,
         max_depth: s.max_depth,
+        on_full: s.on_full,
+        evicted_total: s.evicted_total,
         high_water: s.high_water,
         files,
         total_bytes,
@@ -136,6 +142,10 @@ pub struct StatsJson {
     pub attempts_histogram: Vec<HistogramBucket>,
     /// The stored depth bound, or null.
     pub max_depth: Option<u64>,
+    /// `reject` or `drop-oldest`.
+    pub on_full: &'static str,
+    /// Items ever evicted by `drop-oldest`.
+    pub evicted_total: u64,
     /// The highest id ever issued.
     pub high_water: u64,
     /// `[{"path": ..., "bytes": N}, ...]`.
@@ -191,6 +201,8 @@ impl StatsReport {
                 .map(|(&attempts, &items)| HistogramBucket { attempts, items })
                 .collect(),
             max_depth: self.max_depth,
+            on_full: self.on_full.name(),
+            evicted_total: self.evicted_total,
             high_water: self.high_water,
             files: self
                 .files
@@ -225,6 +237,7 @@ impl StatsReport {
                 dead_letters: self.dead_letters,
                 bytes: self.total_bytes,
                 oldest_item_age: self.oldest_age.unwrap_or_default(),
+                evicted_total: self.evicted_total,
             },
         )
     }

@@ -36,6 +36,9 @@ pub struct SpoolGauges {
     /// Age of the oldest pending item; zero when there is none
     /// (`spool_oldest_item_age_seconds`).
     pub oldest_item_age: Duration,
+    /// Items ever evicted by the `drop-oldest` overflow policy, kept by
+    /// the spool (`spool_evicted_total`, a counter).
+    pub evicted_total: u64,
 }
 
 impl SpoolGauges {
@@ -50,6 +53,7 @@ impl SpoolGauges {
                 .oldest_enqueued_at
                 .map(|t| now.since(t))
                 .unwrap_or_default(),
+            evicted_total: stats.evicted_total,
         }
     }
 }
@@ -169,6 +173,13 @@ pub fn render_gauges(spool: &Path, g: &SpoolGauges) -> String {
         header(&mut out, name, "gauge", help);
         sample(&mut out, name, &l, value);
     }
+    header(
+        &mut out,
+        "spool_evicted_total",
+        "counter",
+        "Items the drop-oldest overflow policy moved to the dead letters.",
+    );
+    sample(&mut out, "spool_evicted_total", &l, g.evicted_total);
     out
 }
 

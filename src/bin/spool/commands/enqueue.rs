@@ -18,11 +18,13 @@ use std::time::Duration;
 /// whole file (--file), or all of stdin (--stdin): at most one of the
 /// three. An empty payload is valid. Creates the spool if it is missing.
 /// Prints the id of each item on stdout, one per line; with --json one
-/// object {"id": N, "deduplicated": BOOL} per item.
+/// object {"id": N, "deduplicated": BOOL} per item, plus "replaced": [ids]
+/// and "evicted": [ids] when it replaced or evicted items.
 ///
 /// Batches: --lines enqueues each line of the input (without its \n or
 /// \r\n; empty lines are skipped), --ndjson each JSON object
-/// {"payload": "...", "key": "..."} (or "payload_base64" for bytes). A
+/// {"payload": "...", "key": "...", "group": "...", "coalesce_key": "..."}
+/// (or "payload_base64" for bytes; all but the payload optional). A
 /// batch reads stdin unless PAYLOAD or --file is given, so --stdin is
 /// optional there. A batch is one atomic commit: a malformed line (exit
 /// 65, naming the line) or a full spool means nothing is enqueued.
@@ -31,8 +33,18 @@ use std::time::Duration;
 /// same key again stores nothing and prints the existing id, with a note
 /// on stderr ("deduplicated"); the exit status is still 0.
 ///
+/// Ordering groups (--group, or "group" in --ndjson): replay delivers the
+/// items of one group in enqueue order, one at a time; other groups and
+/// items without a group go on meanwhile. Coalescing (--coalesce-key, or
+/// "coalesce_key" in --ndjson): the new item replaces every pending item
+/// with the same coalesce key that was never attempted and is not in
+/// flight (last write wins); --json lists them as "replaced".
+///
 /// A full spool (see init --max-depth) refuses the batch with exit 75,
-/// unless --wait-for-space waits for a replay to make room.
+/// unless --wait-for-space waits for a replay to make room. With the
+/// setting on-full drop-oldest (spool config on-full drop-oldest), the
+/// oldest pending item that is not held and not in flight moves to the
+/// dead letters instead ("evicted" in --json).
 ///
 /// Examples:
 ///   spool enqueue 'hello world'
@@ -89,12 +101,24 @@ pub struct EnqueueArgs {
     /// On a full spool, wait up to DURATION for room instead of failing
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     wait_for_space: Option<Duration>,
+
+    /// Ordering group: replay delivers the items of a group in enqueue order
+    #[arg(long, value_name = "G")]
+    group: Option<String>,
+
+    /// Replace pending items with this coalesce key that were never attempted
+    #[arg(long, value_name = "K")]
+    coalesce_key: Option<String>,
 }
 
 #[derive(serde::Serialize)]
-struct EnqueuedJson {
+struct EnqueuedJson<'a> {
     id: u64,
     deduplicated: bool,
+    #[serde(skip_serializing_if = "<[u64]>::is_empty")]
+    replaced: &'a [u64],
+    #[serde(skip_serializing_if = "<[u64]>::is_empty")]
+    evicted: &'a [u64],
 }
 
 pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -115,6 +139,8 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         format,
         key,
         max_payload: args.max_payload,
+        group: args.group,
+        coalesce_key: args.coalesce_key,
     };
     let stdin = std::io::stdin();
     let mut lock = stdin.lock();
@@ -198,9 +224,25 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ctx.out.json(&EnqueuedJson {
                 id: item.id,
                 deduplicated: item.deduplicated,
+                replaced: &item.replaced,
+                evicted: &item.evicted,
             })?;
         } else {
             ctx.out.line(&item.id.to_string())?;
+        }
+        if !item.replaced.is_empty() {
+            ctx.note(&format!(
+                "item {} replaced {} (coalesced)",
+                item.id,
+                id_list(&item.replaced)
+            ));
+        }
+        if !item.evicted.is_empty() {
+            ctx.note(&format!(
+                "item {} evicted {} to the dead letters (spool full, on-full drop-oldest)",
+                item.id,
+                id_list(&item.evicted)
+            ));
         }
         if item.deduplicated {
             ctx.note(&format!(
@@ -211,6 +253,15 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// "item 3" or "items 3, 4".
+fn id_list(ids: &[u64]) -> String {
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    match ids.len() {
+        1 => format!("item {}", list[0]),
+        _ => format!("items {}", list.join(", ")),
+    }
 }
 
 fn input_error(ctx: &Ctx, e: Error, format: Format) -> CliError {

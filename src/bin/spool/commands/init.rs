@@ -15,10 +15,14 @@ use spool::ops::init::{init, InitOptions};
 ///
 /// A depth bound given here is remembered by the spool: every later
 /// enqueue that would take the number of pending items past it is refused
-/// with exit 75 (enqueue --max-depth overrides it for one call).
+/// with exit 75 (enqueue --max-depth overrides it for one call), unless
+/// --on-full drop-oldest makes room by moving the oldest pending item that
+/// is not held and not in flight to the dead letters. Both are settings
+/// `spool config` shows and changes later.
 ///
 /// Examples:
 ///   spool -s /var/spool/app/outbox.db init --max-depth 10000
+///   spool -s metrics.db init --max-depth 100000 --on-full drop-oldest
 ///   spool -s events.ndjson init
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -26,6 +30,10 @@ pub struct InitArgs {
     /// Refuse enqueues beyond N pending items (remembered by the spool)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_depth: Option<u64>,
+
+    /// At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)
+    #[arg(long, value_name = "POLICY", value_parser = ["reject", "drop-oldest"])]
+    on_full: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -33,6 +41,7 @@ struct InitJson<'a> {
     spool: String,
     backend: &'a str,
     max_depth: Option<u64>,
+    on_full: &'a str,
     uuid: &'a str,
 }
 
@@ -42,6 +51,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         &InitOptions {
             backend: ctx.backend,
             max_depth: args.max_depth,
+            on_full: args.on_full.as_deref().and_then(spool::OnFull::parse),
             clock: ctx.clock.clone(),
             allow_network_fs: ctx.allow_network_fs,
         },
@@ -53,12 +63,14 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             spool: report.path.display().to_string(),
             backend: report.backend.name(),
             max_depth: report.max_depth,
+            on_full: report.on_full.name(),
             uuid: &report.uuid,
         })?;
     } else {
-        let bound = match report.max_depth {
-            Some(n) => format!(", max depth {n}"),
-            None => String::new(),
+        let bound = match (report.max_depth, report.on_full) {
+            (Some(n), spool::OnFull::Reject) => format!(", max depth {n}"),
+            (Some(n), policy) => format!(", max depth {n}, on full {}", policy.name()),
+            (None, _) => String::new(),
         };
         ctx.note(&format!(
             "created {} spool {}{bound}",

@@ -24,6 +24,7 @@ use spool::{OpenMode, PAGE_SIZE};
 /// Examples:
 ///   spool list --limit 20
 ///   spool ls --min-attempts 3
+///   spool list --group customer-42
 ///   spool list --due --json | jq -r .id
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -40,6 +41,10 @@ pub struct ListArgs {
     #[arg(long, value_name = "N")]
     min_attempts: Option<u32>,
 
+    /// Only items of ordering group G (enqueue --group)
+    #[arg(long, short = 'g', value_name = "G")]
+    group: Option<String>,
+
     /// Only items a replay would attempt now (not held, not backing off)
     #[arg(long)]
     due: bool,
@@ -52,6 +57,7 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         limit: args.limit,
         key: args.key,
         min_attempts: args.min_attempts,
+        group: args.group,
         due: args.due,
         now,
     };

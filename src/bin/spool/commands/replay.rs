@@ -665,6 +665,7 @@ pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
         "dead_lettered": r.dead_lettered,
         "rejected": r.rejected,
         "not_due": r.not_due,
+        "group_waiting": r.group_waiting,
         "held": r.held,
         "would_attempt": r.would_attempt,
         "stopped": r.stopped.map(|s| match s {

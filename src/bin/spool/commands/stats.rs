@@ -13,11 +13,13 @@ use spool::OpenMode;
 /// payloads. With --json a stable object:
 ///   spool, backend, depth, held, dead_letters, waiting, due, oldest_id,
 ///   oldest_enqueued_at, oldest_age_seconds,
-///   attempts_histogram [{attempts, items}], max_depth, high_water,
+///   attempts_histogram [{attempts, items}], max_depth, on_full,
+///   evicted_total, high_water,
 ///   files [{path, bytes}], total_bytes, ndjson_garbage_ratio
 /// (absent values are null). With --prometheus the gauges spool_depth,
 /// spool_held, spool_dead_letters, spool_bytes and
-/// spool_oldest_item_age_seconds in the Prometheus text format, labelled
+/// spool_oldest_item_age_seconds and the counter spool_evicted_total
+/// (items the drop-oldest policy evicted) in the Prometheus text format, labelled
 /// with the spool path (--prometheus wins over --json). Never creates or
 /// changes the spool.
 ///
@@ -59,9 +61,14 @@ pub fn run(args: StatsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ("dead", format!("{} dead letters", r.dead_letters)),
         (
             "bound",
-            match r.max_depth {
-                Some(n) => format!("{n} items"),
-                None => "none".into(),
+            match (r.max_depth, r.on_full) {
+                (Some(n), spool::OnFull::Reject) => format!("{n} items"),
+                (Some(n), p) => format!(
+                    "{n} items, on full {} ({} evicted so far)",
+                    p.name(),
+                    r.evicted_total
+                ),
+                (None, _) => "none".into(),
             },
         ),
         ("high water", format!("id {}", r.high_water)),
