@@ -19,12 +19,15 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use spool::backend::sqlite::maint::CheckpointMode;
 use spool::{
-    AttemptUpdate, DepthLimit, EnqueueOptions, Error, Item, ItemId, MemoryQueue, NewItem, Queue,
-    Record, RecordState, Result, Spool, Timestamp,
+    AttemptUpdate, DepthLimit, EnqueueOptions, Error, Item, ItemId, MemoryQueue, NewItem, OnFull,
+    Queue, Record, RecordState, Result, Spool, Timestamp,
 };
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The backends that implement the ledger policies' operations.
+const POLICIES: [Backend; 2] = [Backend::Memory, Backend::Sqlite];
 
 /// One operation. Ids are chosen when the operation runs (see
 /// [`pick`]), so that they mostly name items that exist.
@@ -66,6 +69,11 @@ enum Op {
     ReferencePut(Vec<u8>),
     /// NDJSON: a reference writer appends a `done` line for an id.
     ReferenceDone(u8),
+    /// A batch whose items may carry an ordering group and a coalesce key
+    /// (from small alphabets, so that they meet).
+    PolicyBatch(Vec<(Vec<u8>, String, Option<u8>, Option<u8>)>),
+    /// Switch the overflow policy (true: drop-oldest).
+    SetDropOldest(bool),
 }
 
 /// An import record, resolved against the spool when the import runs.
@@ -188,6 +196,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::RestoreIndex),
         1 => payload().prop_map(Op::ReferencePut),
         1 => any::<u8>().prop_map(Op::ReferenceDone),
+        2 => prop::collection::vec(
+            (payload(), key(), prop::option::of(0u8..3), prop::option::of(0u8..3)),
+            1..4
+        )
+        .prop_map(Op::PolicyBatch),
+        1 => any::<bool>().prop_map(Op::SetDropOldest),
     ]
 }
 
@@ -338,6 +352,32 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             same(&what, q.purge(&ids), model.purge(&ids))
         }
         Op::SetMaxDepth(b) => same(&what, q.set_max_depth(*b), model.set_max_depth(*b)),
+        Op::PolicyBatch(_) | Op::SetDropOldest(_) if !POLICIES.contains(&d.h.backend) => Ok(()),
+        Op::PolicyBatch(items) => {
+            let items: Vec<NewItem> = items
+                .iter()
+                .map(|(p, k, g, c)| {
+                    let mut n = NewItem::new(p.clone(), k.clone());
+                    n.group = g.map(|g| format!("g{g}"));
+                    n.coalesce_key = c.map(|c| format!("c{c}"));
+                    n
+                })
+                .collect();
+            let opts = EnqueueOptions::default();
+            same(
+                &what,
+                q.enqueue_batch(&items, &opts),
+                model.enqueue_batch(&items, &opts),
+            )
+        }
+        Op::SetDropOldest(on) => {
+            let p = if *on {
+                OnFull::DropOldest
+            } else {
+                OnFull::Reject
+            };
+            same(&what, q.set_on_full(p), model.set_on_full(p))
+        }
         Op::Import(specs) => {
             let recs: Vec<Record> = specs.iter().map(|s| record(s, hw, now)).collect();
             let what = format!("import {recs:?}");

@@ -376,16 +376,24 @@ impl Drop for SqliteQueue {
 struct Policy {
     bound: Option<u64>,
     on_full: OnFull,
+    /// The depth before the batch (what a refusal reports: the batch
+    /// changes nothing then).
+    depth_before: u64,
 }
 
 impl Policy {
     fn read(db: &Db<'_>, opts: &EnqueueOptions) -> Result<Policy> {
+        let bound = match opts.depth_limit {
+            DepthLimit::Stored => db.max_depth()?,
+            DepthLimit::Override(b) => b,
+        };
         Ok(Policy {
-            bound: match opts.depth_limit {
-                DepthLimit::Stored => db.max_depth()?,
-                DepthLimit::Override(b) => b,
-            },
+            bound,
             on_full: db.on_full()?,
+            depth_before: match bound {
+                Some(_) => db.pending_count()?,
+                None => 0,
+            },
         })
     }
 
@@ -422,7 +430,7 @@ fn enqueue_one(db: &Db<'_>, it: &NewItem, policy: &Policy, now: Timestamp) -> Re
             let Some(victim) = victim else {
                 return Err(Error::QueueFull {
                     max_depth: bound,
-                    depth,
+                    depth: policy.depth_before,
                 });
             };
             db.kill(victim, &OnFull::eviction_error(bound), now)?;
@@ -541,10 +549,7 @@ impl Queue for SqliteQueue {
             let policy = Policy::read(db, opts)?;
             let bound = policy.bound;
             let evicting = policy.per_item(false);
-            let mut depth = match bound {
-                Some(_) => db.pending_count()?,
-                None => 0,
-            };
+            let mut depth = policy.depth_before;
             let mut next = db.high_water()?;
             let mut results = BatchResults::default();
             let mut fresh: u64 = 0;
@@ -595,7 +600,7 @@ impl Queue for SqliteQueue {
                     if depth.saturating_add(fresh) > bound {
                         return Err(Error::QueueFull {
                             max_depth: bound,
-                            depth,
+                            depth: policy.depth_before,
                         });
                     }
                 }
