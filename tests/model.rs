@@ -26,6 +26,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A payload, a key, a group number and a coalesce-key number.
+type PolicyItem = (Vec<u8>, String, Option<u8>, Option<u8>);
+
 /// The backends that implement the ledger policies' operations.
 const POLICIES: [Backend; 2] = [Backend::Memory, Backend::Sqlite];
 
@@ -71,7 +74,7 @@ enum Op {
     ReferenceDone(u8),
     /// A batch whose items may carry an ordering group and a coalesce key
     /// (from small alphabets, so that they meet).
-    PolicyBatch(Vec<(Vec<u8>, String, Option<u8>, Option<u8>)>),
+    PolicyBatch(Vec<PolicyItem>),
     /// Switch the overflow policy (true: drop-oldest).
     SetDropOldest(bool),
 }
