@@ -34,6 +34,9 @@ pub struct StatsReport {
     pub dead_letters: u64,
     /// Pending items waiting for a backoff to expire.
     pub waiting: u64,
+    /// Pending items a replay would attempt now: neither held nor
+    /// waiting (an item both held and waiting counts once as not due).
+    pub due: u64,
     /// The oldest pending item's id.
     pub oldest_id: Option<ItemId>,
     /// The oldest pending item's enqueue time, when known.
@@ -68,9 +71,7 @@ impl StatsReport {
     /// Items replay would attempt now: pending, not held, not waiting.
     /// (An item both held and waiting counts once, as held.)
     pub fn due(&self) -> u64 {
-        self.depth
-            .saturating_sub(self.held)
-            .saturating_sub(self.waiting)
+        self.due
     }
 }
 
@@ -98,6 +99,7 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
         held: s.held,
         dead_letters: s.dead_letters,
         waiting: s.waiting,
+        due: spool.due_count(now, false, None)?,
         oldest_id: s.oldest_id,
         oldest_enqueued_at: s.oldest_enqueued_at,
         oldest_age: s.oldest_enqueued_at.map(|t| now.since(t)),
@@ -265,6 +267,18 @@ mod tests {
         clock.advance(Duration::from_millis(90_500));
         let r = stats(&s, clock.now()).unwrap();
         assert_eq!((r.depth, r.held, r.due(), r.max_depth), (2, 1, 1, Some(9)));
+        // An item both held and waiting for a retry is not due once.
+        s.record_attempt(
+            2,
+            &crate::item::AttemptUpdate {
+                attempts: 3,
+                next_retry_at: Some(clock.now().saturating_add(Duration::from_secs(60))),
+                last_error: Some("x".into()),
+            },
+        )
+        .unwrap();
+        let r = stats(&s, clock.now()).unwrap();
+        assert_eq!((r.held, r.waiting, r.due()), (1, 1, 1));
         assert_eq!(r.oldest_age, Some(Duration::from_millis(90_500)));
         let v = serde_json::to_value(r.json()).unwrap();
         assert_eq!(
