@@ -73,6 +73,18 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                 preview::escape(item.key.as_bytes())
             },
         ),
+        (
+            "group",
+            render::or_dash(item.group.as_deref().map(|g| preview::escape(g.as_bytes()))),
+        ),
+        (
+            "coalesce key",
+            render::or_dash(
+                item.coalesce_key
+                    .as_deref()
+                    .map(|c| preview::escape(c.as_bytes())),
+            ),
+        ),
         ("attempts", item.attempts.to_string()),
         (
             "push seq",
