@@ -299,7 +299,7 @@ fn misplaced_or_malformed_headers_are_exit_65_and_change_nothing() {
             ("unknown field", format!("{unknown}\n{}\n", lines[1]), 1),
         ];
         env.enqueue("mine");
-        let before = data_snapshot(&env);
+        let before = data_snapshot(env);
         for (what, text, line) in cases {
             let file = edge.dir.path().join("bad.ndjson");
             std::fs::write(&file, &text).unwrap();
@@ -312,7 +312,7 @@ fn misplaced_or_malformed_headers_are_exit_65_and_change_nothing() {
                     "{what}: {err}"
                 );
                 assert!(err.contains("nothing was imported"), "{what}: {err}");
-                assert!(data_snapshot(&env) == before, "{what}: nothing changed");
+                assert!(data_snapshot(env) == before, "{what}: nothing changed");
             }
             // A spool that does not exist is not created.
             let missing = Env::new("new.db");
