@@ -1319,7 +1319,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__import)
-            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --identity --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -428,6 +428,7 @@ complete -c spool -n "__fish_spool_using_subcommand export" -s V -l version -d '
 complete -c spool -n "__fish_spool_using_subcommand import" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand import" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand import" -l identity -d 'Take the exporting spool\'s uuid and push state (fresh spools only)'
 complete -c spool -n "__fish_spool_using_subcommand import" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand import" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand import" -s q -l quiet -d 'Print less on stderr: only errors'

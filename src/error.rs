@@ -144,6 +144,12 @@ pub enum Error {
     /// A broken internal invariant.
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// `import --identity` into a spool that is not fresh (it holds items
+    /// or has pushed): it cannot take another spool's identity. Nothing
+    /// was changed.
+    #[error("{0}")]
+    IdentityRefused(String),
 }
 
 impl Error {
@@ -160,7 +166,8 @@ impl Error {
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. }
             | Error::CannotCreate { .. }
-            | Error::NetworkFileSystem { .. } => ErrorKind::CannotCreate,
+            | Error::NetworkFileSystem { .. }
+            | Error::IdentityRefused(_) => ErrorKind::CannotCreate,
             Error::QueueFull { .. }
             | Error::ReplayLocked { .. }
             | Error::ServeLocked { .. }

@@ -41,6 +41,7 @@ pub mod units;
 pub mod verify;
 pub mod watch;
 
+pub use backend::identity::{IdentityOutcome, SpoolHeader};
 pub use backend::{
     detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, PostgresQueue, Spool, SqliteQueue,
 };

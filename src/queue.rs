@@ -12,6 +12,7 @@
 //! returns `Ok` (for the durable backends), and all-or-nothing when it
 //! returns `Err`.
 
+use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::Result;
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
@@ -347,6 +348,42 @@ pub trait Queue: Send + Sync {
     /// the spool's exclusive replay lock, as the local backends do.
     fn leasing(&self) -> Option<&dyn Leasing> {
         None
+    }
+
+    // --- Push identity across export/import (SPEC §7) -------------------
+
+    /// [`Queue::import_stream`] of an export that began with `header`,
+    /// header and records in ONE atomic commit. With `adopt`, this spool
+    /// takes the header's uuid and push state — only if it is fresh (no
+    /// pending item, no dead letter, no push number ever assigned), else
+    /// [`crate::Error::IdentityRefused`] and nothing changes. Without
+    /// `adopt`, a header of this spool's own uuid merges the push states
+    /// (the larger highest number, the larger watermark) and one of
+    /// another uuid is ignored. When the identity is kept, a pending
+    /// record keeps its `push_seq` if it is above the resulting watermark,
+    /// at most the resulting highest number, and not taken; the rule is
+    /// [`crate::backend::identity`]'s.
+    fn import_with_identity(
+        &self,
+        header: &SpoolHeader,
+        adopt: bool,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<IdentityOutcome>;
+
+    /// Take another spool's identity — `uuid` becomes this spool's uuid
+    /// (its push client id) and `state` its push state — in one commit.
+    /// Only a fresh spool (no pending item, no dead letter, never pushed)
+    /// may; any other is refused with [`crate::Error::IdentityRefused`]
+    /// and left unchanged. For a spool moved to another backend or host
+    /// (`spool import --identity`).
+    fn adopt_identity(&self, uuid: &str, state: &PushState) -> Result<()> {
+        let header = SpoolHeader {
+            uuid: uuid.to_string(),
+            push: state.clone(),
+        };
+        self.import_with_identity(&header, true, &mut std::iter::empty(), &mut |_, _| {})
+            .map(|_| ())
     }
 }
 

@@ -174,6 +174,11 @@ conformance!(
         a_streamed_batch_is_enqueue_batch_without_the_memory,
         a_streamed_batch_that_fails_stores_nothing,
         a_streamed_import_that_fails_stores_nothing,
+        adopt_identity_takes_the_uuid_and_push_state,
+        adopt_identity_is_refused_unless_fresh,
+        an_adopting_import_keeps_numbers_above_the_watermark,
+        a_same_uuid_import_merges_the_push_state,
+        another_uuid_import_ignores_the_header,
     ],
     // Cases about paths and files, which the memory backend has not.
     durable: [
@@ -2749,4 +2754,228 @@ fn on_full_is_remembered(s: Setup) {
     h.q().set_on_full(OnFull::Reject).unwrap();
     h.step();
     assert_eq!(h.q().on_full().unwrap(), OnFull::Reject);
+}
+
+// ------------------------------------------------------- push identity
+
+const OTHER_UUID: &str = "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10";
+
+fn push_at(last_assigned: u64, acked: u64, skips: &[u64]) -> PushState {
+    PushState {
+        last_assigned,
+        acked,
+        skips: skips.to_vec(),
+    }
+}
+
+fn numbered(id: ItemId, seq: Option<u64>, state: RecordState) -> Record {
+    let mut item = fresh(id, &format!("r{id}"), "", T0);
+    item.push_seq = seq;
+    item.held = state == RecordState::Held;
+    Record {
+        item,
+        state,
+        dead_at: (state == RecordState::Dead).then_some(T0),
+    }
+}
+
+/// `adopt_identity`: a fresh spool takes the uuid and the push state, and
+/// its next number follows the adopted counter.
+fn adopt_identity_takes_the_uuid_and_push_state(s: Setup) {
+    let mut h = s.open(None);
+    let state = push_at(41, 39, &[40]);
+    h.q().adopt_identity(OTHER_UUID, &state).unwrap();
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), OTHER_UUID);
+    assert_eq!(push_state(&h), state);
+    let id = add(&h, "next", "");
+    assert_eq!(h.q().push_assign(&[id]).unwrap(), vec![(id, 42)]);
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), OTHER_UUID, "kept after a push");
+    assert_eq!(push_state(&h).last_assigned, 42);
+}
+
+/// `adopt_identity` on a spool that holds items (pending or dead) or has
+/// pushed is refused (`IdentityRefused`, exit 73) and changes nothing —
+/// an import that comes with it neither.
+fn adopt_identity_is_refused_unless_fresh(s: Setup) {
+    let check = |h: &Harness, before: &(String, PushState, u64, u64)| {
+        let e = h
+            .q()
+            .adopt_identity(OTHER_UUID, &push_at(5, 5, &[]))
+            .unwrap_err();
+        assert!(matches!(e, Error::IdentityRefused(_)), "{e:?}");
+        assert_eq!(e.kind(), ErrorKind::CannotCreate);
+        let header = spool::SpoolHeader {
+            uuid: OTHER_UUID.into(),
+            push: push_at(5, 5, &[]),
+        };
+        let recs = [numbered(900, None, RecordState::Pending)];
+        let e = h
+            .q()
+            .import_with_identity(
+                &header,
+                true,
+                &mut recs.iter().cloned().map(Ok),
+                &mut |_, _| {},
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::IdentityRefused(_)), "{e:?}");
+        let now = (
+            h.q().uuid().unwrap(),
+            push_state(h),
+            h.q().size().unwrap(),
+            h.q().dead_count().unwrap(),
+        );
+        assert_eq!(&now, before);
+    };
+    let snapshot = |h: &Harness| {
+        (
+            h.q().uuid().unwrap(),
+            push_state(h),
+            h.q().size().unwrap(),
+            h.q().dead_count().unwrap(),
+        )
+    };
+    // Pending items.
+    let mut h = s.open(None);
+    add(&h, "a", "");
+    h.step();
+    let before = snapshot(&h);
+    check(&h, &before);
+    h.step();
+    check(&h, &before);
+    // A dead letter only.
+    let mut h = s.open(None);
+    let id = add(&h, "a", "");
+    h.q().dead_letter(id, "x").unwrap();
+    h.step();
+    let before = snapshot(&h);
+    check(&h, &before);
+    // Pushed everything: empty, but with a push history.
+    let mut h = s.open(None);
+    let id = add(&h, "a", "");
+    h.q().push_assign(&[id]).unwrap();
+    h.q().push_ack(1, &[]).unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    let before = snapshot(&h);
+    assert_eq!(before.1, push_at(1, 1, &[]));
+    check(&h, &before);
+}
+
+/// An import that adopts the header keeps the numbers of pending records
+/// above the watermark (and at most the counter); held and dead records,
+/// and numbers at or below the watermark, come in unsent. All in one
+/// commit with the push state.
+fn an_adopting_import_keeps_numbers_above_the_watermark(s: Setup) {
+    let mut h = s.open(None);
+    let header = spool::SpoolHeader {
+        uuid: OTHER_UUID.into(),
+        push: push_at(10, 6, &[8]),
+    };
+    let recs = [
+        numbered(1, Some(5), RecordState::Pending),
+        numbered(2, Some(9), RecordState::Pending),
+        numbered(3, None, RecordState::Held),
+        numbered(4, Some(7), RecordState::Pending),
+        numbered(5, Some(11), RecordState::Pending),
+        numbered(6, Some(10), RecordState::Dead),
+        numbered(7, Some(7), RecordState::Pending),
+    ];
+    let mut heard = 0;
+    let outcome = h
+        .q()
+        .import_with_identity(
+            &header,
+            true,
+            &mut recs.iter().cloned().map(Ok),
+            &mut |_, _| heard += 1,
+        )
+        .unwrap();
+    assert_eq!(outcome, spool::IdentityOutcome::Adopted);
+    assert_eq!(heard, recs.len());
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), OTHER_UUID);
+    assert_eq!(push_state(&h), push_at(10, 6, &[8]));
+    assert_eq!(in_flight(&h), vec![(4, 7), (2, 9)]);
+    for id in [1, 3, 5, 7] {
+        assert_eq!(get(&h, id).push_seq, None, "item {id}");
+    }
+    assert_eq!(h.q().dead_count().unwrap(), 1);
+    assert_eq!(h.q().push_assign(&[1]).unwrap(), vec![(1, 11)]);
+}
+
+/// Without `adopt`, a header of the spool's own uuid merges the push
+/// states (the larger counter, the larger watermark); a record keeps its
+/// number unless an item of the spool has it or the watermark covers it;
+/// the spool's own items that the watermark now covers lose theirs.
+fn a_same_uuid_import_merges_the_push_state(s: Setup) {
+    let mut h = s.open(None);
+    let ids: Vec<ItemId> = (0..3).map(|i| add(&h, &format!("p{i}"), "")).collect();
+    h.q().push_assign(&ids).unwrap();
+    h.q().push_ack(1, &[]).unwrap();
+    h.step();
+    let uuid = h.q().uuid().unwrap();
+    let header = spool::SpoolHeader {
+        uuid: uuid.clone(),
+        push: push_at(6, 2, &[]),
+    };
+    let recs = [
+        numbered(100, Some(2), RecordState::Pending),
+        numbered(101, Some(3), RecordState::Pending),
+        numbered(102, Some(4), RecordState::Pending),
+        numbered(103, Some(4), RecordState::Pending),
+    ];
+    let outcome = h
+        .q()
+        .import_with_identity(
+            &header,
+            false,
+            &mut recs.iter().cloned().map(Ok),
+            &mut |_, _| {},
+        )
+        .unwrap();
+    assert_eq!(outcome, spool::IdentityOutcome::Kept);
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), uuid);
+    assert_eq!(push_state(&h), push_at(6, 2, &[]));
+    // ids[1] had 2, now covered by the watermark: unsent again. ids[2]
+    // keeps 3; record 101 wanted 3 too and comes in unsent; 103 repeats 4.
+    assert_eq!(in_flight(&h), vec![(ids[2], 3), (102, 4)]);
+    for id in [ids[1], 100, 101, 103] {
+        assert_eq!(get(&h, id).push_seq, None, "item {id}");
+    }
+    assert_eq!(h.q().size().unwrap(), 6);
+    assert_eq!(h.q().push_assign(&[100]).unwrap(), vec![(100, 7)]);
+}
+
+/// Without `adopt`, a header of another uuid changes nothing of the push
+/// state and the records come in unsent, as without a header.
+fn another_uuid_import_ignores_the_header(s: Setup) {
+    let mut h = s.open(None);
+    let id = add(&h, "mine", "");
+    h.q().push_assign(&[id]).unwrap();
+    h.step();
+    let (uuid, before) = (h.q().uuid().unwrap(), push_state(&h));
+    let header = spool::SpoolHeader {
+        uuid: OTHER_UUID.into(),
+        push: push_at(50, 40, &[]),
+    };
+    let recs = [numbered(100, Some(45), RecordState::Pending)];
+    let outcome = h
+        .q()
+        .import_with_identity(
+            &header,
+            false,
+            &mut recs.iter().cloned().map(Ok),
+            &mut |_, _| {},
+        )
+        .unwrap();
+    assert_eq!(outcome, spool::IdentityOutcome::Ignored);
+    h.step();
+    assert_eq!(h.q().uuid().unwrap(), uuid);
+    assert_eq!(push_state(&h), before);
+    assert_eq!(get(&h, 100).push_seq, None);
+    assert_eq!(in_flight(&h), vec![(id, 1)]);
 }

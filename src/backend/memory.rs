@@ -5,6 +5,7 @@
 //! dedups), so that it is a faithful model of the durable backends: the
 //! property tests compare both durable backends against it.
 
+use super::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
 use super::receive::Receive;
 use super::state::{self, State};
 use crate::error::Result;
@@ -254,5 +255,55 @@ impl Queue for MemoryQueue {
 
     fn push_clients(&self) -> Result<Vec<ClientSummary>> {
         Ok(self.lock().client_summaries())
+    }
+
+    fn import_with_identity(
+        &self,
+        header: &SpoolHeader,
+        adopt: bool,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<IdentityOutcome> {
+        let mut st = self.lock();
+        // Work on a copy: the import is all or nothing.
+        let mut next = st.clone();
+        let mut merge = Merge::begin(
+            Target {
+                uuid: next.uuid.clone().unwrap_or_default(),
+                push: next.push.clone(),
+                pending: next.pending.len() as u64,
+                dead: next.dead.len() as u64,
+            },
+            header,
+            adopt,
+        )?;
+        if merge.push.acked > merge.old_acked {
+            let unnumber: Vec<(u64, ItemId)> = next
+                .in_flight
+                .range(merge.old_acked + 1..=merge.push.acked)
+                .map(|(s, id)| (*s, *id))
+                .collect();
+            for (seq, id) in unnumber {
+                next.in_flight.remove(&seq);
+                next.update_pending(id, |it| it.push_seq = None);
+            }
+        }
+        for r in records {
+            let r = r?;
+            let (out, store) = next.plan_import(std::slice::from_ref(&r))?;
+            for mut rec in store {
+                rec.item.push_seq = merge.seq_for(&r, |s| Ok(next.in_flight.contains_key(&s)))?;
+                next.apply_record(rec);
+            }
+            for i in out {
+                each(&r, i);
+            }
+        }
+        next.push = merge.push.clone();
+        if let Some(uuid) = merge.new_uuid.take() {
+            next.uuid = Some(uuid);
+        }
+        *st = next;
+        Ok(merge.outcome)
     }
 }

@@ -7,6 +7,7 @@
 //! explicit backend wins for a new path and must match an existing one.
 
 pub mod file;
+pub mod identity;
 pub mod memory;
 pub mod postgres;
 pub(crate) mod receive;

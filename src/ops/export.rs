@@ -1,6 +1,13 @@
 //! `export`: a whole spool — pending and held items, and dead letters —
 //! as NDJSON records that `import` reads back, on any backend.
 //!
+//! The first line is the spool header,
+//! `{"spool":{"uuid":"…","push":{"last_assigned":N,"acked":M,"skips":[…]}}}`
+//! ([`SpoolHeader`]): who the spool is as a push client, so that an
+//! import can keep its sequence numbers (SPEC §7). It is read before the
+//! items; a spool without a uuid yet (a reference file never written by
+//! `spool`, read-only) has no header.
+//!
 //! A record is the item JSON object of [`super::json`] plus `"state"`
 //! (`pending`, `held` or `dead`) and, for dead letters, `dead_at`.
 //! Pending items come first (in id order, read page by page with
@@ -14,7 +21,8 @@
 
 use super::json::ItemJson;
 use super::output::{sink_error, write_to, Destination};
-use crate::error::Result;
+use crate::backend::identity::SpoolHeader;
+use crate::error::{Error, Result};
 use crate::item::{Record, RecordState};
 use crate::queue::Queue;
 use serde::Serialize;
@@ -43,8 +51,12 @@ impl ExportReport {
 /// atomically, only when everything was written).
 pub fn export(queue: &dyn Queue, dest: Destination<'_>) -> Result<ExportReport> {
     let destination = dest.label();
+    let header = header_of(queue)?;
     let mut report = write_to(dest, |w| {
         let mut r = ExportReport::default();
+        if let Some(h) = &header {
+            writeln!(w, "{}", h.to_line()).map_err(sink_error)?;
+        }
         for item in super::drain::ItemStream::new(queue, None) {
             let item = item?;
             let state = if item.held {
@@ -77,6 +89,21 @@ pub fn export(queue: &dyn Queue, dest: Destination<'_>) -> Result<ExportReport> 
     Ok(report)
 }
 
+/// The spool header of an export of `queue`: its uuid and push state.
+/// `None` for a spool that has no uuid yet (a reference spool that
+/// `spool` never wrote to, opened read-only).
+pub fn header_of(queue: &dyn Queue) -> Result<Option<SpoolHeader>> {
+    let uuid = match queue.uuid() {
+        Ok(u) => u,
+        Err(Error::Unsupported(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(SpoolHeader {
+        uuid,
+        push: queue.push_state()?,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,8 +132,13 @@ mod tests {
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_slice(l).unwrap())
             .collect();
-        let states: Vec<_> = lines.iter().map(|v| v["state"].as_str().unwrap()).collect();
+        assert_eq!(lines[0]["spool"]["uuid"], s.uuid().unwrap().as_str());
+        assert_eq!(lines[0]["spool"]["push"]["last_assigned"], 0);
+        let states: Vec<_> = lines[1..]
+            .iter()
+            .map(|v| v["state"].as_str().unwrap())
+            .collect();
         assert_eq!(states, ["held", "pending", "dead"]);
-        assert!(lines[2]["dead_at"].is_string());
+        assert!(lines[3]["dead_at"].is_string());
     }
 }

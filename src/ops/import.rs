@@ -1,6 +1,13 @@
 //! `import`: add the records of an export (see [`super::export`]) to a
 //! spool of any backend, all or nothing.
 //!
+//! An export's first line may be a spool header
+//! ([`crate::backend::identity::SpoolHeader`]: the exporting spool's uuid
+//! and push state). [`import_input_with`] hands it to
+//! [`Queue::import_with_identity`] in the same commit as the records; a
+//! header on any other line is a malformed record. Exports without a
+//! header (older versions, `drain`, `dlq export`) import as before.
+//!
 //! [`read_records`] parses and checks the whole input before anything is
 //! changed: one malformed record anywhere is an error naming its line
 //! ([`crate::Error::InvalidInput`], exit 65), and nothing is imported.
@@ -19,8 +26,9 @@
 //! ndjson` imports too. Unknown fields, and a `state` that contradicts
 //! `held` or `dead_at`, are errors. Blank lines are skipped.
 
+use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::{Error, Result};
-use crate::item::{Item, ItemId, Record, RecordState};
+use crate::item::{Imported, Item, ItemId, Record, RecordState};
 use crate::queue::Queue;
 use crate::time::Timestamp;
 use base64::Engine as _;
@@ -55,11 +63,12 @@ struct RecordIn {
     group: Option<String>,
     #[serde(default)]
     coalesce_key: Option<String>,
-    /// The exporting spool's push number: read and dropped, since the
-    /// number belongs to that spool's stream (an imported in-flight item
-    /// is sent again under the importing spool's numbers).
-    #[serde(default, rename = "push_seq")]
-    _push_seq: Option<u64>,
+    /// The exporting spool's push number. Kept only by an import that
+    /// keeps the exporting spool's identity
+    /// ([`Queue::import_with_identity`]); any other import drops it (the
+    /// item is sent again under the importing spool's numbers).
+    #[serde(default)]
+    push_seq: Option<u64>,
 }
 
 fn time(field: &str, v: Option<String>) -> std::result::Result<Option<Timestamp>, String> {
@@ -83,6 +92,9 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
     })?;
     if r.id == 0 {
         return Err("id must be a positive integer".into());
+    }
+    if r.push_seq == Some(0) {
+        return Err("push_seq must be a positive integer (or null)".into());
     }
     let payload = match (r.payload, r.payload_base64) {
         (Some(p), None) => p.into_bytes(),
@@ -136,7 +148,7 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
             next_retry_at: time("next_retry_at", r.next_retry_at)?,
             last_error: r.last_error,
             held: state == RecordState::Held,
-            push_seq: None,
+            push_seq: r.push_seq,
             group: r.group,
             coalesce_key: r.coalesce_key,
         },
@@ -155,20 +167,29 @@ fn state_name(s: RecordState) -> &'static str {
 
 /// Read and check every record of `reader`; `label` names it in errors
 /// (`"stdin"`, a file name). Nothing is returned unless all of it parses.
+/// A spool header on the first line is checked and left out.
 pub fn read_records(reader: &mut dyn BufRead, label: &str) -> Result<Vec<Record>> {
     let mut out = Vec::new();
-    for_each_record(reader, label, &mut |rec| {
-        out.push(rec);
+    for_each_record(reader, label, &mut |line| {
+        if let InputLine::Record(rec) = line {
+            out.push(rec);
+        }
         Ok(())
     })?;
     Ok(out)
 }
 
-/// Parse the records of `reader` one at a time, handing each to `f`.
+/// One line of an export: a record, or the spool header of line 1.
+enum InputLine {
+    Record(Record),
+    Header(SpoolHeader),
+}
+
+/// Parse the lines of `reader` one at a time, handing each to `f`.
 fn for_each_record(
     reader: &mut dyn BufRead,
     label: &str,
-    f: &mut dyn FnMut(Record) -> Result<()>,
+    f: &mut dyn FnMut(InputLine) -> Result<()>,
 ) -> Result<()> {
     let mut buf = Vec::new();
     let mut n = 0u64;
@@ -181,15 +202,15 @@ fn for_each_record(
             return Ok(());
         }
         n += 1;
-        if let Some(rec) = record_of_line(&buf, label, n) {
-            f(rec?)?;
+        if let Some(line) = record_of_line(&buf, label, n) {
+            f(line?)?;
         }
     }
 }
 
-/// The record on line `n` of `label` (`raw` with its line ending), or
-/// `None` for a blank line.
-fn record_of_line(raw: &[u8], label: &str, n: u64) -> Option<Result<Record>> {
+/// The record (or, on line 1, the spool header) on line `n` of `label`
+/// (`raw` with its line ending), or `None` for a blank line.
+fn record_of_line(raw: &[u8], label: &str, n: u64) -> Option<Result<InputLine>> {
     let mut line = raw;
     if let Some(l) = line.strip_suffix(b"\n") {
         line = l;
@@ -200,7 +221,19 @@ fn record_of_line(raw: &[u8], label: &str, n: u64) -> Option<Result<Record>> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
-    Some(parse_record(line).map_err(|reason| {
+    let parsed = match parse_record(line) {
+        Ok(rec) => Ok(InputLine::Record(rec)),
+        // Only a line that is not a record is looked at as a header.
+        Err(_) if SpoolHeader::is_header(line) => {
+            if n == 1 {
+                SpoolHeader::parse_line(line).map(InputLine::Header)
+            } else {
+                Err("a spool header ({\"spool\": …}) is allowed only as the first line".into())
+            }
+        }
+        Err(reason) => Err(reason),
+    };
+    Some(parsed.map_err(|reason| {
         Error::InvalidInput(format!("{label} line {n}: {reason}; nothing was imported"))
     }))
 }
@@ -214,6 +247,21 @@ pub struct ImportInput {
     file: std::fs::File,
     label: String,
     records: u64,
+    header: Option<SpoolHeader>,
+}
+
+/// Count the records of a checked export and keep its header.
+fn count_lines(reader: &mut dyn BufRead, label: &str) -> Result<(u64, Option<SpoolHeader>)> {
+    let mut records = 0u64;
+    let mut header = None;
+    for_each_record(reader, label, &mut |line| {
+        match line {
+            InputLine::Record(_) => records += 1,
+            InputLine::Header(h) => header = Some(h),
+        }
+        Ok(())
+    })?;
+    Ok((records, header))
 }
 
 impl ImportInput {
@@ -221,16 +269,13 @@ impl ImportInput {
     pub fn file(path: &std::path::Path) -> Result<ImportInput> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
         let label = path.display().to_string();
-        let mut records = 0u64;
         let mut r = std::io::BufReader::with_capacity(1 << 16, &file);
-        for_each_record(&mut r, &label, &mut |_| {
-            records += 1;
-            Ok(())
-        })?;
+        let (records, header) = count_lines(&mut r, &label)?;
         Ok(ImportInput {
             file,
             label,
             records,
+            header,
         })
     }
 
@@ -244,17 +289,14 @@ impl ImportInput {
         let mut file = super::input::spill_file(dir)?;
         std::io::copy(reader, &mut file)
             .map_err(|e| Error::io(std::path::Path::new(label), "read", e))?;
-        let mut records = 0u64;
         let mut r =
             std::io::BufReader::with_capacity(1 << 16, super::input::read_from_start(&file));
-        for_each_record(&mut r, label, &mut |_| {
-            records += 1;
-            Ok(())
-        })?;
+        let (records, header) = count_lines(&mut r, label)?;
         Ok(ImportInput {
             file,
             label: label.to_string(),
             records,
+            header,
         })
     }
 
@@ -266,6 +308,25 @@ impl ImportInput {
     /// True when the export holds no record.
     pub fn is_empty(&self) -> bool {
         self.records == 0
+    }
+
+    /// Check that the export can give its identity (`import
+    /// --identity`): it has a spool header. [`Error::InvalidInput`]
+    /// otherwise.
+    pub fn check_identity(&self) -> Result<()> {
+        if self.header.is_none() {
+            return Err(Error::InvalidInput(format!(
+                "{}: no spool header on the first line, so there is no identity to adopt \
+                 (an export of an older spool, or not a whole-spool export); nothing was imported",
+                self.label
+            )));
+        }
+        Ok(())
+    }
+
+    /// The export's spool header (its first line), if it has one.
+    pub fn header(&self) -> Option<&SpoolHeader> {
+        self.header.as_ref()
     }
 
     /// The records, in order, read again from the start.
@@ -283,8 +344,10 @@ impl ImportInput {
                 Ok(_) => {}
             }
             n += 1;
-            if let Some(rec) = record_of_line(&buf, &label, n) {
-                return Some(rec);
+            match record_of_line(&buf, &label, n) {
+                None | Some(Ok(InputLine::Header(_))) => {}
+                Some(Ok(InputLine::Record(rec))) => return Some(Ok(rec)),
+                Some(Err(e)) => return Some(Err(e)),
             }
         })
     }
@@ -339,6 +402,9 @@ pub struct ImportReport {
     pub held: u64,
     /// Stored dead records.
     pub dead: u64,
+    /// What became of the export's spool header: `adopted`, `kept` (same
+    /// uuid), `ignored` (another uuid); `None` without a header.
+    pub identity: Option<IdentityOutcome>,
 }
 
 /// Store `records` in one atomic commit.
@@ -346,30 +412,55 @@ pub fn import(queue: &dyn Queue, records: &[Record]) -> Result<ImportReport> {
     import_records(
         queue,
         records.len() as u64,
+        None,
         &mut records.iter().cloned().map(Ok),
     )
 }
 
 /// Store the records of a checked export in one atomic, streamed commit
-/// ([`Queue::import_stream`]).
+/// ([`Queue::import_stream`]); a spool header is used as
+/// [`import_input_with`] without `adopt` uses it.
 pub fn import_input(queue: &dyn Queue, input: &ImportInput) -> Result<ImportReport> {
-    import_records(queue, input.len(), &mut input.records())
+    import_input_with(queue, input, false)
+}
+
+/// Store the records of a checked export, and what its spool header says
+/// ([`Queue::import_with_identity`]), in one atomic, streamed commit.
+/// With `adopt` (`import --identity`) the spool takes the exporting
+/// spool's uuid and push state: the export must have a header
+/// ([`Error::InvalidInput`] otherwise) and the spool must be fresh
+/// ([`Error::IdentityRefused`] otherwise); either way nothing changes.
+pub fn import_input_with(
+    queue: &dyn Queue,
+    input: &ImportInput,
+    adopt: bool,
+) -> Result<ImportReport> {
+    if adopt {
+        input.check_identity()?;
+    }
+    import_records(
+        queue,
+        input.len(),
+        input.header.as_ref().map(|h| (h, adopt)),
+        &mut input.records(),
+    )
 }
 
 fn import_records(
     queue: &dyn Queue,
     count: u64,
+    header: Option<(&SpoolHeader, bool)>,
     records: &mut dyn Iterator<Item = Result<Record>>,
 ) -> Result<ImportReport> {
     let mut r = ImportReport {
         records: count,
         ..ImportReport::default()
     };
-    if count == 0 {
+    if count == 0 && header.is_none() {
         return Ok(r);
     }
     let mut heard = 0u64;
-    queue.import_stream(records, &mut |rec, res| {
+    let mut each = |rec: &Record, res: Imported| {
         heard += 1;
         if res.deduplicated {
             r.deduplicated.push(DedupHit {
@@ -393,7 +484,15 @@ fn import_records(
             RecordState::Held => r.held += 1,
             RecordState::Dead => r.dead += 1,
         }
-    })?;
+    };
+    let identity = match header {
+        Some((h, adopt)) => Some(queue.import_with_identity(h, adopt, records, &mut each)?),
+        None => {
+            queue.import_stream(records, &mut each)?;
+            None
+        }
+    };
+    r.identity = identity;
     if heard != count {
         return Err(Error::Internal(format!(
             "import_stream reported {heard} results for {count} records"

@@ -4,6 +4,7 @@
 
 use super::index::Which;
 use super::{client_lines, format, meta, push_line, Access, FileQueue, Inner, MetaUse};
+use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::backend::receive::Receive;
 use crate::backend::state::{self, View};
 use crate::error::{Error, Result};
@@ -488,5 +489,16 @@ impl Queue for FileQueue {
         self.locked(Access::Read, MetaUse::Skip, |_, inner| {
             inner.index()?.client_summaries()
         })
+    }
+
+    fn import_with_identity(
+        &self,
+        header: &SpoolHeader,
+        adopt: bool,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<IdentityOutcome> {
+        self.stream_import_with(records, each, Some((header, adopt)))?
+            .ok_or_else(|| Error::Internal("an identity import decided nothing".into()))
     }
 }

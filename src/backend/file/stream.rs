@@ -16,7 +16,8 @@
 
 use super::index::{Index, Which};
 use super::io::{parent_dir, write_all};
-use super::{format, open_main, Access, FileQueue, MetaUse, Tail};
+use super::{format, open_main, Access, FileQueue, Inner, MetaUse, Tail};
+use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
 use crate::backend::state;
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
@@ -275,6 +276,19 @@ impl FileQueue {
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
     ) -> Result<()> {
+        self.stream_import_with(records, each, None).map(|_| ())
+    }
+
+    /// [`FileQueue::stream_import`] of an export with a spool header
+    /// (`identity`: the header, and whether to adopt it). The push-state
+    /// line the header leads to is the main batch's last line, so it
+    /// commits with the items that carry the numbers it counts.
+    pub(super) fn stream_import_with(
+        &self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+        identity: Option<(&SpoolHeader, bool)>,
+    ) -> Result<Option<IdentityOutcome>> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
             let main_file = inner
                 .main
@@ -294,9 +308,25 @@ impl FileQueue {
             let mut main = BatchOut::new(q.path.clone(), Some(main_file), &inner.main_tail);
             let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail);
             let ix = inner.index()?;
+            let mut merge = match identity {
+                Some((header, adopt)) => Some(q.begin_identity(inner, header, adopt)?),
+                None => None,
+            };
             let mut keys = BatchKeys::default();
             let planned = q
-                .import_lines(ix, &mut keys, &mut main, &mut dead, records, each)
+                .unnumber_lines(inner, merge.as_ref(), &mut main)
+                .and_then(|()| {
+                    q.import_lines(
+                        ix,
+                        &mut keys,
+                        &mut main,
+                        &mut dead,
+                        records,
+                        each,
+                        merge.as_mut(),
+                    )
+                })
+                .and_then(|()| q.push_state_line(ix, merge.as_ref(), &mut main))
                 .and_then(|()| keys.clear(ix))
                 .and_then(|()| dead.finish(q))
                 .and_then(|d| main.finish(q).map(|m| (d, m)));
@@ -309,7 +339,7 @@ impl FileQueue {
                     if main.lines > 0 {
                         q.committed(inner, Which::Main, main_end);
                     }
-                    Ok(())
+                    Ok(merge.map(|m| m.outcome))
                 }
                 Err(e) => {
                     dead.abort(q);
@@ -320,6 +350,7 @@ impl FileQueue {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn import_lines(
         &self,
         ix: &Index,
@@ -328,6 +359,7 @@ impl FileQueue {
         dead: &mut BatchOut,
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
+        mut merge: Option<&mut Merge>,
     ) -> Result<()> {
         let mut hw = ix.high_water()?;
         for r in records {
@@ -346,7 +378,11 @@ impl FileQueue {
                     continue;
                 }
             }
-            let (imported, rec) = state::import_record(&r, &mut hw)?;
+            let (imported, mut rec) = state::import_record(&r, &mut hw)?;
+            if let Some(m) = merge.as_deref_mut() {
+                rec.item.push_seq =
+                    m.seq_for(&r, |seq| Ok(!ix.in_flight(seq - 1, seq)?.is_empty()))?;
+            }
             if live && !r.item.key.is_empty() {
                 keys.put(ix, &r.item.key, imported.id)?;
             }
@@ -364,5 +400,66 @@ impl FileQueue {
             each(&r, imported);
         }
         Ok(())
+    }
+
+    /// The identity decision for an import into this spool (see
+    /// [`crate::backend::identity`]).
+    fn begin_identity(&self, inner: &Inner, header: &SpoolHeader, adopt: bool) -> Result<Merge> {
+        let ix = inner.index()?;
+        Merge::begin(
+            Target {
+                uuid: ix
+                    .uuid()?
+                    .or_else(|| inner.meta.uuid.clone())
+                    .unwrap_or_default(),
+                push: ix.push()?,
+                pending: ix.depth()?,
+                dead: ix.dead_count()?,
+            },
+            header,
+            adopt,
+        )
+    }
+
+    /// `put` lines without a number for the spool's in-flight items that
+    /// the merged watermark covers (they are sent again as new entries).
+    fn unnumber_lines(
+        &self,
+        inner: &Inner,
+        merge: Option<&Merge>,
+        main: &mut BatchOut,
+    ) -> Result<()> {
+        let Some(m) = merge.filter(|m| m.keeps_numbers() && m.push.acked > m.old_acked) else {
+            return Ok(());
+        };
+        for (_, id) in inner.index()?.in_flight(m.old_acked, m.push.acked)? {
+            let Some(loc) = inner.index()?.pending_loc(id)? else {
+                continue;
+            };
+            for mut item in self.items(inner, &[loc])? {
+                item.push_seq = None;
+                let mut line = Vec::new();
+                format::write_put(&mut line, &item, None);
+                main.push(self, line)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The push-state line an import that keeps the identity ends with.
+    fn push_state_line(
+        &self,
+        ix: &Index,
+        merge: Option<&Merge>,
+        main: &mut BatchOut,
+    ) -> Result<()> {
+        let Some(m) = merge.filter(|m| m.keeps_numbers()) else {
+            return Ok(());
+        };
+        let uuid = match &m.new_uuid {
+            Some(u) => Some(u.clone()),
+            None => ix.uuid()?,
+        };
+        main.push(self, super::push_line(&m.push, uuid.as_ref()))
     }
 }

@@ -39,6 +39,7 @@
 //!   listens for it.
 
 mod conn;
+mod identity;
 mod receive;
 pub mod schema;
 pub mod url;
@@ -46,11 +47,12 @@ pub mod url;
 use self::conn::{connect, is_retryable, pg_error, Conn, Tx};
 use self::schema::Found;
 pub use self::url::{is_postgres_url, redact, PgTarget};
+use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
-    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
+    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue};
@@ -1242,65 +1244,7 @@ impl Queue for PostgresQueue {
     ) -> Result<()> {
         self.txn_once("import into", |tx| {
             let spool = self.lock_spool(tx)?;
-            let mut hw = spool.high_water;
-            let (mut pending, mut dead) = (0i64, 0i64);
-            for r in records {
-                let r = r?;
-                let live = r.state != RecordState::Dead;
-                if live && !r.item.key.is_empty() {
-                    if let Some(id) = self.key_owner(tx, &r.item.key)? {
-                        each(
-                            &r,
-                            Imported {
-                                id,
-                                kept_id: false,
-                                deduplicated: true,
-                            },
-                        );
-                        continue;
-                    }
-                }
-                let (id, kept_id) = if r.item.id > hw && i64::try_from(r.item.id).is_ok() {
-                    (r.item.id, true)
-                } else {
-                    (
-                        hw.checked_add(1)
-                            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-                        false,
-                    )
-                };
-                hw = id;
-                let mut item = r.item.clone();
-                item.id = id;
-                item.held = r.state == RecordState::Held;
-                item.push_seq = None;
-                match r.state {
-                    RecordState::Dead => {
-                        let dead_at = r.dead_at.ok_or_else(|| {
-                            Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
-                        })?;
-                        self.insert_dead(tx, &DeadLetter { item, dead_at })?;
-                        dead += 1;
-                    }
-                    RecordState::Pending | RecordState::Held => {
-                        self.insert_pending(tx, &item)?;
-                        pending += 1;
-                    }
-                }
-                each(
-                    &r,
-                    Imported {
-                        id,
-                        kept_id,
-                        deduplicated: false,
-                    },
-                );
-            }
-            self.adjust(tx, hw, pending, dead)?;
-            if pending > 0 {
-                self.notify(tx)?;
-            }
-            Ok(())
+            self.import_records(tx, spool.high_water, records, each, None)
         })
     }
 
@@ -1466,6 +1410,22 @@ impl Queue for PostgresQueue {
 
     fn leasing(&self) -> Option<&dyn Leasing> {
         Some(self)
+    }
+
+    fn import_with_identity(
+        &self,
+        header: &SpoolHeader,
+        adopt: bool,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<IdentityOutcome> {
+        self.txn_once("import into", |tx| {
+            let spool = self.lock_spool(tx)?;
+            let mut merge = self.begin_identity(tx, header, adopt)?;
+            self.import_records(tx, spool.high_water, records, each, Some(&mut merge))?;
+            self.finish_identity(tx, &merge)?;
+            Ok(merge.outcome)
+        })
     }
 }
 

@@ -941,6 +941,30 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// Take the push number of pending item `id` away: it is sent again
+    /// as a new entry.
+    pub fn unnumber(&self, id: ItemId) -> Result<()> {
+        let Some(id) = sql_id(id) else {
+            return Ok(());
+        };
+        self.conn
+            .prepare_cached("UPDATE morph_offline_queue SET push_seq = NULL WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Whether a pending item carries push number `seq`.
+    pub fn seq_in_use(&self, seq: u64) -> Result<bool> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(false);
+        };
+        self.conn
+            .prepare_cached("SELECT 1 FROM morph_offline_queue WHERE push_seq = ?1")
+            .and_then(|mut s| s.exists([seq]))
+            .map_err(|e| self.err(e))
+    }
+
     /// Remove dead letter `id`; whether it was one.
     pub fn remove_dead(&self, id: ItemId) -> Result<bool> {
         match sql_id(id) {

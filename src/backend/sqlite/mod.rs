@@ -56,6 +56,7 @@ mod schema;
 
 use self::db::Db;
 use self::schema::Layout;
+use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
@@ -853,68 +854,7 @@ impl Queue for SqliteQueue {
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
     ) -> Result<()> {
-        self.write("import into", |db| {
-            // State::plan_import, storing as it goes: the transaction
-            // makes it all-or-nothing.
-            let mut hw = db.high_water()?;
-            let mut stored_dead = false;
-            for r in records {
-                let r = r?;
-                let live = r.state != RecordState::Dead;
-                if live && !r.item.key.is_empty() {
-                    // Keys stored earlier in this batch are in the table
-                    // already, so one lookup covers both cases.
-                    if let Some(id) = db.key_owner(&r.item.key)? {
-                        each(
-                            &r,
-                            Imported {
-                                id,
-                                kept_id: false,
-                                deduplicated: true,
-                            },
-                        );
-                        continue;
-                    }
-                }
-                let (id, kept_id) = if r.item.id > hw {
-                    (r.item.id, true)
-                } else {
-                    (
-                        hw.checked_add(1)
-                            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-                        false,
-                    )
-                };
-                hw = id;
-                let mut item = r.item.clone();
-                item.id = id;
-                item.held = r.state == RecordState::Held;
-                // Push numbers belong to the exporting spool's stream.
-                item.push_seq = None;
-                match r.state {
-                    RecordState::Dead => {
-                        let dead_at = r.dead_at.ok_or_else(|| {
-                            Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
-                        })?;
-                        db.insert_dead(&DeadLetter { item, dead_at })?;
-                        stored_dead = true;
-                    }
-                    RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
-                }
-                each(
-                    &r,
-                    Imported {
-                        id,
-                        kept_id,
-                        deduplicated: false,
-                    },
-                );
-            }
-            if stored_dead {
-                db.raise_sequence(hw)?;
-            }
-            Ok(())
-        })
+        self.write("import into", |db| import_records(db, records, each, None))
     }
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
@@ -1010,6 +950,120 @@ impl Queue for SqliteQueue {
     fn push_clients(&self) -> Result<Vec<ClientSummary>> {
         self.snapshot("read the push clients of", receive::clients)
     }
+
+    fn import_with_identity(
+        &self,
+        header: &SpoolHeader,
+        adopt: bool,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<IdentityOutcome> {
+        self.write("import into", |db| {
+            let mut merge = Merge::begin(
+                Target {
+                    uuid: schema::get_meta(db.conn, "uuid")
+                        .map_err(|e| db.err(e))?
+                        .unwrap_or_default(),
+                    push: db.push_state()?,
+                    pending: db.pending_count()?,
+                    dead: db.dead_count()?,
+                },
+                header,
+                adopt,
+            )?;
+            if merge.keeps_numbers() {
+                for (id, _) in db.in_flight_ids(merge.old_acked, merge.push.acked)? {
+                    db.unnumber(id)?;
+                }
+            }
+            import_records(db, records, each, Some(&mut merge))?;
+            if merge.keeps_numbers() {
+                db.drop_skips_through(u64::MAX)?;
+                for &seq in &merge.push.skips {
+                    db.add_skip(i64::try_from(seq).unwrap_or(i64::MAX))?;
+                }
+                db.set_push_counters(merge.push.last_assigned, merge.push.acked)?;
+            }
+            if let Some(uuid) = &merge.new_uuid {
+                schema::set_meta(db.conn, "uuid", uuid).map_err(|e| db.err(e))?;
+            }
+            Ok(merge.outcome)
+        })
+    }
+}
+
+/// Store `records` in the open transaction: [`crate::backend::state`]'s
+/// `plan_import`, storing as it goes (the transaction makes it
+/// all-or-nothing). With `merge`, pending records may keep their push
+/// numbers (see [`crate::backend::identity`]).
+fn import_records(
+    db: &Db<'_>,
+    records: &mut dyn Iterator<Item = Result<Record>>,
+    each: &mut dyn FnMut(&Record, Imported),
+    mut merge: Option<&mut Merge>,
+) -> Result<()> {
+    let mut hw = db.high_water()?;
+    let mut stored_dead = false;
+    for r in records {
+        let r = r?;
+        let live = r.state != RecordState::Dead;
+        if live && !r.item.key.is_empty() {
+            // Keys stored earlier in this batch are in the table
+            // already, so one lookup covers both cases.
+            if let Some(id) = db.key_owner(&r.item.key)? {
+                each(
+                    &r,
+                    Imported {
+                        id,
+                        kept_id: false,
+                        deduplicated: true,
+                    },
+                );
+                continue;
+            }
+        }
+        let (id, kept_id) = if r.item.id > hw {
+            (r.item.id, true)
+        } else {
+            (
+                hw.checked_add(1)
+                    .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
+                false,
+            )
+        };
+        hw = id;
+        let mut item = r.item.clone();
+        item.id = id;
+        item.held = r.state == RecordState::Held;
+        // Push numbers belong to the exporting spool's stream,
+        // unless the import keeps its identity.
+        item.push_seq = match (&mut merge, r.state) {
+            (Some(m), RecordState::Pending) => m.seq_for(&r, |seq| db.seq_in_use(seq))?,
+            _ => None,
+        };
+        match r.state {
+            RecordState::Dead => {
+                let dead_at = r.dead_at.ok_or_else(|| {
+                    Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
+                })?;
+                db.insert_dead(&DeadLetter { item, dead_at })?;
+                stored_dead = true;
+            }
+            RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
+        }
+        each(
+            &r,
+            Imported {
+                id,
+                kept_id,
+                deduplicated: false,
+            },
+        );
+    }
+    if stored_dead {
+        db.raise_sequence(hw)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,10 +10,16 @@ use std::path::PathBuf;
 
 /// Write every pending, held and dead item as NDJSON records
 ///
-/// One record per line: the item object of --json (id, payload or
+/// The first line is the spool header, the spool's push identity:
+/// {"spool": {"uuid": "…", "push": {"last_assigned": N, "acked": M,
+/// "skips": […]}}} (its uuid, the highest push sequence number assigned,
+/// the receiver's acknowledged watermark, abandoned numbers). Then one
+/// record per line: the item object of --json (id, payload or
 /// payload_base64, key, attempts, enqueued_at, next_retry_at, last_error,
-/// held) plus "state": "pending", "held" or "dead", and dead_at for dead
-/// letters. Pending items come first, then dead letters, read page by
+/// held, push_seq) plus "state": "pending", "held" or "dead", and dead_at
+/// for dead letters. `spool import --identity` into a fresh spool keeps
+/// the identity, so a moved spool continues its push numbering. Pending
+/// items come first, then dead letters, read page by
 /// page (any spool size). `spool import` reads the records back into a
 /// spool of either backend. With -o the file is written to a temporary
 /// file, synced and renamed into place. Never creates or changes the

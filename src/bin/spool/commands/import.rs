@@ -3,8 +3,8 @@
 use super::Ctx;
 use crate::exit::CliError;
 use clap::Args;
-use spool::ops::import::{import_input, ImportInput};
-use spool::OpenMode;
+use spool::ops::import::{import_input_with, ImportInput};
+use spool::{IdentityOutcome, OpenMode};
 use std::path::PathBuf;
 
 /// Add the records of `spool export` to this spool (all or nothing)
@@ -23,19 +23,41 @@ use std::path::PathBuf;
 /// too: with dead_at they are dead, with "held": true held, else pending
 /// (so `drain` and `dlq export` output can be imported).
 ///
+/// The push identity: an export begins with a spool header (the
+/// exporting spool's uuid and push state, see `spool export`). A header
+/// is allowed only as the first line; anywhere else it is a malformed
+/// record. With --identity this spool takes the exporting spool's uuid
+/// and push state, so that `replay --push` continues its sequence
+/// numbers where the exporting spool left off and the receiver sees the
+/// same client: the way to move an edge spool to another backend or
+/// machine. Only a fresh spool may take an identity (a path that does
+/// not exist yet, or one just made with `spool init`: no items, no dead
+/// letters, never pushed); any other is refused with exit 73 and left
+/// unchanged. Without --identity, a header of this spool's own uuid keeps
+/// the push state (the larger counter and watermark of the two) and the
+/// numbers of in-flight items; a header of another uuid is ignored (with
+/// -v a note says so) and the items come in unsent, under this spool's
+/// own identity. Exports without a header import as before.
+///
 /// With --json one object: records, imported, kept_ids, renumbered
 /// [{from, to}], deduplicated [{from, existing, key}], pending, held,
-/// dead.
+/// dead, identity ("adopted", "kept", "ignored", or null without a
+/// header).
 ///
 /// Examples:
 ///   spool -s new.ndjson import spool.export
 ///   spool -s old.db export | spool -s new.ndjson import -
+///   spool -s edge.db export | spool -s moved.ndjson import --identity -
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ImportArgs {
     /// The export to read, or - for stdin
     #[arg(value_name = "FILE")]
     input: PathBuf,
+
+    /// Take the exporting spool's uuid and push state (fresh spools only)
+    #[arg(long)]
+    identity: bool,
 }
 
 pub fn run(args: ImportArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -56,9 +78,33 @@ pub fn run(args: ImportArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ImportInput::file(&args.input)
     }
     .map_err(|e| ctx.fail(ACTION, e))?;
+    if args.identity {
+        // Checked before the spool is opened (and perhaps created).
+        input.check_identity().map_err(|e| {
+            ctx.fail(ACTION, e).hint(
+                "export the spool again with this version of spool, or import without --identity",
+            )
+        })?;
+    }
     let spool = ctx.open(OpenMode::Create, ACTION)?;
-    let r = import_input(&*spool, &input).map_err(|e| ctx.fail(ACTION, e))?;
+    let r = import_input_with(&*spool, &input, args.identity).map_err(|e| ctx.fail(ACTION, e))?;
     ctx.notices(&spool);
+    if let (Some(h), Some(outcome)) = (input.header(), r.identity) {
+        match outcome {
+            IdentityOutcome::Adopted => ctx.detail(&format!(
+                "took the identity of spool {}: push numbers continue after {}, acknowledged up to {}",
+                h.uuid, h.push.last_assigned, h.push.acked
+            )),
+            IdentityOutcome::Kept => ctx.detail(&format!(
+                "the export is of this spool ({}): its push state and in-flight numbers were kept",
+                h.uuid
+            )),
+            IdentityOutcome::Ignored => ctx.detail(&format!(
+                "the export is of spool {}, not this one: its push state was ignored and its items come in unsent (import --identity into a fresh spool keeps it)",
+                h.uuid
+            )),
+        }
+    }
     for d in &r.deduplicated {
         ctx.note(&format!(
             "record {} deduplicated: pending item {} already carries its key {}; nothing stored for it",

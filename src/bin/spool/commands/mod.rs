@@ -448,6 +448,9 @@ fn default_hint(e: &Error) -> Option<String> {
         Error::QueueFull { .. } => {
             "make room (`spool replay`, `spool done ID`), allow more for one call with --max-depth N, or wait with --wait-for-space DURATION"
         }
+        Error::IdentityRefused(_) => {
+            "import --identity into a new spool (a path that does not exist yet, or one just made with `spool init`); without --identity the items come in unsent under this spool's own identity"
+        }
         Error::ReplayLocked { .. } | Error::Busy { .. } => {
             "another process holds the spool; try again shortly"
         }

@@ -1,0 +1,149 @@
+//! Import on PostgreSQL, with and without an export's spool header (see
+//! [`crate::backend::identity`]): the records and the push identity in
+//! the import's one transaction, the spool row locked.
+
+use super::conn::Tx;
+use super::{id_param, u64_of, PostgresQueue};
+use crate::backend::identity::{Merge, SpoolHeader, Target};
+use crate::error::{Error, Result};
+use crate::item::{DeadLetter, Imported, Record, RecordState};
+
+impl PostgresQueue {
+    /// Store `records` in the open transaction (the spool row locked,
+    /// its high-water mark `high_water`). With `merge`, pending records
+    /// may keep their push numbers (see [`crate::backend::identity`]).
+    pub(super) fn import_records(
+        &self,
+        tx: &mut Tx<'_>,
+        high_water: u64,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+        mut merge: Option<&mut Merge>,
+    ) -> Result<()> {
+        let mut hw = high_water;
+        let (mut pending, mut dead) = (0i64, 0i64);
+        for r in records {
+            let r = r?;
+            let live = r.state != RecordState::Dead;
+            if live && !r.item.key.is_empty() {
+                if let Some(id) = self.key_owner(tx, &r.item.key)? {
+                    each(
+                        &r,
+                        Imported {
+                            id,
+                            kept_id: false,
+                            deduplicated: true,
+                        },
+                    );
+                    continue;
+                }
+            }
+            let (id, kept_id) = if r.item.id > hw && i64::try_from(r.item.id).is_ok() {
+                (r.item.id, true)
+            } else {
+                (
+                    hw.checked_add(1)
+                        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
+                    false,
+                )
+            };
+            hw = id;
+            let mut item = r.item.clone();
+            item.id = id;
+            item.held = r.state == RecordState::Held;
+            // Push numbers belong to the exporting spool's stream,
+            // unless the import keeps its identity.
+            item.push_seq = match (&mut merge, r.state) {
+                (Some(m), RecordState::Pending) => m.seq_for(&r, |seq| self.seq_in_use(tx, seq))?,
+                _ => None,
+            };
+            match r.state {
+                RecordState::Dead => {
+                    let dead_at = r.dead_at.ok_or_else(|| {
+                        Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
+                    })?;
+                    self.insert_dead(tx, &DeadLetter { item, dead_at })?;
+                    dead += 1;
+                }
+                RecordState::Pending | RecordState::Held => {
+                    self.insert_pending(tx, &item)?;
+                    pending += 1;
+                }
+            }
+            each(
+                &r,
+                Imported {
+                    id,
+                    kept_id,
+                    deduplicated: false,
+                },
+            );
+        }
+        self.adjust(tx, hw, pending, dead)?;
+        if pending > 0 {
+            self.notify(tx)?;
+        }
+        Ok(())
+    }
+
+    fn seq_in_use(&self, tx: &mut Tx<'_>, seq: u64) -> Result<bool> {
+        let row = tx.query_opt(
+            "SELECT 1 FROM {s}.items WHERE spool = $1 AND push_seq = $2",
+            &[self.spool(), &id_param(seq)],
+        )?;
+        Ok(row.is_some())
+    }
+
+    /// The identity part of an import: decide (refusing an adoption by a
+    /// spool that is not fresh), and take the numbers of the spool's
+    /// in-flight items that the merged watermark covers.
+    pub(super) fn begin_identity(
+        &self,
+        tx: &mut Tx<'_>,
+        header: &SpoolHeader,
+        adopt: bool,
+    ) -> Result<Merge> {
+        let row = tx.query_one(
+            "SELECT uuid, depth, dead FROM {s}.spools WHERE name = $1",
+            &[self.spool()],
+        )?;
+        let merge = Merge::begin(
+            Target {
+                uuid: row.get(0),
+                pending: u64_of(row.get(1)),
+                dead: u64_of(row.get(2)),
+                push: self.push_state_in(tx)?,
+            },
+            header,
+            adopt,
+        )?;
+        if merge.keeps_numbers() && merge.push.acked > merge.old_acked {
+            tx.execute(
+                "UPDATE {s}.items SET push_seq = NULL WHERE spool = $1 AND push_seq > $2 AND push_seq <= $3",
+                &[self.spool(), &id_param(merge.old_acked), &id_param(merge.push.acked)],
+            )?;
+        }
+        Ok(merge)
+    }
+
+    /// Store the push state (and uuid) an identity import ends with.
+    pub(super) fn finish_identity(&self, tx: &mut Tx<'_>, merge: &Merge) -> Result<()> {
+        if !merge.keeps_numbers() {
+            return Ok(());
+        }
+        self.drop_skips_through(tx, u64::MAX >> 1)?;
+        let skips: Vec<i64> = merge.push.skips.iter().map(|s| id_param(*s)).collect();
+        tx.execute(
+            "INSERT INTO {s}.push_skips (spool, seq) SELECT $1, unnest($2::int8[]) ON CONFLICT DO NOTHING",
+            &[self.spool(), &skips],
+        )?;
+        self.set_push_counters(tx, merge.push.last_assigned, merge.push.acked)?;
+        if let Some(uuid) = &merge.new_uuid {
+            tx.execute(
+                "UPDATE {s}.spools SET uuid = $2 WHERE name = $1",
+                &[self.spool(), uuid],
+            )?;
+        }
+        Ok(())
+    }
+}
