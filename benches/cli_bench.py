@@ -77,7 +77,7 @@ def sql_quote(s):
 
 def remove_spool(path):
     """Remove a spool (or database) and its companion files, if any."""
-    for suffix in ("", "-wal", "-shm", "-journal", ".meta", ".dead", ".replay.lock"):
+    for suffix in ("", "-wal", "-shm", "-journal", ".meta", ".dead", ".idx", ".idx-wal", ".idx-shm", ".replay.lock"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
 

@@ -3,7 +3,9 @@
 the binaries and starts the cluster. Standard library only."""
 
 import argparse
+import glob
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -15,9 +17,22 @@ SPOOL = "target/release/spool"
 SINK = "target/release/examples/http_sink"
 
 
+def find_psql():
+    """The psql binary itself: on Debian, /usr/bin/psql is pg_wrapper, a
+    Perl script that picks a version and then execs the real psql, which
+    adds a Perl start-up to every call."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    return found[-1] if found else shutil.which("psql")
+
+
+PSQL = find_psql()
+WRAPPER = "/usr/bin/psql" if os.path.realpath("/usr/bin/psql") != os.path.realpath(PSQL or "") else None
+
+
 def psql(url, *args, stdin=None):
     return subprocess.run(
-        ["psql", url, "-XAtq", *args], check=True, stdout=subprocess.PIPE, input=stdin
+        [PSQL, url, "-XAtq", *args], check=True, stdout=subprocess.PIPE, input=stdin
     ).stdout.decode()
 
 
@@ -53,21 +68,30 @@ def one_shot(base, n):
     url = spool_url(base, "oneshot")
     check([SPOOL, "-s", url, "init"])
     psql(base, "-c", "CREATE TABLE IF NOT EXISTS bench_insert (id bigserial PRIMARY KEY, payload bytea NOT NULL, key bytea NOT NULL DEFAULT '', enqueued_at bigint)")
-    s, p = [], []
+    contenders = [("spool", None), ("psql", PSQL)] + ([("wrapper", WRAPPER)] if WRAPPER else [])
+    times = {name: [] for name, _ in contenders}
     for i in range(n):
-        # Interleaved, so that both see the same server state.
-        s.append(run_timed([SPOOL, "-q", "-s", url, "enqueue", f"payload {i}"]).wall)
-        p.append(
-            run_timed(
-                ["/usr/bin/psql", base, "-XAtqc",
-                 f"INSERT INTO bench_insert (payload, enqueued_at) VALUES ('payload {i}', 0)"]
-            ).wall
-        )
+        # Interleaved, in rotating order, so that all see the same server
+        # state and the same load from other work on the machine.
+        k = i % len(contenders)
+        for name, binary in contenders[k:] + contenders[:k]:
+            if name == "spool":
+                argv = [SPOOL, "-q", "-s", url, "enqueue", f"payload {i}"]
+            else:
+                argv = [binary, base, "-XAtqc", f"INSERT INTO bench_insert (payload, enqueued_at) VALUES ('payload {i}', 0)"]
+            times[name].append(run_timed(argv).wall)
+    p = times["psql"]
     print(f"\n### 1. One-shot enqueue, {n} calls each (fsync on)\n")
-    print("| command | median | p99 | ratio (median) |")
-    print("|---|---:|---:|---:|")
-    print(f"| `psql -c \"INSERT …\"` | {median_ms(p):.2f} ms | {p99_ms(p):.2f} ms | 1.00× |")
-    print(f"| `spool enqueue PAYLOAD` | {median_ms(s):.2f} ms | {p99_ms(s):.2f} ms | {median_ms(s) / median_ms(p):.2f}× |")
+    print("| command | median | p99 | ratio (median) | ratio (p99) |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| `psql -c \"INSERT …\"` ({PSQL}) | {median_ms(p):.2f} ms | {p99_ms(p):.2f} ms | 1.00× | 1.00× |")
+    if WRAPPER:
+        w = times["wrapper"]
+        print(f"| `psql -c \"INSERT …\"` through {WRAPPER} (Debian's pg_wrapper) | {median_ms(w):.2f} ms | {p99_ms(w):.2f} ms "
+              f"| {median_ms(w) / median_ms(p):.2f}× | {p99_ms(w) / p99_ms(p):.2f}× |")
+    s = times["spool"]
+    print(f"| `spool enqueue PAYLOAD` | {median_ms(s):.2f} ms | {p99_ms(s):.2f} ms | {median_ms(s) / median_ms(p):.2f}× "
+          f"| {p99_ms(s) / p99_ms(p):.2f}× |")
 
 
 def lines(base, work, n):
@@ -75,22 +99,34 @@ def lines(base, work, n):
     with open(path, "w") as f:
         for i in range(n):
             f.write('{"event":"bench","seq":%d,"user":"u-%06d"}\n' % (i, i % 5000))
+    # Two \copy targets: a bare one-column table, and a table equivalent to
+    # spool's items table (bigserial id as primary key, payload bytea, key,
+    # attempts, enqueue time from the server's clock, the unique partial
+    # index on keys and a partial index like the claim path's).
     psql(base, "-c", "CREATE TABLE IF NOT EXISTS bench_copy (payload text NOT NULL)")
+    psql(base, "-c", "CREATE TABLE IF NOT EXISTS bench_copy_eq (id bigserial PRIMARY KEY, payload bytea NOT NULL, "
+         "key bytea NOT NULL DEFAULT '', attempts bigint NOT NULL DEFAULT 0, "
+         "enqueued_at bigint DEFAULT (extract(epoch FROM now()) * 1000)::bigint, next_retry_at bigint, held boolean NOT NULL DEFAULT false); "
+         "CREATE UNIQUE INDEX IF NOT EXISTS bench_copy_eq_key ON bench_copy_eq (key) WHERE key <> ''; "
+         "CREATE INDEX IF NOT EXISTS bench_copy_eq_fresh ON bench_copy_eq (id) WHERE NOT held AND next_retry_at IS NULL")
     rows = []
     for rnd in range(3):
-        psql(base, "-c", "TRUNCATE bench_copy")
-        c = run_timed(["/usr/bin/psql", base, "-XAtqc", f"\\copy bench_copy (payload) FROM '{path}' WITH (FORMAT text)"]).wall
+        psql(base, "-c", "TRUNCATE bench_copy, bench_copy_eq")
+        c = run_timed([PSQL, base, "-XAtqc", f"\\copy bench_copy (payload) FROM '{path}' WITH (FORMAT text)"]).wall
+        e = run_timed([PSQL, base, "-XAtqc", f"\\copy bench_copy_eq (payload) FROM '{path}' WITH (FORMAT text)"]).wall
         url = spool_url(base, f"lines{rnd}")
         s = run_timed([SPOOL, "-q", "-s", url, "enqueue", "--lines", "--file", path]).wall
         assert int(check([SPOOL, "-s", url, "size"]).decode()) == n
-        rows.append((c, s))
+        rows.append((c, e, s))
     c = statistics.median(r[0] for r in rows)
-    s = statistics.median(r[1] for r in rows)
-    print(f"\n### 2. {n:,} lines in one commit (median of 3)\n")
-    print("| command | time | lines/s | speed vs \\copy |")
-    print("|---|---:|---:|---:|")
-    print(f"| `psql \\copy` (text, no index) | {c:.2f} s | {n / c:,.0f} | 1.00× |")
-    print(f"| `spool enqueue --lines` | {s:.2f} s | {n / s:,.0f} | {c / s:.2f}× |")
+    e = statistics.median(r[1] for r in rows)
+    s = statistics.median(r[2] for r in rows)
+    print(f"\n### 2. {n:,} lines in one commit (median of 3, interleaved)\n")
+    print("| command | time | lines/s | speed vs \\copy (equivalent table) | speed vs \\copy (bare table) |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| `psql \\copy` into a table equivalent to spool's (id, key, indexes) | {e:.2f} s | {n / e:,.0f} | 1.00× | {c / e:.2f}× |")
+    print(f"| `psql \\copy` into a one-column text table, no index | {c:.2f} s | {n / c:,.0f} | {e / c:.2f}× | 1.00× |")
+    print(f"| `spool enqueue --lines --file` | {s:.2f} s | {n / s:,.0f} | {e / s:.2f}× | {c / s:.2f}× |")
 
 
 def fill(url, work, n):
@@ -142,10 +178,11 @@ def throughput(base, work, n):
     finally:
         sink.stop()
     print(f"\n### 4. Claim + ack throughput, {n:,} items, sink answers at once\n")
-    print("| processes | --concurrency | --commit-every | time | items/s |")
-    print("|---:|---:|---:|---:|---:|")
+    cores = os.cpu_count()
+    print(f"| processes | --concurrency | --commit-every | time | items/s | items/s per core ({cores} cores) |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for procs, conc, every, w in rows:
-        print(f"| {procs} | {conc} | {every} | {w:.2f} s | {n / w:,.0f} |")
+        print(f"| {procs} | {conc} | {every} | {w:.2f} s | {n / w:,.0f} | {n / w / cores:,.0f} |")
 
 
 def main():

@@ -21,8 +21,11 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-cargo build --release --quiet --bin spool --example http_sink
+cargo build --release --locked --quiet --bin spool --example http_sink
 work=$(mktemp -d /tmp/spool-pg-bench.XXXXXX)
+# As root, .ci/pg.sh runs the cluster as the `postgres` user, which must be
+# able to reach its directory inside $work (mktemp makes it 0700).
+chmod 0755 "$work"
 cleanup() {
     if [ -z "${SPOOL_BENCH_PG_URL:-}" ]; then
         bash .ci/pg.sh stop "$work/pg" || true

@@ -5,6 +5,7 @@
 #
 #   benches/push.sh                # 100,000 items
 #   benches/push.sh 20000          # fewer
+#   benches/push.sh 100000 --modes push,url   # some contenders only
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/push.sh   # keep the work files there
 set -euo pipefail
 
@@ -28,4 +29,4 @@ else
     trap 'rm -rf "$dir"' EXIT
 fi
 
-python3 benches/push_bench.py --spool "$spool" --dir "$dir" --items "${1:-100000}"
+python3 benches/push_bench.py --spool "$spool" --dir "$dir" --items "${1:-100000}" "${@:2}"

@@ -27,8 +27,11 @@ def serve(spool, central, extra=()):
 
 
 def stop(p):
+    """SIGTERM the server; return its user + system CPU seconds (wait4)."""
     p.terminate()
-    p.wait(timeout=60)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 def fill(spool, edge, n, workdir):
@@ -68,11 +71,13 @@ def run(spool, workdir, n, mode, extra=()):
             argv = [spool, "-s", edge, "replay", "--url", base + "/v1/items", *extra]
         t = run_timed(argv)
     finally:
-        stop(p)
+        server_cpu = stop(p)
     got = count(spool, central)
     if got != n or count(spool, edge) != 0:
         raise RuntimeError(f"{mode}: {got} of {n} items arrived")
-    return t
+    for path in (edge, central):
+        fresh(workdir, os.path.basename(path))
+    return t, server_cpu
 
 
 def main():
@@ -80,27 +85,37 @@ def main():
     ap.add_argument("--spool", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--modes", default="push,compress,url,url16",
+                    help="which contenders, comma-separated (push, compress, url, url16); "
+                         "the ratio column needs url")
     args = ap.parse_args()
+    wanted = set(args.modes.split(","))
     info = machine_info(args.dir)
     print(f"# push benchmark: {info['date']}, {info['nproc']} cores, {info['cpu']}, "
           f"{info['fs']}, load {info['load']}\n")
     n = args.items
     rows = []
-    for label, mode, extra in [
-        ("`replay --push` (batch 500)", "push", ()),
-        ("`replay --push --compress`", "push", ("--compress",)),
-        ("`replay --url …/v1/items` (one item per request)", "url", ()),
-        ("`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),
+    base = None
+    for key, label, mode, extra in [
+        ("push", "`replay --push` (batch 500)", "push", ()),
+        ("compress", "`replay --push --compress`", "push", ("--compress",)),
+        ("url", "`replay --url …/v1/items` (one item per request)", "url", ()),
+        ("url16", "`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),
     ]:
-        t = run(args.spool, args.dir, n, mode, extra)
-        rows.append((label, t.wall, n / t.wall))
-        print(f"{label}: {t.wall:.2f} s, {n / t.wall:,.0f} items/s", flush=True)
-    base = rows[2][2]
+        if key not in wanted:
+            continue
+        t, server_cpu = run(args.spool, args.dir, n, mode, extra)
+        rows.append((label, t.wall, n / t.wall, t.cpu, server_cpu))
+        if key == "url":
+            base = n / t.wall
+        print(f"{label}: {t.wall:.2f} s, {n / t.wall:,.0f} items/s, sender CPU {t.cpu:.2f} s, "
+              f"server CPU {server_cpu:.2f} s", flush=True)
     print()
-    print(f"| {n:,} items of ~100 bytes | seconds | items/s | × one item per request |")
-    print("|---|---:|---:|---:|")
-    for label, wall, rate in rows:
-        print(f"| {label} | {wall:.2f} | {rate:,.0f} | {rate / base:.1f}× |")
+    print(f"| {n:,} items of ~100 bytes | seconds | items/s | sender CPU s | server CPU s | × one item per request |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, wall, rate, cpu, scpu in rows:
+        ratio = f"{rate / base:.1f}×" if base else "–"
+        print(f"| {label} | {wall:.2f} | {rate:,.0f} | {cpu:.2f} | {scpu:.2f} | {ratio} |")
 
 
 if __name__ == "__main__":

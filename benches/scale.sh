@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Scale benchmark (SPEC §10): one-shot commands on spools of 1k to 10M
-# items, median / p99 wall time and peak RSS, per backend. Prints Markdown;
-# see docs/benchmarks.md for recorded figures.
+# Scale benchmark (SPEC §10, issue 11), both backends: one-shot commands
+# (enqueue with and without --key, size, stats, list --limit 20, show ID,
+# drain --limit 20, start of replay) on spools of growing size — median /
+# p99 wall time, CPU time and peak RSS — and streamed batches of ~1 GiB
+# (enqueue --lines, export, import, dlq export, drain: peak RSS of the
+# spool process). Prints Markdown; see docs/benchmarks.md ("Scale") for
+# recorded figures and benches/scale_bench.py for what is measured.
 #
-#   benches/scale.sh sqlite 1000,100000,1000000,10000000
-#   benches/scale.sh ndjson 1000,100000,1000000
-#   SPOOL_BENCH_DIR=/var/tmp/b benches/scale.sh sqlite   # keep the spools
+#   benches/scale.sh --backend ndjson --sizes 1000,100000,1000000
+#   benches/scale.sh --backend sqlite --sizes 1000,1000000,10000000 --only oneshot
+#   benches/scale.sh --backend sqlite --only stream --gib 1
+#   SPOOL_BENCH_DIR=/var/tmp/b benches/scale.sh --keep ...   # keep the spools there
 #
-# A 10M-item spool is about 1.4 GB (SQLite) and takes a minute or two to
-# build; the input lines are generated once per size.
+# Disk: a 10M-item SQLite spool is ~1.4 GB; the stream part needs ~3× the
+# batch size at its peak (the spool, its export and a copy). Every spool
+# and work file is deleted as soon as it has been measured (unless --keep).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,10 +24,8 @@ source benches/lib.sh
 
 missing=()
 command -v python3 >/dev/null || missing+=(python3)
+[ -x /usr/bin/time ] || missing+=(time)
 apt_install scale.sh "${missing[@]}"
-
-backend=${1:-sqlite}
-sizes=${2:-1000,100000,1000000}
 
 cargo build --release --locked >&2
 spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"
@@ -30,8 +34,8 @@ if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
     dir=$SPOOL_BENCH_DIR
     mkdir -p "$dir"
 else
-    dir=$(mktemp -d "${TMPDIR:-/var/tmp}/spool-scale-bench.XXXXXX")
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/spool-scale-bench.XXXXXX")
     trap 'rm -rf "$dir"' EXIT
 fi
 
-python3 benches/scale_bench.py --spool "$spool" --dir "$dir" --backend "$backend" --sizes "$sizes"
+python3 "$root/benches/scale_bench.py" --spool "$spool" --dir "$dir" "$@"
