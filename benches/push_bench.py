@@ -97,7 +97,7 @@ def main():
     rows = []
     base = None
     for key, label, mode, extra in [
-        ("push", "`replay --push` (batch 500)", "push", ()),
+        ("push", "`replay --push` (batch 2000, the default)", "push", ()),
         ("compress", "`replay --push --compress`", "push", ("--compress",)),
         ("url", "`replay --url …/v1/items` (one item per request)", "url", ()),
         ("url16", "`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),

@@ -65,7 +65,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// The default number of entries per request (`--batch`).
-pub const DEFAULT_BATCH: usize = 500;
+pub const DEFAULT_BATCH: usize = 2000;
 /// The default bound on one request body, in bytes (`--batch-bytes`).
 pub const DEFAULT_BATCH_BYTES: u64 = 4 * 1024 * 1024;
 
