@@ -13,7 +13,9 @@ mod http_sink;
 
 use common::{pg_spool_url, pg_url, T0};
 use http_sink::{Answer, Sink};
-use spool::{ErrorKind, Leasing, ManualClock, OpenMode, OpenOptions, Spool};
+use spool::{
+    EnqueueOptions, ErrorKind, Leasing, ManualClock, NewItem, OnFull, OpenMode, OpenOptions, Spool,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -557,9 +559,12 @@ fn concurrent_first_use_migrates_once() {
     assert_eq!(
         psql(
             &base,
-            &format!("SELECT count(*) FROM {schema}.spool_schema")
+            &format!(
+                "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
+            )
         ),
-        "1"
+        "1,2",
+        "every migration applied once"
     );
     assert_eq!(
         psql(&base, &format!("SELECT depth FROM {schema}.spools")),
@@ -638,6 +643,387 @@ fn enqueues_wake_a_listener() {
         .unwrap());
     assert!(start.elapsed() < Duration::from_secs(10));
     t.join().unwrap();
+}
+
+// ------------------------------------------------------ §9 ledger policies
+
+/// drop-oldest under concurrent producers: 4 processes enqueue in loops
+/// into a spool bounded at 50; nothing vanishes (pending + dead letters =
+/// items enqueued), the bound is exact, every dead letter is an eviction
+/// and counted.
+#[test]
+fn concurrent_producers_under_drop_oldest_lose_nothing() {
+    let Some(url) = new_spool("drop_oldest") else {
+        return;
+    };
+    const PRODUCERS: usize = 4;
+    const EACH: usize = 40;
+    const BOUND: u64 = 50;
+    let st = bin()
+        .args(["-q", "-s", &url, "init", "--max-depth", &BOUND.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    open_with(&url, OpenMode::ReadWrite, None)
+        .set_on_full(OnFull::DropOldest)
+        .unwrap();
+    let script = "set -u; S=\"$1\"; B=\"$2\"; P=\"$3\"; N=\"$4\"; i=0; \
+         while [ $i -lt $N ]; do \"$B\" -q -s \"$S\" enqueue \"$P-$i\" >/dev/null || echo fail; i=$((i+1)); done";
+    let children: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            Command::new("bash")
+                .args(["-c", script, "producer"])
+                .arg(&url)
+                .arg(env!("CARGO_BIN_EXE_spool"))
+                .arg(format!("p{p}"))
+                .arg(EACH.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("fail"), "an enqueue failed: {text}");
+    }
+    let s = open_with(&url, OpenMode::ReadOnly, None);
+    let pending = s.drain().unwrap();
+    let dead = s.dead_page(0, 100_000).unwrap();
+    let st = s.stats(T0).unwrap();
+    assert_eq!(pending.len() as u64, BOUND, "the bound is exact");
+    assert_eq!(s.size().unwrap(), BOUND);
+    assert_eq!(
+        pending.len() + dead.len(),
+        PRODUCERS * EACH,
+        "every enqueued item is pending or dead"
+    );
+    assert_eq!(s.dead_count().unwrap(), dead.len() as u64);
+    assert_eq!(st.evicted_total, dead.len() as u64);
+    assert_eq!(st.on_full, OnFull::DropOldest);
+    let err = OnFull::eviction_error(BOUND);
+    assert!(dead
+        .iter()
+        .all(|d| d.item.last_error.as_deref() == Some(err.as_str())));
+    // The oldest went: every pending item is newer than every eviction.
+    let newest_dead = dead.iter().map(|d| d.item.id).max().unwrap();
+    assert!(pending.iter().all(|i| i.id > newest_dead));
+    let mut payloads: BTreeSet<Vec<u8>> = pending.iter().map(|i| i.payload.clone()).collect();
+    payloads.extend(dead.iter().map(|d| d.item.payload.clone()));
+    assert_eq!(payloads.len(), PRODUCERS * EACH, "no payload twice");
+}
+
+/// drop-oldest never evicts an item a replayer holds a running lease on;
+/// coalescing never replaces one either (nor one whose attempt was
+/// counted). With only leased items left, the spool is full.
+#[test]
+fn leased_items_are_neither_evicted_nor_coalesced() {
+    let Some(url) = new_spool("leased_policies") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let s = open_with(&url, OpenMode::Create, Some(&clock));
+    s.set_max_depth(Some(2)).unwrap();
+    s.set_on_full(OnFull::DropOldest).unwrap();
+    let ck = |p: &str| NewItem::new(p.as_bytes(), "").coalescing("c");
+    let one = |n: NewItem| {
+        s.enqueue_batch(&[n], &EnqueueOptions::default())
+            .unwrap()
+            .pop()
+            .unwrap()
+    };
+    let a = one(ck("a")).id;
+    let b = s.enqueue(b"b", "").unwrap().id;
+    let claimed = leasing(&s)
+        .claim(1, Duration::from_secs(60), false)
+        .unwrap();
+    assert_eq!(claimed[0].item.id, a);
+    // a is leased: a coalescing enqueue leaves it and evicts b instead.
+    let c = one(ck("c"));
+    assert!(c.replaced.is_empty(), "{c:?}");
+    assert_eq!(c.evicted, vec![b]);
+    // Release a (its attempt is taken back, attempts 0 again): now it is
+    // neither leased nor attempted, and the next coalescing enqueue
+    // replaces both a and c.
+    leasing(&s).release(&[(a, claimed[0].token)]).unwrap();
+    let d = one(ck("d"));
+    assert_eq!(d.replaced, vec![a, c.id]);
+    assert!(d.evicted.is_empty());
+    // Lease everything: nothing can be evicted.
+    let e = s.enqueue(b"e", "").unwrap().id;
+    assert_eq!(
+        leasing(&s)
+            .claim(10, Duration::from_secs(60), false)
+            .unwrap()
+            .len(),
+        2
+    );
+    let err = s.enqueue(b"f", "").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Temporary, "{err}");
+    assert_eq!(s.size().unwrap(), 2);
+    // Once the leases ran out, the oldest is evictable again.
+    clock.advance(Duration::from_secs(61));
+    let f = s.enqueue(b"f", "").unwrap();
+    assert_eq!(f.evicted, vec![d.id]);
+    let ids: Vec<u64> = s.drain().unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(ids, vec![e, f.id]);
+    let st = s.stats(T0).unwrap();
+    assert_eq!((st.evicted_total, st.dead_letters), (2, 2));
+}
+
+/// Ordering groups under leases, from two handles (two connections): an
+/// item is claimable only when no earlier item of its group is pending;
+/// two items of one group are never leased at once; the next becomes
+/// claimable once the head is completed or dead-lettered, not while it
+/// waits for a retry or is held. Items without a group are never blocked.
+#[test]
+fn ordering_groups_hold_across_replayers() {
+    let Some(url) = new_spool("groups") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let a = open_with(&url, OpenMode::Create, Some(&clock));
+    let b = open_with(&url, OpenMode::ReadWrite, Some(&clock));
+    let lease = Duration::from_secs(60);
+    let items: Vec<NewItem> = [
+        ("g1-1", Some("g1")),
+        ("g2-1", Some("g2")),
+        ("g1-2", Some("g1")),
+        ("free-1", None),
+        ("g1-3", Some("g1")),
+        ("g2-2", Some("g2")),
+        ("free-2", None),
+    ]
+    .iter()
+    .map(|(p, g)| {
+        let n = NewItem::new(p.as_bytes(), "");
+        match g {
+            Some(g) => n.in_group(*g),
+            None => n,
+        }
+    })
+    .collect();
+    let ids: Vec<u64> = a
+        .enqueue_batch(&items, &EnqueueOptions::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let (g1_1, g2_1, g1_2, free1, g1_3, g2_2, free2) =
+        (ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6]);
+    let payloads = |c: &[spool::Claimed]| -> Vec<String> {
+        c.iter()
+            .map(|c| String::from_utf8_lossy(&c.item.payload).into_owned())
+            .collect()
+    };
+    // One claim takes one item per group: the heads, and the free items.
+    let ca = leasing(&a).claim(10, lease, false).unwrap();
+    assert_eq!(payloads(&ca), vec!["g1-1", "g2-1", "free-1", "free-2"]);
+    assert_eq!(ca[0].item.group.as_deref(), Some("g1"));
+    // The other replayer finds nothing: the next items are blocked by the
+    // leased heads.
+    assert!(leasing(&b).claim(10, lease, false).unwrap().is_empty());
+    // g1's head fails and waits for a retry: it still blocks g1-2.
+    let tok = |id| ca.iter().find(|c| c.item.id == id).unwrap().token;
+    assert!(leasing(&a)
+        .retry_later(g1_1, tok(g1_1), Duration::from_secs(30), "boom")
+        .unwrap());
+    assert!(leasing(&b).claim(10, lease, false).unwrap().is_empty());
+    // g2's head is delivered: g2-2 becomes claimable, by either replayer.
+    assert_eq!(
+        leasing(&a).complete(&[(g2_1, tok(g2_1))]).unwrap(),
+        vec![true]
+    );
+    let cb = leasing(&b).claim(10, lease, false).unwrap();
+    assert_eq!(payloads(&cb), vec!["g2-2"]);
+    assert!(leasing(&a).claim(10, lease, false).unwrap().is_empty());
+    // With backoff ignored, g1-1 is claimable again (it is the head), g1-2
+    // is not.
+    let again = leasing(&a).claim(10, lease, true).unwrap();
+    assert_eq!(payloads(&again), vec!["g1-1"]);
+    // Dead-lettering the head unblocks the next item of its group.
+    assert!(leasing(&a)
+        .dead_letter_claimed(g1_1, again[0].token, "poison")
+        .unwrap());
+    let cb2 = leasing(&b).claim(10, lease, false).unwrap();
+    assert_eq!(payloads(&cb2), vec!["g1-2"]);
+    // A held head blocks its group too.
+    leasing(&b).release(&[(g1_2, cb2[0].token)]).unwrap();
+    b.set_held(&[g1_2], true).unwrap();
+    assert!(leasing(&a).claim(10, lease, false).unwrap().is_empty());
+    b.set_held(&[g1_2], false).unwrap();
+    // A dead letter requeued under its old id, behind a later item of its
+    // group that is being delivered, waits for that delivery.
+    let cb3 = leasing(&b).claim(10, lease, false).unwrap();
+    assert_eq!(payloads(&cb3), vec!["g1-2"]);
+    assert_eq!(a.requeue(&[g1_1]).unwrap(), vec![true]);
+    assert!(leasing(&a).claim(10, lease, false).unwrap().is_empty());
+    assert_eq!(
+        leasing(&b).complete(&[(g1_2, cb3[0].token)]).unwrap(),
+        vec![true]
+    );
+    let ca4 = leasing(&a).claim(10, lease, false).unwrap();
+    assert_eq!(payloads(&ca4), vec!["g1-1"]);
+    // g1-3 waits behind the requeued g1-1; the free items (leased by the
+    // first claim) and g2-2 are still out.
+    let left: Vec<u64> = a.drain().unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(left, vec![g1_1, free1, g1_3, g2_2, free2]);
+    assert!(leasing(&b).claim(10, lease, false).unwrap().is_empty());
+}
+
+/// Many replayers claiming at once never lease two items of one group
+/// together, and each group is delivered in enqueue order.
+#[test]
+fn concurrent_claimers_keep_one_item_per_group_in_flight() {
+    let Some(url) = new_spool("groups_race") else {
+        return;
+    };
+    const GROUPS: usize = 5;
+    const PER_GROUP: usize = 12;
+    let s = open_with(&url, OpenMode::Create, None);
+    let items: Vec<NewItem> = (0..PER_GROUP)
+        .flat_map(|i| {
+            (0..GROUPS).map(move |g| NewItem::new(format!("{g}-{i}"), "").in_group(format!("g{g}")))
+        })
+        .collect();
+    s.enqueue_batch(&items, &EnqueueOptions::default()).unwrap();
+    // Per group: who holds a lease now, and the order of deliveries.
+    let state = Arc::new(std::sync::Mutex::new((
+        BTreeMap::<String, u64>::new(),
+        BTreeMap::<String, Vec<u64>>::new(),
+    )));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            let state = state.clone();
+            std::thread::spawn(move || {
+                let s = open_with(&url, OpenMode::ReadWrite, None);
+                let l = leasing(&s);
+                let mut idle = 0;
+                while idle < 50 {
+                    let got = l.claim(3, Duration::from_secs(60), false).unwrap();
+                    if got.is_empty() {
+                        idle += 1;
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    idle = 0;
+                    for c in &got {
+                        let g = c.item.group.clone().unwrap();
+                        let mut st = state.lock().unwrap();
+                        if let Some(other) = st.0.insert(g.clone(), c.item.id) {
+                            panic!("group {g}: {} leased while {other} is", c.item.id);
+                        }
+                        st.1.entry(g).or_default().push(c.item.id);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                    for c in &got {
+                        // Forget the lease before the commit that ends it.
+                        state
+                            .lock()
+                            .unwrap()
+                            .0
+                            .remove(c.item.group.as_deref().unwrap());
+                        assert_eq!(l.complete(&[(c.item.id, c.token)]).unwrap(), vec![true]);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(s.size().unwrap(), 0);
+    let st = state.lock().unwrap();
+    assert_eq!(st.1.len(), GROUPS);
+    for (g, order) in &st.1 {
+        assert_eq!(order.len(), PER_GROUP, "{g}");
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{g}: {order:?}");
+    }
+}
+
+/// A schema at version 1 (as an older spool binary left it): a read-only
+/// open reads it as it is, without the columns of version 2; the first
+/// writable open migrates it to version 2 and every row stays.
+#[test]
+fn a_version_1_schema_is_read_and_then_migrated() {
+    let Some(url) = new_spool("v1") else {
+        return;
+    };
+    let base = pg_url("v1").unwrap();
+    let schema = format!("v1_{}", std::process::id());
+    let url = format!("{url}&schema={schema}");
+    let s = open_with(&url, OpenMode::Create, None);
+    let a = s.enqueue(b"a", "ka").unwrap().id;
+    let b = s.enqueue(b"b", "").unwrap().id;
+    assert!(s.dead_letter(b, "gone").unwrap());
+    drop(s);
+    // Back to version 1: what migration 0002 added goes.
+    psql(
+        &base,
+        &format!(
+            "BEGIN; \
+             DROP INDEX {schema}.items_coalesce, {schema}.items_group, {schema}.items_group_leased; \
+             ALTER TABLE {schema}.items DROP COLUMN grp, DROP COLUMN coalesce_key; \
+             ALTER TABLE {schema}.dead_letters DROP COLUMN grp, DROP COLUMN coalesce_key; \
+             ALTER TABLE {schema}.spools DROP COLUMN on_full, DROP COLUMN evicted_total; \
+             DELETE FROM {schema}.spool_schema WHERE version = 2; COMMIT;"
+        ),
+    );
+    let ro = open_with(&url, OpenMode::ReadOnly, None);
+    let items = ro.drain().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!((items[0].id, items[0].key.as_str()), (a, "ka"));
+    assert_eq!(items[0].group, None);
+    assert_eq!(ro.get(a).unwrap().unwrap().coalesce_key, None);
+    assert_eq!(ro.dead_get(b).unwrap().unwrap().item.payload, b"b");
+    assert_eq!(ro.dead_page(0, 10).unwrap().len(), 1);
+    assert_eq!(ro.on_full().unwrap(), OnFull::Reject);
+    let st = ro.stats(T0).unwrap();
+    assert_eq!((st.depth, st.dead_letters, st.evicted_total), (1, 1, 0));
+    assert_eq!(
+        psql(
+            &base,
+            &format!("SELECT max(version) FROM {schema}.spool_schema")
+        ),
+        "1",
+        "a read-only open migrated"
+    );
+    // The export path reads it too.
+    let out = bin().args(["-s", &url, "export"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    // A writable open migrates, keeping every row.
+    let rw = open_with(&url, OpenMode::ReadWrite, None);
+    assert_eq!(
+        psql(
+            &base,
+            &format!(
+                "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
+            )
+        ),
+        "1,2"
+    );
+    assert_eq!(rw.drain().unwrap(), items);
+    assert_eq!(rw.dead_count().unwrap(), 1);
+    let g = rw
+        .enqueue_batch(
+            &[NewItem::new(&b"c"[..], "").in_group("g")],
+            &EnqueueOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        rw.get(g[0].id).unwrap().unwrap().group.as_deref(),
+        Some("g")
+    );
+    assert_eq!(rw.requeue(&[b]).unwrap(), vec![true]);
+    assert_eq!(rw.size().unwrap(), 3);
+    // The read-only handle opened at version 1 still reads.
+    assert_eq!(ro.size().unwrap(), 3);
+    assert_eq!(ro.drain().unwrap().len(), 3);
+    drop((ro, rw));
+    psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
 }
 
 // ----------------------------------------------------------- durability

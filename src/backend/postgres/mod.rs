@@ -11,10 +11,10 @@
 //!   (see [`url`]); many spools share one set of tables in schema `S`,
 //!   every row keyed by the spool's name. The password never appears in a
 //!   message: errors name [`PgTarget::display`].
-//! - **Schema** (see `migrations/0001_spool.sql` and `docs/formats.md`):
-//!   versioned migrations, each one transaction under an advisory lock
-//!   ([`schema`]). Read-only opens create nothing: a missing spool is
-//!   [`Error::NotFound`].
+//! - **Schema** (see `migrations/` and `docs/formats.md`): versioned
+//!   migrations, each one transaction under an advisory lock ([`schema`]).
+//!   Read-only opens create nothing: a missing spool is
+//!   [`Error::NotFound`], an older schema is read as it is.
 //! - **Exactness under concurrency.** Each spool has one row in `spools`
 //!   with its settings, the id high-water mark and the kept counts (depth,
 //!   dead letters). Every transaction that changes a count locks that row
@@ -32,7 +32,13 @@
 //!   the system clock (tests), which is then used for every time written.
 //! - **Leased replay.** See [`Leasing`] and the claim statement below:
 //!   `FOR UPDATE SKIP LOCKED` in a CTE, the attempt counted at the claim,
-//!   a fencing token per claim that every outcome must present.
+//!   a fencing token per claim that every outcome must present; only the
+//!   head of an ordering group is claimable (SPEC §9), so replayers never
+//!   deliver two items of one group at once.
+//! - **Ledger policies** (SPEC §9): coalescing and `drop-oldest` run in
+//!   the enqueue's transaction after the spool row lock, so concurrent
+//!   producers take turns; neither touches an item under a running lease
+//!   (see `PostgresQueue::enqueue_one`).
 //! - **Notifications.** Every commit that enqueues sends one `NOTIFY` on
 //!   the schema's channel with the spool's name as payload (PostgreSQL
 //!   folds repeats within a transaction): [`Leasing::wait_for_enqueue`]
@@ -59,6 +65,7 @@ use crate::queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue};
 use crate::time::{SharedClock, Timestamp};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Row;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -79,6 +86,9 @@ pub struct PostgresQueue {
     /// `None`: the server's clock.
     clock: Option<SharedClock>,
     read_only: bool,
+    /// The schema is at version 1 (opened read-only, so not migrated):
+    /// statements read the columns of version 2 as their defaults.
+    v1: bool,
     /// The channel enqueues notify (`LISTEN` once, on first wait).
     listening: Mutex<bool>,
 }
@@ -119,16 +129,39 @@ fn item_from_row(r: &Row) -> Item {
         last_error: r.get(6),
         held: r.get(7),
         push_seq: r.get::<_, Option<i64>>(8).map(u64_of),
-        group: None,
-        coalesce_key: None,
+        group: r.get(9),
+        coalesce_key: r.get(10),
     }
 }
 
 fn dead_from_row(r: &Row) -> DeadLetter {
     DeadLetter {
         item: item_from_row(r),
-        dead_at: Timestamp::from_millis(r.get(9)),
+        dead_at: Timestamp::from_millis(r.get(11)),
     }
+}
+
+/// A statement that reads the item columns [`item_from_row`] expects,
+/// between `$head` and `$tail`: `(schema version 2, schema version 1)`.
+/// Version 1 has no group or coalesce key; they read as NULL (see
+/// [`PostgresQueue::pick`]).
+macro_rules! by_version {
+    ($head:literal, $tail:literal) => {
+        (
+            concat!(
+                $head,
+                "id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                 grp, coalesce_key",
+                $tail
+            ),
+            concat!(
+                $head,
+                "id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                 NULL::text, NULL::text",
+                $tail
+            ),
+        )
+    };
 }
 
 /// The name of the channel enqueues notify: one per schema, the spool's
@@ -161,6 +194,7 @@ impl PostgresQueue {
             conn: Mutex::new(None),
             clock,
             read_only: !opts.mode.writable(),
+            v1: found == Found::Version(1) && !opts.mode.writable(),
             listening: Mutex::new(false),
         };
         match (exists, opts.mode) {
@@ -217,6 +251,7 @@ impl PostgresQueue {
             conn: Mutex::new(None),
             clock: self.clock.clone(),
             read_only: true,
+            v1: self.v1,
             listening: Mutex::new(false),
         }
     }
@@ -324,6 +359,15 @@ impl PostgresQueue {
     fn spool(&self) -> &String {
         &self.target.spool
     }
+
+    /// The statement of `by_version!` for this spool's schema version.
+    fn pick(&self, (v2, v1): (&'static str, &'static str)) -> &'static str {
+        if self.v1 {
+            v1
+        } else {
+            v2
+        }
+    }
 }
 
 /// The spool row, locked for this transaction.
@@ -331,12 +375,29 @@ struct SpoolRow {
     high_water: u64,
     depth: u64,
     max_depth: Option<u64>,
+    on_full: OnFull,
+}
+
+/// The running state of one enqueue transaction (the spool row is locked,
+/// so these numbers are exact).
+struct Batch {
+    /// Pending items when the enqueue began (reported by `QueueFull`).
+    start_depth: u64,
+    /// Pending items now.
+    depth: u64,
+    /// The highest id issued.
+    high_water: ItemId,
+    /// Items stored minus items coalesced away (evictions adjust the
+    /// counts themselves).
+    added: i64,
+    /// Items evicted.
+    evicted: i64,
 }
 
 impl PostgresQueue {
     fn lock_spool(&self, tx: &mut Tx<'_>) -> Result<SpoolRow> {
         let row = tx.query_opt(
-            "SELECT high_water, depth, max_depth FROM {s}.spools WHERE name = $1 FOR UPDATE",
+            "SELECT high_water, depth, max_depth, on_full FROM {s}.spools WHERE name = $1 FOR UPDATE",
             &[self.spool()],
         )?;
         let row = row.ok_or_else(|| Error::NotFound {
@@ -346,6 +407,17 @@ impl PostgresQueue {
             high_water: u64_of(row.get(0)),
             depth: u64_of(row.get(1)),
             max_depth: row.get::<_, Option<i64>>(2).map(u64_of),
+            on_full: self.policy_of(row.get(3))?,
+        })
+    }
+
+    /// The overflow policy a `spools.on_full` value names.
+    fn policy_of(&self, v: &str) -> Result<OnFull> {
+        OnFull::parse(v).ok_or_else(|| {
+            Error::Internal(format!(
+                "{}: spools.on_full is not an overflow policy: {v:?}",
+                self.display
+            ))
         })
     }
 
@@ -410,6 +482,216 @@ impl PostgresQueue {
         Ok(row.map(|r| u64_of(r.get(0))))
     }
 
+    /// Enqueue what `items` yields inside `tx` (SPEC §2, §9), telling
+    /// `each` every result: runs of plain items go to the table in
+    /// multi-row inserts (dedup against the table and within the run, the
+    /// bound checked per item); an item with a coalesce key, and every
+    /// item while `drop-oldest` applies under a bound, goes alone through
+    /// [`PostgresQueue::enqueue_one`], after what came before it is
+    /// stored. The spool row is locked first, so concurrent producers of
+    /// one spool take turns and every decision sees the others' commits.
+    fn enqueue_in<'a>(
+        &self,
+        tx: &mut Tx<'_>,
+        items: &mut dyn Iterator<Item = Result<Cow<'a, NewItem>>>,
+        opts: &EnqueueOptions,
+        each: &mut dyn FnMut(Enqueued),
+    ) -> Result<()> {
+        let spool = self.lock_spool(tx)?;
+        let bound = match opts.depth_limit {
+            DepthLimit::Stored => spool.max_depth,
+            DepthLimit::Override(b) => b,
+        };
+        let evicting = spool.on_full == OnFull::DropOldest && bound.is_some();
+        let mut b = Batch {
+            start_depth: spool.depth,
+            depth: spool.depth,
+            high_water: spool.high_water,
+            added: 0,
+            evicted: 0,
+        };
+        let mut chunk: Vec<Cow<'a, NewItem>> = Vec::new();
+        let mut chunk_bytes = 0usize;
+        loop {
+            let item = items.next().transpose()?;
+            let end = item.is_none();
+            let mut alone = None;
+            if let Some(it) = item {
+                if evicting || it.coalesce_key.is_some() {
+                    alone = Some(it);
+                } else {
+                    chunk_bytes += it.payload.len();
+                    chunk.push(it);
+                }
+            }
+            let flush = end
+                || alone.is_some()
+                || chunk.len() >= ROWS_PER_INSERT
+                || chunk_bytes >= BYTES_PER_INSERT;
+            if flush && !chunk.is_empty() {
+                self.store_chunk(tx, &chunk, bound, &mut b, each)?;
+                chunk.clear();
+                chunk_bytes = 0;
+                crate::debug::crash_point("batch-item");
+            }
+            if let Some(it) = alone {
+                each(self.enqueue_one(tx, &it, bound, spool.on_full, &mut b)?);
+                crate::debug::crash_point("batch-item");
+            }
+            if end {
+                break;
+            }
+        }
+        if b.evicted > 0 {
+            tx.execute(
+                "UPDATE {s}.spools SET evicted_total = evicted_total + $2 WHERE name = $1",
+                &[self.spool(), &b.evicted],
+            )?;
+        }
+        if b.high_water > spool.high_water || b.added != 0 {
+            self.adjust_and_notify(tx, b.high_water, b.added, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Store `chunk`, items that neither coalesce nor evict: dedup against
+    /// the table (earlier chunks are in it) and within the chunk, the
+    /// bound checked per new item, one multi-row insert.
+    fn store_chunk(
+        &self,
+        tx: &mut Tx<'_>,
+        chunk: &[Cow<'_, NewItem>],
+        bound: Option<u64>,
+        b: &mut Batch,
+        each: &mut dyn FnMut(Enqueued),
+    ) -> Result<()> {
+        let keys: Vec<&[u8]> = chunk
+            .iter()
+            .filter(|i| !i.key.is_empty())
+            .map(|i| i.key.as_bytes())
+            .collect();
+        let owners = self.key_owners(tx, &keys)?;
+        let mut in_chunk: HashMap<&str, ItemId> = HashMap::new();
+        let mut fresh: Vec<(ItemId, &NewItem)> = Vec::new();
+        let mut results = Vec::with_capacity(chunk.len());
+        for it in chunk {
+            if !it.key.is_empty() {
+                if let Some(&id) = owners
+                    .get(it.key.as_bytes())
+                    .or_else(|| in_chunk.get(it.key.as_str()))
+                {
+                    results.push(Enqueued::dedup(id));
+                    continue;
+                }
+            }
+            if let Some(bound) = bound {
+                if b.depth >= bound {
+                    return Err(Error::QueueFull {
+                        max_depth: bound,
+                        depth: b.start_depth,
+                    });
+                }
+            }
+            b.high_water = b
+                .high_water
+                .checked_add(1)
+                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+            b.depth += 1;
+            b.added += 1;
+            if !it.key.is_empty() {
+                in_chunk.insert(&it.key, b.high_water);
+            }
+            fresh.push((b.high_water, it.as_ref()));
+            results.push(Enqueued::fresh(b.high_water));
+        }
+        self.insert_fresh(tx, &fresh)?;
+        results.into_iter().for_each(each);
+        Ok(())
+    }
+
+    /// Store one item that may coalesce or evict (SPEC §9), as the memory
+    /// and SQLite backends do: a dedup hit stores and replaces nothing;
+    /// otherwise the pending items it replaces go (same coalesce key,
+    /// never attempted, not in flight, not leased), then, while the spool
+    /// is full, `drop-oldest` moves the oldest evictable item to the dead
+    /// letters, or the enqueue fails with [`Error::QueueFull`].
+    fn enqueue_one(
+        &self,
+        tx: &mut Tx<'_>,
+        it: &NewItem,
+        bound: Option<u64>,
+        on_full: OnFull,
+        b: &mut Batch,
+    ) -> Result<Enqueued> {
+        if let Some(id) = self.key_owner(tx, &it.key)? {
+            return Ok(Enqueued::dedup(id));
+        }
+        let mut e = Enqueued::default();
+        if let Some(ck) = &it.coalesce_key {
+            // A claim that took one of them first has counted its attempt
+            // (the DELETE re-reads a row a claim changed meanwhile and
+            // leaves it); one that comes later skips the rows this locks.
+            let rows = tx.query(
+                "DELETE FROM {s}.items WHERE spool = $1 AND coalesce_key = $2 \
+                 AND attempts = 0 AND push_seq IS NULL \
+                 AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now})) \
+                 RETURNING id",
+                &[self.spool(), &text(ck), &self.now_param()],
+            )?;
+            e.replaced = rows.iter().map(|r| u64_of(r.get(0))).collect();
+            e.replaced.sort_unstable();
+            let n = e.replaced.len() as u64;
+            b.depth = b.depth.saturating_sub(n);
+            b.added -= n as i64;
+        }
+        if let Some(bound) = bound {
+            while b.depth >= bound {
+                let victim = match on_full {
+                    OnFull::Reject => None,
+                    OnFull::DropOldest => self.oldest_evictable(tx)?,
+                };
+                let Some(victim) = victim else {
+                    return Err(Error::QueueFull {
+                        max_depth: bound,
+                        depth: b.start_depth,
+                    });
+                };
+                if !self.kill(tx, victim, &OnFull::eviction_error(bound), false, None)? {
+                    return Err(Error::Internal(format!(
+                        "item {victim} to evict from {} vanished under the spool lock",
+                        self.display
+                    )));
+                }
+                b.depth -= 1;
+                b.evicted += 1;
+                e.evicted.push(victim);
+            }
+        }
+        b.high_water = b
+            .high_water
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        e.id = b.high_water;
+        self.insert_fresh(tx, &[(e.id, it)])?;
+        b.depth += 1;
+        b.added += 1;
+        Ok(e)
+    }
+
+    /// The oldest pending item `drop-oldest` may evict: not held, not in
+    /// flight, not leased by a replayer whose lease still runs. Locked
+    /// (`FOR UPDATE`): a claim changing it meanwhile is waited for, and
+    /// the row re-read.
+    fn oldest_evictable(&self, tx: &mut Tx<'_>) -> Result<Option<ItemId>> {
+        let row = tx.query_opt(
+            "SELECT id FROM {s}.items WHERE spool = $1 AND NOT held AND push_seq IS NULL \
+             AND (lease_until IS NULL OR lease_until <= COALESCE($2::int8, {now})) \
+             ORDER BY id LIMIT 1 FOR UPDATE",
+            &[self.spool(), &self.now_param()],
+        )?;
+        Ok(row.map(|r| u64_of(r.get(0))))
+    }
+
     /// Insert fresh items (id, item) enqueued now.
     fn insert_fresh(&self, tx: &mut Tx<'_>, rows: &[(ItemId, &NewItem)]) -> Result<()> {
         if rows.is_empty() {
@@ -418,12 +700,20 @@ impl PostgresQueue {
         let ids: Vec<i64> = rows.iter().map(|(id, _)| id_param(*id)).collect();
         let payloads: Vec<&[u8]> = rows.iter().map(|(_, it)| it.payload.as_slice()).collect();
         let keys: Vec<&[u8]> = rows.iter().map(|(_, it)| it.key.as_bytes()).collect();
+        let groups: Vec<Option<String>> = rows
+            .iter()
+            .map(|(_, it)| it.group.as_deref().map(text))
+            .collect();
+        let coalesce: Vec<Option<String>> = rows
+            .iter()
+            .map(|(_, it)| it.coalesce_key.as_deref().map(text))
+            .collect();
         let now = self.now_param();
         tx.execute(
-            "INSERT INTO {s}.items (spool, id, payload, key, enqueued_at) \
-             SELECT $1, t.id, t.p, t.k, (COALESCE($5::int8, {now}) / 1000) * 1000 \
-             FROM unnest($2::int8[], $3::bytea[], $4::bytea[]) AS t(id, p, k)",
-            &[self.spool(), &ids, &payloads, &keys, &now],
+            "INSERT INTO {s}.items (spool, id, payload, key, enqueued_at, grp, coalesce_key) \
+             SELECT $1, t.id, t.p, t.k, (COALESCE($5::int8, {now}) / 1000) * 1000, t.g, t.c \
+             FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $6::text[], $7::text[]) AS t(id, p, k, g, c)",
+            &[self.spool(), &ids, &payloads, &keys, &now, &groups, &coalesce],
         )?;
         Ok(())
     }
@@ -431,8 +721,8 @@ impl PostgresQueue {
     /// Store `item` as pending under its own id.
     fn insert_pending(&self, tx: &mut Tx<'_>, item: &Item) -> Result<()> {
         tx.execute(
-            "INSERT INTO {s}.items (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO {s}.items (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+             grp, coalesce_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             &[
                 self.spool(),
                 &id_param(item.id),
@@ -444,6 +734,8 @@ impl PostgresQueue {
                 &item.last_error.as_deref().map(text),
                 &item.held,
                 &item.push_seq.map(id_param),
+                &item.group.as_deref().map(text),
+                &item.coalesce_key.as_deref().map(text),
             ],
         )?;
         Ok(())
@@ -452,8 +744,8 @@ impl PostgresQueue {
     fn insert_dead(&self, tx: &mut Tx<'_>, dl: &DeadLetter) -> Result<()> {
         let item = &dl.item;
         tx.execute(
-            "INSERT INTO {s}.dead_letters (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "INSERT INTO {s}.dead_letters (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+             grp, coalesce_key, dead_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
             &[
                 self.spool(),
                 &id_param(item.id),
@@ -465,6 +757,8 @@ impl PostgresQueue {
                 &item.last_error.as_deref().map(text),
                 &item.held,
                 &item.push_seq.map(id_param),
+                &item.group.as_deref().map(text),
+                &item.coalesce_key.as_deref().map(text),
                 &dl.dead_at.as_millis(),
             ],
         )?;
@@ -486,9 +780,10 @@ impl PostgresQueue {
             "WITH d AS (DELETE FROM {s}.items WHERE spool = $1 AND id = $2 \
                  AND ($6::int8 IS NULL OR lease_token = $6) RETURNING *), \
              ins AS (INSERT INTO {s}.dead_letters \
-                 (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at) \
+                 (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
+                  grp, coalesce_key, dead_at) \
                  SELECT spool, id, payload, key, attempts, enqueued_at, next_retry_at, $3, false, push_seq, \
-                 COALESCE($4::int8, {now}) FROM d RETURNING push_seq), \
+                 grp, coalesce_key, COALESCE($4::int8, {now}) FROM d RETURNING push_seq), \
              sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM ins \
                  WHERE push_seq IS NOT NULL AND $5 ON CONFLICT DO NOTHING) \
              SELECT count(*) FROM ins",
@@ -742,79 +1037,11 @@ impl Queue for PostgresQueue {
 
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
         self.txn("enqueue into", true, |tx| {
-            let spool = self.lock_spool(tx)?;
-            let keys: Vec<&[u8]> = items
-                .iter()
-                .filter(|i| !i.key.is_empty())
-                .map(|i| i.key.as_bytes())
-                .collect();
-            let owners = self.key_owners(tx, &keys)?;
-            let mut first_with_key: HashMap<&str, ItemId> = HashMap::new();
-            let mut next = spool.high_water;
             let mut results = Vec::with_capacity(items.len());
-            let mut fresh: Vec<(ItemId, &NewItem)> = Vec::new();
-            for it in items {
-                if !it.key.is_empty() {
-                    if let Some(&id) = owners.get(it.key.as_bytes()) {
-                        results.push(Enqueued {
-                            id,
-                            deduplicated: true,
-                            ..Default::default()
-                        });
-                        continue;
-                    }
-                    if let Some(&id) = first_with_key.get(it.key.as_str()) {
-                        results.push(Enqueued {
-                            id,
-                            deduplicated: true,
-                            ..Default::default()
-                        });
-                        continue;
-                    }
-                }
-                next = next
-                    .checked_add(1)
-                    .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-                if !it.key.is_empty() {
-                    first_with_key.insert(&it.key, next);
-                }
-                fresh.push((next, it));
-                results.push(Enqueued {
-                    id: next,
-                    deduplicated: false,
-                    ..Default::default()
-                });
-            }
-            if fresh.is_empty() {
-                return Ok(results);
-            }
-            let bound = match opts.depth_limit {
-                DepthLimit::Stored => spool.max_depth,
-                DepthLimit::Override(b) => b,
-            };
-            if let Some(bound) = bound {
-                if spool.depth.saturating_add(fresh.len() as u64) > bound {
-                    return Err(Error::QueueFull {
-                        max_depth: bound,
-                        depth: spool.depth,
-                    });
-                }
-            }
-            let mut start = 0;
-            while start < fresh.len() {
-                let mut end = start;
-                let mut bytes = 0;
-                while end < fresh.len()
-                    && end - start < ROWS_PER_INSERT
-                    && (end == start || bytes < BYTES_PER_INSERT)
-                {
-                    bytes += fresh[end].1.payload.len();
-                    end += 1;
-                }
-                self.insert_fresh(tx, &fresh[start..end])?;
-                start = end;
-            }
-            self.adjust_and_notify(tx, next, fresh.len() as i64, 0)?;
+            let mut input = items
+                .iter()
+                .map(|it| -> Result<Cow<'_, NewItem>> { Ok(Cow::Borrowed(it)) });
+            self.enqueue_in(tx, &mut input, opts, &mut |e| results.push(e))?;
             Ok(results)
         })
     }
@@ -825,102 +1052,27 @@ impl Queue for PostgresQueue {
         opts: &EnqueueOptions,
     ) -> Result<BatchResults> {
         self.txn_once("enqueue into", |tx| {
-            let spool = self.lock_spool(tx)?;
-            let bound = match opts.depth_limit {
-                DepthLimit::Stored => spool.max_depth,
-                DepthLimit::Override(b) => b,
-            };
-            let mut next = spool.high_water;
             let mut results = BatchResults::default();
-            let mut stored: u64 = 0;
-            let mut chunk: Vec<NewItem> = Vec::new();
-            let mut chunk_bytes = 0usize;
-            let mut items = items.peekable();
-            loop {
-                let item = items.next().transpose()?;
-                let end = item.is_none();
-                if let Some(it) = item {
-                    chunk_bytes += it.payload.len();
-                    chunk.push(it);
-                }
-                if chunk.is_empty()
-                    || (!end && chunk.len() < ROWS_PER_INSERT && chunk_bytes < BYTES_PER_INSERT)
-                {
-                    if end {
-                        break;
-                    }
-                    continue;
-                }
-                // Dedup against the table (earlier chunks are in it) and
-                // within the chunk.
-                let keys: Vec<&[u8]> = chunk
-                    .iter()
-                    .filter(|i| !i.key.is_empty())
-                    .map(|i| i.key.as_bytes())
-                    .collect();
-                let owners = self.key_owners(tx, &keys)?;
-                let mut in_chunk: HashMap<&str, ItemId> = HashMap::new();
-                let mut fresh: Vec<(ItemId, &NewItem)> = Vec::new();
-                for it in &chunk {
-                    if !it.key.is_empty() {
-                        if let Some(&id) = owners
-                            .get(it.key.as_bytes())
-                            .or_else(|| in_chunk.get(it.key.as_str()))
-                        {
-                            results.push(Enqueued {
-                                id,
-                                deduplicated: true,
-                                ..Default::default()
-                            });
-                            continue;
-                        }
-                    }
-                    if let Some(bound) = bound {
-                        if spool.depth.saturating_add(stored + 1) > bound {
-                            return Err(Error::QueueFull {
-                                max_depth: bound,
-                                depth: spool.depth,
-                            });
-                        }
-                    }
-                    next = next
-                        .checked_add(1)
-                        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-                    stored += 1;
-                    if !it.key.is_empty() {
-                        in_chunk.insert(&it.key, next);
-                    }
-                    fresh.push((next, it));
-                    results.push(Enqueued {
-                        id: next,
-                        deduplicated: false,
-                        ..Default::default()
-                    });
-                }
-                self.insert_fresh(tx, &fresh)?;
-                chunk.clear();
-                chunk_bytes = 0;
-                crate::debug::crash_point("batch-item");
-                if end {
-                    break;
-                }
-            }
-            if stored > 0 {
-                self.adjust_and_notify(tx, next, stored as i64, 0)?;
-            }
+            let mut input = items.map(|it| it.map(Cow::Owned));
+            self.enqueue_in(tx, &mut input, opts, &mut |e| results.push(e))?;
             Ok(results)
         })
     }
-
     fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         self.txn("read", false, |tx| {
             let rows = tx.query(
-                "SELECT id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq \
-                 FROM {s}.items WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3",
-                &[self.spool(), &id_param(after), &(limit.min(i64::MAX as usize) as i64)],
+                self.pick(by_version!(
+                    "SELECT ",
+                    " FROM {s}.items WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3"
+                )),
+                &[
+                    self.spool(),
+                    &id_param(after),
+                    &(limit.min(i64::MAX as usize) as i64),
+                ],
             )?;
             Ok(rows.iter().map(item_from_row).collect())
         })
@@ -929,8 +1081,10 @@ impl Queue for PostgresQueue {
     fn get(&self, id: ItemId) -> Result<Option<Item>> {
         self.txn("read", false, |tx| {
             let row = tx.query_opt(
-                "SELECT id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq \
-                 FROM {s}.items WHERE spool = $1 AND id = $2",
+                self.pick(by_version!(
+                    "SELECT ",
+                    " FROM {s}.items WHERE spool = $1 AND id = $2"
+                )),
                 &[self.spool(), &id_param(id)],
             )?;
             Ok(row.as_ref().map(item_from_row))
@@ -1057,16 +1211,26 @@ impl Queue for PostgresQueue {
     }
 
     fn on_full(&self) -> Result<OnFull> {
-        Ok(OnFull::Reject)
+        if self.v1 {
+            return Ok(OnFull::Reject);
+        }
+        self.txn("read the overflow policy of", false, |tx| {
+            let row = tx.query_one(
+                "SELECT on_full FROM {s}.spools WHERE name = $1",
+                &[self.spool()],
+            )?;
+            self.policy_of(row.get(0))
+        })
     }
 
     fn set_on_full(&self, policy: OnFull) -> Result<()> {
-        match policy {
-            OnFull::Reject => Ok(()),
-            OnFull::DropOldest => Err(Error::Unsupported(
-                "on-full drop-oldest is not available on PostgreSQL spools yet".into(),
-            )),
-        }
+        self.txn("set the overflow policy of", true, |tx| {
+            tx.execute(
+                "UPDATE {s}.spools SET on_full = $2 WHERE name = $1",
+                &[self.spool(), &policy.name()],
+            )?;
+            Ok(())
+        })
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {
@@ -1122,8 +1286,10 @@ impl Queue for PostgresQueue {
         }
         self.txn("read dead letters in", false, |tx| {
             let rows = tx.query(
-                "SELECT id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at \
-                 FROM {s}.dead_letters WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3",
+                self.pick(by_version!(
+                    "SELECT ",
+                    ", dead_at FROM {s}.dead_letters WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3"
+                )),
                 &[self.spool(), &id_param(after), &(limit.min(i64::MAX as usize) as i64)],
             )?;
             Ok(rows.iter().map(dead_from_row).collect())
@@ -1133,8 +1299,10 @@ impl Queue for PostgresQueue {
     fn dead_get(&self, id: ItemId) -> Result<Option<DeadLetter>> {
         self.txn("read dead letters in", false, |tx| {
             let row = tx.query_opt(
-                "SELECT id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, dead_at \
-                 FROM {s}.dead_letters WHERE spool = $1 AND id = $2",
+                self.pick(by_version!(
+                    "SELECT ",
+                    ", dead_at FROM {s}.dead_letters WHERE spool = $1 AND id = $2"
+                )),
                 &[self.spool(), &id_param(id)],
             )?;
             Ok(row.as_ref().map(dead_from_row))
@@ -1195,8 +1363,9 @@ impl Queue for PostgresQueue {
             for &id in ids {
                 let n = tx.execute(
                     "WITH d AS (DELETE FROM {s}.dead_letters WHERE spool = $1 AND id = $2 RETURNING *) \
-                     INSERT INTO {s}.items (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held) \
-                     SELECT spool, id, payload, key, 0, enqueued_at, NULL, last_error, false FROM d",
+                     INSERT INTO {s}.items (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, \
+                     grp, coalesce_key) \
+                     SELECT spool, id, payload, key, 0, enqueued_at, NULL, last_error, false, grp, coalesce_key FROM d",
                     &[self.spool(), &id_param(id)],
                 )?;
                 moved += n as i64;
@@ -1250,16 +1419,25 @@ impl Queue for PostgresQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.txn("read stats of", false, |tx| {
-            let row = tx.query_one(
+            // Version 1 has no overflow policy (reject) nor evictions.
+            let sql = if self.v1 {
                 "SELECT s.depth, s.dead, s.max_depth, s.high_water, \
                     (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held), \
                     (SELECT count(*) FROM {s}.items WHERE spool = $1 AND next_retry_at > $2), \
-                    o.id, o.enqueued_at \
+                    o.id, o.enqueued_at, 'reject', 0::int8 \
                  FROM {s}.spools s LEFT JOIN LATERAL \
                     (SELECT id, enqueued_at FROM {s}.items WHERE spool = $1 ORDER BY id LIMIT 1) o ON true \
-                 WHERE s.name = $1",
-                &[self.spool(), &now.as_millis()],
-            )?;
+                 WHERE s.name = $1"
+            } else {
+                "SELECT s.depth, s.dead, s.max_depth, s.high_water, \
+                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held), \
+                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND next_retry_at > $2), \
+                    o.id, o.enqueued_at, s.on_full, s.evicted_total \
+                 FROM {s}.spools s LEFT JOIN LATERAL \
+                    (SELECT id, enqueued_at FROM {s}.items WHERE spool = $1 ORDER BY id LIMIT 1) o ON true \
+                 WHERE s.name = $1"
+            };
+            let row = tx.query_one(sql, &[self.spool(), &now.as_millis()])?;
             let mut s = QueueStats {
                 depth: u64_of(row.get(0)),
                 dead_letters: u64_of(row.get(1)),
@@ -1269,6 +1447,8 @@ impl Queue for PostgresQueue {
                 waiting: u64_of(row.get(5)),
                 oldest_id: row.get::<_, Option<i64>>(6).map(u64_of),
                 oldest_enqueued_at: row.get::<_, Option<i64>>(7).map(Timestamp::from_millis),
+                on_full: self.policy_of(row.get(8))?,
+                evicted_total: u64_of(row.get(9)),
                 ..QueueStats::default()
             };
             let rows = tx.query(
@@ -1299,9 +1479,15 @@ impl Queue for PostgresQueue {
         }
         self.txn("read in-flight items of", false, |tx| {
             let rows = tx.query(
-                "SELECT id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq \
-                 FROM {s}.items WHERE spool = $1 AND push_seq > $2 ORDER BY push_seq LIMIT $3",
-                &[self.spool(), &id_param(after_seq), &(limit.min(i64::MAX as usize) as i64)],
+                self.pick(by_version!(
+                    "SELECT ",
+                    " FROM {s}.items WHERE spool = $1 AND push_seq > $2 ORDER BY push_seq LIMIT $3"
+                )),
+                &[
+                    self.spool(),
+                    &id_param(after_seq),
+                    &(limit.min(i64::MAX as usize) as i64),
+                ],
             )?;
             Ok(rows.iter().map(item_from_row).collect())
         })
@@ -1433,35 +1619,71 @@ impl Queue for PostgresQueue {
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers
 /// pass each other instead of queueing; the oldest `$2` of both are
 /// leased under one new token and their attempt counted.
-const CLAIM: &str = "WITH fresh AS ( \
-        SELECT id FROM {s}.items \
-        WHERE spool = $1 AND NOT held AND next_retry_at IS NULL AND lease_until IS NULL AND push_seq IS NULL \
-        ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+///
+/// Ordering groups (SPEC §9): only the head of a group — no pending item
+/// of the group with a smaller id, whether held, waiting or leased — and
+/// only while no other item of the group is leased (a dead letter
+/// requeued under its old id behind a later item in delivery) can be
+/// claimed, so one claim takes at most one item per group, and two
+/// replayers never hold two items of one group: the next item stays
+/// blocked by the head's row until the head is delivered (deleted) or
+/// dead-lettered. Each test is one probe of `items_group` or
+/// `items_group_leased`; items without a group skip both.
+const CLAIM: &str = concat!(
+    "WITH fresh AS ( \
+        SELECT c.id FROM {s}.items c \
+        WHERE c.spool = $1 AND NOT c.held AND c.next_retry_at IS NULL AND c.lease_until IS NULL \
+          AND c.push_seq IS NULL AND ",
+    group_head!(),
+    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      waiting AS ( \
-        SELECT id FROM {s}.items \
-        WHERE spool = $1 AND NOT held AND (next_retry_at IS NOT NULL OR lease_until IS NOT NULL) \
-          AND push_seq IS NULL AND greatest(next_retry_at, lease_until) <= COALESCE($3::int8, {now}) \
-        ORDER BY greatest(next_retry_at, lease_until), id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2), \
-     tok AS (SELECT nextval('{s}.lease_tokens') AS t) \
-     UPDATE {s}.items i SET attempts = i.attempts + 1, \
-        lease_until = COALESCE($3::int8, {now}) + $4, lease_token = tok.t \
-     FROM picked, tok WHERE i.spool = $1 AND i.id = picked.id \
-     RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.next_retry_at, i.last_error, \
-        i.held, i.push_seq, i.lease_token, i.lease_until";
+        SELECT c.id FROM {s}.items c \
+        WHERE c.spool = $1 AND NOT c.held AND (c.next_retry_at IS NOT NULL OR c.lease_until IS NOT NULL) \
+          AND c.push_seq IS NULL AND greatest(c.next_retry_at, c.lease_until) <= COALESCE($3::int8, {now}) \
+          AND ",
+    group_head!(),
+    " ORDER BY greatest(c.next_retry_at, c.lease_until), c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2), ",
+    claim_update!()
+);
 
-/// The claim of `--ignore-backoff`: retry times do not count, leases do.
-const CLAIM_IGNORING_BACKOFF: &str = "WITH picked AS ( \
-        SELECT id FROM {s}.items \
-        WHERE spool = $1 AND NOT held AND push_seq IS NULL \
-          AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now})) \
-        ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     tok AS (SELECT nextval('{s}.lease_tokens') AS t) \
-     UPDATE {s}.items i SET attempts = i.attempts + 1, \
-        lease_until = COALESCE($3::int8, {now}) + $4, lease_token = tok.t \
-     FROM picked, tok WHERE i.spool = $1 AND i.id = picked.id \
-     RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.next_retry_at, i.last_error, \
-        i.held, i.push_seq, i.lease_token, i.lease_until";
+/// The claim of `--ignore-backoff`: retry times do not count, leases and
+/// ordering groups do.
+const CLAIM_IGNORING_BACKOFF: &str = concat!(
+    "WITH picked AS ( \
+        SELECT c.id FROM {s}.items c \
+        WHERE c.spool = $1 AND NOT c.held AND c.push_seq IS NULL \
+          AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now})) AND ",
+    group_head!(),
+    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), ",
+    claim_update!()
+);
+
+/// The group rule of a claim for candidate `c` (see [`CLAIM`]).
+macro_rules! group_head {
+    () => {
+        "(c.grp IS NULL OR ( \
+            NOT EXISTS (SELECT 1 FROM {s}.items e \
+                WHERE e.spool = $1 AND e.grp = c.grp AND e.grp IS NOT NULL AND e.id < c.id) \
+            AND NOT EXISTS (SELECT 1 FROM {s}.items e \
+                WHERE e.spool = $1 AND e.grp = c.grp AND e.grp IS NOT NULL \
+                  AND e.lease_until IS NOT NULL AND e.lease_until > COALESCE($3::int8, {now}))))"
+    };
+}
+use group_head;
+
+/// The end of a claim: lease what `picked` holds under one new token.
+macro_rules! claim_update {
+    () => {
+        "tok AS (SELECT nextval('{s}.lease_tokens') AS t) \
+         UPDATE {s}.items i SET attempts = i.attempts + 1, \
+            lease_until = COALESCE($3::int8, {now}) + $4, lease_token = tok.t \
+         FROM picked, tok WHERE i.spool = $1 AND i.id = picked.id \
+         RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.next_retry_at, i.last_error, \
+            i.held, i.push_seq, i.grp, i.coalesce_key, i.lease_token, i.lease_until"
+    };
+}
+use claim_update;
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
@@ -1487,8 +1709,8 @@ impl Leasing for PostgresQueue {
                 .iter()
                 .map(|r| Claimed {
                     item: item_from_row(r),
-                    token: r.get(9),
-                    lease_until: Timestamp::from_millis(r.get(10)),
+                    token: r.get(11),
+                    lease_until: Timestamp::from_millis(r.get(12)),
                 })
                 .collect();
             out.sort_by_key(|c| c.item.id);

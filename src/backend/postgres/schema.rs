@@ -8,17 +8,22 @@
 //! at once against an empty database create the tables exactly once, and
 //! the others wait for that commit. A version above [`SCHEMA_VERSION`] is
 //! [`Error::SchemaTooNew`]; read-only opens never create or migrate
-//! anything.
+//! anything. An older version is migrated by the first writable open; a
+//! read-only open reads it as it is (version 1 has no ordering groups,
+//! coalesce keys or overflow policy: they read as none, `reject` and 0).
 
 use super::conn::{quote_ident, render, Conn};
 use super::url::PgTarget;
 use crate::error::{Error, Result};
 
 /// The schema version this code writes and understands.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
-const MIGRATIONS: [&str; 1] = [include_str!("migrations/0001_spool.sql")];
+const MIGRATIONS: [&str; 2] = [
+    include_str!("migrations/0001_spool.sql"),
+    include_str!("migrations/0002_policies.sql"),
+];
 
 /// What the database holds for a schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,5 +129,14 @@ mod tests {
         assert!(!sql.contains("{s}"));
         assert!(sql.contains("\"q\".items"));
         assert_eq!(MIGRATIONS.len() as i32, SCHEMA_VERSION);
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            let sql = render(m, "\"q\"");
+            assert!(!sql.contains("{s}"), "migration {}", i + 1);
+            assert!(
+                sql.contains(&format!("spool_schema (version) VALUES ({})", i + 1)),
+                "migration {} records its version",
+                i + 1
+            );
+        }
     }
 }
