@@ -99,6 +99,8 @@ policies!(
         policies_memory = Backend::Memory, false;
         policies_sqlite = Backend::Sqlite, false;
         policies_sqlite_reopen = Backend::Sqlite, true;
+        policies_file = Backend::File, false;
+        policies_file_reopen = Backend::File, true;
     ],
     cases: [
         groups_and_coalesce_keys_are_kept,
