@@ -954,16 +954,20 @@ mod tests {
         let mut plain = Vec::new();
         write_put(&mut plain, &it, None);
         let text = std::str::from_utf8(&plain).unwrap();
-        assert!(!text.contains("group") && !text.contains("coalesceKey"), "{text}");
+        assert!(
+            !text.contains("group") && !text.contains("coalesceKey"),
+            "{text}"
+        );
         it.group = Some("g \"1\"".into());
         it.coalesce_key = Some("c/1".into());
         let mut out = Vec::new();
         write_put(&mut out, &it, None);
         let text = std::str::from_utf8(&out[..out.len() - 1]).unwrap();
         // The reference's fields come first and are unchanged.
-        assert!(text.starts_with(
-            std::str::from_utf8(&plain[..plain.len() - 2]).unwrap()
-        ), "{text}");
+        assert!(
+            text.starts_with(std::str::from_utf8(&plain[..plain.len() - 2]).unwrap()),
+            "{text}"
+        );
         assert!(
             text.ends_with(r#","group":"g \"1\"","coalesceKey":"c/1"}"#),
             "{text}"
@@ -999,7 +1003,10 @@ mod tests {
         let mut out = Vec::new();
         write_evicted(&mut out, 12);
         assert_eq!(out, b"{\"op\":\"done\",\"id\":0,\"evicted\":12}\n");
-        assert_eq!(parse_line(&out[..out.len() - 1]).unwrap(), Line::Evicted(12));
+        assert_eq!(
+            parse_line(&out[..out.len() - 1]).unwrap(),
+            Line::Evicted(12)
+        );
         assert!(parse_line(br#"{"op":"done","id":3,"evicted":1}"#).is_err());
         assert!(
             parse_line(br#"{"op":"done","id":0,"evicted":1,"push":{"assigned":1,"acked":0}}"#)

@@ -1230,7 +1230,9 @@ impl Index {
     ) -> Result<()> {
         let id = to_i64(id, "item id")?;
         self.conn
-            .prepare_cached("INSERT INTO temp.batch_items (id, key, ck, line) VALUES (?1, ?2, ?3, ?4)")
+            .prepare_cached(
+                "INSERT INTO temp.batch_items (id, key, ck, line) VALUES (?1, ?2, ?3, ?4)",
+            )
             .and_then(|mut s| s.execute(params![id, key, ck, line]))
             .map_err(self.err("write"))
             .map(drop)
@@ -1313,7 +1315,10 @@ impl Index {
             .prepare_cached("SELECT id, line FROM temp.batch_items ORDER BY id LIMIT 1")
             .and_then(|mut s| {
                 s.query_row([], |r| {
-                    Ok((u(r.get(0)?), r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default()))
+                    Ok((
+                        u(r.get(0)?),
+                        r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                    ))
                 })
                 .optional()
             })
