@@ -405,7 +405,7 @@ fn a_coalescing_batch_killed_halfway_leaves_none_of_it() {
     assert_eq!(r[2].replaced, vec![r[0].id]);
     let pending = ids(&q);
     assert_eq!(pending, vec![other, r[4].id, r[5].id]);
-    assert!(!q.get(other).unwrap().is_none());
+    assert!(q.get(other).unwrap().is_some());
     assert_eq!(
         reference_view(&p).keys().copied().collect::<Vec<_>>(),
         pending
