@@ -951,6 +951,8 @@ mod tests {
         let mut it = item(b"p");
         it.held = false;
         it.last_error = None;
+        // No \u escape: the line stays on the plain path.
+        it.key = "k".into();
         let mut plain = Vec::new();
         write_put(&mut plain, &it, None);
         let text = std::str::from_utf8(&plain).unwrap();
