@@ -13,17 +13,9 @@ fn json_lines(a: &assert_cmd::assert::Assert) -> Vec<serde_json::Value> {
     ndjson(&a.get_output().stdout)
 }
 
-/// Each backend that implements the overflow policy and coalescing.
-fn policy_backends() -> Vec<&'static str> {
-    backends()
-        .into_iter()
-        .filter(|b| b.ends_with(".db"))
-        .collect()
-}
-
 #[test]
 fn config_and_init_remember_on_full() {
-    for b in policy_backends() {
+    for b in backends() {
         let env = Env::new(b);
         env.run(&["init", "--max-depth", "2", "--on-full", "drop-oldest"])
             .success();
@@ -49,7 +41,7 @@ fn config_and_init_remember_on_full() {
 
 #[test]
 fn drop_oldest_evicts_through_the_binary() {
-    for b in policy_backends() {
+    for b in backends() {
         let env = Env::new(b);
         env.run(&["init", "--max-depth", "2"]).success();
         env.enqueue("a");
@@ -86,7 +78,7 @@ fn drop_oldest_evicts_through_the_binary() {
 /// letter, exactly once — and the bound holds.
 #[test]
 fn concurrent_producers_against_drop_oldest_lose_nothing() {
-    for b in policy_backends() {
+    for b in backends() {
         let env = Env::new(b);
         env.run(&["init", "--max-depth", "20", "--on-full", "drop-oldest"])
             .success();
@@ -129,7 +121,7 @@ fn concurrent_producers_against_drop_oldest_lose_nothing() {
 
 #[test]
 fn groups_and_coalesce_keys_through_enqueue_list_and_export() {
-    for b in policy_backends() {
+    for b in backends() {
         let env = Env::new(b);
         env.run(&["enqueue", "--group", "g1", "a"]).success();
         env.run(&["enqueue", "--coalesce-key", "temp", "20C"])

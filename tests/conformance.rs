@@ -71,7 +71,7 @@ macro_rules! conformance {
 }
 
 /// The ledger-policy cases (SPEC §9: ordering groups, coalescing,
-/// drop-oldest), for the backends that implement them.
+/// drop-oldest), on every backend and flavour.
 macro_rules! policies {
     (flavours: [$($flavour:ident = $backend:expr, $reopen:expr);* $(;)?], cases: $cases:tt $(,)?) => {
         $( policies!(@flavour $flavour, $backend, $reopen, $cases); )*
@@ -99,6 +99,8 @@ policies!(
         policies_memory = Backend::Memory, false;
         policies_sqlite = Backend::Sqlite, false;
         policies_sqlite_reopen = Backend::Sqlite, true;
+        policies_file = Backend::File, false;
+        policies_file_reopen = Backend::File, true;
         policies_postgres = Backend::Postgres, false;
         policies_postgres_reopen = Backend::Postgres, true;
     ],

@@ -29,9 +29,6 @@ use std::time::Duration;
 /// A payload, a key, a group number and a coalesce-key number.
 type PolicyItem = (Vec<u8>, String, Option<u8>, Option<u8>);
 
-/// The backends that implement the ledger policies' operations.
-const POLICIES: [Backend; 2] = [Backend::Memory, Backend::Sqlite];
-
 /// One operation. Ids are chosen when the operation runs (see
 /// [`pick`]), so that they mostly name items that exist.
 #[derive(Clone, Debug)]
@@ -355,7 +352,6 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             same(&what, q.purge(&ids), model.purge(&ids))
         }
         Op::SetMaxDepth(b) => same(&what, q.set_max_depth(*b), model.set_max_depth(*b)),
-        Op::PolicyBatch(_) | Op::SetDropOldest(_) if !POLICIES.contains(&d.h.backend) => Ok(()),
         Op::PolicyBatch(items) => {
             let items: Vec<NewItem> = items
                 .iter()

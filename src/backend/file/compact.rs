@@ -81,10 +81,14 @@ impl FileQueue {
         // stay. (The other order lets such a process append a dead letter
         // to the old dead-letter file just before it is replaced.)
         let mut bytes_after = 0;
-        if dead_exists || !dead.dead.is_empty() {
+        if dead_exists || !dead.dead.is_empty() || dead.evicted_total > 0 {
             let mut buf = Vec::new();
             for dl in dead.dead.values() {
                 format::write_dead(&mut buf, dl);
+            }
+            // The eviction count, last: it survives the compaction.
+            if dead.evicted_total > 0 {
+                format::write_evicted(&mut buf, dead.evicted_total);
             }
             bytes_after += self
                 .replace_file(&self.dead_path, false, |w| w.push(&buf))?
@@ -322,6 +326,7 @@ fn apply_dead(state: &mut State, line: Line) {
     match line {
         // Push state lives in the main file only.
         Line::Push(_) | Line::Client(_) => {}
+        Line::Evicted(n) => state.evicted_total = n,
         Line::Put { item, dead_at } => {
             state.remove_pending(item.id);
             state.high_water = state.high_water.max(item.id);

@@ -49,6 +49,11 @@ pub(crate) enum Line {
     /// What a push receiver recorded for one client: a `done` line for id
     /// 0 with a `client` object. The lines of a client add up.
     Client(ClientLine),
+    /// The number of items the `drop-oldest` overflow policy ever evicted:
+    /// a `done` line for id 0 with an `evicted` count, in the dead-letter
+    /// file (written in the same batch as the dead letters it counts). The
+    /// last one in the file is the count.
+    Evicted(u64),
 }
 
 /// The `client` object of a receiver's client line: what a group of push
@@ -134,6 +139,8 @@ struct Fields<'a, P, S> {
     push: Option<PushLine>,
     #[serde(default = "none")]
     client: Option<ClientLine>,
+    #[serde(default)]
+    evicted: Option<u64>,
     #[serde(default)]
     tx: Option<u64>,
 }
@@ -466,14 +473,11 @@ fn parse_line_serde<'a>(
     let raw: Fields<'_, PayloadIn, String> = from_line(bytes, text)?;
     let tx = raw.tx;
     let line = match raw.op.as_ref() {
-        "done" => match (raw.push, raw.client) {
-            (Some(_), Some(_)) => Err("a line cannot hold both push and client state".into()),
-            (Some(_), _) | (_, Some(_)) if raw.id != 0 => {
-                Err("a push or client state line must be a done line for id 0".into())
-            }
-            (Some(push), None) => Ok(Line::Push(push)),
-            (None, Some(client)) => Ok(Line::Client(client)),
-            (None, None) => Ok(Line::Done { id: raw.id }),
+        "done" => match state_kind(raw.id, &raw.push, &raw.client, raw.evicted)? {
+            StateKind::Push => Ok(Line::Push(raw.push.unwrap_or_default())),
+            StateKind::Client => Ok(Line::Client(raw.client.unwrap_or_default())),
+            StateKind::Evicted(n) => Ok(Line::Evicted(n)),
+            StateKind::Done => Ok(Line::Done { id: raw.id }),
         },
         "put" => {
             let payload = match raw.payload {
@@ -503,6 +507,35 @@ fn parse_line_serde<'a>(
         other => Err(format!("unknown op {other:?}")),
     }?;
     Ok((line, tx))
+}
+
+/// Which kind of `done` line a line is.
+enum StateKind {
+    Done,
+    Push,
+    Client,
+    Evicted(u64),
+}
+
+/// The kind of a `done` line with these fields: at most one kind of state,
+/// and only on id 0.
+fn state_kind<P, C>(
+    id: u64,
+    push: &Option<P>,
+    client: &Option<C>,
+    evicted: Option<u64>,
+) -> Result<StateKind, String> {
+    let kind = match (push.is_some(), client.is_some(), evicted) {
+        (false, false, None) => return Ok(StateKind::Done),
+        (true, false, None) => StateKind::Push,
+        (false, true, None) => StateKind::Client,
+        (false, false, Some(n)) => StateKind::Evicted(n),
+        _ => return Err("a line cannot hold more than one kind of state".into()),
+    };
+    if id != 0 {
+        return Err("a state line must be a done line for id 0".into());
+    }
+    Ok(kind)
 }
 
 /// What [`check_line`] learns of a line: its op and id.
@@ -607,14 +640,12 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
         client,
     };
     match raw.op.as_ref() {
-        "done" => match (&raw.push, &raw.client) {
-            (Some(_), Some(_)) => Err("a line cannot hold both push and client state".into()),
-            (Some(_), _) | (_, Some(_)) if raw.id != 0 => {
-                Err("a push or client state line must be a done line for id 0".into())
-            }
-            (Some(_), None) => Ok(head(false, true, false)),
-            (None, Some(_)) => Ok(head(false, false, true)),
-            (None, None) => Ok(head(false, false, false)),
+        "done" => match state_kind(raw.id, &raw.push, &raw.client, raw.evicted)? {
+            StateKind::Push => Ok(head(false, true, false)),
+            StateKind::Client => Ok(head(false, false, true)),
+            // An eviction count is not an item: compaction of the main
+            // file (where it never belongs) drops it like a `done` line.
+            StateKind::Evicted(_) | StateKind::Done => Ok(head(false, false, false)),
         },
         "put" => match raw.payload {
             Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => {
@@ -701,6 +732,13 @@ pub(crate) fn write_client(out: &mut Vec<u8>, client: &ClientLine) {
     if serde_json::to_writer(&mut *out, &line).is_ok() {
         out.push(b'\n');
     }
+}
+
+/// Append the eviction count line of the dead-letter file.
+pub(crate) fn write_evicted(out: &mut Vec<u8>, total: u64) {
+    out.extend_from_slice(br#"{"op":"done","id":0,"evicted":"#);
+    out.extend_from_slice(total.to_string().as_bytes());
+    out.extend_from_slice(b"}\n");
 }
 
 /// Append a `done` line.
@@ -909,6 +947,85 @@ mod tests {
     }
 
     #[test]
+    fn group_and_coalesce_key_ride_last_and_only_when_set() {
+        let mut it = item(b"p");
+        it.held = false;
+        it.last_error = None;
+        // No \u escape: the line stays on the plain path.
+        it.key = "k".into();
+        let mut plain = Vec::new();
+        write_put(&mut plain, &it, None);
+        let text = std::str::from_utf8(&plain).unwrap();
+        assert!(
+            !text.contains("group") && !text.contains("coalesceKey"),
+            "{text}"
+        );
+        it.group = Some("g \"1\"".into());
+        it.coalesce_key = Some("c/1".into());
+        let mut out = Vec::new();
+        write_put(&mut out, &it, None);
+        let text = std::str::from_utf8(&out[..out.len() - 1]).unwrap();
+        // The reference's fields come first and are unchanged.
+        assert!(
+            text.starts_with(std::str::from_utf8(&plain[..plain.len() - 2]).unwrap()),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(r#","group":"g \"1\"","coalesceKey":"c/1"}"#),
+            "{text}"
+        );
+        let plain_read = Plain::read(text, true).expect("the plain path reads it");
+        assert_eq!(
+            plain_read.into_line(),
+            Line::Put {
+                item: it.clone(),
+                dead_at: None
+            }
+        );
+        // Another field order goes through serde, with the same result.
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let mut m = v.as_object().unwrap().clone();
+        let g = m.remove("group").unwrap();
+        let mut reordered = serde_json::Map::new();
+        reordered.insert("group".into(), g);
+        reordered.extend(m);
+        let line = serde_json::to_vec(&reordered).unwrap();
+        assert!(Plain::read(std::str::from_utf8(&line).unwrap(), true).is_none());
+        assert_eq!(
+            parse_line(&line).unwrap(),
+            Line::Put {
+                item: it,
+                dead_at: None
+            }
+        );
+    }
+
+    #[test]
+    fn eviction_count_lines() {
+        let mut out = Vec::new();
+        write_evicted(&mut out, 12);
+        assert_eq!(out, b"{\"op\":\"done\",\"id\":0,\"evicted\":12}\n");
+        assert_eq!(
+            parse_line(&out[..out.len() - 1]).unwrap(),
+            Line::Evicted(12)
+        );
+        assert!(parse_line(br#"{"op":"done","id":3,"evicted":1}"#).is_err());
+        assert!(
+            parse_line(br#"{"op":"done","id":0,"evicted":1,"push":{"assigned":1,"acked":0}}"#)
+                .is_err()
+        );
+        assert_eq!(
+            check_line(&out[..out.len() - 1]).unwrap(),
+            Head {
+                put: false,
+                id: 0,
+                push: false,
+                client: false
+            }
+        );
+    }
+
+    #[test]
     fn done_lines_are_reference_shaped() {
         let mut out = Vec::new();
         write_done(&mut out, 42);
@@ -951,6 +1068,9 @@ mod tests {
             Just("pushSeq"),
             Just("push"),
             Just("client"),
+            Just("evicted"),
+            Just("group"),
+            Just("coalesceKey"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -993,11 +1113,15 @@ mod tests {
         #[test]
         fn put_round_trips(payload in proptest::collection::vec(any::<u8>(), 0..200),
                            key in ".{0,12}", attempts in any::<u32>(), held in any::<bool>(),
-                           dead in proptest::option::of(0i64..4_000_000_000_000)) {
+                           dead in proptest::option::of(0i64..4_000_000_000_000),
+                           group in proptest::option::of(".{0,12}"),
+                           coalesce_key in proptest::option::of(".{0,12}")) {
             let mut it = item(&payload);
             it.key = key;
             it.attempts = attempts;
             it.held = held;
+            it.group = group;
+            it.coalesce_key = coalesce_key;
             let mut out = Vec::new();
             write_put(&mut out, &it, dead.map(Timestamp::from_millis));
             prop_assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
@@ -1020,6 +1144,7 @@ mod tests {
                 (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false }),
                 (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true, client: false }),
                 (Ok(Line::Client(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: true }),
+                (Ok(Line::Evicted(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: false }),
                 (Err(a), Err(b)) => prop_assert_eq!(a, b),
                 _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
             }
@@ -1034,6 +1159,8 @@ mod tests {
             dead in proptest::option::of(0i64..4_000_000_000_000),
             done in any::<bool>(),
             push_seq in proptest::option::of(1u64..1_000_000),
+            group in proptest::option::of(".{0,6}"),
+            coalesce_key in proptest::option::of(".{0,6}"),
             tx in proptest::option::of(0u64..1_000_000),
             edits in proptest::collection::vec((any::<u16>(), prop_oneof![
                 Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
@@ -1048,6 +1175,8 @@ mod tests {
             it.next_retry_at = times.map(|t| Timestamp::from_millis(t.1));
             it.last_error = error;
             it.push_seq = push_seq;
+            it.group = group;
+            it.coalesce_key = coalesce_key;
             let mut line = Vec::new();
             if done {
                 write_done(&mut line, it.id);
@@ -1076,6 +1205,7 @@ mod tests {
                 Line::Done { id } => Head { put: false, id, push: false, client: false },
                 Line::Push(_) => Head { put: false, id: 0, push: true, client: false },
                 Line::Client(_) => Head { put: false, id: 0, push: false, client: true },
+                Line::Evicted(_) => Head { put: false, id: 0, push: false, client: false },
             });
             prop_assert_eq!(check_line(&line), head);
         }

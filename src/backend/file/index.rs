@@ -12,14 +12,15 @@
 //!   first 4 KiB and the last 4 KiB before it).
 //! * Per pending item (`pending`): id, where its last line is (`off`,
 //!   `len`), key, attempts, enqueue time, next retry time, hold flag, push
-//!   sequence number. Payloads stay in the spool file; an item is read with
-//!   one `pread` of its line.
+//!   sequence number, ordering group, coalesce key. Payloads stay in the
+//!   spool file; an item is read with one `pread` of its line.
 //! * Per dead letter (`dead`): id, where its line is in `<spool>.dead`, key.
 //! * One `state` row: the id high-water mark, counts kept by triggers
 //!   (pending, held, dead letters; attempts per count in `attempts`, kept
 //!   by [`Applier`] as it applies lines), the
 //!   push state of the last push-state line, the uuid a regeneration gave,
-//!   and the boot the index was last written in.
+//!   the eviction count of the dead-letter file's last count line, and the
+//!   boot the index was last written in.
 //! * The push receiver's ledger (`clients`, `client_entries`): per client
 //!   its `last_seq`, the acknowledged-reject watermark and the time it last
 //!   pushed, and per processed number its outcome, digest and reason.
@@ -53,7 +54,9 @@ use std::time::Duration;
 
 /// The index format version (`PRAGMA user_version`). An index of any other
 /// version is rebuilt.
-pub(crate) const INDEX_VERSION: i64 = 1;
+/// Version 2 added the ordering group and coalesce key of pending items
+/// and the eviction count.
+pub(crate) const INDEX_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -82,9 +85,10 @@ CREATE TABLE state (
     push_assigned INTEGER NOT NULL,
     push_acked INTEGER NOT NULL,
     push_skips TEXT NOT NULL,
-    uuid TEXT
+    uuid TEXT,
+    evicted_total INTEGER NOT NULL
 );
-INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL);
+INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL, 0);
 CREATE TABLE pending (
     id INTEGER PRIMARY KEY,
     off INTEGER NOT NULL,
@@ -94,7 +98,9 @@ CREATE TABLE pending (
     enqueued_at INTEGER,
     next_retry_at INTEGER,
     held INTEGER NOT NULL,
-    push_seq INTEGER
+    push_seq INTEGER,
+    group_name TEXT,
+    coalesce_key TEXT
 );
 CREATE TABLE attempts (attempts INTEGER PRIMARY KEY, n INTEGER NOT NULL);
 CREATE TABLE dead (
@@ -126,6 +132,7 @@ const SECONDARY: &str = "
 CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
 CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
+CREATE INDEX pending_coalesce ON pending (coalesce_key, id) WHERE coalesce_key IS NOT NULL;
 ";
 
 /// The counts, made after a full build. Afterwards [`Applier`] keeps them.
@@ -177,6 +184,7 @@ pub(crate) enum Entry {
     Done(ItemId),
     Push(PushLine),
     Client(ClientLine),
+    Evicted(u64),
 }
 
 /// The index columns of a `put` line.
@@ -191,6 +199,8 @@ pub(crate) struct Row {
     pub next_retry_at: Option<i64>,
     pub held: bool,
     pub push_seq: Option<u64>,
+    pub group: Option<String>,
+    pub coalesce_key: Option<String>,
 }
 
 impl From<Line> for Entry {
@@ -204,10 +214,13 @@ impl From<Line> for Entry {
                 next_retry_at: item.next_retry_at.map(Timestamp::as_millis),
                 held: item.held,
                 push_seq: item.push_seq,
+                group: item.group,
+                coalesce_key: item.coalesce_key,
             }),
             Line::Done { id } => Entry::Done(id),
             Line::Push(p) => Entry::Push(p),
             Line::Client(c) => Entry::Client(c),
+            Line::Evicted(n) => Entry::Evicted(n),
         }
     }
 }
@@ -800,6 +813,11 @@ impl Index {
         self.state_u64("high_water")
     }
 
+    /// Items ever evicted by the `drop-oldest` policy.
+    pub fn evicted_total(&self) -> Result<u64> {
+        self.state_u64("evicted_total")
+    }
+
     /// The push state.
     pub fn push(&self) -> Result<PushState> {
         let (assigned, acked, skips): (i64, i64, String) = self
@@ -989,6 +1007,7 @@ impl Index {
             held: self.state_u64("held")?,
             dead_letters: self.dead_count()?,
             high_water: self.high_water()?,
+            evicted_total: self.evicted_total()?,
             ..QueueStats::default()
         };
         s.waiting = self
@@ -1165,6 +1184,147 @@ impl Index {
             .map_err(self.err("write"))
     }
 
+    /// Forget a key of the batch (its item was replaced or evicted by a
+    /// later item of the batch).
+    pub fn batch_key_remove(&self, key: &str, id: ItemId) -> Result<()> {
+        let id = to_i64(id, "item id")?;
+        self.conn
+            .prepare_cached("DELETE FROM temp.batch_keys WHERE key = ?1 AND id = ?2")
+            .and_then(|mut s| s.execute(params![key, id]))
+            .map_err(self.err("write"))
+            .map(drop)
+    }
+
+    /// Make the (temporary) tables of a batch that coalesces or evicts
+    /// ready: `batch_gone`, the indexed pending items the batch removed;
+    /// `batch_items`, the items the batch stored that are still pending
+    /// and that a later item may remove (with their `put` line when the
+    /// batch may evict them).
+    pub fn batch_policy_begin(&self) -> Result<()> {
+        self.conn
+            .execute_batch(
+                "CREATE TEMP TABLE IF NOT EXISTS batch_gone (id INTEGER PRIMARY KEY); \
+                 CREATE TEMP TABLE IF NOT EXISTS batch_items \
+                   (id INTEGER PRIMARY KEY, key TEXT NOT NULL, ck TEXT, line BLOB); \
+                 CREATE INDEX IF NOT EXISTS temp.batch_items_ck ON batch_items (ck, id) \
+                   WHERE ck IS NOT NULL; \
+                 DELETE FROM temp.batch_gone; DELETE FROM temp.batch_items;",
+            )
+            .map_err(self.err("prepare a batch in"))
+    }
+
+    /// Forget the batch's stored and removed items.
+    pub fn batch_policy_clear(&self) -> Result<()> {
+        self.conn
+            .execute_batch("DELETE FROM temp.batch_gone; DELETE FROM temp.batch_items;")
+            .map_err(self.err("write"))
+    }
+
+    /// Remember an item the batch stored.
+    pub fn batch_item_put(
+        &self,
+        id: ItemId,
+        key: &str,
+        ck: Option<&str>,
+        line: Option<&[u8]>,
+    ) -> Result<()> {
+        let id = to_i64(id, "item id")?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO temp.batch_items (id, key, ck, line) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut s| s.execute(params![id, key, ck, line]))
+            .map_err(self.err("write"))
+            .map(drop)
+    }
+
+    /// Forget an item the batch stored (a later one removed it); its key.
+    pub fn batch_item_remove(&self, id: ItemId) -> Result<Option<String>> {
+        let id = to_i64(id, "item id")?;
+        self.conn
+            .prepare_cached("DELETE FROM temp.batch_items WHERE id = ?1 RETURNING key")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(self.err("write"))
+    }
+
+    /// Remember that the batch removed indexed pending item `id`.
+    pub fn batch_gone_put(&self, id: ItemId) -> Result<()> {
+        let id = to_i64(id, "item id")?;
+        self.conn
+            .prepare_cached("INSERT OR IGNORE INTO temp.batch_gone (id) VALUES (?1)")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(self.err("write"))
+            .map(drop)
+    }
+
+    /// [`Index::key_owner`] leaving out the items the batch removed.
+    pub fn key_owner_live(&self, key: &str) -> Result<Option<ItemId>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM pending WHERE key = ?1 AND key <> '' \
+                 AND id NOT IN (SELECT id FROM temp.batch_gone) ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map(u))
+            .map_err(self.err("read"))
+    }
+
+    fn ids(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<ItemId>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_map(p, |r| r.get::<_, i64>(0).map(u))?.collect())
+            .map_err(self.err("read"))
+    }
+
+    /// The pending items a new item with coalesce key `ck` replaces (SPEC
+    /// §9: that key, never attempted, not in flight), in id order: the
+    /// indexed ones the batch has not removed yet, then the batch's own.
+    /// Found through the coalesce-key index, never by reading the file.
+    pub fn coalesce_candidates(&self, ck: &str) -> Result<Vec<ItemId>> {
+        let mut ids = self.ids(
+            "SELECT id FROM pending WHERE coalesce_key = ?1 AND attempts = 0 \
+             AND push_seq IS NULL AND id NOT IN (SELECT id FROM temp.batch_gone) ORDER BY id",
+            [ck],
+        )?;
+        ids.extend(self.ids(
+            "SELECT id FROM temp.batch_items WHERE ck = ?1 ORDER BY id",
+            [ck],
+        )?);
+        Ok(ids)
+    }
+
+    /// The oldest indexed pending item above `after` that `drop-oldest`
+    /// may evict (not held, not in flight) and the batch has not removed.
+    pub fn oldest_evictable(&self, after: ItemId) -> Result<Option<ItemId>> {
+        Ok(self
+            .ids(
+                "SELECT id FROM pending WHERE id > ?1 AND NOT held AND push_seq IS NULL \
+                 AND id NOT IN (SELECT id FROM temp.batch_gone) ORDER BY id LIMIT 1",
+                [i64::try_from(after).unwrap_or(i64::MAX)],
+            )?
+            .pop())
+    }
+
+    /// The oldest item the batch stored that is still pending, with its
+    /// `put` line.
+    pub fn oldest_batch_item(&self) -> Result<Option<(ItemId, Vec<u8>)>> {
+        self.conn
+            .prepare_cached("SELECT id, line FROM temp.batch_items ORDER BY id LIMIT 1")
+            .and_then(|mut s| {
+                s.query_row([], |r| {
+                    Ok((
+                        u(r.get(0)?),
+                        r.get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default(),
+                    ))
+                })
+                .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
     /// Start applying lines.
     pub fn applier(&self) -> Result<Applier<'_>> {
         Ok(Applier {
@@ -1172,6 +1332,7 @@ impl Index {
             ix: self,
             raised: false,
             push: None,
+            evicted: None,
             err: None,
             depth: 0,
             held: 0,
@@ -1208,6 +1369,8 @@ pub(crate) struct Applier<'a> {
     hw: ItemId,
     raised: bool,
     push: Option<PushLine>,
+    /// The last eviction count line's count.
+    evicted: Option<u64>,
     err: Option<Error>,
     /// Changes to the kept counts, written by `finish`.
     depth: i64,
@@ -1299,14 +1462,16 @@ impl Applier<'_> {
                     row.enqueued_at,
                     row.next_retry_at,
                     row.held,
-                    seq
+                    seq,
+                    row.group,
+                    row.coalesce_key
                 ];
                 if fresh {
                     self.came(row.held, row.attempts);
                     ix.conn
                         .prepare_cached(
-                            "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                            "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
+                             group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                         )
                         .and_then(|mut s| s.execute(values))
                         .map_err(ix.err("update"))?;
@@ -1338,10 +1503,11 @@ impl Applier<'_> {
                 self.came(row.held, row.attempts);
                 let sql = if old.is_some() {
                     "UPDATE pending SET off = ?2, len = ?3, key = ?4, attempts = ?5, enqueued_at = ?6, \
-                     next_retry_at = ?7, held = ?8, push_seq = ?9 WHERE id = ?1"
+                     next_retry_at = ?7, held = ?8, push_seq = ?9, group_name = ?10, coalesce_key = ?11 \
+                     WHERE id = ?1"
                 } else {
-                    "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                    "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
+                     group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                 };
                 ix.conn
                     .prepare_cached(sql)
@@ -1356,6 +1522,8 @@ impl Applier<'_> {
             }
             Entry::Push(p) => self.push = Some(p),
             Entry::Client(c) => self.client(c)?,
+            // The eviction count lives in the dead-letter file only.
+            Entry::Evicted(_) => {}
         }
         Ok(())
     }
@@ -1391,6 +1559,7 @@ impl Applier<'_> {
             }
             // Push state lives in the main file only.
             Entry::Push(_) | Entry::Client(_) => {}
+            Entry::Evicted(n) => self.evicted = Some(n),
         }
         Ok(())
     }
@@ -1485,6 +1654,13 @@ impl Applier<'_> {
             ix.conn
                 .prepare_cached("UPDATE state SET high_water = max(high_water, ?1)")
                 .and_then(|mut s| s.execute([hw]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(n) = self.evicted {
+            let n = to_i64(n, "eviction count")?;
+            ix.conn
+                .prepare_cached("UPDATE state SET evicted_total = ?1")
+                .and_then(|mut s| s.execute([n]))
                 .map_err(ix.err("update"))?;
         }
         if let Some(p) = self.push {

@@ -1,11 +1,15 @@
 //! The NDJSON spool's metadata companion, `<spool>.meta`.
 //!
 //! A small JSON object, replaced atomically (temp file, fsync, rename,
-//! fsync directory): `{"version":1,"uuid":"…","maxDepth":100}`. A
-//! reference NDJSON file has none; `spool` creates it on the first write.
+//! fsync directory): `{"version":1,"uuid":"…","maxDepth":100}`, and
+//! `"onFull":"drop-oldest"` when the overflow policy is not the default
+//! (older versions ignore the field, and so reject at the bound: they
+//! never drop what this version would keep). A reference NDJSON file has
+//! none; `spool` creates it on the first write.
 
 use super::io::{parent_dir, write_all, FileIo};
 use crate::error::{Error, Result};
+use crate::item::OnFull;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -20,6 +24,29 @@ pub(crate) struct Meta {
     pub uuid: Option<String>,
     #[serde(default, rename = "maxDepth", skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u64>,
+    /// The overflow policy's name ([`OnFull::name`]); absent: `reject`.
+    #[serde(default, rename = "onFull", skip_serializing_if = "Option::is_none")]
+    pub on_full: Option<String>,
+}
+
+impl Meta {
+    /// The overflow policy.
+    pub fn on_full(&self, path: &Path) -> Result<OnFull> {
+        match &self.on_full {
+            None => Ok(OnFull::Reject),
+            Some(v) => OnFull::parse(v).ok_or_else(|| {
+                Error::corrupt(path, None, format!("onFull is not a policy: {v:?}"))
+            }),
+        }
+    }
+
+    /// Set the overflow policy (the default is written as no field).
+    pub fn set_on_full(&mut self, policy: OnFull) {
+        self.on_full = match policy {
+            OnFull::Reject => None,
+            other => Some(other.name().to_string()),
+        };
+    }
 }
 
 /// Read the metadata; a missing file is the empty default.

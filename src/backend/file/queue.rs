@@ -214,16 +214,20 @@ impl Queue for FileQueue {
     }
 
     fn on_full(&self) -> Result<OnFull> {
-        Ok(OnFull::Reject)
+        self.locked(Access::Read, MetaUse::Read, |q, inner| {
+            inner.meta.on_full(&q.meta_path)
+        })
     }
 
     fn set_on_full(&self, policy: OnFull) -> Result<()> {
-        match policy {
-            OnFull::Reject => Ok(()),
-            OnFull::DropOldest => Err(Error::Unsupported(
-                "on-full drop-oldest is not available on NDJSON spools yet".into(),
-            )),
-        }
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            let mut m = inner.meta.clone();
+            m.version = meta::META_VERSION;
+            m.set_on_full(policy);
+            meta::write(&*q.io, &q.meta_path, &m)?;
+            inner.meta = m;
+            Ok(())
+        })
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {
@@ -369,9 +373,10 @@ impl Queue for FileQueue {
     }
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
-        self.locked(Access::Read, MetaUse::Read, |_, inner| {
+        self.locked(Access::Read, MetaUse::Read, |q, inner| {
             let mut s = inner.index()?.stats(now)?;
             s.max_depth = inner.meta.max_depth;
+            s.on_full = inner.meta.on_full(&q.meta_path)?;
             Ok(s)
         })
     }

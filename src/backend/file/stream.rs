@@ -13,17 +13,30 @@
 //! error — a malformed input record, a depth bound the batch does not
 //! fit, a failed write — the file is cut back to where the batch began
 //! and the index transaction is rolled back: all lines or none.
+//!
+//! An enqueue that coalesces or evicts (SPEC §9) writes what it removes
+//! into the same batch: a `done` line in the main file for every item it
+//! replaced or evicted, before the item's own `put`. Evicted items also
+//! go to the dead-letter file, as a framed batch of their own that ends
+//! with the new eviction count and is finished first (the destination
+//! first, as every move between the files); a crash between the two
+//! leaves the evictions done and counted and the enqueue not, never an
+//! item lost. Planning sees the batch's own effects through temporary
+//! tables beside the batch's keys: the indexed items it removed and the
+//! items it stored that a later item may remove.
 
+use super::format::Line;
 use super::index::{Index, Which};
 use super::io::{parent_dir, write_all};
+use super::queue::FileView;
 use super::{format, open_main, Access, FileQueue, Inner, MetaUse, Tail};
 use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
 use crate::backend::state;
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
 use crate::item::{
-    BatchResults, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId, NewItem, Record,
-    RecordState,
+    BatchResults, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
+    NewItem, OnFull, Record, RecordState,
 };
 use crate::time::Timestamp;
 use std::fs::File;
@@ -130,6 +143,12 @@ impl BatchOut {
     }
 }
 
+/// Both files' parts of a batch enqueue.
+struct Lines<'a> {
+    main: &'a mut BatchOut,
+    dead: &'a mut BatchOut,
+}
+
 /// The keys a batch has stored so far: a temporary table of the index's
 /// connection, so that a batch of millions of keyed lines needs no
 /// memory for them.
@@ -154,6 +173,13 @@ impl BatchKeys {
         ix.batch_key_put(key, id)
     }
 
+    fn remove(&self, ix: &Index, key: &str, id: ItemId) -> Result<()> {
+        if self.created && !key.is_empty() {
+            ix.batch_key_remove(key, id)?;
+        }
+        Ok(())
+    }
+
     fn clear(&self, ix: &Index) -> Result<()> {
         if self.created {
             ix.batch_keys_clear()?;
@@ -162,13 +188,65 @@ impl BatchKeys {
     }
 }
 
+/// What a batch that may coalesce or evict keeps track of.
+struct Policy {
+    /// The depth bound the batch enforces.
+    bound: Option<u64>,
+    /// `drop-oldest` under a bound: every item may have to make room.
+    evicting: bool,
+    /// The temporary tables are in use (from the first item that
+    /// coalesces, or from the start when evicting).
+    active: bool,
+    /// The high-water mark before the batch: higher ids are the batch's.
+    batch_after: ItemId,
+    /// Indexed items at or below this id that could be evicted were.
+    evict_cursor: ItemId,
+    /// Items the batch evicted.
+    evicted: u64,
+}
+
+impl Policy {
+    fn begin(&mut self, ix: &Index) -> Result<()> {
+        if !self.active {
+            ix.batch_policy_begin()?;
+            self.active = true;
+        }
+        Ok(())
+    }
+
+    /// A pending item (indexed, or stored by the batch) leaves.
+    fn remove(&self, ix: &Index, keys: &BatchKeys, id: ItemId) -> Result<()> {
+        if id > self.batch_after {
+            if let Some(key) = ix.batch_item_remove(id)? {
+                keys.remove(ix, &key, id)?;
+            }
+            Ok(())
+        } else {
+            ix.batch_gone_put(id)
+        }
+    }
+
+    fn clear(&self, ix: &Index) -> Result<()> {
+        if self.active {
+            ix.batch_policy_clear()?;
+        }
+        Ok(())
+    }
+}
+
 /// The pending item a key deduplicates to: a pending item's, else an
-/// earlier item's of this batch.
-fn dedup(ix: &Index, keys: &BatchKeys, key: &str) -> Result<Option<ItemId>> {
+/// earlier item's of this batch. With `live`, indexed items the batch
+/// removed do not count.
+fn dedup(ix: &Index, keys: &BatchKeys, key: &str, live: bool) -> Result<Option<ItemId>> {
     if key.is_empty() {
         return Ok(None);
     }
-    match ix.key_owner(key)? {
+    let owner = if live {
+        ix.key_owner_live(key)?
+    } else {
+        ix.key_owner(key)?
+    };
+    match owner {
         Some(id) => Ok(Some(id)),
         None => keys.get(ix, key),
     }
@@ -187,6 +265,7 @@ impl FileQueue {
                 DepthLimit::Stored => inner.meta.max_depth,
                 DepthLimit::Override(b) => b,
             };
+            let on_full = inner.meta.on_full(&q.meta_path)?;
             let file = inner
                 .main
                 .as_ref()
@@ -194,21 +273,60 @@ impl FileQueue {
                 .file
                 .try_clone()
                 .map_err(|e| Error::io(&q.path, "open", e))?;
+            let dead_file = match &inner.dead {
+                Some(t) => Some(
+                    t.file
+                        .try_clone()
+                        .map_err(|e| Error::io(&q.dead_path, "open", e))?,
+                ),
+                None => None,
+            };
             let mut out = BatchOut::new(q.path.clone(), Some(file), &inner.main_tail);
+            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail);
             let ix = inner.index()?;
             let mut keys = BatchKeys::default();
+            let mut policy = Policy {
+                bound,
+                evicting: on_full == OnFull::DropOldest && bound.is_some(),
+                active: false,
+                batch_after: ix.high_water()?,
+                evict_cursor: 0,
+                evicted: 0,
+            };
+            let mut lines = Lines {
+                main: &mut out,
+                dead: &mut dead,
+            };
             let planned = q
-                .enqueue_lines(ix, &mut keys, &mut out, items, bound, now)
+                .enqueue_lines(inner, &mut keys, &mut policy, &mut lines, items, now)
+                .and_then(|r| {
+                    if policy.evicted > 0 {
+                        // The count goes last, with the dead letters it
+                        // counts.
+                        let total = ix.evicted_total()?.saturating_add(policy.evicted);
+                        let mut line = Vec::new();
+                        format::write_evicted(&mut line, total);
+                        lines.dead.push(q, line)?;
+                    }
+                    Ok(r)
+                })
                 .and_then(|r| keys.clear(ix).map(|()| r))
-                .and_then(|r| out.finish(q).map(|end| (r, end)));
+                .and_then(|r| policy.clear(ix).map(|()| r))
+                .and_then(|r| lines.dead.finish(q).map(|d| (r, d)))
+                .and_then(|(r, d)| lines.main.finish(q).map(|m| (r, d, m)));
             match planned {
-                Ok((results, end)) => {
+                Ok((results, dead_end, end)) => {
+                    if dead.lines > 0 {
+                        q.track_dead(inner)?;
+                        q.committed(inner, Which::Dead, dead_end);
+                    }
                     if out.lines > 0 {
                         q.committed(inner, Which::Main, end);
                     }
                     Ok(results)
                 }
                 Err(e) => {
+                    dead.abort(q);
                     out.abort(q);
                     Err(e)
                 }
@@ -218,54 +336,128 @@ impl FileQueue {
 
     fn enqueue_lines(
         &self,
-        ix: &Index,
+        inner: &Inner,
         keys: &mut BatchKeys,
-        out: &mut BatchOut,
+        policy: &mut Policy,
+        out: &mut Lines<'_>,
         items: &mut dyn Iterator<Item = Result<NewItem>>,
-        bound: Option<u64>,
         now: Timestamp,
     ) -> Result<BatchResults> {
-        let depth = ix.depth()?;
+        let ix = inner.index()?;
+        let depth_before = ix.depth()?;
+        let mut depth = depth_before;
         let mut next = ix.high_water()?;
         let mut results = BatchResults::default();
-        let mut fresh = 0u64;
+        if policy.evicting {
+            policy.begin(ix)?;
+        }
         for it in items {
             let it = it?;
-            if let Some(id) = dedup(ix, keys, &it.key)? {
-                results.push(Enqueued {
-                    id,
-                    deduplicated: true,
-                    ..Default::default()
-                });
+            if it.coalesce_key.is_some() {
+                policy.begin(ix)?;
+            }
+            if let Some(id) = dedup(ix, keys, &it.key, policy.active)? {
+                results.push(Enqueued::dedup(id));
                 continue;
+            }
+            let mut e = Enqueued::default();
+            if let Some(ck) = &it.coalesce_key {
+                e.replaced = ix.coalesce_candidates(ck)?;
+                for id in &e.replaced {
+                    policy.remove(ix, keys, *id)?;
+                    let mut line = Vec::new();
+                    format::write_done(&mut line, *id);
+                    out.main.push(self, line)?;
+                }
+                depth -= e.replaced.len() as u64;
+            }
+            if let Some(bound) = policy.bound {
+                while depth >= bound {
+                    let victim = match policy.evicting {
+                        true => self.evict_one(inner, policy, bound, now)?,
+                        false => None,
+                    };
+                    let Some(dl) = victim else {
+                        return Err(Error::QueueFull {
+                            max_depth: bound,
+                            depth: depth_before,
+                        });
+                    };
+                    let id = dl.item.id;
+                    policy.remove(ix, keys, id)?;
+                    let mut line = Vec::with_capacity(dl.item.payload.len() + 160);
+                    format::write_dead(&mut line, &dl);
+                    out.dead.push(self, line)?;
+                    let mut line = Vec::new();
+                    format::write_done(&mut line, id);
+                    out.main.push(self, line)?;
+                    e.evicted.push(id);
+                    policy.evicted += 1;
+                    depth -= 1;
+                }
             }
             next = next
                 .checked_add(1)
                 .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-            fresh += 1;
-            if let Some(bound) = bound {
-                if depth + fresh > bound {
-                    return Err(Error::QueueFull {
-                        max_depth: bound,
-                        depth,
-                    });
-                }
+            e.id = next;
+            depth += 1;
+            let mut item = Item::new(next, it.payload, it.key, now);
+            item.group = it.group;
+            item.coalesce_key = it.coalesce_key;
+            if !item.key.is_empty() {
+                keys.put(ix, &item.key, next)?;
             }
-            if !it.key.is_empty() {
-                keys.put(ix, &it.key, next)?;
-            }
-            let item = Item::new(next, it.payload, it.key, now);
             let mut line = Vec::with_capacity(item.payload.len() + 128);
             format::write_put(&mut line, &item, None);
-            out.push(self, line)?;
-            results.push(Enqueued {
-                id: next,
-                deduplicated: false,
-                ..Default::default()
-            });
+            if policy.active && (policy.evicting || item.coalesce_key.is_some()) {
+                // A later item of the batch may replace or evict it.
+                ix.batch_item_put(
+                    next,
+                    &item.key,
+                    item.coalesce_key.as_deref(),
+                    policy.evicting.then_some(line.as_slice()),
+                )?;
+            }
+            out.main.push(self, line)?;
+            results.push(e);
             crate::debug::crash_point("batch-item");
         }
         Ok(results)
+    }
+
+    /// The dead letter `drop-oldest` makes of the oldest pending item that
+    /// is not held and not in flight — an indexed one, else one the batch
+    /// stored — or `None` when there is none.
+    fn evict_one(
+        &self,
+        inner: &Inner,
+        policy: &mut Policy,
+        bound: u64,
+        now: Timestamp,
+    ) -> Result<Option<DeadLetter>> {
+        let ix = inner.index()?;
+        let error = OnFull::eviction_error(bound);
+        if let Some(id) = ix.oldest_evictable(policy.evict_cursor)? {
+            policy.evict_cursor = id;
+            let v = FileView { q: self, inner };
+            return state::prepare_kill(&v, id, &error, now)?
+                .map(Some)
+                .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")));
+        }
+        let Some((id, line)) = ix.oldest_batch_item()? else {
+            return Ok(None);
+        };
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        match format::parse_line(text) {
+            Ok(Line::Put { mut item, .. }) if item.id == id => {
+                item.last_error = Some(error);
+                item.held = false;
+                Ok(Some(DeadLetter { item, dead_at: now }))
+            }
+            _ => Err(Error::Internal(format!(
+                "the batch lost the line of its item {id}"
+            ))),
+        }
     }
 
     /// [`crate::Queue::import_stream`]: dead records to the dead-letter
@@ -366,7 +558,7 @@ impl FileQueue {
             let r = r?;
             let live = r.state != RecordState::Dead;
             if live {
-                if let Some(id) = dedup(ix, keys, &r.item.key)? {
+                if let Some(id) = dedup(ix, keys, &r.item.key, false)? {
                     each(
                         &r,
                         Imported {

@@ -26,6 +26,8 @@ struct FileScan {
     non_monotonic: Vec<(u64, u64, u64)>,
     high_water: u64,
     records: u64,
+    /// The last eviction count line's count.
+    evicted: Option<u64>,
 }
 
 fn scan_file(
@@ -59,6 +61,7 @@ fn scan_file(
         non_monotonic: Vec::new(),
         high_water: 0,
         records: 0,
+        evicted: None,
     };
     // Malformed lines: line number, reason, whether the line had its
     // newline.
@@ -115,6 +118,10 @@ fn scan_file(
                 out.high_water = out.high_water.max(id);
             }
             Ok(Line::Push(_)) | Ok(Line::Client(_)) => out.records += 1,
+            Ok(Line::Evicted(n)) => {
+                out.records += 1;
+                out.evicted = Some(n);
+            }
             Err(reason) => bad.push((line_no, reason, has_newline)),
         }
     }
@@ -285,6 +292,7 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 dead: dead_live.len() as u64,
                 high_water: hw,
                 records: main.records,
+                evicted_total: dead.as_ref().and_then(|d| d.evicted).unwrap_or(0),
             };
             if let Err(e) = check_index(path, &mut report, &want) {
                 report.push(
@@ -327,6 +335,7 @@ struct Expected<'a> {
     dead: u64,
     high_water: u64,
     records: u64,
+    evicted_total: u64,
 }
 
 /// Check the derived index against the files: that it is one (version,
@@ -488,6 +497,13 @@ fn compare(
         differences.push(format!(
             "high-water mark {hw} instead of {}",
             want.high_water
+        ));
+    }
+    let evicted = ix.evicted_total()?;
+    if evicted != want.evicted_total {
+        differences.push(format!(
+            "eviction count {evicted} instead of {}",
+            want.evicted_total
         ));
     }
     if records != want.records {
