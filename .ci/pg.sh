@@ -150,6 +150,14 @@ start)
 stop)
     if [ -e "$data/PG_VERSION" ]; then
         as_owner "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+        # A server pg_ctl could not stop must not outlive its directory.
+        if [ -f "$data/postmaster.pid" ]; then
+            pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null || true)
+            case $pid in
+            '' | *[!0-9]*) ;;
+            *) kill -9 "$pid" 2>/dev/null || true ;;
+            esac
+        fi
     fi
     rm -rf "$dir"
     ;;
