@@ -368,6 +368,28 @@ impl PostgresQueue {
             v2
         }
     }
+
+    /// Up to `limit` items a query of the shape `spool = $1 AND … > $2 …
+    /// LIMIT $3` (in both schema versions) returns after `after`.
+    fn items_after(
+        &self,
+        action: &'static str,
+        sql: (&'static str, &'static str),
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        self.txn(action, false, |tx| {
+            let rows = tx.query(
+                self.pick(sql),
+                &[
+                    self.spool(),
+                    &id_param(after),
+                    &(limit.min(i64::MAX as usize) as i64),
+                ],
+            )?;
+            Ok(rows.iter().map(item_from_row).collect())
+        })
+    }
 }
 
 /// The spool row, locked for this transaction.
@@ -1062,20 +1084,15 @@ impl Queue for PostgresQueue {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.txn("read", false, |tx| {
-            let rows = tx.query(
-                self.pick(by_version!(
-                    "SELECT ",
-                    " FROM {s}.items WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3"
-                )),
-                &[
-                    self.spool(),
-                    &id_param(after),
-                    &(limit.min(i64::MAX as usize) as i64),
-                ],
-            )?;
-            Ok(rows.iter().map(item_from_row).collect())
-        })
+        self.items_after(
+            "read",
+            by_version!(
+                "SELECT ",
+                " FROM {s}.items WHERE spool = $1 AND id > $2 ORDER BY id LIMIT $3"
+            ),
+            after,
+            limit,
+        )
     }
 
     fn get(&self, id: ItemId) -> Result<Option<Item>> {
@@ -1477,20 +1494,15 @@ impl Queue for PostgresQueue {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.txn("read in-flight items of", false, |tx| {
-            let rows = tx.query(
-                self.pick(by_version!(
-                    "SELECT ",
-                    " FROM {s}.items WHERE spool = $1 AND push_seq > $2 ORDER BY push_seq LIMIT $3"
-                )),
-                &[
-                    self.spool(),
-                    &id_param(after_seq),
-                    &(limit.min(i64::MAX as usize) as i64),
-                ],
-            )?;
-            Ok(rows.iter().map(item_from_row).collect())
-        })
+        self.items_after(
+            "read in-flight items of",
+            by_version!(
+                "SELECT ",
+                " FROM {s}.items WHERE spool = $1 AND push_seq > $2 ORDER BY push_seq LIMIT $3"
+            ),
+            after_seq,
+            limit,
+        )
     }
 
     fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
