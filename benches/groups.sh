@@ -5,14 +5,14 @@
 # not serialize the replay: the target is >= 10x the sequential rate.
 #
 #   benches/groups.sh                     # 16 groups x 40 items
-#   GROUPS=16 PER_GROUP=100 benches/groups.sh
+#   GROUP_COUNT=16 PER_GROUP=100 benches/groups.sh
 #
 # Prints a Markdown table; docs/benchmarks.md records the figures.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-groups=${GROUPS:-16}
+groups=${GROUP_COUNT:-16}
 per=${PER_GROUP:-40}
 delay=${DELAY_MS:-20}
 
@@ -50,7 +50,7 @@ now() { date +%s.%N; }
 run() { # backend concurrency -> seconds
     local s="$dir/spool.$1"
     rm -f "$s" "$s"-* "$s".*
-    "$spool" -q -s "$s" enqueue --ndjson --file "$dir/items.ndjson"
+    "$spool" -q -s "$s" enqueue --ndjson --file "$dir/items.ndjson" >/dev/null
     local t0 t1
     t0=$(now)
     "$spool" -q -s "$s" replay --url "$url" --concurrency "$2" >/dev/null
