@@ -29,7 +29,10 @@ use std::time::Duration;
 /// Deliver pending items to a command (--exec) or a URL (--url), or push them (--push)
 ///
 /// Items are attempted in enqueue order; held items and items whose
-/// next retry time has not come are skipped. A delivered item is marked
+/// next retry time has not come are skipped. Items of an ordering group
+/// (enqueue --group) go strictly in order: one waits while an earlier item
+/// of its group is pending, and at most one per group is in flight under
+/// --concurrency; other groups go on meanwhile. A delivered item is marked
 /// done only after its delivery succeeded. A failed attempt is counted
 /// durably and the item waits (exponential backoff with jitter, or the
 /// target's Retry-After) before its next attempt; after --max-attempts
