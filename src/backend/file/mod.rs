@@ -914,7 +914,7 @@ impl FileQueue {
     }
 
     /// Take in what was appended to `which` since the index last saw it,
-    /// through the one path from lines to rows ([`index::Applier`]), and
+    /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
         let path = match which {

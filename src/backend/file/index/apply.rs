@@ -1,0 +1,343 @@
+//! [`Applier`]: the one path from "a line at this offset of a spool
+//! file" to index rows, with the kept counts, the high-water mark and the
+//! push state written once at the end.
+
+use super::*;
+
+impl Index {
+    /// Start applying lines.
+    pub fn applier(&self) -> Result<Applier<'_>> {
+        Ok(Applier {
+            hw: self.high_water()?,
+            ix: self,
+            raised: false,
+            push: None,
+            evicted: None,
+            err: None,
+            depth: 0,
+            held: 0,
+            dead: 0,
+            attempts: std::collections::BTreeMap::new(),
+        })
+    }
+}
+
+/// Applies lines to the index: the one path from "line at offset" to
+/// index rows. The high-water mark and the push state are written once,
+/// by [`Applier::finish`].
+pub(crate) struct Applier<'a> {
+    ix: &'a Index,
+    hw: ItemId,
+    raised: bool,
+    push: Option<PushLine>,
+    /// The last eviction count line's count.
+    evicted: Option<u64>,
+    err: Option<Error>,
+    /// Changes to the kept counts, written by `finish`.
+    depth: i64,
+    held: i64,
+    dead: i64,
+    attempts: std::collections::BTreeMap<u32, i64>,
+}
+
+impl Applier<'_> {
+    fn raise(&mut self, id: ItemId) {
+        if id > self.hw {
+            self.hw = id;
+            self.raised = true;
+        }
+    }
+
+    /// A pending row went away (`held`, `attempts` were its values).
+    fn gone(&mut self, held: bool, attempts: u32) {
+        self.depth -= 1;
+        self.held -= i64::from(held);
+        *self.attempts.entry(attempts).or_default() -= 1;
+    }
+
+    /// A pending row came.
+    fn came(&mut self, held: bool, attempts: u32) {
+        self.depth += 1;
+        self.held += i64::from(held);
+        *self.attempts.entry(attempts).or_default() += 1;
+    }
+
+    /// Delete pending row `id`, counting it.
+    fn delete_pending(&mut self, id: i64) -> Result<()> {
+        let ix = self.ix;
+        let old: Option<(bool, u32)> = ix
+            .conn
+            .prepare_cached("DELETE FROM pending WHERE id = ?1 RETURNING held, attempts")
+            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(ix.err("update"))?;
+        if let Some((held, attempts)) = old {
+            self.gone(held, attempts);
+        }
+        Ok(())
+    }
+
+    /// Delete dead row `id`, counting it.
+    fn delete_dead(&mut self, id: i64) -> Result<()> {
+        let ix = self.ix;
+        let n = ix
+            .conn
+            .prepare_cached("DELETE FROM dead WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(ix.err("update"))?;
+        self.dead -= n as i64;
+        Ok(())
+    }
+
+    fn keep<T>(&mut self, r: Result<T>) {
+        if let (Err(e), None) = (r, &self.err) {
+            self.err = Some(e);
+        }
+    }
+
+    /// Apply a line of the main file at `off` (`len` bytes without its
+    /// line ending).
+    pub fn main(&mut self, e: Entry, off: u64, len: usize) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = self.main_inner(e, off, len);
+        self.keep(r);
+    }
+
+    fn main_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        let ix = self.ix;
+        match e {
+            Entry::Put(row) => {
+                // An id above every id seen so far is in neither table:
+                // the common case (new items) needs no lookup.
+                let fresh = row.id > self.hw;
+                self.raise(row.id);
+                let id = to_i64(row.id, "item id")?;
+                let seq = row.push_seq.map(|s| to_i64(s, "push number")).transpose()?;
+                let values = params![
+                    id,
+                    off as i64,
+                    len as i64,
+                    row.key,
+                    row.attempts,
+                    row.enqueued_at,
+                    row.next_retry_at,
+                    row.held,
+                    seq,
+                    row.group,
+                    row.coalesce_key
+                ];
+                if fresh {
+                    self.came(row.held, row.attempts);
+                    ix.conn
+                        .prepare_cached(
+                            "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
+                             group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                        )
+                        .and_then(|mut s| s.execute(values))
+                        .map_err(ix.err("update"))?;
+                    return Ok(());
+                }
+                // Is it a dead letter, and what was it before?
+                let (dead, old): (bool, Option<(bool, u32)>) = ix
+                    .conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1), p.held, p.attempts \
+                         FROM (SELECT 1) LEFT JOIN pending p ON p.id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.query_row([id], |r| {
+                            let held: Option<bool> = r.get(1)?;
+                            let attempts: Option<u32> = r.get(2)?;
+                            Ok((r.get(0)?, held.zip(attempts)))
+                        })
+                    })
+                    .map_err(ix.err("update"))?;
+                if dead {
+                    // The dead-letter file wins (see the module docs of
+                    // the backend): only the mark moves.
+                    return Ok(());
+                }
+                if let Some((held, attempts)) = old {
+                    self.gone(held, attempts);
+                }
+                self.came(row.held, row.attempts);
+                let sql = if old.is_some() {
+                    "UPDATE pending SET off = ?2, len = ?3, key = ?4, attempts = ?5, enqueued_at = ?6, \
+                     next_retry_at = ?7, held = ?8, push_seq = ?9, group_name = ?10, coalesce_key = ?11 \
+                     WHERE id = ?1"
+                } else {
+                    "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
+                     group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                };
+                ix.conn
+                    .prepare_cached(sql)
+                    .and_then(|mut s| s.execute(values))
+                    .map_err(ix.err("update"))?;
+            }
+            Entry::Done(id) => {
+                self.raise(id);
+                if let Ok(id) = i64::try_from(id) {
+                    self.delete_pending(id)?;
+                }
+            }
+            Entry::Push(p) => self.push = Some(p),
+            Entry::Client(c) => self.client(c)?,
+            // The eviction count lives in the dead-letter file only.
+            Entry::Evicted(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Apply a line of the dead-letter file.
+    pub fn dead(&mut self, e: Entry, off: u64, len: usize) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = self.dead_inner(e, off, len);
+        self.keep(r);
+    }
+
+    fn dead_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        let ix = self.ix;
+        match e {
+            Entry::Put(row) => {
+                self.raise(row.id);
+                let id = to_i64(row.id, "item id")?;
+                self.delete_pending(id)?;
+                self.delete_dead(id)?;
+                ix.conn
+                    .prepare_cached("INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)")
+                    .and_then(|mut s| s.execute(params![id, off as i64, len as i64, row.key]))
+                    .map_err(ix.err("update"))?;
+                self.dead += 1;
+            }
+            Entry::Done(id) => {
+                self.raise(id);
+                if let Ok(id) = i64::try_from(id) {
+                    self.delete_dead(id)?;
+                }
+            }
+            // Push state lives in the main file only.
+            Entry::Push(_) | Entry::Client(_) => {}
+            Entry::Evicted(n) => self.evicted = Some(n),
+        }
+        Ok(())
+    }
+
+    /// What a receiver's client line adds (the rules of
+    /// `State::apply_client_delta`): numbers not recorded yet, a
+    /// `last_seq` that only grows, the acknowledged-reject watermark, the
+    /// time of the push.
+    fn client(&mut self, c: ClientLine) -> Result<()> {
+        let ix = self.ix;
+        let known = !c.applied.is_empty()
+            || !c.rejected.is_empty()
+            || !c.skipped.is_empty()
+            || c.last.is_some();
+        ix.conn
+            .prepare_cached(
+                "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
+                 ON CONFLICT (id) DO UPDATE SET known = known OR excluded.known",
+            )
+            .and_then(|mut s| s.execute(params![c.id, known]))
+            .map_err(ix.err("update"))?;
+        let add = |seq: u64, kind: i64, digest: Option<&str>, reason: Option<&str>| {
+            let seq = to_i64(seq, "push number")?;
+            ix.conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .and_then(|mut s| s.execute(params![c.id, seq, kind, digest, reason]))
+                .map_err(ix.err("update"))
+                .map(drop)
+        };
+        for (seq, digest) in &c.applied {
+            add(*seq, 0, Some(digest), None)?;
+        }
+        for (seq, digest, reason) in &c.rejected {
+            add(*seq, 1, digest.as_deref(), Some(reason))?;
+        }
+        for seq in &c.skipped {
+            add(*seq, 2, None, None)?;
+        }
+        if let Some(last) = c.last {
+            let last = to_i64(last, "push number")?;
+            ix.conn
+                .prepare_cached("UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, last]))
+                .map_err(ix.err("update"))?;
+        }
+        if c.acked > 0 {
+            let acked = to_i64(c.acked, "push number")?;
+            ix.conn
+                .prepare_cached("UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, acked]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(at) = c.at {
+            ix.conn
+                .prepare_cached("UPDATE clients SET at = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![c.id, at]))
+                .map_err(ix.err("update"))?;
+        }
+        Ok(())
+    }
+
+    /// Write what was accumulated; the first error met, if any.
+    pub fn finish(self) -> Result<()> {
+        if let Some(e) = self.err {
+            return Err(e);
+        }
+        let ix = self.ix;
+        if self.depth != 0 || self.held != 0 || self.dead != 0 {
+            ix.conn
+                .prepare_cached(
+                    "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3",
+                )
+                .and_then(|mut s| s.execute(params![self.depth, self.held, self.dead]))
+                .map_err(ix.err("update"))?;
+        }
+        for (attempts, n) in &self.attempts {
+            if *n == 0 {
+                continue;
+            }
+            ix.conn
+                .prepare_cached(
+                    "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
+                     ON CONFLICT (attempts) DO UPDATE SET n = n + excluded.n",
+                )
+                .and_then(|mut s| s.execute(params![attempts, n]))
+                .map_err(ix.err("update"))?;
+        }
+        if self.raised {
+            let hw = to_i64(self.hw, "item id")?;
+            ix.conn
+                .prepare_cached("UPDATE state SET high_water = max(high_water, ?1)")
+                .and_then(|mut s| s.execute([hw]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(n) = self.evicted {
+            let n = to_i64(n, "eviction count")?;
+            ix.conn
+                .prepare_cached("UPDATE state SET evicted_total = ?1")
+                .and_then(|mut s| s.execute([n]))
+                .map_err(ix.err("update"))?;
+        }
+        if let Some(p) = self.push {
+            let skips = serde_json::to_string(&p.skips)
+                .map_err(|e| Error::Internal(format!("cannot encode push skips: {e}")))?;
+            let assigned = to_i64(p.assigned, "push number")?;
+            let acked = to_i64(p.acked, "push number")?;
+            ix.conn
+                .prepare_cached(
+                    "UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![assigned, acked, skips, p.uuid])
+                })
+                .map_err(ix.err("update"))?;
+        }
+        Ok(())
+    }
+}
