@@ -76,8 +76,8 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -s k -l key -d 'Ide
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-payload -d 'Refuse a payload larger than SIZE (exit 65)' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-depth -d 'Enforce this depth bound for this call instead of the spool\'s own' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l wait-for-space -d 'On a full spool, wait up to DURATION for room instead of failing' -r
-complete -c spool -n "__fish_spool_using_subcommand enqueue" -l group -d 'Ordering group: replay delivers the items of a group in enqueue order' -r
-complete -c spool -n "__fish_spool_using_subcommand enqueue" -l coalesce-key -d 'Replace pending items with this coalesce key that were never attempted' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l group -d 'Ordering group: replay delivers the items of a group in enqueue order ("" is none)' -r
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -l coalesce-key -d 'Replace pending items with this coalesce key that were never attempted ("" is none)' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

@@ -247,3 +247,31 @@ fn concurrent_replay_never_runs_two_items_of_a_group_at_once() {
         assert_eq!(env.size(), 0);
     }
 }
+
+/// An empty group or coalesce key is none (as an empty idempotency key
+/// is); a non-string group in `--ndjson` is bad data (65), nothing stored.
+#[test]
+fn empty_group_and_coalesce_key_are_none_and_bad_fields_are_refused() {
+    for b in backends() {
+        let env = Env::new(b);
+        env.run(&["enqueue", "--group", "", "--coalesce-key", "", "a"])
+            .success();
+        env.run(&["enqueue", "--coalesce-key", "", "b"]).success();
+        let items = env.drain();
+        assert_eq!(
+            items.len(),
+            2,
+            "{b}: an empty coalesce key replaced something"
+        );
+        assert!(items[0]["group"].is_null() && items[0]["coalesce_key"].is_null());
+        let a = env
+            .run_in(
+                &["enqueue", "--ndjson"],
+                "{\"payload\":\"x\"}\n{\"payload\":\"y\",\"group\":5}\n",
+            )
+            .code(65);
+        assert!(stderr(&a).contains("line 2"), "{}", stderr(&a));
+        assert!(stderr(&a).contains("\"group\""), "{}", stderr(&a));
+        assert_eq!(env.size(), 2, "{b}: nothing of the bad batch stored");
+    }
+}

@@ -106,6 +106,7 @@ impl Default for InputOptions {
 
 impl InputOptions {
     /// `item` with the options' group and coalesce key where it has none.
+    /// An empty group or coalesce key is none, as an empty key is.
     fn with_policies(&self, mut item: NewItem) -> NewItem {
         if item.group.is_none() {
             item.group = self.group.clone();
@@ -113,6 +114,8 @@ impl InputOptions {
         if item.coalesce_key.is_none() {
             item.coalesce_key = self.coalesce_key.clone();
         }
+        item.group = item.group.filter(|g| !g.is_empty());
+        item.coalesce_key = item.coalesce_key.filter(|c| !c.is_empty());
         item
     }
 }

@@ -102,11 +102,11 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     wait_for_space: Option<Duration>,
 
-    /// Ordering group: replay delivers the items of a group in enqueue order
+    /// Ordering group: replay delivers the items of a group in enqueue order ("" is none)
     #[arg(long, value_name = "G")]
     group: Option<String>,
 
-    /// Replace pending items with this coalesce key that were never attempted
+    /// Replace pending items with this coalesce key that were never attempted ("" is none)
     #[arg(long, value_name = "K")]
     coalesce_key: Option<String>,
 }
@@ -272,7 +272,7 @@ fn input_error(ctx: &Ctx, e: Error, format: Format) -> CliError {
     }
     match (format, &err) {
         (Format::Ndjson, CliError::Failed { code, .. }) if *code == crate::exit::DATA => err.hint(
-            "each line must be a JSON object with \"payload\" (or \"payload_base64\") and an optional \"key\"; nothing was enqueued",
+            "each line must be a JSON object with \"payload\" (or \"payload_base64\") and optional \"key\", \"group\" and \"coalesce_key\" strings; nothing was enqueued",
         ),
         _ => err,
     }
