@@ -89,6 +89,133 @@ pub struct DeadLetter {
     pub dead_at: Timestamp,
 }
 
+/// What proves that an item was delivered: kept with a retained
+/// delivered item (SPEC §9 "Retention of delivered items").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Evidence {
+    /// The `--url` target answered with this 2xx status.
+    Http(u16),
+    /// The `--exec` command exited with this status (0).
+    Exit(i32),
+    /// The push receiver acknowledged up to this sequence number.
+    Push(u64),
+    /// Marked done by `spool done` (or a library caller), not by a replay.
+    Done,
+    /// Refused or out of attempts, and accepted by the replay's
+    /// dead-letter sink instead of the spool's own dead-letter set.
+    Sink,
+}
+
+impl Evidence {
+    /// The compact form the backends store: `http:200`, `exit:0`,
+    /// `push:41`, `done`, `sink`.
+    pub fn encode(&self) -> String {
+        match self {
+            Evidence::Http(s) => format!("http:{s}"),
+            Evidence::Exit(c) => format!("exit:{c}"),
+            Evidence::Push(n) => format!("push:{n}"),
+            Evidence::Done => "done".into(),
+            Evidence::Sink => "sink".into(),
+        }
+    }
+
+    /// Read [`Evidence::encode`]'s form back; `None` when it is not one.
+    pub fn decode(s: &str) -> Option<Evidence> {
+        match s {
+            "done" => return Some(Evidence::Done),
+            "sink" => return Some(Evidence::Sink),
+            _ => {}
+        }
+        let (kind, n) = s.split_once(':')?;
+        match kind {
+            "http" => n.parse().ok().map(Evidence::Http),
+            "exit" => n.parse().ok().map(Evidence::Exit),
+            "push" => n.parse().ok().map(Evidence::Push),
+            _ => None,
+        }
+    }
+
+    /// The JSON object `list`/`show`/`export` print: `{"http_status":200}`,
+    /// `{"exit_status":0}`, `{"push_last_seq":41}`, `{"marked_done":true}`
+    /// or `{"dead_letter_sink":true}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Evidence::Http(s) => serde_json::json!({ "http_status": s }),
+            Evidence::Exit(c) => serde_json::json!({ "exit_status": c }),
+            Evidence::Push(n) => serde_json::json!({ "push_last_seq": n }),
+            Evidence::Done => serde_json::json!({ "marked_done": true }),
+            Evidence::Sink => serde_json::json!({ "dead_letter_sink": true }),
+        }
+    }
+
+    /// Read [`Evidence::to_json`]'s object back.
+    pub fn from_json(v: &serde_json::Value) -> Option<Evidence> {
+        let o = v.as_object().filter(|o| o.len() == 1)?;
+        let (k, v) = o.iter().next()?;
+        match k.as_str() {
+            "http_status" => v.as_u64().and_then(|s| u16::try_from(s).ok()).map(Evidence::Http),
+            "exit_status" => v.as_i64().and_then(|c| i32::try_from(c).ok()).map(Evidence::Exit),
+            "push_last_seq" => v.as_u64().map(Evidence::Push),
+            "marked_done" => (v.as_bool() == Some(true)).then_some(Evidence::Done),
+            "dead_letter_sink" => (v.as_bool() == Some(true)).then_some(Evidence::Sink),
+            _ => None,
+        }
+    }
+
+    /// For people: `HTTP 200`, `exit 0`, `push ack 41`, `marked done`.
+    pub fn describe(&self) -> String {
+        match self {
+            Evidence::Http(s) => format!("HTTP {s}"),
+            Evidence::Exit(c) => format!("exit {c}"),
+            Evidence::Push(n) => format!("push ack {n}"),
+            Evidence::Done => "marked done".into(),
+            Evidence::Sink => "handed to the dead-letter sink".into(),
+        }
+    }
+}
+
+/// When and how an item was delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// When the delivery was recorded.
+    pub at: Timestamp,
+    /// What proves it.
+    pub evidence: Evidence,
+}
+
+/// A delivered item kept for the retention window (SPEC §9): read-only,
+/// out of the pending set; its key still deduplicates until the window
+/// ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveredItem {
+    /// The item as it was delivered (attempts included).
+    pub item: Item,
+    /// When and how.
+    pub delivery: Delivery,
+}
+
+/// How many expired delivered records one mutating call prunes at most,
+/// in the same commit (SPEC §9: pruning in bounded batches).
+pub const PRUNE_BATCH: usize = 256;
+
+/// The retention setting (`spool config retain`): `off`, or a window
+/// such as `7d`.
+pub fn parse_retain(s: &str) -> std::result::Result<Option<std::time::Duration>, String> {
+    match s.trim() {
+        "off" | "none" | "0" => Ok(None),
+        t => {
+            let d = crate::units::parse_duration(t)?;
+            if d.is_zero() {
+                Ok(None)
+            } else if d.as_millis() < 1000 {
+                Err(format!("invalid retention {s:?}: the window is at least 1s"))
+            } else {
+                Ok(Some(d))
+            }
+        }
+    }
+}
+
 /// A payload to enqueue.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct NewItem {
@@ -142,6 +269,9 @@ pub struct Enqueued {
     /// Pending items moved to the dead-letter set to make room for this
     /// one (the `drop-oldest` overflow policy, SPEC §9).
     pub evicted: Vec<ItemId>,
+    /// With `deduplicated`: the key belongs to an item already delivered
+    /// and retained (SPEC §9), not to a pending one.
+    pub delivered: bool,
 }
 
 impl Enqueued {
@@ -162,9 +292,19 @@ impl Enqueued {
         }
     }
 
+    /// A dedup hit on the retained delivered item `id`.
+    pub fn delivered(id: ItemId) -> Enqueued {
+        Enqueued {
+            id,
+            deduplicated: true,
+            delivered: true,
+            ..Enqueued::default()
+        }
+    }
+
     /// True when this result is only an id and a dedup flag.
     fn is_plain(&self) -> bool {
-        self.replaced.is_empty() && self.evicted.is_empty()
+        self.replaced.is_empty() && self.evicted.is_empty() && !self.delivered
     }
 }
 
@@ -358,6 +498,8 @@ pub enum RecordState {
     Held,
     /// In the dead-letter set.
     Dead,
+    /// Delivered and retained (SPEC §9).
+    Delivered,
 }
 
 /// One item of a whole-spool export or import.
@@ -369,6 +511,8 @@ pub struct Record {
     pub state: RecordState,
     /// For dead records, when the item died.
     pub dead_at: Option<Timestamp>,
+    /// For delivered records, when and how.
+    pub delivery: Option<Delivery>,
 }
 
 /// What importing one record did.
@@ -452,4 +596,9 @@ pub struct QueueStats {
     pub on_full: OnFull,
     /// Items ever evicted by the `drop-oldest` policy.
     pub evicted_total: u64,
+    /// Delivered items kept for the retention window (expired ones not
+    /// yet pruned included).
+    pub delivered_retained: u64,
+    /// The retention window, when set.
+    pub retain: Option<std::time::Duration>,
 }

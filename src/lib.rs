@@ -47,8 +47,9 @@ pub use backend::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use item::{
-    AttemptUpdate, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item,
-    ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, ClientSummary, DeadLetter, DeliveredItem, Delivery, DepthLimit, EnqueueOptions,
+    Enqueued, Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats,
+    Record, RecordState, PRUNE_BATCH,
 };
 pub use queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

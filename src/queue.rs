@@ -15,8 +15,9 @@
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
-    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, EnqueueOptions,
+    Enqueued, Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats,
+    Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::time::Timestamp;
@@ -137,10 +138,22 @@ pub trait Queue: Send + Sync {
     /// One pending item.
     fn get(&self, id: ItemId) -> Result<Option<Item>>;
 
+    /// Remove delivered pending items, in one commit, each with what
+    /// proves its delivery. Returns, per id, whether it was pending.
+    /// Unknown ids are a no-op, as in the reference. With a retention
+    /// window set ([`Queue::retain`]), each item is kept as a read-only
+    /// delivered record ([`Queue::delivered_get`]) with the commit's time
+    /// and its evidence, and its key keeps deduplicating until the window
+    /// ends; the same commit prunes up to [`crate::item::PRUNE_BATCH`]
+    /// expired records.
+    fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>>;
+
     /// Remove pending items (delivered, or an operator's decision), in one
-    /// commit. Returns, per id, whether it was pending. Unknown ids are a
-    /// no-op, as in the reference.
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>>;
+    /// commit: [`Queue::deliver`] with [`Evidence::Done`].
+    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+        let done: Vec<(ItemId, Evidence)> = ids.iter().map(|id| (*id, Evidence::Done)).collect();
+        self.deliver(&done)
+    }
 
     /// Set an item's durable attempt count. Returns whether it exists.
     fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool>;
@@ -225,6 +238,45 @@ pub trait Queue: Send + Sync {
 
     /// Remember an overflow policy (durable).
     fn set_on_full(&self, policy: OnFull) -> Result<()>;
+
+    /// The retention window for delivered items (`None`: delivered items
+    /// are deleted, the default).
+    fn retain(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+
+    /// Remember a retention window (durable). Turning it off keeps the
+    /// records already retained until they expire under the old window:
+    /// they are pruned as expired from then on.
+    fn set_retain(&self, window: Option<Duration>) -> Result<()> {
+        match window {
+            None => Ok(()),
+            Some(_) => Err(crate::Error::Unsupported(format!(
+                "the {} backend does not retain delivered items",
+                self.kind().name()
+            ))),
+        }
+    }
+
+    /// Up to `limit` retained delivered items with `id > after`, in id
+    /// order (expired ones not yet pruned included).
+    fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        let _ = (after, limit);
+        Ok(Vec::new())
+    }
+
+    /// One retained delivered item.
+    fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Delete up to `limit` delivered records whose window has ended, in
+    /// one commit; how many. `compact` calls it until it returns 0.
+    fn prune_delivered(&self, limit: usize) -> Result<u64> {
+        let _ = limit;
+        Ok(0)
+    }
 
     /// The spool's RFC 4122 UUID (lowercase hyphenated), created with the
     /// spool and kept by it.
@@ -418,9 +470,10 @@ pub trait Leasing: Send + Sync {
     /// Claim up to `limit` due items, oldest first, leased for `lease`.
     fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>>;
 
-    /// Record delivered items as done (removed), in one commit. Returns,
-    /// per item, whether its lease was still ours.
-    fn complete(&self, done: &[(ItemId, LeaseToken)]) -> Result<Vec<bool>>;
+    /// Record delivered items as done (removed, or retained with their
+    /// evidence as [`Queue::deliver`] does), in one commit. Returns, per
+    /// item, whether its lease was still ours.
+    fn complete(&self, done: &[(ItemId, LeaseToken, Evidence)]) -> Result<Vec<bool>>;
 
     /// Record a failed attempt: due again `retry_in` from now (the
     /// backend's clock), with `last_error`; the lease ends. Whether the

@@ -10,9 +10,9 @@ mod common;
 
 use common::{Backend, Harness, T0};
 use spool::{
-    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind, Imported,
-    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState, Spool,
-    Timestamp, PAGE_SIZE,
+    AttemptUpdate, DeadLetter, Delivery, DepthLimit, EnqueueOptions, Enqueued, Error, ErrorKind,
+    Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
+    RecordState, Spool, Timestamp, PAGE_SIZE, PRUNE_BATCH,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -113,6 +113,15 @@ policies!(
         drop_oldest_with_nothing_to_evict_is_full,
         drop_oldest_in_a_batch,
         on_full_is_remembered,
+        retain_is_remembered,
+        retention_keeps_delivered_items_with_their_evidence,
+        retained_keys_dedup_within_the_window_only,
+        without_retention_delivered_items_are_deleted,
+        retention_off_prunes_what_was_kept,
+        pruning_goes_in_bounded_batches,
+        push_acks_are_retained_with_the_watermark,
+        dead_letters_are_not_delivered,
+        delivered_records_import_and_dedup,
     ],
 );
 
@@ -1297,6 +1306,7 @@ fn record(id: ItemId, payload: &str, key: &str, state: RecordState) -> Record {
         state,
         dead_at: (state == RecordState::Dead)
             .then(|| Timestamp::from_millis(at.as_millis() + 5_678)),
+        delivery: None,
     }
 }
 
@@ -2100,6 +2110,7 @@ fn import_drops_push_numbers(s: Setup) {
             item,
             state: RecordState::Pending,
             dead_at: None,
+            delivery: None,
         }])
         .unwrap();
     h.step();
@@ -2468,6 +2479,7 @@ fn a_streamed_import_that_fails_stores_nothing(s: Setup) {
                 RecordState::Pending
             },
             dead_at: (id % 10 == 0).then_some(T0),
+            delivery: None,
         })
         .collect();
     let mut heard = 0;
@@ -2760,6 +2772,234 @@ fn on_full_is_remembered(s: Setup) {
     assert_eq!(h.q().on_full().unwrap(), OnFull::Reject);
 }
 
+// ------------------------------------------------------- retention (§9)
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn delivered_ids(h: &Harness) -> Vec<ItemId> {
+    h.q()
+        .delivered_page(0, 100_000)
+        .unwrap()
+        .iter()
+        .map(|d| d.item.id)
+        .collect()
+}
+
+/// The retention window is a stored setting; off is the default.
+fn retain_is_remembered(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().retain().unwrap(), None);
+    h.q().set_retain(Some(7 * 24 * HOUR)).unwrap();
+    h.step();
+    assert_eq!(h.q().retain().unwrap(), Some(7 * 24 * HOUR));
+    assert_eq!(h.q().stats(T0).unwrap().retain, Some(7 * 24 * HOUR));
+    h.q().set_retain(None).unwrap();
+    h.step();
+    assert_eq!(h.q().retain().unwrap(), None);
+}
+
+/// `deliver` with a window set: the items leave the pending set and are
+/// kept read-only with the time and the evidence; stats count them.
+fn retention_keeps_delivered_items_with_their_evidence(s: Setup) {
+    let mut h = s.open(Some(2));
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "ka");
+    let b = add(&h, "b", "");
+    h.clock.advance(Duration::from_secs(5));
+    let flags = h
+        .q()
+        .deliver(&[(a, Evidence::Http(201)), (b, Evidence::Exit(0)), (99, Evidence::Done)])
+        .unwrap();
+    assert_eq!(flags, vec![true, true, false]);
+    h.step();
+    // Retained items do not count against the depth bound.
+    let c = add(&h, "c", "");
+    add(&h, "d", "");
+    assert_eq!(pending_ids(&h).len(), 2);
+    assert_eq!(h.q().get(a).unwrap(), None);
+    let da = h.q().delivered_get(a).unwrap().expect("a is retained");
+    assert_eq!(da.item.payload, b"a");
+    assert_eq!(da.item.key, "ka");
+    assert_eq!(da.delivery.evidence, Evidence::Http(201));
+    assert_eq!(
+        da.delivery.at.as_secs(),
+        T0.as_secs() + 5,
+        "delivered_at is the commit's time"
+    );
+    let db = h.q().delivered_get(b).unwrap().expect("b is retained");
+    assert_eq!(db.delivery.evidence, Evidence::Exit(0));
+    assert_eq!(h.q().delivered_get(c).unwrap(), None);
+    assert_eq!(delivered_ids(&h), vec![a, b]);
+    assert_eq!(h.q().delivered_page(a, 10).unwrap().len(), 1);
+    let st = h.q().stats(spool::time::Clock::now(&h.clock)).unwrap();
+    assert_eq!((st.depth, st.delivered_retained), (2, 2));
+    // mark_done is a delivery with "marked done" evidence.
+    h.q().mark_done(&[c]).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().delivered_get(c).unwrap().unwrap().delivery.evidence,
+        Evidence::Done
+    );
+    // Ids stay unique: new items go above every retained one.
+    assert!(add(&h, "e", "") > c);
+}
+
+/// A retained item's key dedups until its window ends (SPEC §9), then a
+/// new item is stored and the expired record is pruned.
+fn retained_keys_dedup_within_the_window_only(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "first", "order-42");
+    h.q().deliver(&[(a, Evidence::Http(200))]).unwrap();
+    h.step();
+    h.clock.advance(HOUR - Duration::from_secs(1));
+    let again = h.q().enqueue(b"second", "order-42").unwrap();
+    assert_eq!(again, Enqueued::delivered(a));
+    assert_eq!(h.q().size().unwrap(), 0, "a dedup hit stores nothing");
+    // In a batch, too, and a pending key still wins over a retained one.
+    let r = h
+        .q()
+        .enqueue_batch(
+            &[NewItem::new("x", "order-42"), NewItem::new("y", "other")],
+            &EnqueueOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(r[0], Enqueued::delivered(a));
+    assert!(!r[1].deduplicated);
+    h.step();
+    assert_eq!(
+        h.q().enqueue(b"z", "other").unwrap(),
+        Enqueued::dedup(r[1].id)
+    );
+    // The window ends: the key is free, the record goes.
+    h.clock.advance(Duration::from_secs(1));
+    let fresh_one = h.q().enqueue(b"third", "order-42").unwrap();
+    assert!(!fresh_one.deduplicated);
+    assert!(fresh_one.id > a);
+    h.step();
+    assert_eq!(h.q().delivered_get(a).unwrap(), None, "pruned by the enqueue");
+    assert_eq!(h.q().stats(spool::time::Clock::now(&h.clock)).unwrap().delivered_retained, 0);
+}
+
+/// Without a window (the default) delivered items are deleted, as ever.
+fn without_retention_delivered_items_are_deleted(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "a", "k");
+    h.q().deliver(&[(a, Evidence::Http(200))]).unwrap();
+    h.step();
+    assert_eq!(h.q().delivered_get(a).unwrap(), None);
+    assert!(delivered_ids(&h).is_empty());
+    assert_eq!(h.q().stats(T0).unwrap().delivered_retained, 0);
+    assert!(!h.q().enqueue(b"b", "k").unwrap().deduplicated);
+}
+
+/// Turning retention off stops deduplicating at once, and the records
+/// kept are pruned as expired.
+fn retention_off_prunes_what_was_kept(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "k");
+    h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap();
+    h.q().set_retain(None).unwrap();
+    h.step();
+    let b = h.q().enqueue(b"b", "k").unwrap();
+    assert!(!b.deduplicated);
+    h.step();
+    assert_eq!(h.q().delivered_get(a).unwrap(), None);
+}
+
+/// Expired records go in bounded batches: `prune_delivered(n)` deletes
+/// at most n, a mutating call at most PRUNE_BATCH; nothing pending is
+/// ever touched.
+fn pruning_goes_in_bounded_batches(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let n = PRUNE_BATCH + 150;
+    let items: Vec<NewItem> = (0..n).map(|i| NewItem::new(format!("p{i}"), "")).collect();
+    let ids: Vec<ItemId> = h
+        .q()
+        .enqueue_batch(&items, &EnqueueOptions::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let keep = add(&h, "stays pending", "");
+    let done: Vec<(ItemId, Evidence)> = ids.iter().map(|i| (*i, Evidence::Http(200))).collect();
+    h.q().deliver(&done).unwrap();
+    h.step();
+    assert_eq!(h.q().prune_delivered(1000).unwrap(), 0, "nothing expired yet");
+    h.clock.advance(2 * HOUR);
+    assert_eq!(h.q().prune_delivered(100).unwrap(), 100);
+    h.step();
+    assert_eq!(delivered_ids(&h).len(), n - 100);
+    add(&h, "a mutation prunes a batch", "");
+    h.step();
+    assert_eq!(delivered_ids(&h).len(), n - 100 - PRUNE_BATCH);
+    assert_eq!(h.q().prune_delivered(1000).unwrap(), 50);
+    assert!(delivered_ids(&h).is_empty());
+    assert!(h.q().get(keep).unwrap().is_some());
+    assert_eq!(h.q().size().unwrap(), 2);
+}
+
+/// A push ack delivers with the receiver's watermark as evidence.
+fn push_acks_are_retained_with_the_watermark(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let ids: Vec<ItemId> = ["a", "b", "c"].iter().map(|p| add(&h, p, "")).collect();
+    h.q().push_assign(&ids).unwrap();
+    h.step();
+    let ack = h.q().push_ack(2, &[]).unwrap();
+    assert_eq!(ack.delivered, ids[..2].to_vec());
+    h.step();
+    for id in &ids[..2] {
+        let d = h.q().delivered_get(*id).unwrap().expect("retained");
+        assert_eq!(d.delivery.evidence, Evidence::Push(2));
+        assert_eq!(d.item.push_seq, None, "a retained item is not in flight");
+    }
+    assert_eq!(h.q().push_in_flight(0, 10).unwrap().len(), 1);
+}
+
+/// Dead letters are not delivered items: they are never retained.
+fn dead_letters_are_not_delivered(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "k");
+    h.q().dead_letter(a, "HTTP 400").unwrap();
+    h.step();
+    assert_eq!(h.q().delivered_get(a).unwrap(), None);
+    assert!(h.q().dead_get(a).unwrap().is_some());
+    assert!(!h.q().enqueue(b"again", "k").unwrap().deduplicated);
+}
+
+/// Delivered records import as retained items (an export of a spool with
+/// retention moves them along), keeping time and evidence; their keys
+/// dedup within the window.
+fn delivered_records_import_and_dedup(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let mut item = fresh(7, "old", "k7", T0);
+    item.attempts = 2;
+    let rec = Record {
+        item,
+        state: RecordState::Delivered,
+        dead_at: None,
+        delivery: Some(Delivery {
+            at: T0,
+            evidence: Evidence::Push(41),
+        }),
+    };
+    let r = h.q().import(&[rec]).unwrap();
+    assert_eq!(r[0].id, 7);
+    assert!(r[0].kept_id);
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 0);
+    let d = h.q().delivered_get(7).unwrap().expect("imported as delivered");
+    assert_eq!((d.item.attempts, d.item.key.as_str()), (2, "k7"));
+    assert_eq!(d.delivery, Delivery { at: T0, evidence: Evidence::Push(41) });
+    assert_eq!(h.q().high_water().unwrap(), 7);
+    assert_eq!(h.q().enqueue(b"dup", "k7").unwrap(), Enqueued::delivered(7));
+}
+
 // ------------------------------------------------------- push identity
 
 const OTHER_UUID: &str = "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10";
@@ -2780,6 +3020,7 @@ fn numbered(id: ItemId, seq: Option<u64>, state: RecordState) -> Record {
         item,
         state,
         dead_at: (state == RecordState::Dead).then_some(T0),
+        delivery: None,
     }
 }
 

@@ -553,6 +553,7 @@ fn a_streamed_import_is_all_or_nothing() {
         ),
         state,
         dead_at: (state == RecordState::Dead).then(|| Timestamp::from_millis(5)),
+        delivery: None,
     };
     let mut bad = (10..2000u64)
         .map(|id| {

@@ -247,6 +247,7 @@ fn record(spec: &RecordSpec, high_water: ItemId, now: Timestamp) -> Record {
             RecordState::Dead => spec.dead_ms_ago.map(|ms| ago(now, ms.into())),
             _ => None,
         },
+        delivery: None,
     }
 }
 
@@ -451,6 +452,7 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
                 item,
                 state: RecordState::Pending,
                 dead_at: None,
+                delivery: None,
             };
             model.import(&[rec]).expect("model import");
             Ok(())

@@ -38,7 +38,7 @@ fn http_sends_body_and_identity_headers() {
     for attempt in [1, 2] {
         assert_eq!(
             deliver(&t, &item(7, payload, ""), attempt, "uuid:7"),
-            Outcome::Delivered
+            Outcome::Delivered(spool::Evidence::Http(200))
         );
     }
     let got = sink.received();
@@ -78,8 +78,8 @@ fn http_status_classes() {
         let t = HttpTarget::new(&sink.url(&format!("/{code}")), &o).unwrap();
         deliver(&t, &item(1, b"x", "k"), 1, "k")
     };
-    assert_eq!(check(200), Outcome::Delivered);
-    assert_eq!(check(201), Outcome::Delivered);
+    assert_eq!(check(200), Outcome::Delivered(spool::Evidence::Http(200)));
+    assert_eq!(check(201), Outcome::Delivered(spool::Evidence::Http(201)));
     for code in [408, 425, 500, 503] {
         assert!(matches!(check(code), Outcome::Failed { .. }), "{code}");
     }
@@ -205,7 +205,7 @@ fn exec_passes_payload_and_environment() {
     let payload: Vec<u8> = (0u8..=255).collect();
     assert_eq!(
         deliver(&t, &item(42, &payload, "key 1"), 3, "key 1"),
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     );
     assert_eq!(std::fs::read(&out).unwrap(), payload);
     assert_eq!(
@@ -289,12 +289,12 @@ fn exec_never_runs_payload_or_key_through_a_shell() {
     let t = ExecTarget::new("cat", false, vec![65], None).unwrap();
     assert_eq!(
         deliver(&t, &item(1, evil.as_bytes(), &evil), 1, &evil),
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     );
     let t = ExecTarget::new(&format!("echo {evil}"), false, vec![65], None).unwrap();
     assert_eq!(
         deliver(&t, &item(1, b"x", ""), 1, "u:1"),
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     );
     assert!(!marker.exists(), "nothing may be evaluated by a shell");
 }

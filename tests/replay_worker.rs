@@ -216,7 +216,7 @@ fn fail_on_fail(p: &[u8], _: u32) -> Outcome {
     if p == b"fail" {
         Outcome::failed("no")
     } else {
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     }
 }
 
@@ -260,7 +260,7 @@ fn ordered_replay_stops_at_the_first_failure_but_not_at_a_reject() {
                 reason: "bad".into(),
             }
         } else {
-            Outcome::Delivered
+            Outcome::Delivered(spool::Evidence::Exit(0))
         }
     });
     let r = SyncWorker::new(&*s, &target, o, shared.clone())
@@ -297,7 +297,7 @@ fn reject_dead_letters_at_once_without_retry() {
 fn stop_before_run_returns_at_once_and_resets() {
     let (_m, shared) = clock();
     let s = three_items(&shared);
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let w = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone()).unwrap();
     w.stop();
     let r = w.run().unwrap();
@@ -319,7 +319,7 @@ impl Target for StopsMidway {
         if d.item.id == 2 {
             self.stop.stop();
         }
-        Ok(Outcome::Delivered)
+        Ok(Outcome::Delivered(spool::Evidence::Exit(0)))
     }
     fn describe(&self) -> String {
         "stops".into()
@@ -413,7 +413,7 @@ fn a_failing_sink_loses_nothing() {
 fn limit_and_deadline_leave_due_items_and_say_so() {
     let (manual, shared) = clock();
     let s = three_items(&shared);
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let mut o = fixed_opts();
     o.limit = Some(2);
     let r = SyncWorker::new(&*s, &target, o, shared.clone())
@@ -429,7 +429,7 @@ fn limit_and_deadline_leave_due_items_and_say_so() {
     let m2 = manual.clone();
     let slow = Scripted::new(move |_: &[u8], _| {
         m2.advance(Duration::from_secs(1));
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     });
     let mut o = fixed_opts();
     o.deadline = Some(Duration::from_millis(1500));
@@ -446,7 +446,7 @@ fn dry_run_changes_nothing() {
     let (_m, shared) = clock();
     let s = three_items(&shared);
     s.set_held(&[3], true).unwrap();
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let mut o = fixed_opts();
     o.dry_run = true;
     let before = s.drain().unwrap();
@@ -465,7 +465,7 @@ fn held_items_are_skipped() {
     let (_m, shared) = clock();
     let s = three_items(&shared);
     s.set_held(&[1], true).unwrap();
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
         .unwrap()
         .run()
@@ -518,7 +518,7 @@ fn concurrent_replay_records_every_outcome() {
             5 => Outcome::Rejected {
                 reason: "fives".into(),
             },
-            _ => Outcome::Delivered,
+            _ => Outcome::Delivered(spool::Evidence::Exit(0)),
         }
     });
     let mut o = fixed_opts();
@@ -543,7 +543,7 @@ fn concurrent_replay_records_every_outcome() {
 fn ordered_with_concurrency_is_refused() {
     let (_m, shared) = clock();
     let s = three_items(&shared);
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let mut o = fixed_opts();
     o.ordered = true;
     o.concurrency = 4;
@@ -634,7 +634,7 @@ impl Target for StopsFirst {
             self.stop.stop();
         }
         seen.push(d.item.id);
-        Ok(Outcome::Delivered)
+        Ok(Outcome::Delivered(spool::Evidence::Exit(0)))
     }
     fn describe(&self) -> String {
         "stops first".into()
@@ -679,7 +679,7 @@ struct SizeProbe<'a> {
 impl Target for SizeProbe<'_> {
     fn deliver(&self, _: &Delivery<'_>) -> Result<Outcome, String> {
         self.sizes.lock().unwrap().push(self.queue.size().unwrap());
-        Ok(Outcome::Delivered)
+        Ok(Outcome::Delivered(spool::Evidence::Exit(0)))
     }
     fn describe(&self) -> String {
         "size probe".into()
@@ -730,7 +730,7 @@ fn group_commit_flushes_a_group_that_waited_too_long() {
     let target = Scripted::new(|_: &[u8], _| {
         sizes.lock().unwrap().push(q.size().unwrap());
         m2.advance(Duration::from_millis(300));
-        Outcome::Delivered
+        Outcome::Delivered(spool::Evidence::Exit(0))
     });
     let mut o = fixed_opts();
     o.commit_every = 100;
@@ -796,7 +796,7 @@ fn the_progress_total_is_the_due_items_capped_by_the_limit() {
             s.record_attempt(id, &later(60)).unwrap();
         }
         s.record_attempt(5, &later(0)).unwrap();
-        let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+        let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
         let run = |limit: Option<u64>, ignore_backoff: bool, dry_run: bool, wants: bool| {
             let observer = Totals {
                 wants,
@@ -894,7 +894,7 @@ fn a_group_delivers_in_order_and_a_failure_blocks_only_its_group() {
         (b"b1", _) => Outcome::Rejected {
             reason: "no".into(),
         },
-        _ => Outcome::Delivered,
+        _ => Outcome::Delivered(spool::Evidence::Exit(0)),
     });
     let run = |ignore_backoff| {
         let mut o = fixed_opts();
@@ -938,7 +938,7 @@ fn a_held_item_blocks_its_group() {
         &[("g1", Some("g")), ("g2", Some("g")), ("h1", Some("h"))],
     );
     s.set_held(&[1], true).unwrap();
-    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered);
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
     let r = SyncWorker::new(&*s, &target, fixed_opts(), shared.clone())
         .unwrap()
         .run()
@@ -982,7 +982,7 @@ fn concurrent_replay_keeps_one_item_per_group_in_flight() {
                 .unwrap()
                 .push(String::from_utf8(d.item.payload.clone()).unwrap());
             *self.in_flight.lock().unwrap().get_mut(&g).unwrap() -= 1;
-            Ok(Outcome::Delivered)
+            Ok(Outcome::Delivered(spool::Evidence::Exit(0)))
         }
         fn describe(&self) -> String {
             "tracking".into()

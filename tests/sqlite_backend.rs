@@ -739,6 +739,7 @@ fn import_keeps_ids_above_the_high_water_mark() {
         },
         state,
         dead_at: (state == RecordState::Dead).then_some(START),
+        delivery: None,
     };
     let records = [
         rec(1, "", RecordState::Pending, None),
@@ -959,6 +960,7 @@ fn apply(q: &dyn Queue, clock: &ManualClock, op: &Op) -> String {
                         state,
                         dead_at: (has_dead_at || state != RecordState::Dead)
                             .then(|| Timestamp::from_millis(123_456)),
+                        delivery: None,
                     }
                 })
                 .collect();
@@ -1120,6 +1122,7 @@ fn kept_counts_stay_exact_under_a_reference_writer() {
         item: Item::new(500, b"imported".to_vec(), String::new(), START),
         state: RecordState::Dead,
         dead_at: Some(START),
+        delivery: None,
     }])
     .unwrap();
     drop(q);

@@ -641,7 +641,7 @@ impl Target for Recorder {
     fn deliver(&self, d: &Delivery<'_>) -> Result<Outcome, String> {
         let text = String::from_utf8_lossy(&d.item.payload).into_owned();
         self.0.lock().unwrap().push(text);
-        Ok(Outcome::Delivered)
+        Ok(Outcome::Delivered(spool::Evidence::Exit(0)))
     }
     fn describe(&self) -> String {
         "recorder".into()
@@ -985,6 +985,7 @@ fn metrics_text_parses_and_escapes_the_path() {
             bytes: 8192,
             oldest_item_age: Duration::from_millis(42_500),
             evicted_total: 4,
+            delivered_retained: 3,
         },
         counters: WatchCounters {
             delivered: 10,

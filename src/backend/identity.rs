@@ -320,6 +320,7 @@ mod tests {
             item,
             state,
             dead_at: None,
+            delivery: None,
         }
     }
 

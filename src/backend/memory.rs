@@ -10,13 +10,14 @@ use super::receive::Receive;
 use super::state::{self, State};
 use crate::error::Result;
 use crate::item::{
-    AttemptUpdate, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, OnFull, PushAck, PushState, QueueStats, Record,
+    AttemptUpdate, ClientSummary, DeadLetter, DeliveredItem, EnqueueOptions, Enqueued, Evidence,
+    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
 use crate::time::{system_clock, SharedClock, Timestamp};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 /// A spool that lives in memory.
 #[derive(Debug)]
@@ -68,7 +69,9 @@ impl Queue for MemoryQueue {
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
         let now = self.clock.now();
         let mut st = self.lock();
-        st.enqueue(items, opts, now)
+        let out = st.enqueue(items, opts, now)?;
+        st.prune_delivered(now, crate::item::PRUNE_BATCH);
+        Ok(out)
     }
 
     fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Item>> {
@@ -79,15 +82,31 @@ impl Queue for MemoryQueue {
         Ok(self.lock().pending.get(&id).cloned())
     }
 
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        let mut st = self.lock();
-        if let Some(push) = state::push_after_removing(&*st, ids)? {
-            st.push = push;
-        }
-        Ok(ids
-            .iter()
-            .map(|id| st.remove_pending(*id).is_some())
-            .collect())
+    fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>> {
+        let now = self.clock.now();
+        self.lock().deliver(done, now)
+    }
+
+    fn retain(&self) -> Result<Option<Duration>> {
+        Ok(self.lock().retain)
+    }
+
+    fn set_retain(&self, window: Option<Duration>) -> Result<()> {
+        self.lock().retain = window;
+        Ok(())
+    }
+
+    fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        Ok(self.lock().delivered_page(after, limit))
+    }
+
+    fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        Ok(self.lock().delivered.get(&id).cloned())
+    }
+
+    fn prune_delivered(&self, limit: usize) -> Result<u64> {
+        let now = self.clock.now();
+        Ok(self.lock().prune_delivered(now, limit))
     }
 
     fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
@@ -216,8 +235,16 @@ impl Queue for MemoryQueue {
         let now = self.clock.now();
         let mut st = self.lock();
         let plan = state::plan_ack(&*st, last_seq, rejected)?;
+        let evidence = Evidence::Push(plan.push.acked);
         for id in &plan.delivered {
-            st.remove_pending(*id);
+            if let Some(item) = st.remove_pending(*id) {
+                if st.retain.is_some() {
+                    st.insert_delivered(crate::item::DeliveredItem {
+                        item,
+                        delivery: crate::item::Delivery { at: now, evidence },
+                    });
+                }
+            }
         }
         for (id, reason) in &plan.rejected {
             st.kill(*id, reason, now);

@@ -13,12 +13,19 @@
 
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, OnFull, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, DeadLetter, DeliveredItem, Delivery, DepthLimit, EnqueueOptions, Enqueued,
+    Evidence, Imported, Item, ItemId, NewItem, OnFull, PushState, QueueStats, Record, RecordState,
 };
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// Whether a delivered record at `at` is still inside the retention
+/// window `retain` at `now` (never, when retention is off).
+pub(crate) fn within_window(at: Timestamp, retain: Option<Duration>, now: Timestamp) -> bool {
+    retain.is_some_and(|w| now.as_millis() < at.as_millis().saturating_add(w.as_millis() as i64))
+}
 
 /// What planning a mutation reads of a spool. Implemented by [`State`]
 /// (everything in memory) and by the NDJSON backend's index (rows in a
@@ -309,6 +316,16 @@ pub(crate) fn import_record(r: &Record, hw: &mut ItemId) -> Result<(Imported, Re
             r.item.id
         )));
     }
+    if r.state == RecordState::Delivered {
+        if rec.delivery.is_none() {
+            return Err(Error::InvalidInput(format!(
+                "delivered record {} has no delivered_at",
+                r.item.id
+            )));
+        }
+        rec.item.held = false;
+        rec.item.next_retry_at = None;
+    }
     Ok((
         Imported {
             id,
@@ -361,6 +378,13 @@ pub(crate) struct State {
     pub receiver: crate::push::memory::PushLedger,
     /// When each client last pushed.
     pub receiver_at: HashMap<String, Timestamp>,
+    /// The retention window for delivered items (SPEC §9).
+    pub retain: Option<Duration>,
+    /// Retained delivered items.
+    pub delivered: BTreeMap<ItemId, DeliveredItem>,
+    /// Non-empty keys of retained delivered items: the newest record
+    /// that carried each.
+    pub delivered_keys: HashMap<String, ItemId>,
 }
 
 /// What acknowledging a push does, decided before anything changes.
@@ -527,6 +551,10 @@ impl State {
                     results.push(Enqueued::dedup(id));
                     continue;
                 }
+                if let Some(id) = self.delivered_owner(&it.key, now) {
+                    results.push(Enqueued::delivered(id));
+                    continue;
+                }
             }
             next = next
                 .checked_add(1)
@@ -569,6 +597,10 @@ impl State {
                     results.push(Enqueued::dedup(id));
                     continue;
                 }
+                if let Some(id) = self.delivered_owner(&it.key, now) {
+                    results.push(Enqueued::delivered(id));
+                    continue;
+                }
             }
             let mut e = Enqueued::default();
             if let Some(ck) = &it.coalesce_key {
@@ -609,6 +641,96 @@ impl State {
             results.push(e);
         }
         Ok(results)
+    }
+
+    // --- retention (SPEC §9) ----------------------------------------------
+
+    /// The retained delivered item whose key `key` still deduplicates at
+    /// `now`.
+    pub fn delivered_owner(&self, key: &str, now: Timestamp) -> Option<ItemId> {
+        let id = *self.delivered_keys.get(key)?;
+        let d = self.delivered.get(&id)?;
+        within_window(d.delivery.at, self.retain, now).then_some(id)
+    }
+
+    /// Remove delivered pending items at `now`, each with its evidence:
+    /// retained when a window is set; then prune up to
+    /// [`crate::item::PRUNE_BATCH`] expired records. Per id, whether it
+    /// was pending.
+    pub fn deliver(&mut self, done: &[(ItemId, Evidence)], now: Timestamp) -> Result<Vec<bool>> {
+        let ids: Vec<ItemId> = done.iter().map(|d| d.0).collect();
+        if let Some(push) = push_after_removing(&*self, &ids)? {
+            self.push = push;
+        }
+        let out = done
+            .iter()
+            .map(|(id, evidence)| match self.remove_pending(*id) {
+                Some(item) => {
+                    if self.retain.is_some() {
+                        self.insert_delivered(DeliveredItem {
+                            item,
+                            delivery: Delivery {
+                                at: now,
+                                evidence: *evidence,
+                            },
+                        });
+                    }
+                    true
+                }
+                None => false,
+            })
+            .collect();
+        self.prune_delivered(now, crate::item::PRUNE_BATCH);
+        Ok(out)
+    }
+
+    /// Keep a delivered record.
+    pub fn insert_delivered(&mut self, mut d: DeliveredItem) {
+        d.item.held = false;
+        d.item.push_seq = None;
+        d.item.next_retry_at = None;
+        let id = d.item.id;
+        self.high_water = self.high_water.max(id);
+        if !d.item.key.is_empty() {
+            let newer = self
+                .delivered_keys
+                .get(&d.item.key)
+                .and_then(|o| self.delivered.get(o))
+                .is_some_and(|o| o.delivery.at > d.delivery.at);
+            if !newer {
+                self.delivered_keys.insert(d.item.key.clone(), id);
+            }
+        }
+        self.delivered.insert(id, d);
+    }
+
+    /// Delete up to `limit` delivered records whose window ended at `now`;
+    /// how many.
+    pub fn prune_delivered(&mut self, now: Timestamp, limit: usize) -> u64 {
+        let expired: Vec<ItemId> = self
+            .delivered
+            .values()
+            .filter(|d| !within_window(d.delivery.at, self.retain, now))
+            .take(limit)
+            .map(|d| d.item.id)
+            .collect();
+        for id in &expired {
+            if let Some(d) = self.delivered.remove(id) {
+                if self.delivered_keys.get(&d.item.key) == Some(id) {
+                    self.delivered_keys.remove(&d.item.key);
+                }
+            }
+        }
+        expired.len() as u64
+    }
+
+    /// Retained delivered items after `after`, in id order.
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Vec<DeliveredItem> {
+        self.delivered
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     /// Pending items after `after`, in id order.
@@ -665,7 +787,7 @@ impl State {
         let mut hw = self.high_water;
         let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
         for r in records {
-            let live = r.state != RecordState::Dead;
+            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(&id) = self
                     .keys
@@ -705,6 +827,16 @@ impl State {
                 );
             }
             RecordState::Pending | RecordState::Held => self.insert_pending(rec.item),
+            RecordState::Delivered => {
+                let delivery = rec.delivery.unwrap_or(Delivery {
+                    at: Timestamp::default(),
+                    evidence: Evidence::Done,
+                });
+                self.insert_delivered(DeliveredItem {
+                    item: rec.item,
+                    delivery,
+                });
+            }
         }
     }
 
@@ -717,6 +849,8 @@ impl State {
             high_water: self.high_water,
             on_full: self.on_full,
             evicted_total: self.evicted_total,
+            delivered_retained: self.delivered.len() as u64,
+            retain: self.retain,
             ..QueueStats::default()
         };
         if let Some(first) = self.pending.values().next() {

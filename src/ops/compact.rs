@@ -71,6 +71,9 @@ pub struct CompactReport {
     pub pending: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Delivered records whose retention window had ended, deleted first
+    /// (SPEC §9).
+    pub pruned_delivered: u64,
     /// The id high-water mark, unchanged by compaction.
     pub high_water: ItemId,
     /// NDJSON: a torn trailing line dropped on the way.
@@ -105,6 +108,7 @@ impl CompactReport {
             records_after: self.records_after,
             pending: self.pending,
             dead_letters: self.dead_letters,
+            pruned_delivered: self.pruned_delivered,
             high_water: self.high_water,
             dropped_torn_tail: self.dropped_torn_tail.as_ref(),
             checkpoint: self
@@ -139,6 +143,8 @@ pub struct CompactJson<'a> {
     pub pending: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Expired delivered records deleted.
+    pub pruned_delivered: u64,
     /// The id high-water mark.
     pub high_water: u64,
     /// The torn tail dropped, or null.
@@ -157,7 +163,18 @@ pub struct CompactJson<'a> {
 /// Compact `spool` (opened writable). Notices the backend collected and
 /// nobody took yet (see [`Spool::take_notices`]) go into the report.
 pub fn compact(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport> {
+    // Expired delivered records first, a bounded batch per commit, so
+    // that the compaction below drops their bytes too.
+    let mut pruned = 0;
+    loop {
+        let n = spool.prune_delivered(crate::item::PRUNE_BATCH)?;
+        pruned += n;
+        if n == 0 {
+            break;
+        }
+    }
     let mut report = compact_backend(spool, opts)?;
+    report.pruned_delivered = pruned;
     report.notices = spool.take_notices();
     Ok(report)
 }
@@ -175,6 +192,7 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: Some(r.records_after),
                 pending: r.pending,
                 dead_letters: r.dead_letters,
+                pruned_delivered: 0,
                 high_water: r.high_water,
                 dropped_torn_tail: r.dropped_torn_tail.map(|t| DroppedTail {
                     line: t.line,
@@ -205,6 +223,7 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: None,
                 pending: q.size()?,
                 dead_letters: q.dead_count()?,
+                pruned_delivered: 0,
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,
                 checkpoint: None,
@@ -225,6 +244,7 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: None,
                 pending: q.size()?,
                 dead_letters: q.dead_count()?,
+                pruned_delivered: 0,
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,
                 checkpoint: Some(r.checkpoint),

@@ -95,6 +95,14 @@ const KEYS: &[Key] = &[
         read_only: "",
     },
     Key {
+        name: "retain",
+        about: "how long delivered items are kept (read-only, their keys still dedup): \
+                off, or a window such as 7d, 12h",
+        get: get_retain,
+        set: Some(set_retain),
+        read_only: "",
+    },
+    Key {
         name: "uuid",
         about:
             "the spool's identity: the prefix of its stable idempotency keys, its push client id",
@@ -134,6 +142,37 @@ fn set_on_full(q: &dyn Queue, value: &str) -> Result<()> {
         ))
     })?;
     q.set_on_full(policy)
+}
+
+fn get_retain(q: &dyn Queue) -> Result<Value> {
+    Ok(Value::Text(retain_name(q.retain()?)))
+}
+
+/// The retention window as `spool config` shows it: `off`, `7d`, `12h`.
+/// Exact to the second, so that the shown value parses back to the
+/// stored one.
+pub fn retain_name(window: Option<Duration>) -> String {
+    let Some(w) = window else {
+        return "off".into();
+    };
+    let s = w.as_secs();
+    let parts = [(s / 86_400, "d"), ((s / 3600) % 24, "h"), ((s / 60) % 60, "m"), (s % 60, "s")];
+    let text: String = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, u)| format!("{n}{u}"))
+        .collect();
+    if text.is_empty() {
+        "0s".into()
+    } else {
+        text
+    }
+}
+
+fn set_retain(q: &dyn Queue, value: &str) -> Result<()> {
+    let window = crate::item::parse_retain(value)
+        .map_err(|e| Error::Unsupported(format!("{e} (give off, or a window such as 7d)")))?;
+    q.set_retain(window)
 }
 
 fn get_uuid(q: &dyn Queue) -> Result<Value> {

@@ -9,10 +9,12 @@
 //! `spool`, read-only) has no header.
 //!
 //! A record is the item JSON object of [`super::json`] plus `"state"`
-//! (`pending`, `held` or `dead`) and, for dead letters, `dead_at`.
+//! (`pending`, `held`, `dead` or `delivered`) and, for dead letters,
+//! `dead_at`, for retained delivered items `delivered_at` and `evidence`.
 //! Pending items come first (in id order, read page by page with
 //! [`crate::Queue::page`]), then dead letters ([`crate::Queue::dead_page`]),
-//! so memory stays at one page whatever the spool's size.
+//! then retained delivered items ([`crate::Queue::delivered_page`]), so
+//! memory stays at one page whatever the spool's size.
 //!
 //! The export is not a snapshot across pages: take it while no replay
 //! runs for an exact copy. An item that a concurrent replay dead-letters
@@ -36,6 +38,8 @@ pub struct ExportReport {
     pub held: u64,
     /// Dead records.
     pub dead: u64,
+    /// Retained delivered records (SPEC §9).
+    pub delivered: u64,
     /// Where they went (`stdout` or the file).
     pub destination: String,
 }
@@ -43,7 +47,7 @@ pub struct ExportReport {
 impl ExportReport {
     /// All records written.
     pub fn total(&self) -> u64 {
-        self.pending + self.held + self.dead
+        self.pending + self.held + self.dead + self.delivered
     }
 }
 
@@ -70,6 +74,7 @@ pub fn export(queue: &dyn Queue, dest: Destination<'_>) -> Result<ExportReport> 
                 item,
                 state,
                 dead_at: None,
+                delivery: None,
             };
             writeln!(w, "{}", ItemJson::record(&rec).to_line()).map_err(sink_error)?;
         }
@@ -79,9 +84,15 @@ pub fn export(queue: &dyn Queue, dest: Destination<'_>) -> Result<ExportReport> 
                 item: dl.item,
                 state: RecordState::Dead,
                 dead_at: Some(dl.dead_at),
+                delivery: None,
             };
             writeln!(w, "{}", ItemJson::record(&rec).to_line()).map_err(sink_error)?;
             r.dead += 1;
+        }
+        for d in super::list::delivered_stream(queue) {
+            let d = d?;
+            writeln!(w, "{}", ItemJson::delivered(&d).to_line()).map_err(sink_error)?;
+            r.delivered += 1;
         }
         Ok(r)
     })?;

@@ -28,7 +28,7 @@
 
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::{Error, Result};
-use crate::item::{Imported, Item, ItemId, Record, RecordState};
+use crate::item::{Delivery, Evidence, Imported, Item, ItemId, Record, RecordState};
 use crate::queue::Queue;
 use crate::time::Timestamp;
 use base64::Engine as _;
@@ -63,6 +63,10 @@ struct RecordIn {
     group: Option<String>,
     #[serde(default)]
     coalesce_key: Option<String>,
+    #[serde(default)]
+    delivered_at: Option<String>,
+    #[serde(default)]
+    evidence: Option<serde_json::Value>,
     /// The exporting spool's push number. Kept only by an import that
     /// keeps the exporting spool's identity
     /// ([`Queue::import_with_identity`]); any other import drops it (the
@@ -107,14 +111,42 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
         (None, None) => return Err("no payload (payload or payload_base64)".into()),
     };
     let dead_at = time("dead_at", r.dead_at)?;
+    let delivered_at = time("delivered_at", r.delivered_at)?;
     let held = r.held.unwrap_or(false);
     let state = match r.state {
         Some(s) => s,
         None if dead_at.is_some() => RecordState::Dead,
+        None if delivered_at.is_some() => RecordState::Delivered,
         None if held => RecordState::Held,
         None => RecordState::Pending,
     };
+    if state != RecordState::Delivered && (delivered_at.is_some() || r.evidence.is_some()) {
+        return Err(format!(
+            "state {:?} with delivered_at or evidence; only delivered records have them",
+            state_name(state)
+        ));
+    }
+    let mut delivery = None;
     match state {
+        RecordState::Delivered => {
+            let at = delivered_at.ok_or("a delivered record needs delivered_at")?;
+            let evidence = match &r.evidence {
+                None => Evidence::Done,
+                Some(v) => Evidence::from_json(v).ok_or_else(|| {
+                    format!(
+                        "evidence {v} is not one of {{\"http_status\":N}}, {{\"exit_status\":N}}, \
+                         {{\"push_last_seq\":N}}, {{\"marked_done\":true}}"
+                    )
+                })?,
+            };
+            if held || dead_at.is_some() {
+                return Err("a delivered record cannot be held or dead".into());
+            }
+            if r.push_seq.is_some() {
+                return Err("a delivered record has no push_seq".into());
+            }
+            delivery = Some(Delivery { at, evidence });
+        }
         RecordState::Dead => {
             if dead_at.is_none() {
                 return Err("a dead record needs dead_at".into());
@@ -154,6 +186,7 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
         },
         state,
         dead_at,
+        delivery,
     })
 }
 
@@ -162,6 +195,7 @@ fn state_name(s: RecordState) -> &'static str {
         RecordState::Pending => "pending",
         RecordState::Held => "held",
         RecordState::Dead => "dead",
+        RecordState::Delivered => "delivered",
     }
 }
 
@@ -402,6 +436,8 @@ pub struct ImportReport {
     pub held: u64,
     /// Stored dead records.
     pub dead: u64,
+    /// Stored retained delivered records (SPEC §9).
+    pub delivered: u64,
     /// What became of the export's spool header: `adopted`, `kept` (same
     /// uuid), `ignored` (another uuid); `None` without a header.
     pub identity: Option<IdentityOutcome>,
@@ -483,6 +519,7 @@ fn import_records(
             RecordState::Pending => r.pending += 1,
             RecordState::Held => r.held += 1,
             RecordState::Dead => r.dead += 1,
+            RecordState::Delivered => r.delivered += 1,
         }
     };
     let identity = match header {

@@ -18,6 +18,8 @@ pub struct InitOptions {
     /// The overflow policy the spool remembers (`None`: the default,
     /// reject).
     pub on_full: Option<OnFull>,
+    /// The retention window for delivered items (`None`: off).
+    pub retain: Option<std::time::Duration>,
     /// The spool's clock.
     pub clock: SharedClock,
     /// Create it even on a network file system (see
@@ -36,6 +38,8 @@ pub struct InitReport {
     pub max_depth: Option<u64>,
     /// The stored overflow policy.
     pub on_full: OnFull,
+    /// The stored retention window.
+    pub retain: Option<std::time::Duration>,
     /// The new spool's UUID.
     pub uuid: String,
 }
@@ -56,6 +60,9 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
     if let Some(policy) = opts.on_full {
         spool.set_on_full(policy)?;
     }
+    if opts.retain.is_some() {
+        spool.set_retain(opts.retain)?;
+    }
     Ok(InitReport {
         path: match &spool {
             Spool::Postgres(q) => PathBuf::from(q.display()),
@@ -64,6 +71,7 @@ pub fn init(path: &Path, opts: &InitOptions) -> Result<InitReport> {
         backend: spool.kind(),
         max_depth: spool.max_depth()?,
         on_full: spool.on_full()?,
+        retain: spool.retain()?,
         uuid: spool.uuid()?,
     })
 }

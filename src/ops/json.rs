@@ -12,7 +12,7 @@
 //! Field order is fixed (the order above), so output is stable for
 //! people reading it and for diffs.
 
-use crate::item::{DeadLetter, Item, ItemId, Record, RecordState};
+use crate::item::{DeadLetter, DeliveredItem, Delivery, Item, ItemId, Record, RecordState};
 use crate::time::Timestamp;
 use base64::Engine as _;
 use serde::Serialize;
@@ -53,6 +53,13 @@ pub struct ItemJson<'a> {
     /// For export records: pending, held or dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<RecordState>,
+    /// Delivered items only: when the delivery was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<String>,
+    /// Delivered items only: what proves the delivery
+    /// ([`crate::item::Evidence::to_json`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<serde_json::Value>,
 }
 
 fn rfc3339(t: Option<Timestamp>) -> Option<String> {
@@ -84,7 +91,26 @@ impl<'a> ItemJson<'a> {
             coalesce_key: item.coalesce_key.as_deref(),
             dead_at: None,
             state: None,
+            delivered_at: None,
+            evidence: None,
         }
+    }
+
+    /// A retained delivered item: the item fields, `"state":"delivered"`,
+    /// `delivered_at` and `evidence`.
+    pub fn delivered(d: &'a DeliveredItem) -> ItemJson<'a> {
+        ItemJson {
+            state: Some(RecordState::Delivered),
+            ..ItemJson::item(&d.item).with_delivery(Some(&d.delivery))
+        }
+    }
+
+    fn with_delivery(mut self, d: Option<&Delivery>) -> ItemJson<'a> {
+        if let Some(d) = d {
+            self.delivered_at = Some(d.at.to_rfc3339());
+            self.evidence = Some(d.evidence.to_json());
+        }
+        self
     }
 
     /// A dead letter: the item plus `dead_at`.
@@ -101,7 +127,7 @@ impl<'a> ItemJson<'a> {
         ItemJson {
             dead_at: rfc3339(rec.dead_at),
             state: Some(rec.state),
-            ..ItemJson::item(&rec.item)
+            ..ItemJson::item(&rec.item).with_delivery(rec.delivery.as_ref())
         }
     }
 
@@ -156,6 +182,7 @@ mod tests {
             item: item(b"x"),
             state: RecordState::Held,
             dead_at: None,
+            delivery: None,
         };
         let v: serde_json::Value = serde_json::from_str(&ItemJson::record(&rec).to_line()).unwrap();
         assert_eq!(v["state"], "held");

@@ -8,9 +8,9 @@
 
 use super::drain::ItemStream;
 use super::preview;
-use crate::error::Result;
-use crate::item::{Item, ItemId};
-use crate::queue::Queue;
+use crate::error::{Error, Result};
+use crate::item::{DeadLetter, DeliveredItem, Item, ItemId};
+use crate::queue::{Queue, PAGE_SIZE};
 use crate::time::Timestamp;
 use std::time::Duration;
 
@@ -27,13 +27,68 @@ pub struct ListOptions {
     pub group: Option<String>,
     /// Only items replay would attempt at `now` (not held, not waiting).
     pub due: bool,
+    /// Which set to list (`None`: pending items, held ones included).
+    pub state: Option<StateFilter>,
     /// The time `due` is decided against.
     pub now: Timestamp,
 }
 
+/// The set `list --state` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateFilter {
+    /// Pending items that are not held.
+    Pending,
+    /// Held items.
+    Held,
+    /// Retained delivered items (SPEC §9).
+    Delivered,
+    /// Dead letters.
+    Dead,
+}
+
+impl StateFilter {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateFilter::Pending => "pending",
+            StateFilter::Held => "held",
+            StateFilter::Delivered => "delivered",
+            StateFilter::Dead => "dead",
+        }
+    }
+}
+
+/// One entry of [`list_states`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listed {
+    /// A pending (possibly held) item.
+    Pending(Item),
+    /// A dead letter.
+    Dead(DeadLetter),
+    /// A retained delivered item.
+    Delivered(DeliveredItem),
+}
+
+impl Listed {
+    /// The item, whichever set it is in.
+    pub fn item(&self) -> &Item {
+        match self {
+            Listed::Pending(i) => i,
+            Listed::Dead(d) => &d.item,
+            Listed::Delivered(d) => &d.item,
+        }
+    }
+}
+
 impl ListOptions {
     fn matches(&self, item: &Item) -> bool {
-        self.key.as_deref().is_none_or(|k| item.key == k)
+        let state = match self.state {
+            Some(StateFilter::Pending) => !item.held,
+            Some(StateFilter::Held) => item.held,
+            _ => true,
+        };
+        state
+            && self.key.as_deref().is_none_or(|k| item.key == k)
             && self
                 .group
                 .as_deref()
@@ -49,8 +104,11 @@ pub fn list<'a>(
     opts: &ListOptions,
 ) -> impl Iterator<Item = Result<Item>> + 'a {
     let filter = opts.clone();
-    let filtered =
-        opts.key.is_some() || opts.group.is_some() || opts.min_attempts.is_some() || opts.due;
+    let filtered = opts.key.is_some()
+        || opts.group.is_some()
+        || opts.min_attempts.is_some()
+        || opts.due
+        || opts.state.is_some();
     let stream = if filtered {
         ItemStream::unlimited(queue)
     } else {
@@ -60,6 +118,64 @@ pub fn list<'a>(
     stream
         .filter(move |r| r.as_ref().map_or(true, |i| filter.matches(i)))
         .take(limit)
+}
+
+/// The entries of the set `opts.state` names, filtered as [`list`]
+/// filters, lazily, in id order: pending (held included, or one of the
+/// two), dead letters or retained delivered items. `due` applies to
+/// pending items only ([`Error::InvalidInput`] with the other two).
+pub fn list_states<'a>(
+    queue: &'a dyn Queue,
+    opts: &ListOptions,
+) -> Result<Box<dyn Iterator<Item = Result<Listed>> + 'a>> {
+    let filter = opts.clone();
+    let limit = opts.limit.unwrap_or(usize::MAX);
+    let keep = move |r: &Result<Listed>| r.as_ref().map_or(true, |l| filter.matches(l.item()));
+    let set = match opts.state {
+        Some(s @ (StateFilter::Delivered | StateFilter::Dead)) => s,
+        _ => return Ok(Box::new(list(queue, opts).map(|r| r.map(Listed::Pending)))),
+    };
+    if opts.due {
+        return Err(Error::InvalidInput(format!(
+            "--due applies to pending items, not to --state {}",
+            set.name()
+        )));
+    }
+    let all: Box<dyn Iterator<Item = Result<Listed>> + 'a> = if set == StateFilter::Dead {
+        Box::new(super::dlq::list(queue, &Default::default()).map(|r| r.map(Listed::Dead)))
+    } else {
+        Box::new(delivered_stream(queue).map(|r| r.map(Listed::Delivered)))
+    };
+    Ok(Box::new(all.filter(keep).take(limit)))
+}
+
+/// Every retained delivered item, in id order, read page by page with
+/// [`Queue::delivered_page`]. After an error it yields nothing more.
+pub fn delivered_stream(queue: &dyn Queue) -> impl Iterator<Item = Result<DeliveredItem>> + '_ {
+    let mut after: ItemId = 0;
+    let mut buf = std::collections::VecDeque::new();
+    let mut finished = false;
+    std::iter::from_fn(move || loop {
+        if let Some(d) = buf.pop_front() {
+            return Some(Ok(d));
+        }
+        if finished {
+            return None;
+        }
+        match queue.delivered_page(after, PAGE_SIZE) {
+            Ok(page) => {
+                finished = page.len() < PAGE_SIZE;
+                if let Some(last) = page.last() {
+                    after = last.item.id;
+                }
+                buf.extend(page);
+            }
+            Err(e) => {
+                finished = true;
+                return Some(Err(e));
+            }
+        }
+    })
 }
 
 /// The default number of characters of a preview.
@@ -74,6 +190,10 @@ pub enum RetryState {
     Held,
     /// At this time, this long from now.
     At(Timestamp, Duration),
+    /// Never: delivered this long ago (a retained delivered item).
+    Delivered(Duration),
+    /// Never: dead-lettered this long ago.
+    Dead(Duration),
 }
 
 /// What a table shows of one item.
@@ -128,6 +248,22 @@ impl Row {
                 .map(|e| preview::preview(e.as_bytes(), 200)),
             push_seq: item.push_seq,
         }
+    }
+
+    /// The row for any listed entry: dead letters and delivered items
+    /// show when they left the pending set; a delivered item's last error
+    /// is its evidence (`HTTP 200`, `exit 0`, …).
+    pub fn listed(entry: &Listed, now: Timestamp, preview_chars: usize) -> Row {
+        let mut row = Row::new(entry.item(), now, preview_chars);
+        match entry {
+            Listed::Pending(_) => {}
+            Listed::Dead(d) => row.retry = RetryState::Dead(now.since(d.dead_at)),
+            Listed::Delivered(d) => {
+                row.retry = RetryState::Delivered(now.since(d.delivery.at));
+                row.last_error = Some(d.delivery.evidence.describe());
+            }
+        }
+        row
     }
 }
 

@@ -1,7 +1,7 @@
-//! `show`: one item, pending or dead.
+//! `show`: one item, pending, dead or delivered and retained.
 
 use crate::error::Result;
-use crate::item::{DeadLetter, Item, ItemId};
+use crate::item::{DeadLetter, DeliveredItem, Item, ItemId};
 use crate::queue::Queue;
 
 /// An item found by [`show`].
@@ -11,6 +11,8 @@ pub enum Shown {
     Pending(Item),
     /// A dead letter.
     Dead(DeadLetter),
+    /// A delivered item kept for the retention window (SPEC §9).
+    Delivered(DeliveredItem),
 }
 
 impl Shown {
@@ -19,12 +21,14 @@ impl Shown {
         match self {
             Shown::Pending(i) => i,
             Shown::Dead(d) => &d.item,
+            Shown::Delivered(d) => &d.item,
         }
     }
 }
 
-/// Look `id` up among pending items, then among dead letters. An id in
-/// neither is [`crate::Error::InvalidInput`].
+/// Look `id` up among pending items, then among dead letters, then among
+/// retained delivered items. An id in none is
+/// [`crate::Error::InvalidInput`].
 pub fn show(queue: &dyn Queue, id: ItemId) -> Result<Shown> {
     if let Some(item) = queue.get(id)? {
         return Ok(Shown::Pending(item));
@@ -32,8 +36,11 @@ pub fn show(queue: &dyn Queue, id: ItemId) -> Result<Shown> {
     if let Some(dl) = queue.dead_get(id)? {
         return Ok(Shown::Dead(dl));
     }
+    if let Some(d) = queue.delivered_get(id)? {
+        return Ok(Shown::Delivered(d));
+    }
     Err(crate::Error::InvalidInput(format!(
-        "no item with id {id} (neither pending nor a dead letter)"
+        "no item with id {id} (not pending, not a dead letter, not a retained delivered item)"
     )))
 }
 

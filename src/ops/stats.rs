@@ -51,6 +51,10 @@ pub struct StatsReport {
     pub on_full: crate::item::OnFull,
     /// Items ever evicted by `drop-oldest`.
     pub evicted_total: u64,
+    /// Delivered items kept by the retention window (SPEC §9).
+    pub delivered_retained: u64,
+    /// The retention window, when set.
+    pub retain: Option<Duration>,
     /// The highest id ever issued.
     pub high_water: u64,
     /// Every file of the spool with its size in bytes.
@@ -107,6 +111,8 @@ pub fn stats(spool: &Spool, now: Timestamp) -> Result<StatsReport> {
         max_depth: s.max_depth,
         on_full: s.on_full,
         evicted_total: s.evicted_total,
+        delivered_retained: s.delivered_retained,
+        retain: s.retain,
         high_water: s.high_water,
         files,
         total_bytes,
@@ -148,6 +154,10 @@ pub struct StatsJson {
     pub on_full: &'static str,
     /// Items ever evicted by `drop-oldest`.
     pub evicted_total: u64,
+    /// Delivered items kept by the retention window.
+    pub delivered_retained: u64,
+    /// The retention window (`off`, `7d`).
+    pub retain: String,
     /// The highest id ever issued.
     pub high_water: u64,
     /// `[{"path": ..., "bytes": N}, ...]`.
@@ -205,6 +215,8 @@ impl StatsReport {
             max_depth: self.max_depth,
             on_full: self.on_full.name(),
             evicted_total: self.evicted_total,
+            delivered_retained: self.delivered_retained,
+            retain: super::config::retain_name(self.retain),
             high_water: self.high_water,
             files: self
                 .files
@@ -240,6 +252,7 @@ impl StatsReport {
                 bytes: self.total_bytes,
                 oldest_item_age: self.oldest_age.unwrap_or_default(),
                 evicted_total: self.evicted_total,
+                delivered_retained: self.delivered_retained,
             },
         )
     }

@@ -201,7 +201,7 @@ impl Target for ExecTarget {
             )));
         }
         Ok(match (status.code(), status.signal()) {
-            (Some(0), _) => Outcome::Delivered,
+            (Some(0), _) => Outcome::Delivered(crate::item::Evidence::Exit(0)),
             (Some(c), _) if self.reject_exit.contains(&c) => Outcome::Rejected {
                 reason: with_stderr(format!("command rejected the item (exit {c})"), &stderr),
             },

@@ -482,7 +482,7 @@ impl Target for HttpTarget {
         };
         let text = self.redact(&text);
         Ok(match status {
-            200..=299 => Outcome::Delivered,
+            200..=299 => Outcome::Delivered(crate::item::Evidence::Http(status)),
             300..=399 => Outcome::failed(match location {
                 Some(l) => self.redact(&format!("{text} (redirect to {l}, not followed)")),
                 None => text,

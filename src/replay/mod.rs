@@ -34,7 +34,7 @@ pub use self::http::HttpTarget;
 pub use self::lock::ReplayLock;
 
 use crate::error::{Error, Result};
-use crate::item::{AttemptUpdate, Item, ItemId};
+use crate::item::{AttemptUpdate, Evidence, Item, ItemId};
 use crate::queue::{Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 use crate::time::{SharedClock, Timestamp};
 use std::path::{Path, PathBuf};
@@ -54,8 +54,8 @@ pub enum RetryAfter {
 /// What a target did with one item.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Delivered: the item is marked done.
-    Delivered,
+    /// Delivered: the item is marked done, with what proves it.
+    Delivered(Evidence),
     /// Not delivered this time; try again later.
     Failed {
         /// Why, for the item's `last_error`.
@@ -386,7 +386,7 @@ pub struct SyncWorker<'a> {
     run_lock: Mutex<()>,
     /// Delivered ids not yet committed as done, and when the oldest was
     /// delivered (group commit).
-    done_group: Mutex<(Vec<ItemId>, Option<Timestamp>)>,
+    done_group: Mutex<(Vec<(ItemId, Evidence)>, Option<Timestamp>)>,
     /// Leased replay: delivered claims not yet committed, and when the
     /// oldest was delivered.
     leased_group: Mutex<LeasedGroup>,
@@ -773,8 +773,8 @@ impl<'a> SyncWorker<'a> {
     ) -> Result<ItemOutcome> {
         let now = self.clock.now();
         let result = match outcome {
-            Outcome::Delivered => {
-                self.delivered(item.id)?;
+            Outcome::Delivered(evidence) => {
+                self.delivered(item.id, evidence)?;
                 report.delivered += 1;
                 ItemOutcome::Delivered
             }
@@ -845,7 +845,7 @@ impl<'a> SyncWorker<'a> {
                         sink_error,
                     });
                 }
-                self.queue.mark_done(&[item.id])?;
+                self.queue.deliver(&[(item.id, Evidence::Sink)])?;
             }
         }
         report.dead_lettered += 1;
@@ -861,15 +861,15 @@ impl<'a> SyncWorker<'a> {
 
 impl SyncWorker<'_> {
     /// Mark a delivered item done: at once, or as part of a group.
-    fn delivered(&self, id: ItemId) -> Result<()> {
+    fn delivered(&self, id: ItemId, evidence: Evidence) -> Result<()> {
         if self.opts.commit_every <= 1 {
-            self.queue.mark_done(&[id])?;
+            self.queue.deliver(&[(id, evidence)])?;
             return Ok(());
         }
         let now = self.clock.now();
         let full = {
             let mut g = self.done_group.lock().unwrap_or_else(|e| e.into_inner());
-            g.0.push(id);
+            g.0.push((id, evidence));
             let first = *g.1.get_or_insert(now);
             g.0.len() >= self.opts.commit_every || now.since(first) >= GROUP_COMMIT_MAX_AGE
         };
@@ -887,7 +887,7 @@ impl SyncWorker<'_> {
             std::mem::take(&mut g.0)
         };
         if !ids.is_empty() {
-            self.queue.mark_done(&ids)?;
+            self.queue.deliver(&ids)?;
         }
         Ok(())
     }
@@ -895,7 +895,7 @@ impl SyncWorker<'_> {
 
 /// Delivered claims not yet committed as done, and when the oldest was
 /// delivered.
-type LeasedGroup = (Vec<(Item, LeaseToken)>, Option<Timestamp>);
+type LeasedGroup = (Vec<(Item, LeaseToken, Evidence)>, Option<Timestamp>);
 
 /// What the threads of a leased run share.
 struct LeaseFeed<'r> {
@@ -1113,8 +1113,8 @@ impl SyncWorker<'_> {
         };
         let now = self.clock.now();
         let result = match outcome {
-            Outcome::Delivered => {
-                self.delivered_leased(leasing, c)?;
+            Outcome::Delivered(evidence) => {
+                self.delivered_leased(leasing, c, evidence)?;
                 ItemOutcome::Delivered
             }
             Outcome::Rejected { reason } => self.kill_claimed(leasing, c, reason, true, &lost)?,
@@ -1184,7 +1184,7 @@ impl SyncWorker<'_> {
                 }
                 lost(
                     leasing
-                        .complete(&[(c.item.id, c.token)])
+                        .complete(&[(c.item.id, c.token, Evidence::Sink)])
                         .map(|v| v.iter().all(|b| *b)),
                 )?;
             }
@@ -1196,11 +1196,16 @@ impl SyncWorker<'_> {
     }
 
     /// Record a delivered claim as done: at once, or as part of a group.
-    fn delivered_leased(&self, leasing: &dyn Leasing, c: &Claimed) -> Result<()> {
+    fn delivered_leased(
+        &self,
+        leasing: &dyn Leasing,
+        c: &Claimed,
+        evidence: Evidence,
+    ) -> Result<()> {
         let now = self.clock.now();
         let full = {
             let mut g = self.leased_group.lock().unwrap_or_else(|e| e.into_inner());
-            g.0.push((c.item.clone(), c.token));
+            g.0.push((c.item.clone(), c.token, evidence));
             let first = *g.1.get_or_insert(now);
             g.0.len() >= self.opts.commit_every.max(1) || now.since(first) >= GROUP_COMMIT_MAX_AGE
         };
@@ -1220,10 +1225,11 @@ impl SyncWorker<'_> {
         if group.is_empty() {
             return Ok(());
         }
-        let claims: Vec<(ItemId, LeaseToken)> = group.iter().map(|(i, t)| (i.id, *t)).collect();
+        let claims: Vec<(ItemId, LeaseToken, Evidence)> =
+            group.iter().map(|(i, t, e)| (i.id, *t, *e)).collect();
         let kept = leasing.complete(&claims)?;
         if let Some(o) = self.observer {
-            for ((item, _), ok) in group.iter().zip(kept) {
+            for ((item, _, _), ok) in group.iter().zip(kept) {
                 if !ok {
                     o.lease_lost(item);
                 }

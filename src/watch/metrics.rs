@@ -39,6 +39,9 @@ pub struct SpoolGauges {
     /// Items ever evicted by the `drop-oldest` overflow policy, kept by
     /// the spool (`spool_evicted_total`, a counter).
     pub evicted_total: u64,
+    /// Delivered items kept by the retention window
+    /// (`spool_delivered_retained`).
+    pub delivered_retained: u64,
 }
 
 impl SpoolGauges {
@@ -54,6 +57,7 @@ impl SpoolGauges {
                 .map(|t| now.since(t))
                 .unwrap_or_default(),
             evicted_total: stats.evicted_total,
+            delivered_retained: stats.delivered_retained,
         }
     }
 }
@@ -146,7 +150,7 @@ fn seconds(d: Duration) -> String {
 pub fn render_gauges(spool: &Path, g: &SpoolGauges) -> String {
     let l = spool_label(spool);
     let mut out = String::new();
-    let gauges: [(&str, &str, String); 5] = [
+    let gauges: [(&str, &str, String); 6] = [
         (
             "spool_depth",
             "Pending items, held ones included.",
@@ -167,6 +171,11 @@ pub fn render_gauges(spool: &Path, g: &SpoolGauges) -> String {
             "spool_oldest_item_age_seconds",
             "Age of the oldest pending item in seconds (0 when empty).",
             seconds(g.oldest_item_age),
+        ),
+        (
+            "spool_delivered_retained",
+            "Delivered items kept by the retention window (spool config retain).",
+            g.delivered_retained.to_string(),
         ),
     ];
     for (name, help, value) in gauges {

@@ -130,7 +130,8 @@ impl Queue for FileQueue {
         })
     }
 
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
+        let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
         self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
             let v = q.view(inner);
             let mut seen = std::collections::HashSet::new();

@@ -588,6 +588,11 @@ impl FileQueue {
                     format::write_put(&mut line, &rec.item, None);
                     main.push(self, line)?;
                 }
+                RecordState::Delivered => {
+                    return Err(crate::Error::Unsupported(
+                        "the file backend does not retain delivered items".into(),
+                    ))
+                }
             }
             each(&r, imported);
         }

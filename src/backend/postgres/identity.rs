@@ -69,6 +69,11 @@ impl PostgresQueue {
                     self.insert_pending(tx, &item)?;
                     pending += 1;
                 }
+                RecordState::Delivered => {
+                    return Err(Error::Unsupported(
+                        "the postgres backend does not retain delivered items".into(),
+                    ))
+                }
             }
             each(
                 &r,

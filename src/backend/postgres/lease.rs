@@ -5,6 +5,7 @@
 //! ordered and push replays, and `LISTEN` for enqueues.
 
 use super::*;
+use crate::item::Evidence;
 
 /// The claim: due fresh items by id and due waiting items by the time they
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers
@@ -109,16 +110,16 @@ impl Leasing for PostgresQueue {
         })
     }
 
-    fn complete(&self, done: &[(ItemId, LeaseToken)]) -> Result<Vec<bool>> {
+    fn complete(&self, done: &[(ItemId, LeaseToken, Evidence)]) -> Result<Vec<bool>> {
         if done.is_empty() {
             return Ok(Vec::new());
         }
         self.txn("mark items done in", true, |tx| {
             self.lock_spool(tx)?;
-            let ids: Vec<i64> = done.iter().map(|(i, _)| id_param(*i)).collect();
-            let tokens: Vec<i64> = done.iter().map(|(_, t)| *t).collect();
+            let ids: Vec<i64> = done.iter().map(|(i, _, _)| id_param(*i)).collect();
+            let tokens: Vec<i64> = done.iter().map(|(_, t, _)| *t).collect();
             let removed = self.remove(tx, &ids, Some(&tokens), true)?;
-            Ok(done.iter().map(|(id, _)| removed.contains(id)).collect())
+            Ok(done.iter().map(|(id, _, _)| removed.contains(id)).collect())
         })
     }
 

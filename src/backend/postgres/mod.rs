@@ -1109,7 +1109,8 @@ impl Queue for PostgresQueue {
         })
     }
 
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
+        let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
         self.txn("mark items done in", true, |tx| {
             self.lock_spool(tx)?;
             let params: Vec<i64> = ids.iter().map(|&i| id_param(i)).collect();

@@ -635,7 +635,8 @@ impl Queue for SqliteQueue {
         self.read("read", |db| db.get(id))
     }
 
-    fn mark_done(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
+    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
+        let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
         self.write("mark items done in", |db| {
             ids.iter().map(|&id| db.remove_pending(id)).collect()
         })
@@ -1050,6 +1051,11 @@ fn import_records(
                 stored_dead = true;
             }
             RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
+            RecordState::Delivered => {
+                return Err(Error::Unsupported(
+                    "the sqlite backend does not retain delivered items".into(),
+                ))
+            }
         }
         each(
             &r,

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 ///
 /// With --json one object: spool, backend, bytes_before, bytes_after,
 /// bytes_saved, records_before, records_after (NDJSON lines; null for
-/// SQLite), pending, dead_letters, high_water, dropped_torn_tail
+/// SQLite), pending, dead_letters, pruned_delivered (delivered items
+/// whose retention window ended, deleted first), high_water, dropped_torn_tail
 /// ({line, offset, bytes, reason} or null), checkpoint (SQLite: the
 /// object `spool checkpoint --json` prints; null for NDJSON), notices
 /// (what was repaired on the way, such as a torn tail cut; also on
@@ -93,6 +94,15 @@ pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             r.pending, r.dead_letters, r.high_water
         ),
     ));
+    if r.pruned_delivered > 0 {
+        lines.push((
+            "pruned",
+            format!(
+                "{} delivered items whose retention window ended",
+                r.pruned_delivered
+            ),
+        ));
+    }
     if let Some(t) = &r.dropped_torn_tail {
         lines.push((
             "dropped",

@@ -19,7 +19,8 @@ use std::time::Duration;
 /// three. An empty payload is valid. Creates the spool if it is missing.
 /// Prints the id of each item on stdout, one per line; with --json one
 /// object {"id": N, "deduplicated": BOOL} per item, plus "replaced": [ids]
-/// and "evicted": [ids] when it replaced or evicted items.
+/// and "evicted": [ids] when it replaced or evicted items, and
+/// "state": "delivered" for a dedup hit on a delivered item.
 ///
 /// Batches: --lines enqueues each line of the input (without its \n or
 /// \r\n; empty lines are skipped), --ndjson each JSON object
@@ -31,7 +32,9 @@ use std::time::Duration;
 ///
 /// Idempotency keys: while an item with a key is pending, enqueueing the
 /// same key again stores nothing and prints the existing id, with a note
-/// on stderr ("deduplicated"); the exit status is still 0.
+/// on stderr ("deduplicated"); the exit status is still 0. With a
+/// retention window (`spool config retain 7d`), so does a key whose item
+/// was delivered within the window: a re-run of a job stores nothing.
 ///
 /// Ordering groups (--group, or "group" in --ndjson): replay delivers the
 /// items of one group in enqueue order, one at a time; other groups and
@@ -119,6 +122,8 @@ struct EnqueuedJson<'a> {
     replaced: &'a [u64],
     #[serde(skip_serializing_if = "<[u64]>::is_empty")]
     evicted: &'a [u64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
 }
 
 pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -226,6 +231,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                 deduplicated: item.deduplicated,
                 replaced: &item.replaced,
                 evicted: &item.evicted,
+                state: item.delivered.then_some("delivered"),
             })?;
         } else {
             ctx.out.line(&item.id.to_string())?;
@@ -245,8 +251,13 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ));
         }
         if item.deduplicated {
+            let already = if item.delivered {
+                "already delivered (retained)"
+            } else {
+                "already pending"
+            };
             ctx.note(&format!(
-                "item {} already pending with key {} (deduplicated)",
+                "item {} {already} with key {} (deduplicated)",
                 item.id,
                 preview::escape(key.unwrap_or_default().as_bytes())
             ));

@@ -17,13 +17,17 @@ use spool::ops::init::{init, InitOptions};
 /// enqueue that would take the number of pending items past it is refused
 /// with exit 75 (enqueue --max-depth overrides it for one call), unless
 /// --on-full drop-oldest makes room by moving the oldest pending item that
-/// is not held and not in flight to the dead letters. Both are settings
-/// `spool config` shows and changes later.
+/// is not held and not in flight to the dead letters. --retain keeps
+/// delivered items for a window (read-only; their keys still
+/// deduplicate, so a re-run of a cron job that already delivered an
+/// event stores nothing). All are settings `spool config` shows and
+/// changes later.
 ///
 /// Examples:
 ///   spool -s /var/spool/app/outbox.db init --max-depth 10000
 ///   spool -s metrics.db init --max-depth 100000 --on-full drop-oldest
 ///   spool -s events.ndjson init
+///   spool -s audit.db init --retain 7d
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct InitArgs {
@@ -34,6 +38,18 @@ pub struct InitArgs {
     /// At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)
     #[arg(long, value_name = "POLICY", value_parser = ["reject", "drop-oldest"])]
     on_full: Option<String>,
+
+    /// Keep delivered items for this long (e.g. 7d; off: delete them, the default)
+    #[arg(long, value_name = "WINDOW", value_parser = parse_retain)]
+    retain: Option<RetainArg>,
+}
+
+/// A parsed --retain (clap needs a named type for an `Option` value).
+#[derive(Clone, Copy, Debug)]
+struct RetainArg(Option<std::time::Duration>);
+
+fn parse_retain(s: &str) -> Result<RetainArg, String> {
+    spool::item::parse_retain(s).map(RetainArg)
 }
 
 #[derive(serde::Serialize)]
@@ -42,6 +58,7 @@ struct InitJson<'a> {
     backend: &'a str,
     max_depth: Option<u64>,
     on_full: &'a str,
+    retain: String,
     uuid: &'a str,
 }
 
@@ -52,6 +69,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             backend: ctx.backend,
             max_depth: args.max_depth,
             on_full: args.on_full.as_deref().and_then(spool::OnFull::parse),
+            retain: args.retain.and_then(|r| r.0),
             clock: ctx.clock.clone(),
             allow_network_fs: ctx.allow_network_fs,
         },
@@ -64,6 +82,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             backend: report.backend.name(),
             max_depth: report.max_depth,
             on_full: report.on_full.name(),
+            retain: spool::ops::config::retain_name(report.retain),
             uuid: &report.uuid,
         })?;
     } else {
@@ -71,6 +90,13 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             (Some(n), spool::OnFull::Reject) => format!(", max depth {n}"),
             (Some(n), policy) => format!(", max depth {n}, on full {}", policy.name()),
             (None, _) => String::new(),
+        };
+        let bound = match report.retain {
+            Some(w) => format!(
+                "{bound}, delivered items kept {}",
+                spool::ops::config::retain_name(Some(w))
+            ),
+            None => bound,
         };
         ctx.note(&format!(
             "created {} spool {}{bound}",

@@ -3,12 +3,20 @@
 use super::Ctx;
 use crate::exit::CliError;
 use crate::render;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use spool::ops::json::ItemJson;
-use spool::ops::list::{any_in_flight, list, ListOptions, RetryState, Row, PREVIEW_CHARS};
+use spool::ops::list::{
+    any_in_flight, list_states, ListOptions, Listed, RetryState, Row, StateFilter, PREVIEW_CHARS,
+};
 use spool::{OpenMode, PAGE_SIZE};
 
 /// List pending items with their attempts, next retry and last error
+///
+/// --state picks the set: pending (not held), held, dead (the dead
+/// letters, as `dlq list` shows them) or delivered (delivered items kept
+/// by the retention window, `spool config retain`: the "next retry"
+/// column says when they were delivered and "last error" the evidence,
+/// e.g. HTTP 200). Without it, every pending item, held ones included.
 ///
 /// On a terminal, a table. When stdout is not a terminal, the same
 /// columns as plain lines, separated by tabs, without a header (key and
@@ -26,6 +34,7 @@ use spool::{OpenMode, PAGE_SIZE};
 ///   spool ls --min-attempts 3
 ///   spool list --group customer-42
 ///   spool list --due --json | jq -r .id
+///   spool list --state delivered --key order-42
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ListArgs {
@@ -48,6 +57,29 @@ pub struct ListArgs {
     /// Only items a replay would attempt now (not held, not backing off)
     #[arg(long)]
     due: bool,
+
+    /// Which items: pending (not held), held, delivered (retained), dead
+    #[arg(long, value_enum, value_name = "STATE")]
+    state: Option<StateArg>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StateArg {
+    Pending,
+    Held,
+    Delivered,
+    Dead,
+}
+
+impl From<StateArg> for StateFilter {
+    fn from(s: StateArg) -> StateFilter {
+        match s {
+            StateArg::Pending => StateFilter::Pending,
+            StateArg::Held => StateFilter::Held,
+            StateArg::Delivered => StateFilter::Delivered,
+            StateArg::Dead => StateFilter::Dead,
+        }
+    }
 }
 
 pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
@@ -59,35 +91,51 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         min_attempts: args.min_attempts,
         group: args.group,
         due: args.due,
+        state: args.state.map(StateFilter::from),
         now,
     };
+    let (when_header, error_header, none) = match opts.state {
+        Some(StateFilter::Delivered) => ("delivered", "evidence", "no delivered items match"),
+        Some(StateFilter::Dead) => ("died", "last error", "no dead letters match"),
+        _ => ("next retry", "last error", "no pending items match"),
+    };
+    let headers = Headers {
+        when: when_header,
+        error: error_header,
+    };
+    let entries = list_states(&*spool, &opts).map_err(|e| ctx.fail("list", e))?;
     let table = !ctx.json && ctx.out.is_terminal();
     let push = !ctx.json && any_in_flight(&*spool).map_err(|e| ctx.fail("list", e))?;
     let mut rows: Vec<Row> = Vec::new();
     let mut count = 0usize;
-    for item in list(&*spool, &opts) {
-        let item = item.map_err(|e| ctx.fail("list", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ctx.fail("list", e))?;
         count += 1;
         if ctx.json {
-            ctx.out.line(&ItemJson::item(&item).to_line())?;
+            let j = match &entry {
+                Listed::Pending(i) => ItemJson::item(i),
+                Listed::Dead(d) => ItemJson::dead_letter(d),
+                Listed::Delivered(d) => ItemJson::delivered(d),
+            };
+            ctx.out.line(&j.to_line())?;
             continue;
         }
-        let row = Row::new(&item, now, PREVIEW_CHARS);
+        let row = Row::listed(&entry, now, PREVIEW_CHARS);
         if table {
             rows.push(row);
             // One table per page keeps memory flat on a huge spool.
             if rows.len() >= PAGE_SIZE {
-                print_table(ctx, &mut rows, push)?;
+                print_table(ctx, &mut rows, push, &headers)?;
             }
         } else {
             ctx.out.line(&tsv(&row, push))?;
         }
     }
     if table {
-        print_table(ctx, &mut rows, push)?;
+        print_table(ctx, &mut rows, push, &headers)?;
     }
     if count == 0 && !ctx.json {
-        ctx.note("no pending items match");
+        ctx.note(none);
     }
     Ok(())
 }
@@ -102,6 +150,7 @@ fn cells(row: &Row) -> [String; 8] {
             RetryState::Due => "due".into(),
             RetryState::Held => "held".into(),
             RetryState::At(_, d) => format!("in {}", render::duration(d)),
+            RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", render::age(d)),
         },
         row.size.to_string(),
         row.preview.clone(),
@@ -124,20 +173,24 @@ fn tsv(row: &Row, push: bool) -> String {
     c.join("\t")
 }
 
+/// The names of the two columns that depend on the listed set.
+struct Headers {
+    when: &'static str,
+    error: &'static str,
+}
+
 /// The table; with `push`, a "push" column after the id.
-fn print_table(ctx: &mut Ctx, rows: &mut Vec<Row>, push: bool) -> Result<(), CliError> {
+fn print_table(
+    ctx: &mut Ctx,
+    rows: &mut Vec<Row>,
+    push: bool,
+    h: &Headers,
+) -> Result<(), CliError> {
     if rows.is_empty() {
         return Ok(());
     }
     let mut header = vec![
-        "id",
-        "key",
-        "attempts",
-        "age",
-        "next retry",
-        "size",
-        "preview",
-        "last error",
+        "id", "key", "attempts", "age", h.when, "size", "preview", h.error,
     ];
     if push {
         header.insert(1, "push");

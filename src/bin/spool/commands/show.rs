@@ -12,8 +12,11 @@ use spool::{ItemId, OpenMode};
 /// Show one item's metadata, or with --raw its exact payload bytes
 ///
 /// Looks among pending items first, then among dead letters (which show
-/// when and why they died). An id that is neither is exit 65. With
-/// --json, the item object (dead letters add dead_at). With --raw, the
+/// when and why they died), then among delivered items kept by the
+/// retention window (`spool config retain`; they show when and how they
+/// were delivered). An id that is none of these is exit 65. With --json,
+/// the item object (dead letters add dead_at; delivered items
+/// "state":"delivered", delivered_at and evidence). With --raw, the
 /// payload bytes exactly as stored and nothing else, so
 /// `spool show 7 --raw > payload.bin` restores the payload. Never creates
 /// or changes the spool.
@@ -47,6 +50,7 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         let j = match &shown {
             Shown::Pending(i) => ItemJson::item(i),
             Shown::Dead(d) => ItemJson::dead_letter(d),
+            Shown::Delivered(d) => ItemJson::delivered(d),
         };
         return ctx.out.line(&j.to_line());
     }
@@ -58,6 +62,7 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     };
     let state = match &shown {
         Shown::Dead(_) => "dead letter",
+        Shown::Delivered(_) => "delivered (retained, read-only)",
         Shown::Pending(i) if i.held => "held (pending, skipped by replay)",
         Shown::Pending(i) if i.in_flight() => "in flight to the push receiver (pending)",
         Shown::Pending(_) => "pending",
@@ -103,6 +108,10 @@ pub fn run(args: ShowArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     ];
     if let Shown::Dead(d) = &shown {
         lines.push(("dead at", when(Some(d.dead_at))));
+    }
+    if let Shown::Delivered(d) = &shown {
+        lines.push(("delivered at", when(Some(d.delivery.at))));
+        lines.push(("evidence", d.delivery.evidence.describe()));
     }
     let encoding = if std::str::from_utf8(&item.payload).is_ok() {
         "UTF-8 text"

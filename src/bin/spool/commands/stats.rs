@@ -14,11 +14,12 @@ use spool::OpenMode;
 ///   spool, backend, depth, held, dead_letters, waiting, due, oldest_id,
 ///   oldest_enqueued_at, oldest_age_seconds,
 ///   attempts_histogram [{attempts, items}], max_depth, on_full,
-///   evicted_total, high_water,
+///   evicted_total, delivered_retained, retain, high_water,
 ///   files [{path, bytes}], total_bytes, ndjson_garbage_ratio
 /// (absent values are null). With --prometheus the gauges spool_depth,
-/// spool_held, spool_dead_letters, spool_bytes and
-/// spool_oldest_item_age_seconds and the counter spool_evicted_total
+/// spool_held, spool_dead_letters, spool_bytes,
+/// spool_oldest_item_age_seconds and spool_delivered_retained (delivered
+/// items kept by `spool config retain`) and the counter spool_evicted_total
 /// (items the drop-oldest policy evicted) in the Prometheus text format, labelled
 /// with the spool path (--prometheus wins over --json). Never creates or
 /// changes the spool.
@@ -59,6 +60,17 @@ pub fn run(args: StatsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ),
         ),
         ("dead", format!("{} dead letters", r.dead_letters)),
+        (
+            "delivered",
+            match r.retain {
+                None if r.delivered_retained == 0 => "not retained (retain off)".into(),
+                w => format!(
+                    "{} retained (retain {})",
+                    r.delivered_retained,
+                    spool::ops::config::retain_name(w)
+                ),
+            },
+        ),
         (
             "bound",
             match (r.max_depth, r.on_full) {
