@@ -149,7 +149,7 @@ fn writable_open_migrates_keeps_rows_and_never_reuses_an_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = reference_copy(dir.path());
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 3);
+    assert_eq!(user_version(&path), 4);
     assert_eq!(q.drain().unwrap(), reference_items());
     assert_eq!(q.high_water().unwrap(), 5);
     let uuid = q.uuid().unwrap();
@@ -255,12 +255,12 @@ fn a_newer_schema_is_refused_and_left_alone() {
     drop(open(&path, OpenMode::CreateNew));
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA user_version = 4")
+        .execute_batch("PRAGMA user_version = 5")
         .unwrap();
     let before = std::fs::read(&path).unwrap();
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
         match SqliteQueue::open(&path, &opts(mode)) {
-            Err(e @ Error::SchemaTooNew { found: 4, .. }) => {
+            Err(e @ Error::SchemaTooNew { found: 5, .. }) => {
                 assert_eq!(e.kind(), ErrorKind::Data)
             }
             other => panic!("{mode:?}: {other:?}"),
@@ -322,7 +322,7 @@ fn an_empty_database_gets_the_schema() {
     assert_eq!(user_version(&path), 0);
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 3);
+    assert_eq!(user_version(&path), 4);
     assert_eq!(q.enqueue(b"first", "").unwrap().id, 1);
 }
 
@@ -368,7 +368,7 @@ fn a_version_1_spool_is_read_as_it_is_and_migrated_by_a_write() {
     assert_eq!(user_version(&path), 1, "a read-only open never migrates");
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 3);
+    assert_eq!(user_version(&path), 4);
     assert_eq!(q.uuid().unwrap(), "9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b");
     assert_eq!(q.drain().unwrap(), items);
     assert_eq!(

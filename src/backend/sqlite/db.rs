@@ -9,7 +9,10 @@
 
 use super::schema::{self, Layout};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Item, ItemId, NewItem, OnFull, PushState, QueueStats};
+use crate::item::{
+    DeadLetter, DeliveredItem, Delivery, Evidence, Item, ItemId, NewItem, OnFull, PushState,
+    QueueStats,
+};
 use crate::time::Timestamp;
 use rusqlite::types::{ToSqlOutput, Type, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -44,6 +47,11 @@ const V2_DEAD_COLUMNS: &str =
 const V1_DEAD_COLUMNS: &str =
     "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
      last_error, held, NULL, NULL, NULL, dead_at";
+
+/// The columns of a retained delivered item, in the order
+/// [`delivered_from_row`] reads them.
+const DELIVERED_COLUMNS: &str = "id, payload, idempotency_key, attempts, enqueued_at, NULL, \
+     last_error, 0, NULL, group_name, coalesce_key, delivered_at, evidence";
 
 /// Pending items; walks `ix_queue_attempts`, not the table.
 const COUNT_PENDING: &str = "SELECT count(*) FROM morph_offline_queue";
@@ -199,6 +207,19 @@ fn dead_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
     })
 }
 
+fn delivered_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveredItem> {
+    let evidence: String = row.get(12)?;
+    Ok(DeliveredItem {
+        item: item_from_row(row)?,
+        delivery: Delivery {
+            at: Timestamp::from_millis(row.get(11)?),
+            evidence: Evidence::decode(&evidence).ok_or_else(|| {
+                conversion(12, Type::Text, format!("unknown delivery evidence {evidence:?}"))
+            })?,
+        },
+    })
+}
+
 /// A push sequence number, if set (only a foreign writer could store a
 /// negative one; it reads as none).
 fn read_seq(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<u64>> {
@@ -335,11 +356,18 @@ impl Db<'_> {
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0))"
             }
-            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 => {
+            Layout::SpoolV1 | Layout::SpoolV2 | Layout::SpoolV3 => {
                 "SELECT max( \
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
                    COALESCE((SELECT max(id) FROM spool_dead_letters), 0))"
+            }
+            Layout::Spool => {
+                "SELECT max( \
+                   COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
+                   COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
+                   COALESCE((SELECT max(id) FROM spool_dead_letters), 0), \
+                   COALESCE((SELECT max(id) FROM spool_delivered), 0))"
             }
         };
         let hw: i64 = self
@@ -427,6 +455,188 @@ impl Db<'_> {
             .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)).optional())
             .map(|v| v.map(|v| v.max(0) as u64))
             .map_err(|e| self.err(e))
+    }
+
+    // --- retention of delivered items (SPEC §9) ---------------------------
+
+    /// The retention window (`None`: off, or a database older than
+    /// schema version 4).
+    pub fn retain(&self) -> Result<Option<std::time::Duration>> {
+        if !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let Some(v) = schema::get_meta(self.conn, "retain_ms").map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        let ms: u64 = v.trim().parse().map_err(|_| {
+            Error::corrupt(
+                self.path,
+                None,
+                format!("spool_meta retain_ms is not a number: {v:?}"),
+            )
+        })?;
+        Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+    }
+
+    /// Store the retention window.
+    pub fn set_retain(&self, window: Option<std::time::Duration>) -> Result<()> {
+        let r = match window {
+            Some(w) => schema::set_meta(self.conn, "retain_ms", &w.as_millis().to_string()),
+            None => self
+                .conn
+                .execute("DELETE FROM spool_meta WHERE key = 'retain_ms'", [])
+                .map(|_| ()),
+        };
+        r.map_err(|e| self.err(e))
+    }
+
+    /// The newest retained delivered item with `key` whose window has not
+    /// ended at `now`; one seek in `ix_delivered_key`.
+    pub fn delivered_owner(
+        &self,
+        key: &str,
+        now: Timestamp,
+        window: Option<std::time::Duration>,
+    ) -> Result<Option<ItemId>> {
+        let Some(w) = window else {
+            return Ok(None);
+        };
+        if key.is_empty() || !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let after = now
+            .as_millis()
+            .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
+                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![key, after], |r| r.get::<_, i64>(0)).optional())
+            .map(|v| v.map(|v| v.max(0) as u64))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Copy pending item `id` into the retained delivered items, delivered
+    /// at `now` with `evidence` (the caller then removes it from the
+    /// pending set). Whether it was pending.
+    pub fn retain_delivered(&self, id: ItemId, evidence: Evidence, now: Timestamp) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        let n = self
+            .conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO spool_delivered \
+                 (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
+                  coalesce_key, delivered_at, evidence) \
+                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
+                  group_name, coalesce_key, ?3, ?4 \
+                 FROM morph_offline_queue WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    UNKNOWN_ENQUEUED_AT,
+                    now.as_millis(),
+                    evidence.encode()
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Store an imported delivered record under its own id.
+    pub fn insert_delivered(&self, d: &DeliveredItem) -> Result<()> {
+        let id = self.insert_id(d.item.id)?;
+        let item = &d.item;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO spool_delivered \
+                 (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
+                  coalesce_key, delivered_at, evidence) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    payload_value(&item.payload),
+                    item.key,
+                    item.attempts,
+                    item.enqueued_at.map(|t| t.as_secs()),
+                    item.last_error,
+                    item.group,
+                    item.coalesce_key,
+                    d.delivery.at.as_millis(),
+                    d.delivery.evidence.encode(),
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Delete up to `limit` retained records whose window ended at `now`
+    /// (all of them when retention is off), oldest first; how many.
+    pub fn prune_delivered(
+        &self,
+        now: Timestamp,
+        window: Option<std::time::Duration>,
+        limit: usize,
+    ) -> Result<u64> {
+        if !self.layout.has_retention() || limit == 0 {
+            return Ok(0);
+        }
+        let cutoff = match window {
+            Some(w) => now
+                .as_millis()
+                .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+            None => i64::MAX,
+        };
+        let n = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM spool_delivered WHERE id IN (SELECT id FROM spool_delivered \
+                 WHERE delivered_at <= ?1 ORDER BY delivered_at LIMIT ?2)",
+            )
+            .and_then(|mut s| s.execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)]))
+            .map_err(|e| self.err(e))?;
+        Ok(n as u64)
+    }
+
+    /// Up to `limit` retained delivered items after `after`, in id order.
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        if !self.layout.has_retention() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {DELIVERED_COLUMNS} FROM spool_delivered WHERE id > ?1 ORDER BY id LIMIT ?2"
+        );
+        self.page_of(&sql, after, limit, delivered_from_row)
+    }
+
+    /// One retained delivered item.
+    pub fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        if !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {DELIVERED_COLUMNS} FROM spool_delivered WHERE id = ?1");
+        self.one_of(&sql, id, delivered_from_row)
+    }
+
+    /// Number of retained delivered items (the kept count).
+    pub fn delivered_count(&self) -> Result<u64> {
+        if !self.layout.has_retention() {
+            return Ok(0);
+        }
+        let n: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT n FROM spool_counts WHERE name = 'delivered'")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .map_err(|e| self.err(e))?;
+        Ok(n.unwrap_or(0).max(0) as u64)
     }
 
     /// Count `n` more evicted items.
@@ -1044,6 +1254,8 @@ impl Db<'_> {
             high_water: self.high_water()?,
             on_full: self.on_full()?,
             evicted_total: self.evicted_total()?,
+            delivered_retained: self.delivered_count()?,
+            retain: self.retain()?,
             dead_letters: self.dead_count()?,
             ..QueueStats::default()
         };

@@ -187,6 +187,12 @@ impl SqliteQueue {
                 None,
                 "schema version 2 (before ordering groups and coalescing); the next write migrates it",
             ),
+            super::Layout::SpoolV3 => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "schema version 3 (before retention of delivered items); the next write migrates it",
+            ),
             super::Layout::Reference | super::Layout::Empty => report.push(
                 Severity::Info,
                 &self.path,

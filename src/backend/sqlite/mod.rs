@@ -60,8 +60,9 @@ use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
-    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record, RecordState,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, DepthLimit,
+    EnqueueOptions, Enqueued, Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck,
+    PushState, QueueStats, Record, RecordState, PRUNE_BATCH,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Queue};
@@ -377,6 +378,8 @@ impl Drop for SqliteQueue {
 struct Policy {
     bound: Option<u64>,
     on_full: OnFull,
+    /// The retention window: a retained delivered item's key dedups.
+    retain: Option<std::time::Duration>,
     /// The depth before the batch (what a refusal reports: the batch
     /// changes nothing then).
     depth_before: u64,
@@ -391,6 +394,7 @@ impl Policy {
         Ok(Policy {
             bound,
             on_full: db.on_full()?,
+            retain: db.retain()?,
             depth_before: match bound {
                 Some(_) => db.pending_count()?,
                 None => 0,
@@ -412,6 +416,9 @@ fn enqueue_one(db: &Db<'_>, it: &NewItem, policy: &Policy, now: Timestamp) -> Re
     if !it.key.is_empty() {
         if let Some(id) = db.key_owner(&it.key)? {
             return Ok(Enqueued::dedup(id));
+        }
+        if let Some(id) = db.delivered_owner(&it.key, now, policy.retain)? {
+            return Ok(Enqueued::delivered(id));
         }
     }
     let mut e = Enqueued::default();
@@ -458,6 +465,7 @@ impl Queue for SqliteQueue {
         let now = self.clock.now();
         self.write("enqueue into", |db| {
             let policy = Policy::read(db, opts)?;
+            db.prune_delivered(now, policy.retain, PRUNE_BATCH)?;
             if policy.per_item(items.iter().any(|i| i.coalesce_key.is_some())) {
                 return items
                     .iter()
@@ -467,6 +475,7 @@ impl Queue for SqliteQueue {
             /// What one item of the batch does.
             enum Plan {
                 Dedup(ItemId),
+                Delivered(ItemId),
                 SameAs(usize),
                 Store,
             }
@@ -477,6 +486,8 @@ impl Queue for SqliteQueue {
                     Plan::Store
                 } else if let Some(id) = db.key_owner(&it.key)? {
                     Plan::Dedup(id)
+                } else if let Some(id) = db.delivered_owner(&it.key, now, policy.retain)? {
+                    Plan::Delivered(id)
                 } else if let Some(&j) = first_with_key.get(it.key.as_str()) {
                     Plan::SameAs(j)
                 } else {
@@ -510,6 +521,7 @@ impl Queue for SqliteQueue {
                         deduplicated: true,
                         ..Default::default()
                     },
+                    Plan::Delivered(id) => Enqueued::delivered(id),
                     Plan::SameAs(j) => Enqueued {
                         id: results
                             .get(j)
@@ -548,6 +560,7 @@ impl Queue for SqliteQueue {
             // the table FRESH_ROWS_PER_INSERT at a time, so a key repeated
             // within the rows not inserted yet is looked up among them.
             let policy = Policy::read(db, opts)?;
+            db.prune_delivered(now, policy.retain, PRUNE_BATCH)?;
             let bound = policy.bound;
             let evicting = policy.per_item(false);
             let mut depth = policy.depth_before;
@@ -595,6 +608,10 @@ impl Queue for SqliteQueue {
                         });
                         continue;
                     }
+                    if let Some(id) = db.delivered_owner(&item.key, now, policy.retain)? {
+                        results.push(Enqueued::delivered(id));
+                        continue;
+                    }
                 }
                 fresh += 1;
                 if let Some(bound) = bound {
@@ -635,10 +652,45 @@ impl Queue for SqliteQueue {
         self.read("read", |db| db.get(id))
     }
 
-    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
-        let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
+    fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>> {
+        let now = self.clock.now();
         self.write("mark items done in", |db| {
-            ids.iter().map(|&id| db.remove_pending(id)).collect()
+            let retain = db.retain()?;
+            let out = done
+                .iter()
+                .map(|&(id, evidence)| {
+                    if retain.is_some() {
+                        db.retain_delivered(id, evidence, now)?;
+                    }
+                    db.remove_pending(id)
+                })
+                .collect::<Result<Vec<bool>>>()?;
+            db.prune_delivered(now, retain, PRUNE_BATCH)?;
+            Ok(out)
+        })
+    }
+
+    fn retain(&self) -> Result<Option<std::time::Duration>> {
+        self.read("read the settings of", |db| db.retain())
+    }
+
+    fn set_retain(&self, window: Option<std::time::Duration>) -> Result<()> {
+        self.write("change the settings of", |db| db.set_retain(window))
+    }
+
+    fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        self.read("read", |db| db.delivered_page(after, limit))
+    }
+
+    fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        self.read("read", |db| db.delivered_get(id))
+    }
+
+    fn prune_delivered(&self, limit: usize) -> Result<u64> {
+        let now = self.clock.now();
+        self.write("prune delivered items of", |db| {
+            let retain = db.retain()?;
+            db.prune_delivered(now, retain, limit)
         })
     }
 
@@ -905,6 +957,7 @@ impl Queue for SqliteQueue {
             if last <= push.acked {
                 return Ok(ack);
             }
+            let retain = db.retain()?;
             for (id, seq) in db.in_flight_ids(push.acked, last)? {
                 match rejected.iter().find(|(s, _)| *s == seq) {
                     Some((_, reason)) => {
@@ -912,11 +965,15 @@ impl Queue for SqliteQueue {
                         ack.rejected.push(id);
                     }
                     None => {
+                        if retain.is_some() {
+                            db.retain_delivered(id, Evidence::Push(last), now)?;
+                        }
                         db.remove_acked(id)?;
                         ack.delivered.push(id);
                     }
                 }
             }
+            db.prune_delivered(now, retain, PRUNE_BATCH)?;
             db.drop_skips_through(last)?;
             db.set_push_counters(push.last_assigned, last)?;
             Ok(ack)
@@ -1007,7 +1064,7 @@ fn import_records(
     let mut stored_dead = false;
     for r in records {
         let r = r?;
-        let live = r.state != RecordState::Dead;
+        let live = matches!(r.state, RecordState::Pending | RecordState::Held);
         if live && !r.item.key.is_empty() {
             // Keys stored earlier in this batch are in the table
             // already, so one lookup covers both cases.
@@ -1052,9 +1109,14 @@ fn import_records(
             }
             RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
             RecordState::Delivered => {
-                return Err(Error::Unsupported(
-                    "the sqlite backend does not retain delivered items".into(),
-                ))
+                let delivery = r.delivery.ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "delivered record {} has no delivered_at",
+                        r.item.id
+                    ))
+                })?;
+                db.insert_delivered(&DeliveredItem { item, delivery })?;
+                stored_dead = true;
             }
         }
         each(

@@ -4,7 +4,8 @@
 //! (`morph_offline_queue` only, `user_version` 0), a spool of an earlier
 //! version (`user_version` 1: `migrations/0001_spool.sql`), a spool
 //! of version 2 (`user_version` 2: also `migrations/0002_push.sql`), a
-//! spool (`user_version` 3: also `migrations/0003_policies.sql`), too new (a later
+//! spool of version 3 (`user_version` 3: also `migrations/0003_policies.sql`),
+//! a spool (`user_version` 4: also `migrations/0004_retention.sql`), too new (a later
 //! `user_version`), or not a spool at all. Writable opens bring the first
 //! three to the current version, in one `BEGIN IMMEDIATE` transaction that
 //! re-checks what it found, so two processes opening the same file at once
@@ -27,8 +28,11 @@ pub(super) const MIGRATION_0002: &str = include_str!("migrations/0002_push.sql")
 /// Ordering groups and coalesce keys; ends with `PRAGMA user_version = 3`.
 pub(super) const MIGRATION_0003: &str = include_str!("migrations/0003_policies.sql");
 
+/// Retention of delivered items; ends with `PRAGMA user_version = 4`.
+pub(super) const MIGRATION_0004: &str = include_str!("migrations/0004_retention.sql");
+
 /// The schema version this code writes and understands.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The reference queue table.
 pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
@@ -44,6 +48,7 @@ const ADDED_COLUMNS: [&str; 3] = ["next_retry_at", "last_error", "held"];
 const ADDED_TABLES: [&str; 2] = ["spool_dead_letters", "spool_meta"];
 const PUSH_COLUMNS: [&str; 1] = ["push_seq"];
 const POLICY_COLUMNS: [&str; 2] = ["group_name", "coalesce_key"];
+const RETENTION_TABLES: [&str; 1] = ["spool_delivered"];
 const PUSH_TABLES: [&str; 5] = [
     "spool_push_skips",
     "spool_push_clients",
@@ -63,6 +68,9 @@ pub(super) enum Layout {
     /// Schema version 2, read only: no ordering groups or coalesce keys
     /// (they read as none).
     SpoolV2,
+    /// Schema version 3, read only: no retained delivered items (none,
+    /// retention off).
+    SpoolV3,
     /// A plain reference queue, read only: added columns read as their
     /// defaults, no dead letters, no metadata.
     Reference,
@@ -73,12 +81,20 @@ pub(super) enum Layout {
 impl Layout {
     /// Spool's own tables (dead letters, metadata) are there.
     pub(super) fn is_spool(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2)
+        matches!(
+            self,
+            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 | Layout::SpoolV3
+        )
     }
 
     /// The push columns and tables are there.
     pub(super) fn has_push(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV2)
+        matches!(self, Layout::Spool | Layout::SpoolV2 | Layout::SpoolV3)
+    }
+
+    /// The table of retained delivered items is there.
+    pub(super) fn has_retention(self) -> bool {
+        self == Layout::Spool
     }
 }
 
@@ -157,6 +173,9 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
     if v >= 3 {
         columns.extend(POLICY_COLUMNS);
     }
+    if v >= 4 {
+        tables.extend(RETENTION_TABLES);
+    }
     if let Some(c) = columns.iter().find(|c| !has_column(c)) {
         return Err(Error::corrupt(
             path,
@@ -174,6 +193,7 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
     Ok(match v {
         1 => Layout::SpoolV1,
         2 => Layout::SpoolV2,
+        3 => Layout::SpoolV3,
         _ => Layout::Spool,
     })
 }
@@ -209,14 +229,20 @@ pub(super) fn ensure_spool(
         Layout::SpoolV1 => {
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
+            tx.execute_batch(MIGRATION_0004).map_err(err)?;
         }
         Layout::SpoolV2 => {
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
+            tx.execute_batch(MIGRATION_0004).map_err(err)?;
+        }
+        Layout::SpoolV3 => {
+            tx.execute_batch(MIGRATION_0004).map_err(err)?;
         }
         Layout::Reference => {
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
+            tx.execute_batch(MIGRATION_0004).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
         }
         Layout::Empty => {
@@ -224,6 +250,7 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
+            tx.execute_batch(MIGRATION_0004).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
             if let Some(bound) = opts.max_depth {
                 set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
@@ -301,10 +328,12 @@ mod tests {
             classify(p, &found(2, &t, &ALL[..9])).ok(),
             Some(Layout::SpoolV2)
         );
-        assert_eq!(classify(p, &found(3, &t, &ALL)).ok(), Some(Layout::Spool));
+        assert_eq!(classify(p, &found(3, &t, &ALL)).ok(), Some(Layout::SpoolV3));
+        let t4: Vec<&str> = t.iter().copied().chain(["spool_delivered"]).collect();
+        assert_eq!(classify(p, &found(4, &t4, &ALL)).ok(), Some(Layout::Spool));
         assert!(matches!(
-            classify(p, &found(4, &t, &ALL)),
-            Err(Error::SchemaTooNew { found: 4, .. })
+            classify(p, &found(5, &t4, &ALL)),
+            Err(Error::SchemaTooNew { found: 5, .. })
         ));
         for bad in [
             found(0, &["other"], &[]),
@@ -315,6 +344,7 @@ mod tests {
             found(2, &t1, &ALL),
             found(2, &t, &ALL[..8]),
             found(3, &t, &ALL[..10]),
+            found(4, &t, &ALL),
             found(-1, &t, &ALL),
         ] {
             assert!(
@@ -336,6 +366,7 @@ mod tests {
         conn.execute_batch(MIGRATION_0001).unwrap();
         conn.execute_batch(MIGRATION_0002).unwrap();
         conn.execute_batch(MIGRATION_0003).unwrap();
+        conn.execute_batch(MIGRATION_0004).unwrap();
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);
