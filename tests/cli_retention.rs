@@ -115,7 +115,11 @@ fn http_deliveries_keep_the_status_and_move_with_export() {
         let id = env.enqueue_key("event", "ev-1");
         env.run(&["replay", "--url", &sink.url("/in")]).success();
         let d = json_out(&env.run(&["--json", "show", &id.to_string()]).success());
-        assert_eq!(d["evidence"], serde_json::json!({"http_status": 202}), "{b}");
+        assert_eq!(
+            d["evidence"],
+            serde_json::json!({"http_status": 202}),
+            "{b}"
+        );
 
         // export carries the delivered record; import keeps it (and its
         // key's dedup) on the other backend.
@@ -133,7 +137,10 @@ fn http_deliveries_keep_the_status_and_move_with_export() {
         });
         other.run(&["init", "--retain", "7d"]).success();
         let out = other
-            .run_in(&["--json", "import", "-"], exported.get_output().stdout.clone())
+            .run_in(
+                &["--json", "import", "-"],
+                exported.get_output().stdout.clone(),
+            )
             .success();
         assert_eq!(json_out(&out)["delivered"], 1, "{b}");
         let moved = json_out(&other.run(&["--json", "show", &id.to_string()]).success());
@@ -156,7 +163,10 @@ fn without_retain_nothing_is_kept() {
         env.run(&["replay", "--exec", "cat"]).success();
         let out = env.run(&["list", "--state", "delivered"]).success();
         assert!(stderr(&out).contains("no delivered items match"), "{b}");
-        assert!(!env.files().iter().any(|f| f.ends_with(".delivered")), "{b}");
+        assert!(
+            !env.files().iter().any(|f| f.ends_with(".delivered")),
+            "{b}"
+        );
         let v = json_out(&env.run(&["--json", "enqueue", "x", "--key", "k"]).success());
         assert_eq!(v["deduplicated"], false, "{b}");
         assert!(v.get("state").is_none(), "{v}");
@@ -178,7 +188,8 @@ fn sqlite_reference_view_and_compact_pruning() {
     }
     let pending = env.enqueue("stays");
     // 75: a due item was left for the next run by --limit.
-    env.run(&["replay", "--exec", "cat", "--limit", "5"]).code(75);
+    env.run(&["replay", "--exec", "cat", "--limit", "5"])
+        .code(75);
     let conn = rusqlite::Connection::open(&env.path).unwrap();
     let ids: Vec<i64> = conn
         .prepare("SELECT id FROM morph_offline_queue ORDER BY id")
@@ -187,7 +198,11 @@ fn sqlite_reference_view_and_compact_pruning() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(ids, vec![pending as i64], "the reference table holds pending items only");
+    assert_eq!(
+        ids,
+        vec![pending as i64],
+        "the reference table holds pending items only"
+    );
     // Three records' windows end (they were delivered two hours ago).
     conn.execute(
         "UPDATE spool_delivered SET delivered_at = delivered_at - 7200000 WHERE id <= 3",
@@ -197,15 +212,24 @@ fn sqlite_reference_view_and_compact_pruning() {
     drop(conn);
     let report = json_out(&env.run(&["--json", "compact"]).success());
     assert_eq!(report["pruned_delivered"], 3, "{report}");
-    let left: Vec<u64> = json_lines(&env.run(&["--json", "list", "--state", "delivered"]).success())
-        .iter()
-        .map(|v| v["id"].as_u64().unwrap())
-        .collect();
+    let left: Vec<u64> = json_lines(
+        &env.run(&["--json", "list", "--state", "delivered"])
+            .success(),
+    )
+    .iter()
+    .map(|v| v["id"].as_u64().unwrap())
+    .collect();
     assert_eq!(left, vec![4, 5]);
     // Their keys are free again; the others still dedup.
-    let v = json_out(&env.run(&["--json", "enqueue", "again", "--key", "k0"]).success());
+    let v = json_out(
+        &env.run(&["--json", "enqueue", "again", "--key", "k0"])
+            .success(),
+    );
     assert_eq!(v["deduplicated"], false);
-    let v = json_out(&env.run(&["--json", "enqueue", "again", "--key", "k4"]).success());
+    let v = json_out(
+        &env.run(&["--json", "enqueue", "again", "--key", "k4"])
+            .success(),
+    );
     assert_eq!(v["state"], "delivered");
 }
 

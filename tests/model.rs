@@ -19,8 +19,8 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use spool::backend::sqlite::maint::CheckpointMode;
 use spool::{
-    AttemptUpdate, DepthLimit, EnqueueOptions, Error, Item, ItemId, MemoryQueue, NewItem, OnFull,
-    Queue, Record, RecordState, Result, Spool, Timestamp,
+    AttemptUpdate, DepthLimit, EnqueueOptions, Error, Evidence, Item, ItemId, MemoryQueue, NewItem,
+    OnFull, Queue, Record, RecordState, Result, Spool, Timestamp,
 };
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -74,6 +74,12 @@ enum Op {
     PolicyBatch(Vec<PolicyItem>),
     /// Switch the overflow policy (true: drop-oldest).
     SetDropOldest(bool),
+    /// Set the retention window, in minutes (`None`: off).
+    SetRetain(Option<u8>),
+    /// Deliver items with one kind of evidence.
+    Deliver(Vec<u8>, u8),
+    /// Prune at most this many expired delivered records.
+    Prune(u8),
 }
 
 /// An import record, resolved against the spool when the import runs.
@@ -202,6 +208,9 @@ fn op() -> impl Strategy<Value = Op> {
         )
         .prop_map(Op::PolicyBatch),
         1 => any::<bool>().prop_map(Op::SetDropOldest),
+        1 => prop::option::of(1u8..4).prop_map(Op::SetRetain),
+        2 => (ids(), any::<u8>()).prop_map(|(ids, e)| Op::Deliver(ids, e)),
+        1 => (0u8..4).prop_map(Op::Prune),
     ]
 }
 
@@ -378,6 +387,26 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             };
             same(&what, q.set_on_full(p), model.set_on_full(p))
         }
+        Op::SetRetain(minutes) => {
+            let w = minutes.map(|m| Duration::from_secs(60 * u64::from(m)));
+            same(&what, q.set_retain(w), model.set_retain(w))
+        }
+        Op::Deliver(sels, e) => {
+            let ids = pick_all(sels, hw);
+            let evidence = match e % 4 {
+                0 => Evidence::Http(200 + u16::from(*e % 7)),
+                1 => Evidence::Exit(0),
+                2 => Evidence::Push(u64::from(*e)),
+                _ => Evidence::Done,
+            };
+            let done: Vec<(ItemId, Evidence)> = ids.iter().map(|i| (*i, evidence)).collect();
+            same(&what, q.deliver(&done), model.deliver(&done))
+        }
+        Op::Prune(n) => same(
+            &what,
+            q.prune_delivered(usize::from(*n)),
+            model.prune_delivered(usize::from(*n)),
+        ),
         Op::Import(specs) => {
             let recs: Vec<Record> = specs.iter().map(|s| record(s, hw, now)).collect();
             let what = format!("import {recs:?}");
@@ -464,6 +493,11 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             if id == 0 || id > hw {
                 return Ok(());
             }
+            // A reference writer's `done` deletes; under a retention
+            // window the model would keep the item.
+            if model.retain().expect("model retain").is_some() {
+                return Ok(());
+            }
             append_line(d, &format!(r#"{{"op":"done","id":{id}}}"#));
             model.mark_done(&[id]).expect("model done");
             Ok(())
@@ -506,6 +540,11 @@ fn same_state(
     // Every handle reports the bound another handle set.
     same(&what("max_depth"), q.max_depth(), model.max_depth())?;
     same(&what("stats"), q.stats(now), model.stats(now))?;
+    same(
+        &what("delivered"),
+        q.delivered_page(0, 10_000),
+        model.delivered_page(0, 10_000),
+    )?;
     // The single-item and paged reads agree with the full ones.
     let hw = model.high_water().expect("model high_water");
     for id in 0..=hw + 1 {
@@ -514,6 +553,11 @@ fn same_state(
             &what(&format!("dead_get({id})")),
             q.dead_get(id),
             model.dead_get(id),
+        )?;
+        same(
+            &what(&format!("delivered_get({id})")),
+            q.delivered_get(id),
+            model.delivered_get(id),
         )?;
     }
     let mid = hw / 2;

@@ -214,7 +214,11 @@ fn delivered_from_row(row: &Row<'_>) -> rusqlite::Result<DeliveredItem> {
         delivery: Delivery {
             at: Timestamp::from_millis(row.get(11)?),
             evidence: Evidence::decode(&evidence).ok_or_else(|| {
-                conversion(12, Type::Text, format!("unknown delivery evidence {evidence:?}"))
+                conversion(
+                    12,
+                    Type::Text,
+                    format!("unknown delivery evidence {evidence:?}"),
+                )
             })?,
         },
     })
