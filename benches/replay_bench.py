@@ -13,7 +13,10 @@ side in one run, printed as Markdown tables.
      `while read -r l; do printf '%s' "$l" | cat >/dev/null; done`;
   4. profile: sync calls, thread creations and CPU per item (`strace -f
      -c`, rusage), and the same replay on tmpfs (where a sync costs
-     nothing) to attribute the time.
+     nothing) to attribute the time;
+  5. retention of delivered items (SPEC §9): the same replay with
+     `spool config retain 7d` against retention off, per-item durable and
+     with `--commit-every 64`, on both backends.
 
 Every spool replay commits each outcome durably before the next item
 (one `mark_done` per delivery). Times are wall-clock for the whole process,
@@ -106,20 +109,22 @@ class Bench:
             self.files[n] = p
         return self.files[n]
 
-    def fresh_spool(self, backend, n, where=None):
+    def fresh_spool(self, backend, n, where=None, retain=None):
         base = where or self.d
         p = os.path.join(base, "replay.db" if backend == "sqlite" else "replay.ndjson")
-        for suffix in ("", "-wal", "-shm", ".meta", ".dead", ".replay.lock"):
+        for suffix in ("", "-wal", "-shm", ".meta", ".dead", ".delivered", ".idx", ".idx-journal", ".replay.lock"):
             if os.path.exists(p + suffix):
                 os.remove(p + suffix)
         run_timed([self.spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=self.items(n))
+        if retain:
+            check([self.spool, "-s", p, "config", "retain", retain])
         return p
 
     def spool_size(self, p):
         return int(check([self.spool, "-s", p, "size"]).decode())
 
-    def replay(self, label, backend, n, target, extra=(), where=None):
-        p = self.fresh_spool(backend, n, where)
+    def replay(self, label, backend, n, target, extra=(), where=None, retain=None):
+        p = self.fresh_spool(backend, n, where, retain)
         sink = target if isinstance(target, Sink) else None
         before = sink.count() if sink else 0
         argv = [self.spool, "-s", p, "replay", "-q"]
@@ -131,6 +136,10 @@ class Bench:
             raise RuntimeError(f"{label}: {left} items left in the spool")
         if sink and sink.count() - before != n:
             raise RuntimeError(f"{label}: the sink saw {sink.count() - before} requests, expected {n}")
+        if retain:
+            kept = json.loads(check([self.spool, "-s", p, "--json", "stats"]))["delivered_retained"]
+            if kept != n:
+                raise RuntimeError(f"{label}: {kept} delivered items retained, expected {n}")
         return self.record(label, n, wall, cpu)
 
     def loop(self, label, n, script, args, sink=None):
@@ -213,7 +222,7 @@ def main():
     ap.add_argument("--commit-every", type=int, default=64, help="group size of the grouped-commit contenders (default 64)")
     ap.add_argument("--grouped-concurrency", type=int, default=4, help="--concurrency of the grouped, concurrent contenders in part 1 (default 4)")
     ap.add_argument("--profile-items", type=int, default=1000, help="items per strace profile run (0: no profile)")
-    ap.add_argument("--only", default="1234", help="which parts to run (default 1234)")
+    ap.add_argument("--only", default="12345", help="which parts to run (default 12345)")
     ap.add_argument("--json-out", help="also write the raw figures as JSON here")
     args = ap.parse_args()
     args.loop_items = args.loop_items or args.items
@@ -408,6 +417,32 @@ def main():
                 print()
                 prof["tmpfs"] = rows
             results["4"] = prof
+
+        if "5" in args.only:
+            print("part 5: retention on against off", file=sys.stderr)
+            group = ("--commit-every", str(args.commit_every))
+            contenders = []
+            for backend in ("sqlite", "ndjson"):
+                for extra, how in (((), "per item"), (group, f"--commit-every {args.commit_every}")):
+                    for retain in (None, "7d"):
+                        label = f"{backend}, {how}, retain {retain or 'off'}"
+                        contenders.append(
+                            (lambda label=label, backend=backend, extra=extra, retain=retain:
+                             b.replay(label, backend, n, fast, extra=extra, retain=retain), True)
+                        )
+            rows = rounds(args.reps, contenders)
+            print(f"### 5. Retention of delivered items: `retain 7d` against off, {n:,} items, sink answering at once\n")
+            print(f"Median of {args.reps}, round-robin. With retention on, every delivered item is kept (checked after each run).\n")
+            print(table(rows))
+            print()
+            print("| target | measured (retain on / off, time) | verdict |")
+            print("|---|---:|---|")
+            for off, on in zip(rows[0::2], rows[1::2]):
+                ratio = on["wall"] / off["wall"]
+                print(f"| {on['label'].replace(', retain 7d', '')}: within 10% of retention off | {ratio:.3f} | {verdict(ratio <= 1.10)} |")
+            print()
+            sys.stdout.flush()
+            results["5"] = rows
     finally:
         fast.stop()
         slow.stop()

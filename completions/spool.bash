@@ -399,7 +399,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__config)
-            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth on-full uuid"
+            opts="-s -q -v -h -V --regenerate --wait --spool --backend --allow-network-fs --json --quiet --verbose --help --version max-depth on-full retain uuid"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1345,7 +1345,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__init)
-            opts="-s -q -v -h -V --max-depth --on-full --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --max-depth --on-full --retain --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1357,6 +1357,10 @@ _spool() {
                     ;;
                 --on-full)
                     COMPREPLY=($(compgen -W "reject drop-oldest" -- "${cur}"))
+                    return 0
+                    ;;
+                --retain)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --spool)
@@ -1379,7 +1383,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__list)
-            opts="-n -k -g -s -q -v -h -V --limit --key --min-attempts --group --due --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-n -k -g -s -q -v -h -V --limit --key --min-attempts --group --due --state --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1411,6 +1415,10 @@ _spool() {
                     ;;
                 -g)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state)
+                    COMPREPLY=($(compgen -W "pending held delivered dead" -- "${cur}"))
                     return 0
                     ;;
                 --spool)

@@ -62,6 +62,7 @@ complete -c spool -n "__fish_spool_needs_command" -f -a "help" -d 'Print this me
 complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refuse enqueues beyond N pending items (remembered by the spool)' -r
 complete -c spool -n "__fish_spool_using_subcommand init" -l on-full -d 'At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)' -r -f -a "reject\t''
 drop-oldest\t''"
+complete -c spool -n "__fish_spool_using_subcommand init" -l retain -d 'Keep delivered items for this long (e.g. 7d; off: delete them, the default)' -r
 complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand init" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -105,6 +106,10 @@ complete -c spool -n "__fish_spool_using_subcommand list" -s n -l limit -d 'Show
 complete -c spool -n "__fish_spool_using_subcommand list" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -l min-attempts -d 'Only items tried at least N times' -r
 complete -c spool -n "__fish_spool_using_subcommand list" -s g -l group -d 'Only items of ordering group G (enqueue --group)' -r
+complete -c spool -n "__fish_spool_using_subcommand list" -l state -d 'Which items: pending (not held), held, delivered (retained), dead' -r -f -a "pending\t''
+held\t''
+delivered\t''
+dead\t''"
 complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -119,6 +124,10 @@ complete -c spool -n "__fish_spool_using_subcommand ls" -s n -l limit -d 'Show a
 complete -c spool -n "__fish_spool_using_subcommand ls" -s k -l key -d 'Only the item(s) with this idempotency key' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -l min-attempts -d 'Only items tried at least N times' -r
 complete -c spool -n "__fish_spool_using_subcommand ls" -s g -l group -d 'Only items of ordering group G (enqueue --group)' -r
+complete -c spool -n "__fish_spool_using_subcommand ls" -l state -d 'Which items: pending (not held), held, delivered (retained), dead' -r -f -a "pending\t''
+held\t''
+delivered\t''
+dead\t''"
 complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand ls" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
