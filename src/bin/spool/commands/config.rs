@@ -9,15 +9,23 @@ use spool::units::parse_duration;
 use spool::OpenMode;
 use std::time::Duration;
 
-/// Show or change the settings the spool remembers (max-depth, uuid)
+/// Show or change the settings the spool remembers (max-depth, on-full, retain, uuid)
 ///
 /// Without KEY, every setting, one per line; with --json one object
-/// {"max-depth": N|null, "uuid": "…"}. With KEY, its value alone (for
+/// {"max-depth": N|null, "on-full": "…", "retain": "…", "uuid": "…"}.
+/// With KEY, its value alone (for
 /// scripts). With KEY VALUE, set it, durably, for every later command.
 ///
 /// Settings:
 ///   max-depth  the most pending items the spool accepts, or none
 ///              (enqueue --max-depth overrides it for one call)
+///   on-full    at max-depth: reject (exit 75, the default) or
+///              drop-oldest (evict the oldest pending item that is not
+///              held nor in flight to the dead letters)
+///   retain     how long delivered items are kept: off (the default) or
+///              a window such as 7d, 12h, 1d12h; kept items are
+///              read-only (list --state delivered, show) and their keys
+///              still dedup enqueues until the window ends
 ///   uuid       the spool's identity: the prefix of the stable
 ///              idempotency keys (<uuid>:<id>) and its client id when it
 ///              pushes (replay --push); never set to a chosen value
@@ -33,6 +41,8 @@ use std::time::Duration;
 ///   spool config
 ///   spool config max-depth 10000
 ///   spool config max-depth none
+///   spool config on-full drop-oldest
+///   spool config retain 7d
 ///   spool config uuid --regenerate
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -41,7 +51,7 @@ pub struct ConfigArgs {
     #[arg(value_name = "KEY", value_parser = key_parser())]
     key: Option<String>,
 
-    /// The new value (max-depth: a number of items, or none)
+    /// The new value (max-depth: a number of items or none; on-full: reject or drop-oldest; retain: off or a window such as 7d)
     #[arg(value_name = "VALUE")]
     value: Option<String>,
 
