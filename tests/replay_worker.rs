@@ -905,9 +905,10 @@ fn a_group_delivers_in_order_and_a_failure_blocks_only_its_group() {
             .unwrap()
     };
     let r = run(false);
+    // a1 has left when the walk meets a2: a2 leads at once.
     assert_eq!(
         payloads(&target.deliveries()),
-        ["a1", "b1", "x", "a2", "a3"]
+        ["a1", "b1", "a2", "x", "a3"]
     );
     assert_eq!((r.delivered, r.failed, r.group_waiting), (4, 1, 1));
     assert!(
@@ -923,7 +924,7 @@ fn a_group_delivers_in_order_and_a_failure_blocks_only_its_group() {
     assert_eq!((r.dead_lettered, r.delivered, r.group_waiting), (1, 1, 0));
     assert_eq!(
         payloads(&target.deliveries()),
-        ["a1", "b1", "x", "a2", "a3", "b1", "b2"]
+        ["a1", "b1", "a2", "x", "a3", "b1", "b2"]
     );
     assert_eq!(s.size().unwrap(), 0);
 }
@@ -951,6 +952,53 @@ fn a_held_item_blocks_its_group() {
         .run()
         .unwrap();
     assert_eq!(payloads(&target.deliveries()), ["h1", "g1", "g2"]);
+}
+
+/// Under `--concurrency`, the next item of a group is handed to a worker
+/// as soon as the head leaves; a held or failing item stops the hand-on,
+/// and what waits behind it is counted.
+#[test]
+fn concurrent_hand_on_stops_at_a_held_or_failed_item() {
+    let (_m, shared) = clock();
+    let s = grouped(
+        &shared,
+        &[
+            ("a1", Some("a")),
+            ("b1", Some("b")),
+            ("a2", Some("a")),
+            ("b2", Some("b")),
+            ("a3", Some("a")),
+            ("c1", Some("c")),
+            ("c2", Some("c")),
+            ("c3", Some("c")),
+        ],
+    );
+    s.set_held(&[3], true).unwrap();
+    let target = Scripted::new(|p: &[u8], _| match p {
+        b"b1" => Outcome::failed("busy"),
+        _ => Outcome::Delivered(spool::Evidence::Exit(0)),
+    });
+    let mut o = fixed_opts();
+    o.concurrency = 4;
+    let r = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    let mut got = payloads(&target.deliveries());
+    got.sort();
+    assert_eq!(got, ["a1", "b1", "c1", "c2", "c3"]);
+    let c: Vec<String> = payloads(&target.deliveries())
+        .into_iter()
+        .filter(|p| p.starts_with('c'))
+        .collect();
+    assert_eq!(c, ["c1", "c2", "c3"]);
+    assert_eq!(
+        (r.delivered, r.failed, r.held, r.group_waiting),
+        (4, 1, 1, 2),
+        "a3 waits behind held a2, b2 behind failed b1"
+    );
+    let left: Vec<u64> = s.drain().unwrap().iter().map(|i| i.id).collect();
+    assert_eq!(left, [2, 3, 4, 5]);
 }
 
 /// With `--concurrency`, two items of one group are never in flight at
@@ -1010,6 +1058,7 @@ fn concurrent_replay_keeps_one_item_per_group_in_flight() {
             .unwrap()
             .run()
             .unwrap();
+        assert_eq!(r.group_waiting, 0, "every item was handed on or swept");
         if commit_every == 1 {
             assert_eq!(r.delivered, 40);
             let order = t.order.lock().unwrap().clone();
