@@ -59,7 +59,11 @@ pub const PAGE_SIZE: usize = 512;
 /// candidate; a hit stores nothing, keeps the first payload and returns
 /// the existing id with `deduplicated: true`; `mark_done` and
 /// dead-lettering release the key; a dedup hit succeeds even on a full
-/// spool, since it stores nothing.
+/// spool, since it stores nothing. With a retention window
+/// ([`Queue::retain`]), a key with no pending owner that a retained
+/// delivered item carries, delivered less than the window ago, is a dedup
+/// hit too ([`Enqueued::delivered`]: the newest such item's id); imports
+/// and the push receiver dedup against pending keys only.
 ///
 /// Depth bound: with the default overflow policy ([`OnFull::Reject`]) an
 /// enqueue that would take the number of pending items past the bound

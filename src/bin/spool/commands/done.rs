@@ -12,7 +12,10 @@ use spool::OpenMode;
 /// Known ids are removed in one commit; unknown ids are named on stderr
 /// and make the exit status 65 (the known ones are still removed). `-`
 /// reads ids from stdin, one per line; a line that is not an id is exit
-/// 65 and nothing is removed. Removing an item releases its key.
+/// 65 and nothing is removed. Removing an item releases its key — unless
+/// the spool keeps delivered items (`spool config retain 7d`): then it is
+/// kept as delivered, evidence "marked done", and its key keeps
+/// deduplicating until the window ends.
 ///
 /// An item in flight to a push receiver (`replay --push` gave it a
 /// sequence number that the receiver has not acknowledged yet) may
