@@ -153,8 +153,14 @@ impl Evidence {
         let o = v.as_object().filter(|o| o.len() == 1)?;
         let (k, v) = o.iter().next()?;
         match k.as_str() {
-            "http_status" => v.as_u64().and_then(|s| u16::try_from(s).ok()).map(Evidence::Http),
-            "exit_status" => v.as_i64().and_then(|c| i32::try_from(c).ok()).map(Evidence::Exit),
+            "http_status" => v
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .map(Evidence::Http),
+            "exit_status" => v
+                .as_i64()
+                .and_then(|c| i32::try_from(c).ok())
+                .map(Evidence::Exit),
             "push_last_seq" => v.as_u64().map(Evidence::Push),
             "marked_done" => (v.as_bool() == Some(true)).then_some(Evidence::Done),
             "dead_letter_sink" => (v.as_bool() == Some(true)).then_some(Evidence::Sink),
@@ -208,7 +214,9 @@ pub fn parse_retain(s: &str) -> std::result::Result<Option<std::time::Duration>,
             if d.is_zero() {
                 Ok(None)
             } else if d.as_millis() < 1000 {
-                Err(format!("invalid retention {s:?}: the window is at least 1s"))
+                Err(format!(
+                    "invalid retention {s:?}: the window is at least 1s"
+                ))
             } else {
                 Ok(Some(d))
             }

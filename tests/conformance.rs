@@ -2808,7 +2808,11 @@ fn retention_keeps_delivered_items_with_their_evidence(s: Setup) {
     h.clock.advance(Duration::from_secs(5));
     let flags = h
         .q()
-        .deliver(&[(a, Evidence::Http(201)), (b, Evidence::Exit(0)), (99, Evidence::Done)])
+        .deliver(&[
+            (a, Evidence::Http(201)),
+            (b, Evidence::Exit(0)),
+            (99, Evidence::Done),
+        ])
         .unwrap();
     assert_eq!(flags, vec![true, true, false]);
     h.step();
@@ -2877,8 +2881,18 @@ fn retained_keys_dedup_within_the_window_only(s: Setup) {
     assert!(!fresh_one.deduplicated);
     assert!(fresh_one.id > a);
     h.step();
-    assert_eq!(h.q().delivered_get(a).unwrap(), None, "pruned by the enqueue");
-    assert_eq!(h.q().stats(spool::time::Clock::now(&h.clock)).unwrap().delivered_retained, 0);
+    assert_eq!(
+        h.q().delivered_get(a).unwrap(),
+        None,
+        "pruned by the enqueue"
+    );
+    assert_eq!(
+        h.q()
+            .stats(spool::time::Clock::now(&h.clock))
+            .unwrap()
+            .delivered_retained,
+        0
+    );
 }
 
 /// Without a window (the default) delivered items are deleted, as ever.
@@ -2927,7 +2941,11 @@ fn pruning_goes_in_bounded_batches(s: Setup) {
     let done: Vec<(ItemId, Evidence)> = ids.iter().map(|i| (*i, Evidence::Http(200))).collect();
     h.q().deliver(&done).unwrap();
     h.step();
-    assert_eq!(h.q().prune_delivered(1000).unwrap(), 0, "nothing expired yet");
+    assert_eq!(
+        h.q().prune_delivered(1000).unwrap(),
+        0,
+        "nothing expired yet"
+    );
     h.clock.advance(2 * HOUR);
     assert_eq!(h.q().prune_delivered(100).unwrap(), 100);
     h.step();
@@ -2993,9 +3011,19 @@ fn delivered_records_import_and_dedup(s: Setup) {
     assert!(r[0].kept_id);
     h.step();
     assert_eq!(h.q().size().unwrap(), 0);
-    let d = h.q().delivered_get(7).unwrap().expect("imported as delivered");
+    let d = h
+        .q()
+        .delivered_get(7)
+        .unwrap()
+        .expect("imported as delivered");
     assert_eq!((d.item.attempts, d.item.key.as_str()), (2, "k7"));
-    assert_eq!(d.delivery, Delivery { at: T0, evidence: Evidence::Push(41) });
+    assert_eq!(
+        d.delivery,
+        Delivery {
+            at: T0,
+            evidence: Evidence::Push(41)
+        }
+    );
     assert_eq!(h.q().high_water().unwrap(), 7);
     assert_eq!(h.q().enqueue(b"dup", "k7").unwrap(), Enqueued::delivered(7));
 }

@@ -97,7 +97,11 @@ fn an_expired_lease_cannot_record_over_the_new_holder() {
     assert_ne!(second[0].token, first[0].token);
     // The first replayer comes back late: every outcome is refused.
     let la = leasing(&a);
-    assert_eq!(la.complete(&[(id, first[0].token, spool::Evidence::Done)]).unwrap(), vec![false]);
+    assert_eq!(
+        la.complete(&[(id, first[0].token, spool::Evidence::Done)])
+            .unwrap(),
+        vec![false]
+    );
     assert!(!la
         .retry_later(id, first[0].token, Duration::ZERO, "late")
         .unwrap());
@@ -106,7 +110,9 @@ fn an_expired_lease_cannot_record_over_the_new_holder() {
     assert_eq!((it.attempts, it.last_error), (2, None));
     // The holder's outcome counts.
     assert_eq!(
-        leasing(&b).complete(&[(id, second[0].token, spool::Evidence::Done)]).unwrap(),
+        leasing(&b)
+            .complete(&[(id, second[0].token, spool::Evidence::Done)])
+            .unwrap(),
         vec![true]
     );
     assert_eq!(a.size().unwrap(), 0);
@@ -832,7 +838,9 @@ fn ordering_groups_hold_across_replayers() {
     assert!(leasing(&b).claim(10, lease, false).unwrap().is_empty());
     // g2's head is delivered: g2-2 becomes claimable, by either replayer.
     assert_eq!(
-        leasing(&a).complete(&[(g2_1, tok(g2_1), spool::Evidence::Done)]).unwrap(),
+        leasing(&a)
+            .complete(&[(g2_1, tok(g2_1), spool::Evidence::Done)])
+            .unwrap(),
         vec![true]
     );
     let cb = leasing(&b).claim(10, lease, false).unwrap();
@@ -860,7 +868,9 @@ fn ordering_groups_hold_across_replayers() {
     assert_eq!(a.requeue(&[g1_1]).unwrap(), vec![true]);
     assert!(leasing(&a).claim(10, lease, false).unwrap().is_empty());
     assert_eq!(
-        leasing(&b).complete(&[(g1_2, cb3[0].token, spool::Evidence::Done)]).unwrap(),
+        leasing(&b)
+            .complete(&[(g1_2, cb3[0].token, spool::Evidence::Done)])
+            .unwrap(),
         vec![true]
     );
     let ca4 = leasing(&a).claim(10, lease, false).unwrap();
@@ -925,7 +935,11 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
                             .unwrap()
                             .0
                             .remove(c.item.group.as_deref().unwrap());
-                        assert_eq!(l.complete(&[(c.item.id, c.token, spool::Evidence::Done)]).unwrap(), vec![true]);
+                        assert_eq!(
+                            l.complete(&[(c.item.id, c.token, spool::Evidence::Done)])
+                                .unwrap(),
+                            vec![true]
+                        );
                     }
                 }
             })

@@ -156,7 +156,12 @@ pub fn retain_name(window: Option<Duration>) -> String {
         return "off".into();
     };
     let s = w.as_secs();
-    let parts = [(s / 86_400, "d"), ((s / 3600) % 24, "h"), ((s / 60) % 60, "m"), (s % 60, "s")];
+    let parts = [
+        (s / 86_400, "d"),
+        ((s / 3600) % 24, "h"),
+        ((s / 60) % 60, "m"),
+        (s % 60, "s"),
+    ];
     let text: String = parts
         .iter()
         .filter(|(n, _)| *n > 0)
