@@ -20,13 +20,15 @@
 //! | `pushSeq`     | push sequence number of an item in flight            |
 //! | `group`       | ordering group                                       |
 //! | `coalesceKey` | coalesce key                                         |
+//! | `deliveredAt` | `.delivered` file only: time of delivery, Unix ms    |
+//! | `evidence`    | `.delivered` file only: [`Evidence::encode`]'s form  |
 //!
 //! A payload that is valid UTF-8 is a JSON string. Any other payload is an
 //! object `{"base64": "..."}` (standard alphabet, padded): a reader that
 //! expects a string rejects the line instead of mistaking the encoded
 //! bytes for the payload text.
 
-use crate::item::{DeadLetter, Item, ItemId};
+use crate::item::{DeadLetter, DeliveredItem, Delivery, Evidence, Item, ItemId};
 use crate::time::Timestamp;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -39,6 +41,11 @@ pub(crate) enum Line {
     Put {
         item: Item,
         dead_at: Option<Timestamp>,
+        /// `deliveredAt`: only the `.delivered` file's lines carry it
+        /// (see [`parse_delivered`]).
+        delivered_at: Option<Timestamp>,
+        /// `evidence`, as written ([`Evidence::encode`]'s form).
+        evidence: Option<String>,
     },
     /// Remove an item; also raises the id high-water mark.
     Done { id: ItemId },
@@ -135,6 +142,10 @@ struct Fields<'a, P, S> {
     group: Option<S>,
     #[serde(default = "none", rename = "coalesceKey")]
     coalesce_key: Option<S>,
+    #[serde(default, rename = "deliveredAt")]
+    delivered_at: Option<i64>,
+    #[serde(default = "none")]
+    evidence: Option<S>,
     #[serde(default = "none")]
     push: Option<PushLine>,
     #[serde(default = "none")]
@@ -225,6 +236,10 @@ struct PutOut<'a> {
     group: Option<&'a str>,
     #[serde(rename = "coalesceKey", skip_serializing_if = "Option::is_none")]
     coalesce_key: Option<&'a str>,
+    #[serde(rename = "deliveredAt", skip_serializing_if = "Option::is_none")]
+    delivered_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence: Option<String>,
 }
 
 /// A line in exactly the shape `spool` writes — its fields in its order,
@@ -247,6 +262,8 @@ struct Plain<'a> {
     push_seq: Option<u64>,
     group: Option<Cow<'a, str>>,
     coalesce_key: Option<Cow<'a, str>>,
+    delivered_at: Option<i64>,
+    evidence: Option<Cow<'a, str>>,
     tx: Option<u64>,
 }
 
@@ -289,6 +306,8 @@ impl<'a> Plain<'a> {
         let push_seq = c.uint_field(r#","pushSeq":"#)?;
         let group = c.str_field(r#","group":""#)?;
         let coalesce_key = c.str_field(r#","coalesceKey":""#)?;
+        let delivered_at = c.int_field(r#","deliveredAt":"#)?;
+        let evidence = c.str_field(r#","evidence":""#)?;
         let tx = c.uint_field(r#","tx":"#)?;
         c.end()?;
         Some(Plain {
@@ -305,6 +324,8 @@ impl<'a> Plain<'a> {
             push_seq,
             group,
             coalesce_key,
+            delivered_at,
+            evidence,
             tx,
         })
     }
@@ -328,6 +349,8 @@ impl<'a> Plain<'a> {
                 coalesce_key: self.coalesce_key.map(Cow::into_owned),
             },
             dead_at: self.dead_at.map(Timestamp::from_millis),
+            delivered_at: self.delivered_at.map(Timestamp::from_millis),
+            evidence: self.evidence.map(Cow::into_owned),
         }
     }
 }
@@ -452,6 +475,48 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
     parse_line_tx(bytes).map(|(line, _)| line)
 }
 
+/// Parse one line of the `.delivered` file: as [`parse_line`], and a
+/// `put` line must carry `deliveredAt` and an `evidence` that
+/// [`Evidence::decode`] reads (else it is malformed, like any line that
+/// does not parse).
+pub(crate) fn parse_delivered(bytes: &[u8]) -> Result<Line, String> {
+    let line = parse_line(bytes)?;
+    if let Line::Put { .. } = &line {
+        if line.delivery()?.is_none() {
+            return Err("a delivered record without deliveredAt and evidence".into());
+        }
+    }
+    Ok(line)
+}
+
+impl Line {
+    /// The delivery a `put` line records (`None` for any other line, and
+    /// for a `put` line without `deliveredAt` and `evidence`). `Err` when
+    /// a `put` line has one without the other, or an evidence that is
+    /// not one.
+    pub(crate) fn delivery(&self) -> Result<Option<Delivery>, String> {
+        let Line::Put {
+            delivered_at,
+            evidence,
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        match (delivered_at, evidence) {
+            (Some(at), Some(e)) => match Evidence::decode(e) {
+                Some(evidence) => Ok(Some(Delivery { at: *at, evidence })),
+                None => Err(format!(
+                    "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
+                )),
+            },
+            (None, None) => Ok(None),
+            (Some(_), None) => Err("deliveredAt without evidence".into()),
+            (None, Some(_)) => Err("evidence without deliveredAt".into()),
+        }
+    }
+}
+
 /// [`parse_line`], also giving the line's `tx` field: the offset of the
 /// first line of the batch it belongs to, carried by every line of a
 /// multi-line append but its last (see [`frame_batch`]).
@@ -502,6 +567,8 @@ fn parse_line_serde<'a>(
                     coalesce_key: raw.coalesce_key,
                 },
                 dead_at: raw.dead_at.map(Timestamp::from_millis),
+                delivered_at: raw.delivered_at.map(Timestamp::from_millis),
+                evidence: raw.evidence,
             })
         }
         other => Err(format!("unknown op {other:?}")),
@@ -666,6 +733,21 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
 
 /// Append the `put` line for `item` (with its newline) to `out`.
 pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestamp>) {
+    write_put_line(out, item, dead_at, None);
+}
+
+/// Append the `put` line of a retained delivered item (for the
+/// `.delivered` file): the item's line with `deliveredAt` and `evidence`.
+pub(crate) fn write_delivered(out: &mut Vec<u8>, d: &DeliveredItem) {
+    write_put_line(out, &d.item, None, Some(&d.delivery));
+}
+
+fn write_put_line(
+    out: &mut Vec<u8>,
+    item: &Item,
+    dead_at: Option<Timestamp>,
+    delivery: Option<&Delivery>,
+) {
     let payload = match std::str::from_utf8(&item.payload) {
         Ok(s) => PayloadOut::Text(s),
         Err(_) => PayloadOut::Encoded {
@@ -686,6 +768,8 @@ pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestam
         push_seq: item.push_seq,
         group: item.group.as_deref(),
         coalesce_key: item.coalesce_key.as_deref(),
+        delivered_at: delivery.map(|d| d.at.as_millis()),
+        evidence: delivery.map(|d| d.evidence.encode()),
     };
     // Serialising plain strings and integers into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, &line).is_ok() {
@@ -833,7 +917,7 @@ mod tests {
         )
         .unwrap();
         match l {
-            Line::Put { item, dead_at } => {
+            Line::Put { item, dead_at, .. } => {
                 assert_eq!(item.payload, b"a\x01\"b\\");
                 assert_eq!(item.attempts, 4);
                 assert_eq!(item.enqueued_at, None);
@@ -890,7 +974,9 @@ mod tests {
                 plain.into_line(),
                 Line::Put {
                     item: it.clone(),
-                    dead_at: dead
+                    dead_at: dead,
+                    delivered_at: None,
+                    evidence: None,
                 }
             );
         }
@@ -979,7 +1065,9 @@ mod tests {
             plain_read.into_line(),
             Line::Put {
                 item: it.clone(),
-                dead_at: None
+                dead_at: None,
+                delivered_at: None,
+                evidence: None,
             }
         );
         // Another field order goes through serde, with the same result.
@@ -995,7 +1083,9 @@ mod tests {
             parse_line(&line).unwrap(),
             Line::Put {
                 item: it,
-                dead_at: None
+                dead_at: None,
+                delivered_at: None,
+                evidence: None,
             }
         );
     }
@@ -1126,7 +1216,7 @@ mod tests {
             write_put(&mut out, &it, dead.map(Timestamp::from_millis));
             prop_assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
             let parsed = parse_line(&out[..out.len() - 1]).unwrap();
-            prop_assert_eq!(parsed, Line::Put { item: it, dead_at: dead.map(Timestamp::from_millis) });
+            prop_assert_eq!(parsed, Line::Put { item: it, dead_at: dead.map(Timestamp::from_millis), delivered_at: None, evidence: None });
         }
 
         #[test]
