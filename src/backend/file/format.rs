@@ -1116,6 +1116,75 @@ mod tests {
     }
 
     #[test]
+    fn delivered_lines_carry_the_time_and_the_evidence_last() {
+        let mut it = item(b"p");
+        it.key = "k".into();
+        it.last_error = None;
+        it.coalesce_key = Some("c".into());
+        let d = DeliveredItem {
+            item: it.clone(),
+            delivery: Delivery {
+                at: Timestamp::from_millis(1_764_583_200_123),
+                evidence: Evidence::Http(201),
+            },
+        };
+        let mut out = Vec::new();
+        write_delivered(&mut out, &d);
+        let text = std::str::from_utf8(&out[..out.len() - 1]).unwrap();
+        assert!(
+            text.ends_with(
+                r#","coalesceKey":"c","deliveredAt":1764583200123,"evidence":"http:201"}"#
+            ),
+            "{text}"
+        );
+        let want = Line::Put {
+            item: it.clone(),
+            dead_at: None,
+            delivered_at: Some(d.delivery.at),
+            evidence: Some("http:201".into()),
+        };
+        let plain = Plain::read(text, true).expect("the plain path reads it");
+        assert_eq!(plain.into_line(), want);
+        assert_eq!(parse_delivered(text.as_bytes()).unwrap(), want);
+        assert_eq!(want.delivery().unwrap(), Some(d.delivery));
+        for e in [
+            Evidence::Exit(0),
+            Evidence::Push(41),
+            Evidence::Done,
+            Evidence::Sink,
+        ] {
+            let mut out = Vec::new();
+            write_delivered(
+                &mut out,
+                &DeliveredItem {
+                    item: it.clone(),
+                    delivery: Delivery {
+                        at: Timestamp::from_millis(5),
+                        evidence: e,
+                    },
+                },
+            );
+            let line = parse_delivered(&out[..out.len() - 1]).unwrap();
+            assert_eq!(line.delivery().unwrap().unwrap().evidence, e);
+        }
+        // A line without a delivery is no delivered record; done lines are.
+        let mut plain_put = Vec::new();
+        write_put(&mut plain_put, &it, None);
+        assert!(parse_delivered(&plain_put[..plain_put.len() - 1]).is_err());
+        assert!(parse_delivered(br#"{"op":"done","id":3}"#).is_ok());
+        for bad in [
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"evidence":"done"}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5,"evidence":"carrier pigeon"}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5,"evidence":"http:x"}"#,
+        ] {
+            assert!(parse_delivered(bad.as_bytes()).is_err(), "{bad}");
+            // The main file's reader ignores the fields, as older versions do.
+            assert!(parse_line(bad.as_bytes()).is_ok(), "{bad}");
+        }
+    }
+
+    #[test]
     fn done_lines_are_reference_shaped() {
         let mut out = Vec::new();
         write_done(&mut out, 42);
@@ -1140,6 +1209,8 @@ mod tests {
             Just("{\"assigned\":3}".to_string()),
             Just("{\"id\":\"c\",\"last\":2,\"applied\":[[1,\"d\"]],\"skipped\":[2]}".to_string()),
             Just("{\"id\":\"c\",\"bogus\":1}".to_string()),
+            Just("\"http:200\"".to_string()),
+            Just("\"push:41\"".to_string()),
             (-5i64..5_000_000_000).prop_map(|n| n.to_string()),
             Just("1.5".to_string()),
         ];
@@ -1161,6 +1232,8 @@ mod tests {
             Just("evicted"),
             Just("group"),
             Just("coalesceKey"),
+            Just("deliveredAt"),
+            Just("evidence"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -1252,6 +1325,7 @@ mod tests {
             group in proptest::option::of(".{0,6}"),
             coalesce_key in proptest::option::of(".{0,6}"),
             tx in proptest::option::of(0u64..1_000_000),
+            delivery in proptest::option::of((0i64..4_000_000_000_000, 0u16..600)),
             edits in proptest::collection::vec((any::<u16>(), prop_oneof![
                 Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
                 Just(b'\\'), Just(b' '), Just(b'}'), Just(b','), Just(b':'), Just(0x01), Just(b'x'),
@@ -1270,6 +1344,11 @@ mod tests {
             let mut line = Vec::new();
             if done {
                 write_done(&mut line, it.id);
+            } else if let Some((at, status)) = delivery {
+                write_delivered(&mut line, &DeliveredItem {
+                    item: it.clone(),
+                    delivery: Delivery { at: Timestamp::from_millis(at), evidence: Evidence::Http(status) },
+                });
             } else {
                 write_put(&mut line, &it, dead.map(Timestamp::from_millis));
             }
