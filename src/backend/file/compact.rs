@@ -1,6 +1,7 @@
-//! Compaction of an NDJSON spool: both files rewritten last-write-wins,
-//! atomically, keeping the id high-water mark, the push state and the
-//! receiver's ledger; then the index rebuilt for the new files.
+//! Compaction of an NDJSON spool: the main, dead-letter and delivered
+//! files rewritten last-write-wins, atomically, keeping the id
+//! high-water mark, the push state and the receiver's ledger; then the
+//! index rebuilt for the new files.
 
 use super::format::{self, parse_line, Line};
 use super::io::{copy_all, parent_dir, write_all, FileIo};
@@ -46,13 +47,48 @@ impl FileQueue {
             dead_torn = s.torn;
         }
 
+        // Retained delivered items may be many: only where the last line
+        // of each live record is, as for the main file.
+        let mut delivered: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
+        let mut delivered_len = 0;
+        let mut delivered_high = 0;
+        let delivered_file = open_existing(&self.delivered_path, false)?;
+        let mut delivered_torn = None;
+        if let Some(file) = &delivered_file {
+            delivered_len = file_len(file, &self.delivered_path)?;
+            let s = scan::scan_tail_with(
+                &self.delivered_path,
+                &*self.io,
+                file,
+                0,
+                delivered_len,
+                0,
+                false,
+                format::parse_delivered,
+                |l, offset, len| match l {
+                    Line::Put { item, .. } => {
+                        delivered_high = delivered_high.max(item.id);
+                        delivered.insert(item.id, (offset, len));
+                    }
+                    Line::Done { id } => {
+                        delivered_high = delivered_high.max(id);
+                        delivered.remove(&id);
+                    }
+                    // State lines live in the other files.
+                    Line::Push(_) | Line::Client(_) | Line::Evicted(_) => {}
+                },
+            )?;
+            delivered_torn = s.torn;
+        }
+
         // The main file: where the last line of each live item is, as the
-        // image would apply the lines (a put of a dead letter's id only
-        // raises the high-water mark).
+        // image would apply the lines (a put of a dead letter's id, or of
+        // a delivered item's, only raises the high-water mark: those files
+        // win).
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;
         let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
-        let mut high_water = dead.high_water;
+        let mut high_water = dead.high_water.max(delivered_high);
         let mut last_push: Option<(u64, usize)> = None;
         let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
         let scanned = scan::scan_file_parallel(
@@ -68,7 +104,7 @@ impl FileQueue {
                     client_lines_at.push((offset, len));
                 } else if !head.put {
                     live.remove(&head.id);
-                } else if !dead.dead.contains_key(&head.id) {
+                } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
                     live.insert(head.id, (offset, len));
                 }
             },
@@ -92,6 +128,40 @@ impl FileQueue {
             }
             bytes_after += self
                 .replace_file(&self.dead_path, false, |w| w.push(&buf))?
+                .0;
+        }
+        // The delivered file next (before the main file, for the same
+        // reason): the live records' lines, byte for byte, in file order;
+        // the last one without a batch's `tx` field.
+        if let Some(file) = &delivered_file {
+            let mut order: Vec<(u64, usize)> = delivered.values().copied().collect();
+            order.sort_unstable();
+            let mut last = None;
+            if let Some(&(offset, len)) = order.last() {
+                let mut line = vec![0; len];
+                file.read_exact_at(&mut line, offset)
+                    .map_err(|e| Error::io(&self.delivered_path, "read", e))?;
+                last = format::strip_tx(&line).map(|stripped| (offset, stripped));
+            }
+            bytes_after += self
+                .replace_file(&self.delivered_path, false, |w| {
+                    let mut r = BufReader::with_capacity(1 << 20, file);
+                    r.seek(SeekFrom::Start(0))?;
+                    let mut pos = 0u64;
+                    for &(offset, len) in &order {
+                        if let Some((at, stripped)) = &last {
+                            if *at == offset {
+                                w.push(stripped)?;
+                                w.push(b"\n")?;
+                                continue;
+                            }
+                        }
+                        r.seek_relative(offset as i64 - pos as i64)?;
+                        w.push_line_from(&mut r, len)?;
+                        pos = offset + len as u64;
+                    }
+                    Ok(())
+                })?
                 .0;
         }
 
@@ -227,7 +297,11 @@ impl FileQueue {
         bytes_after += written;
         let new_main = new_main.ok_or_else(no_handle)?;
 
-        for (path, torn) in [(&self.path, &scanned.torn), (&self.dead_path, &dead_torn)] {
+        for (path, torn) in [
+            (&self.path, &scanned.torn),
+            (&self.dead_path, &dead_torn),
+            (&self.delivered_path, &delivered_torn),
+        ] {
             if let Some(torn) = torn {
                 inner.notices.push(torn_notice(path, torn, true));
                 inner.notices.push(cut_notice(path, torn));
@@ -235,12 +309,13 @@ impl FileQueue {
         }
         Ok((
             CompactReport {
-                bytes_before: main_len + dead_len,
+                bytes_before: main_len + dead_len + delivered_len,
                 bytes_after,
                 records_before: scanned.records,
                 records_after,
                 pending,
                 dead_letters: dead.dead.len() as u64,
+                delivered_retained: delivered.len() as u64,
                 high_water,
                 dropped_torn_tail: scanned.torn,
             },
@@ -327,7 +402,7 @@ fn apply_dead(state: &mut State, line: Line) {
         // Push state lives in the main file only.
         Line::Push(_) | Line::Client(_) => {}
         Line::Evicted(n) => state.evicted_total = n,
-        Line::Put { item, dead_at } => {
+        Line::Put { item, dead_at, .. } => {
             state.remove_pending(item.id);
             state.high_water = state.high_water.max(item.id);
             let dead_at = dead_at.unwrap_or_default();

@@ -20,13 +20,15 @@
 //! | `pushSeq`     | push sequence number of an item in flight            |
 //! | `group`       | ordering group                                       |
 //! | `coalesceKey` | coalesce key                                         |
+//! | `deliveredAt` | `.delivered` file only: time of delivery, Unix ms    |
+//! | `evidence`    | `.delivered` file only: [`Evidence::encode`]'s form  |
 //!
 //! A payload that is valid UTF-8 is a JSON string. Any other payload is an
 //! object `{"base64": "..."}` (standard alphabet, padded): a reader that
 //! expects a string rejects the line instead of mistaking the encoded
 //! bytes for the payload text.
 
-use crate::item::{DeadLetter, Item, ItemId};
+use crate::item::{DeadLetter, DeliveredItem, Delivery, Evidence, Item, ItemId};
 use crate::time::Timestamp;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -39,6 +41,11 @@ pub(crate) enum Line {
     Put {
         item: Item,
         dead_at: Option<Timestamp>,
+        /// `deliveredAt`: only the `.delivered` file's lines carry it
+        /// (see [`parse_delivered`]).
+        delivered_at: Option<Timestamp>,
+        /// `evidence`, as written ([`Evidence::encode`]'s form).
+        evidence: Option<String>,
     },
     /// Remove an item; also raises the id high-water mark.
     Done { id: ItemId },
@@ -135,6 +142,10 @@ struct Fields<'a, P, S> {
     group: Option<S>,
     #[serde(default = "none", rename = "coalesceKey")]
     coalesce_key: Option<S>,
+    #[serde(default, rename = "deliveredAt")]
+    delivered_at: Option<i64>,
+    #[serde(default = "none")]
+    evidence: Option<S>,
     #[serde(default = "none")]
     push: Option<PushLine>,
     #[serde(default = "none")]
@@ -225,6 +236,10 @@ struct PutOut<'a> {
     group: Option<&'a str>,
     #[serde(rename = "coalesceKey", skip_serializing_if = "Option::is_none")]
     coalesce_key: Option<&'a str>,
+    #[serde(rename = "deliveredAt", skip_serializing_if = "Option::is_none")]
+    delivered_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence: Option<String>,
 }
 
 /// A line in exactly the shape `spool` writes — its fields in its order,
@@ -247,6 +262,8 @@ struct Plain<'a> {
     push_seq: Option<u64>,
     group: Option<Cow<'a, str>>,
     coalesce_key: Option<Cow<'a, str>>,
+    delivered_at: Option<i64>,
+    evidence: Option<Cow<'a, str>>,
     tx: Option<u64>,
 }
 
@@ -289,6 +306,8 @@ impl<'a> Plain<'a> {
         let push_seq = c.uint_field(r#","pushSeq":"#)?;
         let group = c.str_field(r#","group":""#)?;
         let coalesce_key = c.str_field(r#","coalesceKey":""#)?;
+        let delivered_at = c.int_field(r#","deliveredAt":"#)?;
+        let evidence = c.str_field(r#","evidence":""#)?;
         let tx = c.uint_field(r#","tx":"#)?;
         c.end()?;
         Some(Plain {
@@ -305,6 +324,8 @@ impl<'a> Plain<'a> {
             push_seq,
             group,
             coalesce_key,
+            delivered_at,
+            evidence,
             tx,
         })
     }
@@ -328,6 +349,8 @@ impl<'a> Plain<'a> {
                 coalesce_key: self.coalesce_key.map(Cow::into_owned),
             },
             dead_at: self.dead_at.map(Timestamp::from_millis),
+            delivered_at: self.delivered_at.map(Timestamp::from_millis),
+            evidence: self.evidence.map(Cow::into_owned),
         }
     }
 }
@@ -452,6 +475,48 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
     parse_line_tx(bytes).map(|(line, _)| line)
 }
 
+/// Parse one line of the `.delivered` file: as [`parse_line`], and a
+/// `put` line must carry `deliveredAt` and an `evidence` that
+/// [`Evidence::decode`] reads (else it is malformed, like any line that
+/// does not parse).
+pub(crate) fn parse_delivered(bytes: &[u8]) -> Result<Line, String> {
+    let line = parse_line(bytes)?;
+    if let Line::Put { .. } = &line {
+        if line.delivery()?.is_none() {
+            return Err("a delivered record without deliveredAt and evidence".into());
+        }
+    }
+    Ok(line)
+}
+
+impl Line {
+    /// The delivery a `put` line records (`None` for any other line, and
+    /// for a `put` line without `deliveredAt` and `evidence`). `Err` when
+    /// a `put` line has one without the other, or an evidence that is
+    /// not one.
+    pub(crate) fn delivery(&self) -> Result<Option<Delivery>, String> {
+        let Line::Put {
+            delivered_at,
+            evidence,
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        match (delivered_at, evidence) {
+            (Some(at), Some(e)) => match Evidence::decode(e) {
+                Some(evidence) => Ok(Some(Delivery { at: *at, evidence })),
+                None => Err(format!(
+                    "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
+                )),
+            },
+            (None, None) => Ok(None),
+            (Some(_), None) => Err("deliveredAt without evidence".into()),
+            (None, Some(_)) => Err("evidence without deliveredAt".into()),
+        }
+    }
+}
+
 /// [`parse_line`], also giving the line's `tx` field: the offset of the
 /// first line of the batch it belongs to, carried by every line of a
 /// multi-line append but its last (see [`frame_batch`]).
@@ -502,6 +567,8 @@ fn parse_line_serde<'a>(
                     coalesce_key: raw.coalesce_key,
                 },
                 dead_at: raw.dead_at.map(Timestamp::from_millis),
+                delivered_at: raw.delivered_at.map(Timestamp::from_millis),
+                evidence: raw.evidence,
             })
         }
         other => Err(format!("unknown op {other:?}")),
@@ -666,6 +733,21 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
 
 /// Append the `put` line for `item` (with its newline) to `out`.
 pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestamp>) {
+    write_put_line(out, item, dead_at, None);
+}
+
+/// Append the `put` line of a retained delivered item (for the
+/// `.delivered` file): the item's line with `deliveredAt` and `evidence`.
+pub(crate) fn write_delivered(out: &mut Vec<u8>, d: &DeliveredItem) {
+    write_put_line(out, &d.item, None, Some(&d.delivery));
+}
+
+fn write_put_line(
+    out: &mut Vec<u8>,
+    item: &Item,
+    dead_at: Option<Timestamp>,
+    delivery: Option<&Delivery>,
+) {
     let payload = match std::str::from_utf8(&item.payload) {
         Ok(s) => PayloadOut::Text(s),
         Err(_) => PayloadOut::Encoded {
@@ -686,6 +768,8 @@ pub(crate) fn write_put(out: &mut Vec<u8>, item: &Item, dead_at: Option<Timestam
         push_seq: item.push_seq,
         group: item.group.as_deref(),
         coalesce_key: item.coalesce_key.as_deref(),
+        delivered_at: delivery.map(|d| d.at.as_millis()),
+        evidence: delivery.map(|d| d.evidence.encode()),
     };
     // Serialising plain strings and integers into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, &line).is_ok() {
@@ -833,7 +917,7 @@ mod tests {
         )
         .unwrap();
         match l {
-            Line::Put { item, dead_at } => {
+            Line::Put { item, dead_at, .. } => {
                 assert_eq!(item.payload, b"a\x01\"b\\");
                 assert_eq!(item.attempts, 4);
                 assert_eq!(item.enqueued_at, None);
@@ -890,7 +974,9 @@ mod tests {
                 plain.into_line(),
                 Line::Put {
                     item: it.clone(),
-                    dead_at: dead
+                    dead_at: dead,
+                    delivered_at: None,
+                    evidence: None,
                 }
             );
         }
@@ -979,7 +1065,9 @@ mod tests {
             plain_read.into_line(),
             Line::Put {
                 item: it.clone(),
-                dead_at: None
+                dead_at: None,
+                delivered_at: None,
+                evidence: None,
             }
         );
         // Another field order goes through serde, with the same result.
@@ -995,7 +1083,9 @@ mod tests {
             parse_line(&line).unwrap(),
             Line::Put {
                 item: it,
-                dead_at: None
+                dead_at: None,
+                delivered_at: None,
+                evidence: None,
             }
         );
     }
@@ -1026,6 +1116,75 @@ mod tests {
     }
 
     #[test]
+    fn delivered_lines_carry_the_time_and_the_evidence_last() {
+        let mut it = item(b"p");
+        it.key = "k".into();
+        it.last_error = None;
+        it.coalesce_key = Some("c".into());
+        let d = DeliveredItem {
+            item: it.clone(),
+            delivery: Delivery {
+                at: Timestamp::from_millis(1_764_583_200_123),
+                evidence: Evidence::Http(201),
+            },
+        };
+        let mut out = Vec::new();
+        write_delivered(&mut out, &d);
+        let text = std::str::from_utf8(&out[..out.len() - 1]).unwrap();
+        assert!(
+            text.ends_with(
+                r#","coalesceKey":"c","deliveredAt":1764583200123,"evidence":"http:201"}"#
+            ),
+            "{text}"
+        );
+        let want = Line::Put {
+            item: it.clone(),
+            dead_at: None,
+            delivered_at: Some(d.delivery.at),
+            evidence: Some("http:201".into()),
+        };
+        let plain = Plain::read(text, true).expect("the plain path reads it");
+        assert_eq!(plain.into_line(), want);
+        assert_eq!(parse_delivered(text.as_bytes()).unwrap(), want);
+        assert_eq!(want.delivery().unwrap(), Some(d.delivery));
+        for e in [
+            Evidence::Exit(0),
+            Evidence::Push(41),
+            Evidence::Done,
+            Evidence::Sink,
+        ] {
+            let mut out = Vec::new();
+            write_delivered(
+                &mut out,
+                &DeliveredItem {
+                    item: it.clone(),
+                    delivery: Delivery {
+                        at: Timestamp::from_millis(5),
+                        evidence: e,
+                    },
+                },
+            );
+            let line = parse_delivered(&out[..out.len() - 1]).unwrap();
+            assert_eq!(line.delivery().unwrap().unwrap().evidence, e);
+        }
+        // A line without a delivery is no delivered record; done lines are.
+        let mut plain_put = Vec::new();
+        write_put(&mut plain_put, &it, None);
+        assert!(parse_delivered(&plain_put[..plain_put.len() - 1]).is_err());
+        assert!(parse_delivered(br#"{"op":"done","id":3}"#).is_ok());
+        for bad in [
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"evidence":"done"}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5,"evidence":"carrier pigeon"}"#,
+            r#"{"op":"put","id":1,"payload":"p","idempotencyKey":"","attempts":0,"deliveredAt":5,"evidence":"http:x"}"#,
+        ] {
+            assert!(parse_delivered(bad.as_bytes()).is_err(), "{bad}");
+            // The main file's reader ignores the fields, as older versions do.
+            assert!(parse_line(bad.as_bytes()).is_ok(), "{bad}");
+        }
+    }
+
+    #[test]
     fn done_lines_are_reference_shaped() {
         let mut out = Vec::new();
         write_done(&mut out, 42);
@@ -1050,6 +1209,8 @@ mod tests {
             Just("{\"assigned\":3}".to_string()),
             Just("{\"id\":\"c\",\"last\":2,\"applied\":[[1,\"d\"]],\"skipped\":[2]}".to_string()),
             Just("{\"id\":\"c\",\"bogus\":1}".to_string()),
+            Just("\"http:200\"".to_string()),
+            Just("\"push:41\"".to_string()),
             (-5i64..5_000_000_000).prop_map(|n| n.to_string()),
             Just("1.5".to_string()),
         ];
@@ -1071,6 +1232,8 @@ mod tests {
             Just("evicted"),
             Just("group"),
             Just("coalesceKey"),
+            Just("deliveredAt"),
+            Just("evidence"),
             Just("extra"),
         ];
         let op = prop_oneof![
@@ -1126,7 +1289,7 @@ mod tests {
             write_put(&mut out, &it, dead.map(Timestamp::from_millis));
             prop_assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
             let parsed = parse_line(&out[..out.len() - 1]).unwrap();
-            prop_assert_eq!(parsed, Line::Put { item: it, dead_at: dead.map(Timestamp::from_millis) });
+            prop_assert_eq!(parsed, Line::Put { item: it, dead_at: dead.map(Timestamp::from_millis), delivered_at: None, evidence: None });
         }
 
         #[test]
@@ -1162,6 +1325,7 @@ mod tests {
             group in proptest::option::of(".{0,6}"),
             coalesce_key in proptest::option::of(".{0,6}"),
             tx in proptest::option::of(0u64..1_000_000),
+            delivery in proptest::option::of((0i64..4_000_000_000_000, 0u16..600)),
             edits in proptest::collection::vec((any::<u16>(), prop_oneof![
                 Just(b'0'), Just(b'1'), Just(b'9'), Just(b'-'), Just(b'.'), Just(b'e'), Just(b'"'),
                 Just(b'\\'), Just(b' '), Just(b'}'), Just(b','), Just(b':'), Just(0x01), Just(b'x'),
@@ -1180,6 +1344,11 @@ mod tests {
             let mut line = Vec::new();
             if done {
                 write_done(&mut line, it.id);
+            } else if let Some((at, status)) = delivery {
+                write_delivered(&mut line, &DeliveredItem {
+                    item: it.clone(),
+                    delivery: Delivery { at: Timestamp::from_millis(at), evidence: Evidence::Http(status) },
+                });
             } else {
                 write_put(&mut line, &it, dead.map(Timestamp::from_millis));
             }

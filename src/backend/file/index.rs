@@ -15,8 +15,13 @@
 //!   sequence number, ordering group, coalesce key. Payloads stay in the
 //!   spool file; an item is read with one `pread` of its line.
 //! * Per dead letter (`dead`): id, where its line is in `<spool>.dead`, key.
+//! * Per retained delivered item (`delivered`): id, where its line is in
+//!   `<spool>.delivered`, key, time of delivery, and whether the main file
+//!   still holds a live `put` line for it (`in_main`: a crash came between
+//!   the two appends of the move; the delivered file wins, and the `done`
+//!   line the main file lacks is written before the record is pruned).
 //! * One `state` row: the id high-water mark, counts kept by triggers
-//!   (pending, held, dead letters; attempts per count in `attempts`, kept
+//!   (pending, held, dead letters, delivered records; attempts per count in `attempts`, kept
 //!   by [`Applier`] as it applies lines), the
 //!   push state of the last push-state line, the uuid a regeneration gave,
 //!   the eviction count of the dead-letter file's last count line, and the
@@ -55,10 +60,10 @@ use std::time::Duration;
 /// The index format version (`PRAGMA user_version`). An index of any other
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
-/// and the eviction count.
+/// and the eviction count; version 3 the retained delivered items.
 mod apply;
 
-pub(crate) const INDEX_VERSION: i64 = 2;
+pub(crate) const INDEX_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -88,9 +93,10 @@ CREATE TABLE state (
     push_acked INTEGER NOT NULL,
     push_skips TEXT NOT NULL,
     uuid TEXT,
-    evicted_total INTEGER NOT NULL
+    evicted_total INTEGER NOT NULL,
+    delivered INTEGER NOT NULL
 );
-INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL, 0);
+INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL, 0, 0);
 CREATE TABLE pending (
     id INTEGER PRIMARY KEY,
     off INTEGER NOT NULL,
@@ -110,6 +116,14 @@ CREATE TABLE dead (
     off INTEGER NOT NULL,
     len INTEGER NOT NULL,
     key TEXT NOT NULL
+);
+CREATE TABLE delivered (
+    id INTEGER PRIMARY KEY,
+    off INTEGER NOT NULL,
+    len INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    delivered_at INTEGER NOT NULL,
+    in_main INTEGER NOT NULL
 );
 CREATE TABLE clients (
     id TEXT PRIMARY KEY,
@@ -135,6 +149,8 @@ CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
 CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
 CREATE INDEX pending_coalesce ON pending (coalesce_key, id) WHERE coalesce_key IS NOT NULL;
+CREATE INDEX delivered_key ON delivered (key, delivered_at, id) WHERE key <> '';
+CREATE INDEX delivered_time ON delivered (delivered_at, id);
 ";
 
 /// The counts, made after a full build. Afterwards [`Applier`] keeps them.
@@ -142,7 +158,8 @@ const COUNTS: &str = "
 UPDATE state SET
     depth = (SELECT count(*) FROM pending),
     held = (SELECT count(*) FROM pending WHERE held),
-    dead = (SELECT count(*) FROM dead);
+    dead = (SELECT count(*) FROM dead),
+    delivered = (SELECT count(*) FROM delivered);
 DELETE FROM attempts;
 INSERT INTO attempts SELECT attempts, count(*) FROM pending GROUP BY attempts;
 ";
@@ -152,13 +169,20 @@ INSERT INTO attempts SELECT attempts, count(*) FROM pending GROUP BY attempts;
 pub(crate) enum Which {
     Main,
     Dead,
+    Delivered,
 }
 
 impl Which {
+    /// The companion files, in the order every catch-up reads them
+    /// (before the main file, so that a move out of the main file is
+    /// seen whole).
+    pub const COMPANIONS: [Which; 2] = [Which::Dead, Which::Delivered];
+
     fn name(self) -> &'static str {
         match self {
             Which::Main => "main",
             Which::Dead => "dead",
+            Which::Delivered => "delivered",
         }
     }
 }
@@ -203,12 +227,16 @@ pub(crate) struct Row {
     pub push_seq: Option<u64>,
     pub group: Option<String>,
     pub coalesce_key: Option<String>,
+    /// Unix milliseconds (lines of the `.delivered` file).
+    pub delivered_at: Option<i64>,
 }
 
 impl From<Line> for Entry {
     fn from(line: Line) -> Entry {
         match line {
-            Line::Put { item, .. } => Entry::Put(Row {
+            Line::Put {
+                item, delivered_at, ..
+            } => Entry::Put(Row {
                 id: item.id,
                 key: item.key,
                 attempts: item.attempts,
@@ -218,6 +246,7 @@ impl From<Line> for Entry {
                 push_seq: item.push_seq,
                 group: item.group,
                 coalesce_key: item.coalesce_key,
+                delivered_at: delivered_at.map(Timestamp::as_millis),
             }),
             Line::Done { id } => Entry::Done(id),
             Line::Push(p) => Entry::Push(p),
@@ -231,6 +260,20 @@ impl Entry {
     /// Parse one line (as [`format::parse_line`], the authority, reads it).
     pub fn parse(bytes: &[u8]) -> std::result::Result<Entry, String> {
         format::parse_line(bytes).map(Entry::from)
+    }
+
+    /// Parse one line of the `.delivered` file (as
+    /// [`format::parse_delivered`] reads it).
+    pub fn parse_delivered(bytes: &[u8]) -> std::result::Result<Entry, String> {
+        format::parse_delivered(bytes).map(Entry::from)
+    }
+
+    /// The parser for the lines of `which`.
+    pub fn parser(which: Which) -> fn(&[u8]) -> std::result::Result<Entry, String> {
+        match which {
+            Which::Delivered => Entry::parse_delivered,
+            Which::Main | Which::Dead => Entry::parse,
+        }
     }
 }
 
@@ -511,8 +554,9 @@ impl Index {
     /// the index of the files before the compaction (which must have been
     /// up to date with them): every pending row gets its line's offset in
     /// the new file — the live lines lie there one after the other in id
-    /// order, see [`super::compact::Layout`] — and the dead-letter and
-    /// file rows are dropped, for the caller to add for the new files
+    /// order, see [`super::compact::Layout`] — and the dead-letter,
+    /// delivered and file rows are dropped, for the caller to add for the
+    /// new files
     /// before [`Index::finish_carry`]. Everything else (the columns, the
     /// secondary indexes, the counts, the push state, the receiver's
     /// ledger, the high-water mark) stays as it is. Fails when the copy
@@ -566,8 +610,9 @@ impl Index {
             .execute_batch(
                 "UPDATE pending SET off = spool_next_offset(id, len);
                  DELETE FROM dead;
+                 DELETE FROM delivered;
                  DELETE FROM files;
-                 UPDATE state SET dead = 0;",
+                 UPDATE state SET dead = 0, delivered = 0;",
             )
             .map_err(err)?;
         ix.conn
@@ -686,19 +731,24 @@ impl Index {
         io: &dyn FileIo,
         main: FileNow<'_>,
         dead: Option<FileNow<'_>>,
-    ) -> Result<std::result::Result<(FileRow, FileRow), String>> {
-        self.check_files(io, main, dead, true)
+        delivered: Option<FileNow<'_>>,
+    ) -> Result<std::result::Result<[FileRow; 3], String>> {
+        self.check_files(io, main, dead, delivered, true)
     }
 
     /// [`Index::check`], optionally without the restart rule (`verify`
     /// reports that one apart).
+    /// The rows returned are the main file's, the dead-letter file's and
+    /// the delivered file's (a companion file the index has no row for
+    /// yet gets an empty one).
     pub fn check_files(
         &self,
         io: &dyn FileIo,
         main: FileNow<'_>,
         dead: Option<FileNow<'_>>,
+        delivered: Option<FileNow<'_>>,
         boot_rule: bool,
-    ) -> Result<std::result::Result<(FileRow, FileRow), String>> {
+    ) -> Result<std::result::Result<[FileRow; 3], String>> {
         let boot: Option<String> = self
             .conn
             .query_row("SELECT boot FROM state", [], |r| r.get(0))
@@ -719,24 +769,30 @@ impl Index {
         if let Err(why) = same_file(io, &m, main) {
             return Ok(Err(format!("the spool file {why}")));
         }
-        let d = match (self.file_row(Which::Dead)?, dead) {
-            (Some(d), Some(now)) => {
-                if let Err(why) = same_file(io, &d, now) {
-                    return Ok(Err(format!("the dead-letter file {why}")));
+        let mut rows = [m, FileRow::default(), FileRow::default()];
+        for (i, which, now, what) in [
+            (1, Which::Dead, dead, "dead-letter"),
+            (2, Which::Delivered, delivered, "delivered"),
+        ] {
+            rows[i] = match (self.file_row(which)?, now) {
+                (Some(d), Some(now)) => {
+                    if let Err(why) = same_file(io, &d, now) {
+                        return Ok(Err(format!("the {what} file {why}")));
+                    }
+                    d
                 }
-                d
-            }
-            (Some(d), None) if d.upto > 0 => {
-                return Ok(Err("the dead-letter file it describes is gone".into()))
-            }
-            (_, Some(now)) => FileRow {
-                dev: now.dev,
-                ino: now.ino,
-                ..FileRow::default()
-            },
-            (_, None) => FileRow::default(),
-        };
-        Ok(Ok((m, d)))
+                (Some(d), None) if d.upto > 0 => {
+                    return Ok(Err(format!("the {what} file it describes is gone")))
+                }
+                (_, Some(now)) => FileRow {
+                    dev: now.dev,
+                    ino: now.ino,
+                    ..FileRow::default()
+                },
+                (_, None) => FileRow::default(),
+            };
+        }
+        Ok(Ok(rows))
     }
 
     /// The row of `which`, if any.
@@ -808,6 +864,11 @@ impl Index {
     /// Dead letters.
     pub fn dead_count(&self) -> Result<u64> {
         self.state_u64("dead")
+    }
+
+    /// Retained delivered records (expired ones not pruned yet included).
+    pub fn delivered_count(&self) -> Result<u64> {
+        self.state_u64("delivered")
     }
 
     /// The id high-water mark.
@@ -895,6 +956,73 @@ impl Index {
                 i64::try_from(limit).unwrap_or(i64::MAX)
             ],
         )
+    }
+
+    /// Where retained delivered items after `after` are, in id order.
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM delivered WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where retained delivered item `id` is.
+    pub fn delivered_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM delivered WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// The newest retained delivered record that carries the non-empty
+    /// key `key` (the latest `delivered_at`, the highest id among equal
+    /// ones), with its time of delivery (Unix ms). Whether its window is
+    /// still open is the caller's to decide. One lookup in the key index.
+    pub fn delivered_owner(&self, key: &str) -> Result<Option<(ItemId, i64)>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(
+                "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
+                 ORDER BY delivered_at DESC, id DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([key], |r| Ok((u(r.get(0)?), r.get(1)?)))
+                    .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Up to `limit` delivered records delivered at or before `cutoff`
+    /// (Unix ms; `None`: every record), oldest first, each with whether
+    /// the main file still holds a live `put` line for it.
+    pub fn delivered_expired(
+        &self,
+        cutoff: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(ItemId, bool)>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id, in_main FROM delivered WHERE delivered_at <= ?1 \
+                 ORDER BY delivered_at, id LIMIT ?2",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![
+                        cutoff.unwrap_or(i64::MAX),
+                        i64::try_from(limit).unwrap_or(i64::MAX)
+                    ],
+                    |r| Ok((u(r.get(0)?), r.get(1)?)),
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))
     }
 
     /// Where in-flight items with a number above `after` are, in
@@ -1010,6 +1138,7 @@ impl Index {
             dead_letters: self.dead_count()?,
             high_water: self.high_water()?,
             evicted_total: self.evicted_total()?,
+            delivered_retained: self.delivered_count()?,
             ..QueueStats::default()
         };
         s.waiting = self

@@ -4,8 +4,11 @@
 //! fsync directory): `{"version":1,"uuid":"…","maxDepth":100}`, and
 //! `"onFull":"drop-oldest"` when the overflow policy is not the default
 //! (older versions ignore the field, and so reject at the bound: they
-//! never drop what this version would keep). A reference NDJSON file has
-//! none; `spool` creates it on the first write.
+//! never drop what this version would keep), and `"retainMs":N`, the
+//! retention window for delivered items in milliseconds, when one is set
+//! (older versions ignore it too, and delete delivered items as they
+//! always did). A reference NDJSON file has none; `spool` creates it on
+//! the first write.
 
 use super::io::{parent_dir, write_all, FileIo};
 use crate::error::{Error, Result};
@@ -27,6 +30,10 @@ pub(crate) struct Meta {
     /// The overflow policy's name ([`OnFull::name`]); absent: `reject`.
     #[serde(default, rename = "onFull", skip_serializing_if = "Option::is_none")]
     pub on_full: Option<String>,
+    /// The retention window for delivered items, in milliseconds;
+    /// absent: off.
+    #[serde(default, rename = "retainMs", skip_serializing_if = "Option::is_none")]
+    pub retain_ms: Option<u64>,
 }
 
 impl Meta {
@@ -38,6 +45,20 @@ impl Meta {
                 Error::corrupt(path, None, format!("onFull is not a policy: {v:?}"))
             }),
         }
+    }
+
+    /// The retention window for delivered items (`None`: off).
+    pub fn retain(&self) -> Option<std::time::Duration> {
+        self.retain_ms
+            .filter(|ms| *ms > 0)
+            .map(std::time::Duration::from_millis)
+    }
+
+    /// Set the retention window (off is written as no field).
+    pub fn set_retain(&mut self, window: Option<std::time::Duration>) {
+        self.retain_ms = window
+            .map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX))
+            .filter(|ms| *ms > 0);
     }
 
     /// Set the overflow policy (the default is written as no field).

@@ -8,6 +8,8 @@
 //! |--------------------|------------------------------------------------------|
 //! | `<spool>`          | pending items: `put`/`done` lines (see [`format`])  |
 //! | `<spool>.dead`     | dead letters, same format, `put` lines with `deadAt` |
+//! | `<spool>.delivered`| retained delivered items (SPEC §9), same format,     |
+//! |                    | `put` lines with `deliveredAt` and `evidence`        |
 //! | `<spool>.meta`     | uuid and depth bound (JSON, replaced atomically)     |
 //! | `<spool>.idx`      | the derived index (SQLite, see [`index`])            |
 //!
@@ -66,7 +68,11 @@
 //!   destination first. If a crash separates the two appends, the item is
 //!   in both files, and the dead-letter file wins: it is a dead letter.
 //!   An item is therefore never lost, and at worst a requeue has to be
-//!   repeated.
+//!   repeated. Delivering an item with a retention window set moves it
+//!   to the delivered file the same way, and the delivered file wins: a
+//!   delivered item is never delivered again. Its `done` line in the main
+//!   file is written before its record is pruned, so that no reader of
+//!   the main file alone ever sees it come back.
 
 mod compact;
 pub(crate) mod format;
@@ -74,6 +80,7 @@ pub(crate) mod index;
 pub mod io;
 mod meta;
 mod queue;
+mod retain;
 pub(crate) mod scan;
 mod stream;
 pub mod verify;
@@ -86,7 +93,7 @@ pub use self::scan::TornTail;
 use super::receive::ClientDelta;
 use super::{companion, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Item, ItemId, PushState};
+use crate::item::{DeadLetter, DeliveredItem, Item, ItemId, PushState};
 use crate::push::memory::Recorded;
 use crate::time::{SharedClock, Timestamp};
 use std::collections::BTreeMap;
@@ -115,9 +122,9 @@ const READ_SPAN: u64 = 1 << 20;
 /// What [`FileQueue::compact`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactReport {
-    /// Bytes of the main and dead-letter files before.
+    /// Bytes of the main, dead-letter and delivered files before.
     pub bytes_before: u64,
-    /// Bytes of the main and dead-letter files after.
+    /// Bytes of the main, dead-letter and delivered files after.
     pub bytes_after: u64,
     /// Lines in the main file before.
     pub records_before: u64,
@@ -127,6 +134,8 @@ pub struct CompactReport {
     pub pending: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Retained delivered records kept.
+    pub delivered_retained: u64,
     /// The id high-water mark carried over.
     pub high_water: ItemId,
     /// The torn tail that was dropped, if any.
@@ -204,10 +213,12 @@ enum Access {
 struct Inner {
     main: Option<Tracked>,
     dead: Option<Tracked>,
+    delivered: Option<Tracked>,
     index: Option<Index>,
     meta: Meta,
     main_tail: Tail,
     dead_tail: Tail,
+    delivered_tail: Tail,
     /// This call appended to a file: the index takes the lines in before
     /// it commits.
     appended: bool,
@@ -219,6 +230,7 @@ impl Inner {
         match which {
             Which::Main => &mut self.main_tail,
             Which::Dead => &mut self.dead_tail,
+            Which::Delivered => &mut self.delivered_tail,
         }
     }
 
@@ -226,7 +238,29 @@ impl Inner {
         match which {
             Which::Main => self.main.as_ref(),
             Which::Dead => self.dead.as_ref(),
+            Which::Delivered => self.delivered.as_ref(),
         }
+    }
+
+    fn slot(&mut self, which: Which) -> &mut Option<Tracked> {
+        match which {
+            Which::Main => &mut self.main,
+            Which::Dead => &mut self.dead,
+            Which::Delivered => &mut self.delivered,
+        }
+    }
+
+    /// The tails of all three files (to put back when a catch-up fails).
+    fn tails(&self) -> [Tail; 3] {
+        [
+            self.main_tail.clone(),
+            self.dead_tail.clone(),
+            self.delivered_tail.clone(),
+        ]
+    }
+
+    fn set_tails(&mut self, tails: [Tail; 3]) {
+        [self.main_tail, self.dead_tail, self.delivered_tail] = tails;
     }
 
     fn index(&self) -> Result<&Index> {
@@ -241,6 +275,7 @@ impl Inner {
 pub struct FileQueue {
     path: PathBuf,
     dead_path: PathBuf,
+    delivered_path: PathBuf,
     meta_path: PathBuf,
     index_path: PathBuf,
     writable: bool,
@@ -271,6 +306,7 @@ impl FileQueue {
         let q = FileQueue {
             path: path.to_path_buf(),
             dead_path: companion(path, "dead"),
+            delivered_path: companion(path, "delivered"),
             meta_path: companion(path, "meta"),
             index_path: companion(path, "idx"),
             writable,
@@ -280,10 +316,12 @@ impl FileQueue {
             inner: Mutex::new(Inner {
                 main: Some(Tracked::new(file, path)?),
                 dead: None,
+                delivered: None,
                 index: None,
                 meta: Meta::default(),
                 main_tail: Tail::default(),
                 dead_tail: Tail::default(),
+                delivered_tail: Tail::default(),
                 appended: false,
                 notices: Vec::new(),
             }),
@@ -334,6 +372,7 @@ impl FileQueue {
         vec![
             self.path.clone(),
             self.dead_path.clone(),
+            self.delivered_path.clone(),
             self.meta_path.clone(),
             self.index_path.clone(),
             index::journal_path(&self.index_path),
@@ -366,21 +405,28 @@ impl FileQueue {
         })
     }
 
-    /// Rewrite the main and dead-letter files last-write-wins: each file
-    /// is written to a temporary file, synced, renamed over the original,
-    /// and the directory synced. The main file ends with a `done` line for
-    /// the high-water mark when it is above every pending id, so ids are
-    /// never reissued. A torn tail is dropped. Concurrent writers wait on
-    /// the lock and then continue on the new file. The index is carried
-    /// over to the new files (or built, when there was no usable one)
-    /// before the lock is let go.
+    /// Rewrite the main, dead-letter and delivered files last-write-wins:
+    /// each file is written to a temporary file, synced, renamed over the
+    /// original, and the directory synced. The main file ends with a
+    /// `done` line for the high-water mark when it is above every pending
+    /// id, so ids are never reissued. A torn tail is dropped. Concurrent
+    /// writers wait on the lock and then continue on the new file. The
+    /// index is carried over to the new files (or built, when there was
+    /// no usable one) before the lock is let go.
+    ///
+    /// Every delivered record not pruned yet is kept, expired or not
+    /// (`spool compact` prunes the expired ones first, through
+    /// [`crate::Queue::prune_delivered`]). An item that a crash left in
+    /// the main file and in the dead-letter or delivered file is kept in
+    /// the latter only.
     ///
     /// Compaction reads the files afresh, not the index, and streams the
-    /// main file: every line is checked as a normal read checks it (a
-    /// damaged line stops the compaction and changes nothing), but only
-    /// each live item's position is kept, and the bytes of its last line
-    /// are copied as they are. Memory grows with the live items and the
-    /// dead letters, never with the garbage.
+    /// main and delivered files: every line is checked as a normal read
+    /// checks it (a damaged line stops the compaction and changes
+    /// nothing), but only each live item's position is kept, and the
+    /// bytes of its last line are copied as they are. Memory grows with
+    /// the live items, the retained records and the dead letters, never
+    /// with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
         self.locked_unloaded(true, |q, inner| q.compact_locked(inner))
@@ -402,7 +448,7 @@ impl FileQueue {
     pub fn rebuild_index(&self) -> Result<()> {
         self.require_writable("rebuild the index of")?;
         self.locked_unloaded(true, |q, inner| {
-            q.track_dead(inner)?;
+            q.track_companions(inner)?;
             q.rebuild(inner, None)
         })
     }
@@ -416,20 +462,22 @@ impl FileQueue {
         }
         let r = self.compact_files(inner);
         inner.dead = None;
-        inner.main_tail = Tail::default();
-        inner.dead_tail = Tail::default();
+        inner.delivered = None;
+        inner.set_tails(Default::default());
         let (report, layout, new_main) = r?;
         // The new main file stays locked (through `new_main`) until its
         // index is in place; the old one is let go with its handle.
         let dead = open_existing(&self.dead_path, false)?;
+        let delivered = open_existing(&self.delivered_path, false)?;
+        let companions = [dead.as_ref(), delivered.as_ref()];
         let carried = match carry {
-            true => self.carry_shared(&new_main, dead.as_ref(), &layout, &report),
+            true => self.carry_shared(&new_main, companions, &layout, &report),
             false => Err(Error::Internal("no index to carry over".into())),
         };
         let installed = match carried {
             Ok(()) => Ok(()),
             // A full build from the new files.
-            Err(_) => self.build_shared(&new_main, dead.as_ref()).map(drop),
+            Err(_) => self.build_shared(&new_main, companions).map(drop),
         };
         if let Err(e) = installed {
             inner.notices.push(format!(
@@ -448,7 +496,7 @@ impl FileQueue {
     fn index_for_compaction(&self, inner: &mut Inner) -> bool {
         let notices = inner.notices.len();
         let r = (|| -> Result<bool> {
-            self.track_dead(inner)?;
+            self.track_companions(inner)?;
             if self.open_index(inner, true).is_some() {
                 return Ok(false);
             }
@@ -456,8 +504,7 @@ impl FileQueue {
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
             }
-            self.catch_up(inner, Which::Dead)?;
-            self.catch_up(inner, Which::Main)?;
+            self.catch_up_all(inner)?;
             inner.index()?.commit()?;
             Ok(true)
         })();
@@ -475,7 +522,7 @@ impl FileQueue {
     fn carry_shared(
         &self,
         main: &File,
-        dead: Option<&File>,
+        companions: [Option<&File>; 2],
         layout: &compact::Layout,
         report: &CompactReport,
     ) -> Result<()> {
@@ -485,7 +532,9 @@ impl FileQueue {
         // it while the spool is locked); it keeps the index file's mode.
         std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::carry_from(&tmp, layout).and_then(|ix| {
-            self.load_dead(&ix, dead)?;
+            for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+                self.load_companion(&ix, which, f)?;
+            }
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
                 .map_err(|e| Error::io(&self.path, "read", e))?;
@@ -614,12 +663,10 @@ impl FileQueue {
             return r;
         }
         let taken = if appended {
-            let ends = (inner.main_tail.clone(), inner.dead_tail.clone());
-            let done = self
-                .catch_up(inner, Which::Dead)
-                .and_then(|()| self.catch_up(inner, Which::Main));
+            let ends = inner.tails();
+            let done = self.catch_up_all(inner);
             if done.is_err() {
-                (inner.main_tail, inner.dead_tail) = ends;
+                inner.set_tails(ends);
             }
             done
         } else {
@@ -734,30 +781,46 @@ impl FileQueue {
         }
     }
 
-    /// Open (or keep) the handle on the dead-letter file, following a
-    /// replacement.
-    fn track_dead(&self, inner: &mut Inner) -> Result<()> {
-        let on_disk = match std::fs::metadata(&self.dead_path) {
+    /// Open (or keep) the handles on the companion files (dead letters,
+    /// delivered items), following a replacement.
+    fn track_companions(&self, inner: &mut Inner) -> Result<()> {
+        for which in Which::COMPANIONS {
+            self.track_companion(inner, which)?;
+        }
+        Ok(())
+    }
+
+    fn track_companion(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        let path = self.target_path(which);
+        let on_disk = match std::fs::metadata(path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(&self.dead_path, "inspect", e)),
+            Err(e) => return Err(Error::io(path, "inspect", e)),
         };
-        let same = match (&inner.dead, &on_disk) {
+        let same = match (inner.tracked(which), &on_disk) {
             (Some(t), Some(m)) => t.dev == m.dev() && t.ino == m.ino(),
             (None, None) => true,
             _ => false,
         };
         if !same {
-            inner.dead_tail = Tail::default();
-            inner.dead = match on_disk {
+            *inner.tail(which) = Tail::default();
+            *inner.slot(which) = match on_disk {
                 None => None,
-                Some(_) => match open_existing(&self.dead_path, self.writable)? {
-                    Some(f) => Some(Tracked::new(f, &self.dead_path)?),
+                Some(_) => match open_existing(path, self.writable)? {
+                    Some(f) => Some(Tracked::new(f, path)?),
                     None => None,
                 },
             };
         }
         Ok(())
+    }
+
+    /// [`FileQueue::catch_up`] of every file, companions first.
+    fn catch_up_all(&self, inner: &mut Inner) -> Result<()> {
+        for which in Which::COMPANIONS {
+            self.catch_up(inner, which)?;
+        }
+        self.catch_up(inner, Which::Main)
     }
 
     /// Make the index ready for a call with the lock held: open it, check
@@ -769,7 +832,7 @@ impl FileQueue {
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }
-        self.track_dead(inner)?;
+        self.track_companions(inner)?;
         let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
             let ix = inner.index()?;
@@ -825,10 +888,9 @@ impl FileQueue {
                 inner.index()?.begin(false)?;
             }
         }
-        self.catch_up(inner, Which::Dead)?;
-        self.catch_up(inner, Which::Main)?;
+        self.catch_up_all(inner)?;
         if exclusive && self.writable {
-            for which in [Which::Main, Which::Dead] {
+            for which in [Which::Main, Which::Dead, Which::Delivered] {
                 if let Some(torn) = inner.tail(which).torn.clone() {
                     self.cut_torn_tail(inner, which, torn)?;
                 }
@@ -882,18 +944,25 @@ impl FileQueue {
             Some(t) => Some(FileNow::of(&t.file, &self.dead_path)?),
             None => None,
         };
-        Ok(match ix.check(&*self.io, main_now, dead_now) {
-            Ok(r) => r.map(drop),
-            Err(e) => Err(format!("it cannot be read: {e}")),
-        })
+        let delivered_now = match &inner.delivered {
+            Some(t) => Some(FileNow::of(&t.file, &self.delivered_path)?),
+            None => None,
+        };
+        Ok(
+            match ix.check(&*self.io, main_now, dead_now, delivered_now) {
+                Ok(r) => r.map(drop),
+                Err(e) => Err(format!("it cannot be read: {e}")),
+            },
+        )
     }
 
-    /// Bytes of the main and dead-letter files that the index has not
-    /// taken in, not counting an unfinished batch at the end.
+    /// Bytes of the spool files that the index has not taken in, not
+    /// counting an unfinished batch at the end.
     fn unindexed(&self, inner: &Inner) -> Result<u64> {
         let ix = inner.index()?;
         let mut total = 0;
-        for (which, path) in [(Which::Main, &self.path), (Which::Dead, &self.dead_path)] {
+        for which in [Which::Main, Which::Dead, Which::Delivered] {
+            let path = self.target_path(which);
             let Some(t) = inner.tracked(which) else {
                 continue;
             };
@@ -917,10 +986,7 @@ impl FileQueue {
     /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        let path = match which {
-            Which::Main => &self.path,
-            Which::Dead => &self.dead_path,
-        };
+        let path = self.target_path(which);
         let Some(t) = inner.tracked(which) else {
             *inner.tail(which) = Tail::default();
             return Ok(());
@@ -943,11 +1009,8 @@ impl FileQueue {
                 len,
                 row.lines,
                 row.needs_newline,
-                Entry::parse,
-                |e, off, l| match which {
-                    Which::Main => ap.main(e, off, l),
-                    Which::Dead => ap.dead(e, off, l),
-                },
+                Entry::parser(which),
+                |e, off, l| ap.apply(which, e, off, l),
             )?;
             ap.finish()?;
             if s.end != row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
@@ -981,10 +1044,7 @@ impl FileQueue {
     fn note_torn(&self, inner: &mut Inner, which: Which, torn: &Option<TornTail>) {
         if let Some(t) = torn {
             if inner.tail(which).torn.as_ref() != Some(t) {
-                let path = match which {
-                    Which::Main => &self.path,
-                    Which::Dead => &self.dead_path,
-                };
+                let path = self.target_path(which);
                 inner.notices.push(torn_notice(path, t, self.writable));
             }
         }
@@ -998,14 +1058,14 @@ impl FileQueue {
             let _ = ix.rollback();
         }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let torn = self.build_shared(&main.file, inner.dead.as_ref().map(|t| &t.file))?;
+        let torn = self.build_shared(&main.file, companion_files(inner))?;
         if let Some(why) = why.filter(|w| !w.is_empty()) {
             inner.notices.push(format!(
                 "{}: rebuilt the index from the spool files: {why}",
                 self.index_path.display()
             ));
         }
-        for (which, t) in [(Which::Main, torn.0), (Which::Dead, torn.1)] {
+        for (which, t) in torn {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
         }
@@ -1025,19 +1085,16 @@ impl FileQueue {
         }
     }
 
-    /// Build the shared index of `main` and `dead` into a temporary file
-    /// and rename it into place. Returns the torn tails found.
-    fn build_shared(
-        &self,
-        main: &File,
-        dead: Option<&File>,
-    ) -> Result<(Option<TornTail>, Option<TornTail>)> {
+    /// Build the shared index of `main` and the companion files (dead
+    /// letters, delivered items) into a temporary file and rename it into
+    /// place. Returns the torn tails found.
+    fn build_shared(&self, main: &File, companions: [Option<&File>; 2]) -> Result<TornTails> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
         crate::private_file::create_replacement(&tmp, &self.index_path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::create(Some(&tmp)).and_then(|ix| {
-            let torn = self.load(&ix, main, dead)?;
+            let torn = self.load(&ix, main, companions)?;
             ix.finish_build()?;
             ix.close()?;
             Ok(torn)
@@ -1061,26 +1118,24 @@ impl FileQueue {
         }
         let ix = Index::create(None)?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let torn = self.load(&ix, &main.file, inner.dead.as_ref().map(|t| &t.file))?;
+        let torn = self.load(&ix, &main.file, companion_files(inner))?;
         ix.finish_build()?;
         inner.index = Some(ix);
-        for (which, t) in [(Which::Main, torn.0), (Which::Dead, torn.1)] {
+        for (which, t) in torn {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
         }
         Ok(())
     }
 
-    /// Fill a new index from the whole of both files (dead letters first,
-    /// as every catch-up reads them). Memory holds a few blocks of the
-    /// file and SQLite's cache, whatever the size of the spool.
-    fn load(
-        &self,
-        ix: &Index,
-        main: &File,
-        dead: Option<&File>,
-    ) -> Result<(Option<TornTail>, Option<TornTail>)> {
-        let dead_torn = self.load_dead(ix, dead)?;
+    /// Fill a new index from the whole of the files (the companions
+    /// first, as every catch-up reads them). Memory holds a few blocks of
+    /// the file and SQLite's cache, whatever the size of the spool.
+    fn load(&self, ix: &Index, main: &File, companions: [Option<&File>; 2]) -> Result<TornTails> {
+        let mut torn = Vec::with_capacity(3);
+        for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+            torn.push((which, self.load_companion(ix, which, f)?));
+        }
         let mut ap = ix.applier()?;
         let now = FileNow::of(main, &self.path)?;
         let s =
@@ -1102,30 +1157,38 @@ impl FileQueue {
                 fingerprint,
             },
         )?;
-        Ok((s.torn, dead_torn))
+        torn.push((Which::Main, s.torn));
+        Ok(torn)
     }
 
-    /// Take the whole dead-letter file into a new index; its torn tail.
-    fn load_dead(&self, ix: &Index, dead: Option<&File>) -> Result<Option<TornTail>> {
-        let Some(f) = dead else { return Ok(None) };
+    /// Take the whole of a companion file (`which`: dead letters or
+    /// delivered items) into a new index; its torn tail.
+    fn load_companion(
+        &self,
+        ix: &Index,
+        which: Which,
+        file: Option<&File>,
+    ) -> Result<Option<TornTail>> {
+        let Some(f) = file else { return Ok(None) };
+        let path = self.target_path(which);
         let mut ap = ix.applier()?;
-        let now = FileNow::of(f, &self.dead_path)?;
+        let now = FileNow::of(f, path)?;
         let s = scan::scan_tail_with(
-            &self.dead_path,
+            path,
             &*self.io,
             f,
             0,
             now.len,
             0,
             false,
-            Entry::parse,
-            |e, off, l| ap.dead(e, off, l),
+            Entry::parser(which),
+            |e, off, l| ap.apply(which, e, off, l),
         )?;
         ap.finish()?;
-        let fingerprint = index::fingerprint(&*self.io, f, s.end)
-            .map_err(|e| Error::io(&self.dead_path, "read", e))?;
+        let fingerprint =
+            index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;
         ix.set_file_row(
-            Which::Dead,
+            which,
             &FileRow {
                 dev: now.dev,
                 ino: now.ino,
@@ -1155,25 +1218,28 @@ impl FileQueue {
         match which {
             Which::Main => &self.path,
             Which::Dead => &self.dead_path,
+            Which::Delivered => &self.delivered_path,
         }
     }
 
-    /// The dead-letter file, created when missing.
-    fn dead_for_append(&self, inner: &mut Inner) -> Result<()> {
-        if inner.dead.is_none() {
-            let (file, created) = open_main(&self.dead_path, OpenMode::Create)?;
+    /// A companion file (dead letters, delivered items), created (mode
+    /// 0600) when missing.
+    fn companion_for_append(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        if inner.tracked(which).is_none() {
+            let path = self.target_path(which);
+            let (file, created) = open_main(path, OpenMode::Create)?;
             if created {
-                let dir = parent_dir(&self.dead_path);
+                let dir = parent_dir(path);
                 self.io
                     .sync_dir(dir)
                     .map_err(|e| Error::io(dir, "fsync directory", e))?;
             }
-            let t = Tracked::new(file, &self.dead_path)?;
-            inner.dead_tail = Tail {
-                end: file_len(&t.file, &self.dead_path)?,
+            let t = Tracked::new(file, path)?;
+            *inner.tail(which) = Tail {
+                end: file_len(&t.file, path)?,
                 ..Tail::default()
             };
-            inner.dead = Some(t);
+            *inner.slot(which) = Some(t);
         }
         Ok(())
     }
@@ -1185,16 +1251,12 @@ impl FileQueue {
         if bytes.is_empty() {
             return Ok(());
         }
-        if which == Which::Dead {
-            self.dead_for_append(inner)?;
+        if which != Which::Main {
+            self.companion_for_append(inner, which)?;
         }
         let path = self.target_path(which);
         let tail = inner.tail(which).clone();
-        let t = match which {
-            Which::Main => inner.main.as_mut(),
-            Which::Dead => inner.dead.as_mut(),
-        }
-        .ok_or_else(no_handle)?;
+        let t = inner.slot(which).as_mut().ok_or_else(no_handle)?;
         let start = tail.end;
         let mut buf = Vec::with_capacity(bytes.len() + 1);
         if tail.needs_newline {
@@ -1262,8 +1324,12 @@ impl FileQueue {
                 .map_err(|e| Error::io(path, "read", e))?;
             for loc in &locs[i..j] {
                 let at = (loc.off - start) as usize;
-                let line =
-                    parse_line(&buf[at..at + loc.len]).map_err(|_| self.out_of_step(which, loc))?;
+                let bytes = &buf[at..at + loc.len];
+                let line = match which {
+                    Which::Delivered => format::parse_delivered(bytes),
+                    Which::Main | Which::Dead => parse_line(bytes),
+                }
+                .map_err(|_| self.out_of_step(which, loc))?;
                 let id = match &line {
                     Line::Put { item, .. } => item.id,
                     _ => return Err(self.out_of_step(which, loc)),
@@ -1309,7 +1375,7 @@ impl FileQueue {
             .read_lines(inner, Which::Dead, locs)?
             .into_iter()
             .filter_map(|l| match l {
-                Line::Put { item, dead_at } => Some(DeadLetter {
+                Line::Put { item, dead_at, .. } => Some(DeadLetter {
                     item,
                     dead_at: dead_at.unwrap_or_default(),
                 }),
@@ -1317,6 +1383,35 @@ impl FileQueue {
             })
             .collect())
     }
+
+    /// The retained delivered items at `locs`.
+    fn delivered_items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeliveredItem>> {
+        let mut out = Vec::with_capacity(locs.len());
+        for (line, loc) in self
+            .read_lines(inner, Which::Delivered, locs)?
+            .into_iter()
+            .zip(locs)
+        {
+            let delivery = line
+                .delivery()
+                .ok()
+                .flatten()
+                .ok_or_else(|| self.out_of_step(Which::Delivered, loc))?;
+            if let Line::Put { item, .. } = line {
+                out.push(DeliveredItem { item, delivery });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Torn tails found per file.
+type TornTails = Vec<(Which, Option<TornTail>)>;
+
+/// The open companion files (dead letters, delivered items), in
+/// [`Which::COMPANIONS`] order.
+fn companion_files(inner: &Inner) -> [Option<&File>; 2] {
+    Which::COMPANIONS.map(|w| inner.tracked(w).map(|t| &t.file))
 }
 
 fn no_handle() -> Error {

@@ -9,13 +9,15 @@ use crate::backend::receive::Receive;
 use crate::backend::state::{self, View};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, EnqueueOptions, Enqueued, Imported,
-    Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, EnqueueOptions,
+    Enqueued, Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats,
+    Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::push::wire::Rejected;
 use crate::queue::{BackendKind, Queue};
 use crate::time::Timestamp;
+use std::time::Duration;
 
 /// The spool as planning sees it: the index, and the files for whole
 /// items.
@@ -85,6 +87,31 @@ impl FileQueue {
         inner.index()?.uuid()
     }
 
+    /// Write what delivering items does, in one commit sequence: the
+    /// retained records (`delivered`, empty when retention is off) with
+    /// `done` lines for up to [`crate::item::PRUNE_BATCH`] expired records
+    /// whose move is complete, synced; then the main file's lines
+    /// (`main`: the items' `done` lines and whatever goes with them), with
+    /// the `done` lines that unfinished moves among the expired records
+    /// lack (those records are pruned by a later call, once their move is
+    /// complete).
+    fn deliver_and_prune(
+        &self,
+        inner: &mut Inner,
+        now: Timestamp,
+        mut delivered: Vec<u8>,
+        mut main: Vec<u8>,
+    ) -> Result<()> {
+        let expired = FileQueue::expired(inner, now, crate::item::PRUNE_BATCH)?;
+        for id in &expired.prunable {
+            format::write_done(&mut delivered, *id);
+        }
+        for id in &expired.unfinished {
+            format::write_done(&mut main, *id);
+        }
+        self.move_out(inner, Which::Delivered, &delivered, &main)
+    }
+
     fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
         self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
             let Some(mut item) = q.view(inner).pending_item(id)? else {
@@ -130,9 +157,11 @@ impl Queue for FileQueue {
         })
     }
 
-    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
+    fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>> {
         let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        let now = self.clock.now();
+        // The meta file says whether delivered items are retained.
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
             let v = q.view(inner);
             let mut seen = std::collections::HashSet::new();
             // As in the other backends, a repeated id reports true once.
@@ -153,8 +182,58 @@ impl Queue for FileQueue {
                     FileQueue::regenerated_uuid(inner)?.as_ref(),
                 ));
             }
-            q.append(inner, Which::Main, &buf)?;
+            let mut delivered = Vec::new();
+            if inner.meta.retain().is_some() {
+                let kept: Vec<(ItemId, Evidence)> = done
+                    .iter()
+                    .zip(&found)
+                    .filter(|(_, f)| **f)
+                    .map(|(d, _)| *d)
+                    .collect();
+                delivered = q.retained_records(inner, &kept, now)?;
+            }
+            q.deliver_and_prune(inner, now, delivered, buf)?;
             Ok(found)
+        })
+    }
+
+    fn retain(&self) -> Result<Option<Duration>> {
+        self.locked(Access::Read, MetaUse::Read, |_, inner| {
+            Ok(inner.meta.retain())
+        })
+    }
+
+    fn set_retain(&self, window: Option<Duration>) -> Result<()> {
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            let mut m = inner.meta.clone();
+            m.version = meta::META_VERSION;
+            m.set_retain(window);
+            meta::write(&*q.io, &q.meta_path, &m)?;
+            inner.meta = m;
+            Ok(())
+        })
+    }
+
+    fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            let locs = inner.index()?.delivered_page(after, limit)?;
+            q.delivered_items(inner, &locs)
+        })
+    }
+
+    fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        self.locked(Access::Read, MetaUse::Skip, |q, inner| {
+            match inner.index()?.delivered_loc(id)? {
+                Some(loc) => Ok(q.delivered_items(inner, &[loc])?.pop()),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn prune_delivered(&self, limit: usize) -> Result<u64> {
+        let now = self.clock.now();
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+            q.prune_locked(inner, now, limit)
         })
     }
 
@@ -378,6 +457,7 @@ impl Queue for FileQueue {
             let mut s = inner.index()?.stats(now)?;
             s.max_depth = inner.meta.max_depth;
             s.on_full = inner.meta.on_full(&q.meta_path)?;
+            s.retain = inner.meta.retain();
             Ok(s)
         })
     }
@@ -419,7 +499,7 @@ impl Queue for FileQueue {
 
     fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
         let now = self.clock.now();
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
             let v = q.view(inner);
             let before = v.push()?;
             let plan = state::plan_ack(&v, last_seq, rejected)?;
@@ -448,8 +528,16 @@ impl Queue for FileQueue {
                 &plan.push,
                 FileQueue::regenerated_uuid(inner)?.as_ref(),
             ));
+            // Delivered on the receiver's evidence: its watermark.
+            let mut delivered = Vec::new();
+            if inner.meta.retain().is_some() {
+                let evidence = Evidence::Push(plan.push.acked);
+                let kept: Vec<(ItemId, Evidence)> =
+                    plan.delivered.iter().map(|id| (*id, evidence)).collect();
+                delivered = q.retained_records(inner, &kept, now)?;
+            }
             q.append(inner, Which::Dead, &dead)?;
-            q.append(inner, Which::Main, &main)?;
+            q.deliver_and_prune(inner, now, delivered, main)?;
             Ok(PushAck {
                 acked: plan.push.acked,
                 delivered: plan.delivered,

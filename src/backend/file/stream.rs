@@ -149,6 +149,13 @@ struct Lines<'a> {
     dead: &'a mut BatchOut,
 }
 
+/// The three files' parts of an import.
+struct ImportOut<'a> {
+    main: &'a mut BatchOut,
+    dead: &'a mut BatchOut,
+    delivered: &'a mut BatchOut,
+}
+
 /// The keys a batch has stored so far: a temporary table of the index's
 /// connection, so that a batch of millions of keyed lines needs no
 /// memory for them.
@@ -317,12 +324,15 @@ impl FileQueue {
             match planned {
                 Ok((results, dead_end, end)) => {
                     if dead.lines > 0 {
-                        q.track_dead(inner)?;
+                        q.track_companions(inner)?;
                         q.committed(inner, Which::Dead, dead_end);
                     }
                     if out.lines > 0 {
                         q.committed(inner, Which::Main, end);
                     }
+                    // Expired delivered records go too (SPEC §9), after
+                    // the batch's own commit.
+                    q.prune_after(inner, now);
                     Ok(results)
                 }
                 Err(e) => {
@@ -358,6 +368,12 @@ impl FileQueue {
             }
             if let Some(id) = dedup(ix, keys, &it.key, policy.active)? {
                 results.push(Enqueued::dedup(id));
+                continue;
+            }
+            // Then a delivered item retained with the key, inside its
+            // window (SPEC §9).
+            if let Some(id) = FileQueue::retained_owner(inner, &it.key, now)? {
+                results.push(Enqueued::delivered(id));
                 continue;
             }
             let mut e = Enqueued::default();
@@ -461,8 +477,9 @@ impl FileQueue {
     }
 
     /// [`crate::Queue::import_stream`]: dead records to the dead-letter
-    /// file and the others to the main file, each as one streamed batch;
-    /// the dead-letter part is finished first.
+    /// file, delivered records to the delivered file and the others to the
+    /// main file, each as one streamed batch; the companion files' parts
+    /// are finished first.
     pub(super) fn stream_import(
         &self,
         records: &mut dyn Iterator<Item = Result<Record>>,
@@ -497,8 +514,21 @@ impl FileQueue {
                 ),
                 None => None,
             };
+            let delivered_file = match &inner.delivered {
+                Some(t) => Some(
+                    t.file
+                        .try_clone()
+                        .map_err(|e| Error::io(&q.delivered_path, "open", e))?,
+                ),
+                None => None,
+            };
             let mut main = BatchOut::new(q.path.clone(), Some(main_file), &inner.main_tail);
             let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail);
+            let mut delivered = BatchOut::new(
+                q.delivered_path.clone(),
+                delivered_file,
+                &inner.delivered_tail,
+            );
             let ix = inner.index()?;
             let mut merge = match identity {
                 Some((header, adopt)) => Some(q.begin_identity(inner, header, adopt)?),
@@ -511,8 +541,11 @@ impl FileQueue {
                     q.import_lines(
                         ix,
                         &mut keys,
-                        &mut main,
-                        &mut dead,
+                        ImportOut {
+                            main: &mut main,
+                            dead: &mut dead,
+                            delivered: &mut delivered,
+                        },
                         records,
                         each,
                         merge.as_mut(),
@@ -521,12 +554,18 @@ impl FileQueue {
                 .and_then(|()| q.push_state_line(ix, merge.as_ref(), &mut main))
                 .and_then(|()| keys.clear(ix))
                 .and_then(|()| dead.finish(q))
-                .and_then(|d| main.finish(q).map(|m| (d, m)));
+                .and_then(|d| delivered.finish(q).map(|v| (d, v)))
+                .and_then(|(d, v)| main.finish(q).map(|m| (d, v, m)));
             match planned {
-                Ok((dead_end, main_end)) => {
+                Ok((dead_end, delivered_end, main_end)) => {
+                    if dead.lines > 0 || delivered.lines > 0 {
+                        q.track_companions(inner)?;
+                    }
                     if dead.lines > 0 {
-                        q.track_dead(inner)?;
                         q.committed(inner, Which::Dead, dead_end);
+                    }
+                    if delivered.lines > 0 {
+                        q.committed(inner, Which::Delivered, delivered_end);
                     }
                     if main.lines > 0 {
                         q.committed(inner, Which::Main, main_end);
@@ -535,6 +574,7 @@ impl FileQueue {
                 }
                 Err(e) => {
                     dead.abort(q);
+                    delivered.abort(q);
                     main.abort(q);
                     Err(e)
                 }
@@ -542,21 +582,26 @@ impl FileQueue {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn import_lines(
         &self,
         ix: &Index,
         keys: &mut BatchKeys,
-        main: &mut BatchOut,
-        dead: &mut BatchOut,
+        out: ImportOut<'_>,
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
         mut merge: Option<&mut Merge>,
     ) -> Result<()> {
+        let ImportOut {
+            main,
+            dead,
+            delivered,
+        } = out;
         let mut hw = ix.high_water()?;
         for r in records {
             let r = r?;
-            let live = r.state != RecordState::Dead;
+            // Only pending and held records dedup (SPEC §2, as
+            // `State::plan_import`).
+            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live {
                 if let Some(id) = dedup(ix, keys, &r.item.key, false)? {
                     each(
@@ -589,9 +634,15 @@ impl FileQueue {
                     main.push(self, line)?;
                 }
                 RecordState::Delivered => {
-                    return Err(crate::Error::Unsupported(
-                        "the file backend does not retain delivered items".into(),
-                    ))
+                    let delivery = rec.delivery.ok_or_else(|| {
+                        Error::InvalidInput(format!(
+                            "delivered record {} has no delivered_at",
+                            r.item.id
+                        ))
+                    })?;
+                    let d = super::retain::retained(rec.item, delivery.at, delivery.evidence);
+                    format::write_delivered(&mut line, &d);
+                    delivered.push(self, line)?;
                 }
             }
             each(&r, imported);

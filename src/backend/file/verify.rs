@@ -1,8 +1,8 @@
-//! `verify` for NDJSON spools: every line of the main and dead-letter
-//! files, not just up to the first problem, with line numbers; and the
-//! derived index `<spool>.idx` against what the files hold.
+//! `verify` for NDJSON spools: every line of the main, dead-letter and
+//! delivered files, not just up to the first problem, with line numbers;
+//! and the derived index `<spool>.idx` against what the files hold.
 
-use super::format::{parse_line, Line};
+use super::format::{parse_delivered, parse_line, Line};
 use super::index::{Entry, FileNow, Index, Unusable, Which};
 use super::io::RealIo;
 use super::{meta, scan};
@@ -35,6 +35,7 @@ fn scan_file(
     report: &mut VerifyReport,
     also_seen: &BTreeSet<u64>,
     check_order: bool,
+    parse: fn(&[u8]) -> std::result::Result<Line, String>,
 ) -> Result<Option<FileScan>> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -97,7 +98,7 @@ fn scan_file(
         }
         first_content_line.get_or_insert(line_no);
         last_content_line = line_no;
-        match parse_line(content) {
+        match parse(content) {
             Ok(Line::Put { item, .. }) => {
                 out.records += 1;
                 let id = item.id;
@@ -233,10 +234,15 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
         Err(e) => report.push(Severity::Damage, &meta_path, None, e.to_string()),
     }
     let dead_path = companion(path, "dead");
+    let delivered_path = companion(path, "delivered");
     let empty = BTreeSet::new();
-    let dead = scan_file(&dead_path, &mut report, &empty, false)?;
-    let dead_seen = dead.as_ref().map(|d| d.seen.clone()).unwrap_or_default();
-    let main = scan_file(path, &mut report, &dead_seen, true)?;
+    let dead = scan_file(&dead_path, &mut report, &empty, false, parse_line)?;
+    let delivered = scan_file(&delivered_path, &mut report, &empty, false, parse_delivered)?;
+    let mut moved_seen = dead.as_ref().map(|d| d.seen.clone()).unwrap_or_default();
+    if let Some(d) = &delivered {
+        moved_seen.extend(d.seen.iter().copied());
+    }
+    let main = scan_file(path, &mut report, &moved_seen, true, parse_line)?;
     let damaged_lines = report
         .findings
         .iter()
@@ -269,27 +275,65 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 ),
             );
         }
+        let delivered_live: BTreeSet<u64> = delivered
+            .as_ref()
+            .map(|d| d.live.clone())
+            .unwrap_or_default();
+        let unfinished: Vec<u64> = main
+            .live
+            .intersection(&delivered_live)
+            .copied()
+            .filter(|id| !dead_live.contains(id))
+            .collect();
+        if !unfinished.is_empty() {
+            report.push(
+                Severity::Warning,
+                path,
+                None,
+                format!(
+                    "{} item(s) are both pending and delivered ({}): a move between the files was interrupted; they count as delivered, and their `done` lines are written before their records are pruned",
+                    unfinished.len(),
+                    unfinished
+                        .iter()
+                        .take(10)
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
         if !damaged_lines {
-            let pending = main.live.difference(&dead_live).count() as u64;
+            let pending_ids: BTreeSet<u64> = main
+                .live
+                .iter()
+                .copied()
+                .filter(|id| !dead_live.contains(id) && !delivered_live.contains(id))
+                .collect();
+            let pending = pending_ids.len() as u64;
             report.pending = Some(pending);
             report.dead_letters = Some(dead_live.len() as u64);
             let hw = main
                 .high_water
-                .max(dead.as_ref().map_or(0, |d| d.high_water));
+                .max(dead.as_ref().map_or(0, |d| d.high_water))
+                .max(delivered.as_ref().map_or(0, |d| d.high_water));
+            let retained = match delivered_live.len() {
+                0 => String::new(),
+                n => format!(", {n} delivered retained"),
+            };
             report.push(
                 Severity::Info,
                 path,
                 None,
                 format!(
-                    "{pending} pending, {} dead, {} records in the main file, id high-water mark {hw}",
+                    "{pending} pending, {} dead{retained}, {} records in the main file, id high-water mark {hw}",
                     dead_live.len(),
                     main.records
                 ),
             );
-            let pending_ids: BTreeSet<u64> = main.live.difference(&dead_live).copied().collect();
             let want = Expected {
                 pending: &pending_ids,
                 dead: dead_live.len() as u64,
+                delivered: delivered_live.len() as u64,
                 high_water: hw,
                 records: main.records,
                 evicted_total: dead.as_ref().and_then(|d| d.evicted).unwrap_or(0),
@@ -315,7 +359,13 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
         }
     }
     drop(held);
-    for tmp in ["compact.tmp", "dead.compact.tmp", "meta.tmp", "idx.tmp"] {
+    for tmp in [
+        "compact.tmp",
+        "dead.compact.tmp",
+        "delivered.compact.tmp",
+        "meta.tmp",
+        "idx.tmp",
+    ] {
         let p = companion(path, tmp);
         if p.exists() {
             report.push(
@@ -333,6 +383,7 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
 struct Expected<'a> {
     pending: &'a BTreeSet<u64>,
     dead: u64,
+    delivered: u64,
     high_water: u64,
     records: u64,
     evicted_total: u64,
@@ -390,13 +441,31 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(&dead_path, "read", e)),
     };
+    let delivered_path = companion(path, "delivered");
+    let delivered = match std::fs::File::open(&delivered_path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&delivered_path, "read", e)),
+    };
     let main_now = FileNow::of(&main, path)?;
     let dead_now = match &dead {
         Some(f) => Some(FileNow::of(f, &dead_path)?),
         None => None,
     };
+    let delivered_now = match &delivered {
+        Some(f) => Some(FileNow::of(f, &delivered_path)?),
+        None => None,
+    };
     ix.begin(false)?;
-    let result = compare(&ix, path, &dead_path, main_now, dead_now, report, want);
+    let files = Files {
+        path,
+        dead_path: &dead_path,
+        delivered_path: &delivered_path,
+        main: main_now,
+        dead: dead_now,
+        delivered: delivered_now,
+    };
+    let result = compare(&ix, &files, report, want);
     let _ = ix.rollback();
     match result? {
         Ok(()) => {}
@@ -408,24 +477,33 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
     Ok(())
 }
 
+/// The spool files as `verify` found them.
+struct Files<'a> {
+    path: &'a Path,
+    dead_path: &'a Path,
+    delivered_path: &'a Path,
+    main: FileNow<'a>,
+    dead: Option<FileNow<'a>>,
+    delivered: Option<FileNow<'a>>,
+}
+
 fn compare(
     ix: &Index,
-    path: &Path,
-    dead_path: &Path,
-    main: FileNow<'_>,
-    dead: Option<FileNow<'_>>,
+    files: &Files<'_>,
     report: &mut VerifyReport,
     want: &Expected<'_>,
 ) -> Result<std::result::Result<(), String>> {
+    let path = files.path;
     let idx = companion(path, "idx");
-    let (main_row, dead_row) = match ix.check_files(&RealIo, main, dead, false)? {
-        Ok(rows) => rows,
-        Err(why) => {
-            return Ok(Err(format!(
-                "the index does not describe these files: {why}"
-            )))
-        }
-    };
+    let [main_row, dead_row, delivered_row] =
+        match ix.check_files(&RealIo, files.main, files.dead, files.delivered, false)? {
+            Ok(rows) => rows,
+            Err(why) => {
+                return Ok(Err(format!(
+                    "the index does not describe these files: {why}"
+                )))
+            }
+        };
     if let Some(problem) = ix.quick_check()? {
         return Ok(Err(format!("the index database is damaged: {problem}")));
     }
@@ -442,8 +520,14 @@ fn compare(
     let mut records = main_row.records;
     let mut ap = ix.applier()?;
     for (which, file_path, now, row) in [
-        (Which::Dead, dead_path, dead, &dead_row),
-        (Which::Main, path, Some(main), &main_row),
+        (Which::Dead, files.dead_path, files.dead, &dead_row),
+        (
+            Which::Delivered,
+            files.delivered_path,
+            files.delivered,
+            &delivered_row,
+        ),
+        (Which::Main, path, Some(files.main), &main_row),
     ] {
         let Some(now) = now else { continue };
         if now.len <= row.upto {
@@ -457,11 +541,8 @@ fn compare(
             now.len,
             row.lines,
             row.needs_newline,
-            Entry::parse,
-            |e, off, l| match which {
-                Which::Main => ap.main(e, off, l),
-                Which::Dead => ap.dead(e, off, l),
-            },
+            Entry::parser(which),
+            |e, off, l| ap.apply(which, e, off, l),
         )?;
         behind += s.end - row.upto;
         if which == Which::Main {
@@ -490,6 +571,13 @@ fn compare(
         differences.push(format!(
             "{dead_count} dead letters instead of {}",
             want.dead
+        ));
+    }
+    let delivered_count = ix.delivered_count()?;
+    if delivered_count != want.delivered {
+        differences.push(format!(
+            "{delivered_count} delivered records instead of {}",
+            want.delivered
         ));
     }
     let hw = ix.high_water()?;

@@ -17,6 +17,7 @@ impl Index {
             depth: 0,
             held: 0,
             dead: 0,
+            delivered: 0,
             attempts: std::collections::BTreeMap::new(),
         })
     }
@@ -37,6 +38,7 @@ pub(crate) struct Applier<'a> {
     depth: i64,
     held: i64,
     dead: i64,
+    delivered: i64,
     attempts: std::collections::BTreeMap<u32, i64>,
 }
 
@@ -62,8 +64,8 @@ impl Applier<'_> {
         *self.attempts.entry(attempts).or_default() += 1;
     }
 
-    /// Delete pending row `id`, counting it.
-    fn delete_pending(&mut self, id: i64) -> Result<()> {
+    /// Delete pending row `id`, counting it; whether there was one.
+    fn delete_pending(&mut self, id: i64) -> Result<bool> {
         let ix = self.ix;
         let old: Option<(bool, u32)> = ix
             .conn
@@ -73,7 +75,22 @@ impl Applier<'_> {
         if let Some((held, attempts)) = old {
             self.gone(held, attempts);
         }
-        Ok(())
+        Ok(old.is_some())
+    }
+
+    /// Delete delivered row `id`, counting it; its `in_main` flag, when
+    /// there was one.
+    fn delete_delivered(&mut self, id: i64) -> Result<Option<bool>> {
+        let ix = self.ix;
+        let old: Option<bool> = ix
+            .conn
+            .prepare_cached("DELETE FROM delivered WHERE id = ?1 RETURNING in_main")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(ix.err("update"))?;
+        if old.is_some() {
+            self.delivered -= 1;
+        }
+        Ok(old)
     }
 
     /// Delete dead row `id`, counting it.
@@ -91,6 +108,16 @@ impl Applier<'_> {
     fn keep<T>(&mut self, r: Result<T>) {
         if let (Err(e), None) = (r, &self.err) {
             self.err = Some(e);
+        }
+    }
+
+    /// Apply a line of `which` at `off` (`len` bytes without its line
+    /// ending).
+    pub fn apply(&mut self, which: Which, e: Entry, off: u64, len: usize) {
+        match which {
+            Which::Main => self.main(e, off, len),
+            Which::Dead => self.dead(e, off, len),
+            Which::Delivered => self.delivered(e, off, len),
         }
     }
 
@@ -138,18 +165,20 @@ impl Applier<'_> {
                         .map_err(ix.err("update"))?;
                     return Ok(());
                 }
-                // Is it a dead letter, and what was it before?
-                let (dead, old): (bool, Option<(bool, u32)>) = ix
+                // Is it a dead letter or a delivered item, and what was it
+                // before?
+                let (dead, delivered, old): (bool, bool, Option<(bool, u32)>) = ix
                     .conn
                     .prepare_cached(
-                        "SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1), p.held, p.attempts \
+                        "SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1), \
+                         EXISTS (SELECT 1 FROM delivered WHERE id = ?1), p.held, p.attempts \
                          FROM (SELECT 1) LEFT JOIN pending p ON p.id = ?1",
                     )
                     .and_then(|mut s| {
                         s.query_row([id], |r| {
-                            let held: Option<bool> = r.get(1)?;
-                            let attempts: Option<u32> = r.get(2)?;
-                            Ok((r.get(0)?, held.zip(attempts)))
+                            let held: Option<bool> = r.get(2)?;
+                            let attempts: Option<u32> = r.get(3)?;
+                            Ok((r.get(0)?, r.get(1)?, held.zip(attempts)))
                         })
                     })
                     .map_err(ix.err("update"))?;
@@ -157,6 +186,11 @@ impl Applier<'_> {
                     // The dead-letter file wins (see the module docs of
                     // the backend): only the mark moves.
                     return Ok(());
+                }
+                if delivered {
+                    // So does the delivered file: the item was delivered.
+                    // The main file holds it until its `done` line.
+                    return self.set_in_main(id, true);
                 }
                 if let Some((held, attempts)) = old {
                     self.gone(held, attempts);
@@ -178,7 +212,11 @@ impl Applier<'_> {
             Entry::Done(id) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
-                    self.delete_pending(id)?;
+                    if !self.delete_pending(id)? {
+                        // The `done` line that completes a move to the
+                        // delivered file.
+                        self.set_in_main(id, false)?;
+                    }
                 }
             }
             Entry::Push(p) => self.push = Some(p),
@@ -223,6 +261,68 @@ impl Applier<'_> {
             Entry::Evicted(n) => self.evicted = Some(n),
         }
         Ok(())
+    }
+
+    /// Apply a line of the delivered file: a `put` line is a retained
+    /// delivered item (it leaves the pending set: the delivered file wins
+    /// over the main file), a `done` line prunes one.
+    pub fn delivered(&mut self, e: Entry, off: u64, len: usize) {
+        if self.err.is_some() {
+            return;
+        }
+        let r = self.delivered_inner(e, off, len);
+        self.keep(r);
+    }
+
+    fn delivered_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        let ix = self.ix;
+        match e {
+            Entry::Put(row) => {
+                self.raise(row.id);
+                let id = to_i64(row.id, "item id")?;
+                // Still pending: its `done` line in the main file is to
+                // come (or a crash kept it from coming).
+                let was_pending = self.delete_pending(id)?;
+                let in_main = self.delete_delivered(id)?.unwrap_or(false) || was_pending;
+                ix.conn
+                    .prepare_cached(
+                        "INSERT INTO delivered (id, off, len, key, delivered_at, in_main) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            id,
+                            off as i64,
+                            len as i64,
+                            row.key,
+                            row.delivered_at.unwrap_or(0),
+                            in_main
+                        ])
+                    })
+                    .map_err(ix.err("update"))?;
+                self.delivered += 1;
+            }
+            Entry::Done(id) => {
+                self.raise(id);
+                if let Ok(id) = i64::try_from(id) {
+                    self.delete_delivered(id)?;
+                }
+            }
+            // State lines live in the other files.
+            Entry::Push(_) | Entry::Client(_) | Entry::Evicted(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Note whether the main file still holds a live `put` line for the
+    /// delivered item `id` (nothing when `id` is not one).
+    fn set_in_main(&mut self, id: i64, on: bool) -> Result<()> {
+        let ix = self.ix;
+        ix.conn
+            .prepare_cached("UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2")
+            .and_then(|mut s| s.execute(params![id, on]))
+            .map_err(ix.err("update"))
+            .map(drop)
     }
 
     /// What a receiver's client line adds (the rules of
@@ -290,12 +390,15 @@ impl Applier<'_> {
             return Err(e);
         }
         let ix = self.ix;
-        if self.depth != 0 || self.held != 0 || self.dead != 0 {
+        if self.depth != 0 || self.held != 0 || self.dead != 0 || self.delivered != 0 {
             ix.conn
                 .prepare_cached(
-                    "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3",
+                    "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3, \
+                     delivered = delivered + ?4",
                 )
-                .and_then(|mut s| s.execute(params![self.depth, self.held, self.dead]))
+                .and_then(|mut s| {
+                    s.execute(params![self.depth, self.held, self.dead, self.delivered])
+                })
                 .map_err(ix.err("update"))?;
         }
         for (attempts, n) in &self.attempts {

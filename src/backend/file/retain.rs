@@ -1,0 +1,193 @@
+//! Retention of delivered items (SPEC §9) on an NDJSON spool: the
+//! `<spool>.delivered` companion file.
+//!
+//! With a window set (`retainMs` in `<spool>.meta`), a delivered item is
+//! moved to `<spool>.delivered` — a `put` line in the dead-letter file's
+//! format with `deliveredAt` and `evidence` — and leaves the main file
+//! through its `done` line, as it always did. The move writes (and syncs)
+//! the delivered file first: a crash between the two appends leaves the
+//! item in both files, and the delivered file wins (the item was
+//! delivered; it is never delivered again). The index notes such an item
+//! (`in_main`), and the `done` line the main file lacks is written before
+//! its record may be pruned, so that no reader of the main file alone
+//! sees it come back.
+//!
+//! Expired records (window ended, or retention turned off) are pruned by
+//! `done` lines in the delivered file, in bounded batches, by the calls
+//! that deliver, by enqueues, and by [`crate::Queue::prune_delivered`].
+
+use super::format;
+use super::index::Which;
+use super::{FileQueue, Inner};
+use crate::backend::state::within_window;
+use crate::error::{Error, Result};
+use crate::item::{DeliveredItem, Delivery, Evidence, Item, ItemId};
+use crate::time::Timestamp;
+use std::time::Duration;
+
+/// The window in milliseconds, for comparisons with stored times.
+fn window_ms(w: Duration) -> i64 {
+    i64::try_from(w.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The record a delivered item is kept as: not held, not in flight, not
+/// waiting for a retry.
+pub(super) fn retained(mut item: Item, at: Timestamp, evidence: Evidence) -> DeliveredItem {
+    item.held = false;
+    item.push_seq = None;
+    item.next_retry_at = None;
+    DeliveredItem {
+        item,
+        delivery: Delivery { at, evidence },
+    }
+}
+
+/// Expired delivered records, split by what pruning them needs.
+#[derive(Debug, Default)]
+pub(super) struct Expired {
+    /// Records whose move is complete: a `done` line in the delivered
+    /// file prunes them.
+    pub prunable: Vec<ItemId>,
+    /// Records the main file still holds (a crash came between the two
+    /// appends of their move): they need their `done` line in the main
+    /// file first.
+    pub unfinished: Vec<ItemId>,
+}
+
+impl FileQueue {
+    /// The delivered item a non-empty key deduplicates to at `now`: the
+    /// newest retained record with that key, while its window is open.
+    /// One lookup in the index.
+    pub(super) fn retained_owner(
+        inner: &Inner,
+        key: &str,
+        now: Timestamp,
+    ) -> Result<Option<ItemId>> {
+        let retain = inner.meta.retain();
+        if key.is_empty() || retain.is_none() {
+            return Ok(None);
+        }
+        Ok(inner
+            .index()?
+            .delivered_owner(key)?
+            .filter(|(_, at)| within_window(Timestamp::from_millis(*at), retain, now))
+            .map(|(id, _)| id))
+    }
+
+    /// Up to `limit` delivered records whose window ended at `now` (all
+    /// of them count as ended when retention is off), oldest first.
+    pub(super) fn expired(inner: &Inner, now: Timestamp, limit: usize) -> Result<Expired> {
+        let ix = inner.index()?;
+        let mut out = Expired::default();
+        if limit == 0 || ix.delivered_count()? == 0 {
+            return Ok(out);
+        }
+        let cutoff = inner
+            .meta
+            .retain()
+            .map(|w| now.as_millis().saturating_sub(window_ms(w)));
+        for (id, in_main) in ix.delivered_expired(cutoff, limit)? {
+            match in_main {
+                false => out.prunable.push(id),
+                true => out.unfinished.push(id),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The records of the pending items `done` delivered at `now`, each
+    /// with its evidence (read from the main file, nearby lines with one
+    /// `pread`).
+    pub(super) fn retained_records(
+        &self,
+        inner: &Inner,
+        done: &[(ItemId, Evidence)],
+        now: Timestamp,
+    ) -> Result<Vec<u8>> {
+        let ix = inner.index()?;
+        let mut locs = Vec::with_capacity(done.len());
+        for (id, _) in done {
+            let loc = ix
+                .pending_loc(*id)?
+                .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")))?;
+            locs.push(loc);
+        }
+        let mut out = Vec::new();
+        for (item, (id, evidence)) in self.items(inner, &locs)?.into_iter().zip(done) {
+            if item.id != *id {
+                return Err(Error::Internal(format!(
+                    "item {id} was read as item {}",
+                    item.id
+                )));
+            }
+            format::write_delivered(&mut out, &retained(item, now, *evidence));
+        }
+        Ok(out)
+    }
+
+    /// Move items out of the main file into the companion `dest`: append
+    /// `dest_lines` (synced) first, then `main_lines`. When the second
+    /// append fails, the first is cut off again, so that the call changes
+    /// nothing (were the process to die instead, the item is in both
+    /// files, and the companion file wins).
+    pub(super) fn move_out(
+        &self,
+        inner: &mut Inner,
+        dest: Which,
+        dest_lines: &[u8],
+        main_lines: &[u8],
+    ) -> Result<()> {
+        let before = inner.tail(dest).clone();
+        self.append(inner, dest, dest_lines)?;
+        if let Err(e) = self.append(inner, Which::Main, main_lines) {
+            if !dest_lines.is_empty() {
+                if let Some(t) = inner.tracked(dest) {
+                    let cut = self
+                        .io
+                        .truncate(&t.file, before.end)
+                        .and_then(|()| self.io.sync(&t.file));
+                    if cut.is_ok() {
+                        *inner.tail(dest) = before;
+                    }
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Prune up to `limit` expired delivered records at `now`: the `done`
+    /// lines that unfinished moves lack go to the main file first, then
+    /// the delivered file gets a `done` line per record. How many.
+    pub(super) fn prune_locked(
+        &self,
+        inner: &mut Inner,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<u64> {
+        let expired = FileQueue::expired(inner, now, limit)?;
+        let mut main = Vec::new();
+        for id in &expired.unfinished {
+            format::write_done(&mut main, *id);
+        }
+        let mut delivered = Vec::new();
+        for id in expired.unfinished.iter().chain(&expired.prunable) {
+            format::write_done(&mut delivered, *id);
+        }
+        self.append(inner, Which::Main, &main)?;
+        self.append(inner, Which::Delivered, &delivered)?;
+        Ok((expired.unfinished.len() + expired.prunable.len()) as u64)
+    }
+
+    /// [`FileQueue::prune_locked`] after a call's own commit, as
+    /// upkeep: a failure is told in a notice (the next call prunes), not
+    /// returned, since the call itself is committed.
+    pub(super) fn prune_after(&self, inner: &mut Inner, now: Timestamp) {
+        if let Err(e) = self.prune_locked(inner, now, crate::item::PRUNE_BATCH) {
+            inner.notices.push(format!(
+                "{}: expired delivered records were not pruned ({e}); the next write prunes them",
+                self.delivered_path.display()
+            ));
+        }
+    }
+}

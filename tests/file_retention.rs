@@ -1,0 +1,620 @@
+//! Retention of delivered items (SPEC §9) on the NDJSON backend, as the
+//! files show it: what a reference reader sees of the main file, the
+//! `<spool>.delivered` companion, a crash between the two appends of a
+//! move, compaction, and the index rebuilt from the files.
+
+use spool::backend::companion;
+use spool::backend::file::io::{FileIo, RealIo};
+use spool::backend::file::verify::verify_path;
+use spool::backend::file::FileQueue;
+use spool::{
+    Clock, Delivery, EnqueueOptions, Enqueued, Evidence, ItemId, ManualClock, NewItem, OpenMode,
+    OpenOptions, Queue, Record, RecordState, Timestamp,
+};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const T0: Timestamp = Timestamp::from_secs(1_764_583_200);
+
+fn open_at(path: &Path, mode: OpenMode, clock: &ManualClock) -> FileQueue {
+    let mut opts = OpenOptions::new(mode);
+    opts.clock = Arc::new(clock.clone());
+    FileQueue::open(path, &opts).unwrap()
+}
+
+fn add(q: &dyn Queue, payload: &str, key: &str) -> ItemId {
+    let e = q.enqueue(payload.as_bytes(), key).unwrap();
+    assert!(!e.deduplicated, "{payload}");
+    e.id
+}
+
+fn pending(q: &dyn Queue) -> Vec<ItemId> {
+    q.drain().unwrap().iter().map(|i| i.id).collect()
+}
+
+fn delivered(q: &dyn Queue) -> Vec<ItemId> {
+    q.delivered_page(0, 100_000)
+        .unwrap()
+        .iter()
+        .map(|d| d.item.id)
+        .collect()
+}
+
+/// What the reference `FileOfflineQueue` reads from a file: last write
+/// wins per id, only its own fields. Panics on a line it would reject.
+fn reference_view(path: &Path) -> BTreeMap<u64, (String, String, u64)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut live = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = v["id"].as_u64().unwrap();
+        match v["op"].as_str().unwrap() {
+            "put" => {
+                live.insert(
+                    id,
+                    (
+                        v["payload"].as_str().unwrap().to_string(),
+                        v["idempotencyKey"].as_str().unwrap().to_string(),
+                        v["attempts"].as_u64().unwrap(),
+                    ),
+                );
+            }
+            "done" => {
+                live.remove(&id);
+            }
+            other => panic!("the reference knows no op {other:?}"),
+        }
+    }
+    live
+}
+
+/// The lines of `path` as JSON objects (none when it does not exist).
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The reference's part of a `put` line `spool` writes: its five fields,
+/// in its order, first.
+fn reference_prefix(id: u64, payload: &str, key: &str, attempts: u32) -> String {
+    format!(
+        "{{\"op\":\"put\",\"id\":{id},\"payload\":{},\"idempotencyKey\":{},\"attempts\":{attempts}",
+        serde_json::to_string(payload).unwrap(),
+        serde_json::to_string(key).unwrap()
+    )
+}
+
+/// The state a crash between the two appends of a move leaves: the
+/// item's record in the delivered file, and no `done` line in the main
+/// file. Made by hand from the item's last `put` line.
+fn crash_after_the_delivered_append(path: &Path, id: ItemId, at: Timestamp, evidence: &str) {
+    let main = std::fs::read_to_string(path).unwrap();
+    let put = main
+        .lines()
+        .rfind(|l| l.starts_with(&format!("{{\"op\":\"put\",\"id\":{id},")))
+        .expect("the item's put line");
+    let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(put).unwrap();
+    v.insert("deliveredAt".into(), at.as_millis().into());
+    v.insert("evidence".into(), evidence.into());
+    let mut line = serde_json::to_vec(&v).unwrap();
+    line.push(b'\n');
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(companion(path, "delivered"))
+        .unwrap()
+        .write_all(&line)
+        .unwrap();
+}
+
+#[test]
+fn a_reference_reader_sees_delivered_items_gone_and_the_records_are_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    let b = add(&q, "b", "");
+    let c = add(&q, "c", "kc");
+    q.set_attempts(b, 2).unwrap();
+    clock.advance(Duration::from_millis(1500));
+    assert_eq!(
+        q.deliver(&[(a, Evidence::Http(200)), (b, Evidence::Exit(0))])
+            .unwrap(),
+        vec![true, true]
+    );
+
+    // The main file: delivered items leave it through `done` lines, as
+    // they always did.
+    let view = reference_view(&p);
+    assert_eq!(view.keys().copied().collect::<Vec<_>>(), vec![c]);
+    let main = lines(&p);
+    for id in [a, b] {
+        assert!(
+            main.iter().any(|v| v["op"] == "done" && v["id"] == id),
+            "no done line for {id}"
+        );
+    }
+    // No field of the delivered file leaks into the main file.
+    assert!(main.iter().all(|v| v.get("deliveredAt").is_none()));
+
+    // The delivered file: the item's put line, the reference's fields
+    // first, then the time and the evidence.
+    let dpath = companion(&p, "delivered");
+    let text = std::fs::read_to_string(&dpath).unwrap();
+    let put: Vec<&str> = text.lines().collect();
+    assert_eq!(put.len(), 2, "{text}");
+    let at = (T0.as_millis() + 1500).to_string();
+    assert!(
+        put[0].starts_with(&reference_prefix(a, "a", "ka", 0)),
+        "{}",
+        put[0]
+    );
+    assert!(
+        put[0].ends_with(&format!(
+            r#","deliveredAt":{at},"evidence":"http:200","tx":0}}"#
+        )),
+        "{}",
+        put[0]
+    );
+    assert!(
+        put[1].starts_with(&reference_prefix(b, "b", "", 2)),
+        "{}",
+        put[1]
+    );
+    assert!(
+        put[1].ends_with(&format!(r#","deliveredAt":{at},"evidence":"exit:0"}}"#)),
+        "{}",
+        put[1]
+    );
+    // Created private, like every spool file.
+    assert_eq!(
+        std::fs::metadata(&dpath).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The window is in the meta file.
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(companion(&p, "meta")).unwrap()).unwrap();
+    assert_eq!(meta["retainMs"], 3_600_000);
+
+    // The spool reads them back, and their keys dedup.
+    let da = q.delivered_get(a).unwrap().unwrap();
+    assert_eq!(
+        da.delivery,
+        Delivery {
+            at: Timestamp::from_millis(T0.as_millis() + 1500),
+            evidence: Evidence::Http(200)
+        }
+    );
+    assert_eq!(q.delivered_get(b).unwrap().unwrap().item.attempts, 2);
+    assert_eq!(q.enqueue(b"again", "ka").unwrap(), Enqueued::delivered(a));
+    assert_eq!(q.stats(T0).unwrap().delivered_retained, 2);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.contains("2 delivered retained")),
+        "{report:?}"
+    );
+
+    // Retention off: a delivered item is deleted as it always was, and
+    // the records kept go as expired.
+    q.set_retain(None).unwrap();
+    assert_eq!(meta_field(&p, "retainMs"), serde_json::Value::Null);
+    q.mark_done(&[c]).unwrap();
+    assert!(delivered(&q).is_empty(), "pruned by the delivery");
+    assert!(reference_view(&p).is_empty());
+    assert_eq!(q.delivered_get(c).unwrap(), None);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+fn meta_field(p: &Path, name: &str) -> serde_json::Value {
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(companion(p, "meta")).unwrap()).unwrap();
+    meta[name].clone()
+}
+
+#[test]
+fn without_retention_no_delivered_file_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    let a = add(&q, "a", "k");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    assert!(!companion(&p, "delivered").exists());
+    assert!(reference_view(&p).is_empty());
+    assert!(!q.enqueue(b"b", "k").unwrap().deduplicated);
+}
+
+#[test]
+fn a_crash_between_the_two_appends_leaves_the_item_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let (x, y) = {
+        let q = open_at(&p, OpenMode::Create, &clock);
+        q.set_retain(Some(HOUR)).unwrap();
+        (add(&q, "x", "kx"), add(&q, "y", ""))
+    };
+    crash_after_the_delivered_append(&p, x, T0, "http:204");
+    // The reference still sees x in the main file ...
+    assert!(reference_view(&p).contains_key(&x));
+    // ... spool sees it delivered: the delivered file wins.
+    let check = |q: &FileQueue, writable: bool| {
+        assert_eq!(pending(q), vec![y]);
+        assert_eq!(q.get(x).unwrap(), None);
+        let d = q.delivered_get(x).unwrap().expect("x is delivered");
+        assert_eq!(d.delivery.evidence, Evidence::Http(204));
+        assert_eq!(d.item.payload, b"x");
+        if writable {
+            assert_eq!(q.enqueue(b"x again", "kx").unwrap(), Enqueued::delivered(x));
+            assert_eq!(q.deliver(&[(x, Evidence::Done)]).unwrap(), vec![false]);
+        }
+        assert_eq!(q.size().unwrap(), 1);
+    };
+    check(&open_at(&p, OpenMode::ReadOnly, &clock), false);
+    check(&open_at(&p, OpenMode::ReadWrite, &clock), true);
+    // The same from an index built from the files.
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    check(&open_at(&p, OpenMode::ReadOnly, &clock), false);
+    check(&open_at(&p, OpenMode::ReadWrite, &clock), true);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.contains("both pending and delivered")),
+        "{report:?}"
+    );
+
+    // Once the window ends, the main file gets the `done` line it lacks
+    // before the record goes, so that the item never comes back.
+    clock.advance(HOUR);
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    let z = add(&q, "z", "kx");
+    assert_eq!(q.delivered_get(x).unwrap(), None, "pruned by the enqueue");
+    assert_eq!(
+        reference_view(&p).keys().copied().collect::<Vec<_>>(),
+        vec![y, z]
+    );
+    drop(q);
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(pending(&q), vec![y, z]);
+    assert!(delivered(&q).is_empty());
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        !report
+            .findings
+            .iter()
+            .any(|f| f.message.contains("both pending and delivered")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn an_unfinished_move_is_completed_before_prune_delivered_removes_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let x = add(&q, "x", "");
+    let y = add(&q, "y", "");
+    q.deliver(&[(y, Evidence::Exit(0))]).unwrap();
+    drop(q);
+    crash_after_the_delivered_append(&p, x, T0, "exit:0");
+    clock.advance(2 * HOUR);
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.prune_delivered(10).unwrap(), 2);
+    assert!(delivered(&q).is_empty());
+    assert!(reference_view(&p).is_empty());
+    drop(q);
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert!(pending(&q).is_empty(), "x never comes back");
+}
+
+/// The child of `a_delivery_killed_between_the_two_appends_leaves_the_item_delivered`:
+/// delivers the spool's item 1, killed by the debug crash point the
+/// parent names. Does nothing when run alone.
+#[test]
+fn child_deliver() {
+    let Ok(path) = std::env::var(ENV_CHILD) else {
+        return;
+    };
+    let q = FileQueue::open(Path::new(&path), &OpenOptions::new(OpenMode::ReadWrite)).unwrap();
+    let _ = q.deliver(&[(1, Evidence::Http(200))]);
+    panic!("the delivery was to be killed");
+}
+
+const ENV_CHILD: &str = "SPOOL_TEST_RETENTION_CHILD";
+
+#[test]
+fn a_delivery_killed_between_the_two_appends_leaves_the_item_delivered() {
+    use std::os::unix::process::ExitStatusExt;
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: the crash points exist in debug builds only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    {
+        let q = FileQueue::open(&p, &OpenOptions::new(OpenMode::Create)).unwrap();
+        q.set_retain(Some(24 * HOUR)).unwrap();
+        assert_eq!(add(&q, "x", "kx"), 1);
+        add(&q, "y", "");
+    }
+    // The first synced write of the delivery is the delivered file's.
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_deliver", "--nocapture"])
+        .env(ENV_CHILD, &p)
+        .env("SPOOL_DEBUG_KILL_AT", "index-update:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    assert!(
+        reference_view(&p).contains_key(&1),
+        "the main file's append never ran"
+    );
+    let q = FileQueue::open(&p, &OpenOptions::new(OpenMode::ReadWrite)).unwrap();
+    assert_eq!(pending(&q), vec![2]);
+    assert_eq!(
+        q.delivered_get(1).unwrap().unwrap().delivery.evidence,
+        Evidence::Http(200)
+    );
+    assert_eq!(q.enqueue(b"x again", "kx").unwrap(), Enqueued::delivered(1));
+    // Delivering it again finds nothing pending.
+    assert_eq!(q.deliver(&[(1, Evidence::Done)]).unwrap(), vec![false]);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn compaction_keeps_live_records_and_drops_pruned_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let ids: Vec<ItemId> = (0..6)
+        .map(|i| add(&q, &format!("p{i}"), &format!("k{i}")))
+        .collect();
+    q.deliver(&[(ids[0], Evidence::Http(200)), (ids[1], Evidence::Http(201))])
+        .unwrap();
+    clock.advance(HOUR / 2);
+    q.deliver(&[(ids[2], Evidence::Exit(0)), (ids[3], Evidence::Push(7))])
+        .unwrap();
+    drop(q);
+    // ids[4] was delivered too, but a crash cut the move short.
+    crash_after_the_delivered_append(&p, ids[4], clock.now(), "done");
+    clock.advance(HOUR / 2);
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(
+        q.prune_delivered(100).unwrap(),
+        2,
+        "ids[0] and ids[1] expired"
+    );
+    let before = q.stats(clock.now()).unwrap();
+    assert_eq!((before.depth, before.delivered_retained), (1, 3));
+    let report = q.compact().unwrap();
+    assert_eq!(report.pending, 1);
+    assert_eq!(report.delivered_retained, 3);
+
+    // The delivered file holds the live records only: no done lines (and
+    // its last line carries no batch frame).
+    let dlines = lines(&companion(&p, "delivered"));
+    assert_eq!(
+        dlines
+            .iter()
+            .map(|v| v["id"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![ids[2], ids[3], ids[4]]
+    );
+    assert!(dlines.iter().all(|v| v["op"] == "put"));
+    assert!(dlines.last().unwrap().get("tx").is_none());
+    // The main file no longer holds the item whose move was cut short.
+    assert_eq!(
+        reference_view(&p).keys().copied().collect::<Vec<_>>(),
+        vec![ids[5]]
+    );
+    let check = |q: &FileQueue| {
+        assert_eq!(delivered(q), vec![ids[2], ids[3], ids[4]]);
+        assert_eq!(pending(q), vec![ids[5]]);
+        assert_eq!(
+            q.delivered_get(ids[3]).unwrap().unwrap().delivery.evidence,
+            Evidence::Push(7)
+        );
+        assert_eq!(
+            q.enqueue(b"dup", "k4").unwrap(),
+            Enqueued::delivered(ids[4])
+        );
+        assert!(q.high_water().unwrap() >= ids[5]);
+    };
+    check(&q);
+    check(&open_at(&p, OpenMode::ReadWrite, &clock));
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    check(&open_at(&p, OpenMode::ReadWrite, &clock));
+    // Keys of pruned records are free again; ids stay unique.
+    let fresh = q.enqueue(b"new", "k0").unwrap();
+    assert!(!fresh.deduplicated);
+    assert!(fresh.id > ids[5]);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn an_index_rebuilt_from_the_files_sees_the_same_delivered_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "order-1");
+    let b = add(&q, "b", "order-2");
+    let c = add(&q, "c", "");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    clock.advance(Duration::from_secs(60));
+    q.push_assign(&[b, c]).unwrap();
+    q.push_ack(2, &[]).unwrap();
+    // An imported delivered record, and a pending one with a key a
+    // delivered record already has (only pending keys dedup an import).
+    let mut rec_item = spool::Item::new(50, b"imported".to_vec(), "order-9".into(), T0);
+    rec_item.attempts = 3;
+    let imported = q
+        .import(&[
+            Record {
+                item: rec_item,
+                state: RecordState::Delivered,
+                dead_at: None,
+                delivery: Some(Delivery {
+                    at: T0,
+                    evidence: Evidence::Sink,
+                }),
+            },
+            Record {
+                item: spool::Item::new(51, b"pending".to_vec(), "order-1".into(), T0),
+                state: RecordState::Pending,
+                dead_at: None,
+                delivery: None,
+            },
+        ])
+        .unwrap();
+    assert!(imported.iter().all(|i| !i.deduplicated && i.kept_id));
+    let snapshot = |q: &FileQueue| {
+        (
+            q.delivered_page(0, 100).unwrap(),
+            pending(q),
+            q.stats(clock.now()).unwrap().delivered_retained,
+            q.high_water().unwrap(),
+        )
+    };
+    let before = snapshot(&q);
+    assert_eq!(
+        before.0.iter().map(|d| d.item.id).collect::<Vec<_>>(),
+        vec![a, b, c, 50]
+    );
+    assert_eq!(before.0[1].delivery.evidence, Evidence::Push(2));
+    assert_eq!(before.1, vec![51]);
+    drop(q);
+
+    // No index: the next command builds one from the files.
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(snapshot(&q), before);
+    // Dedup as before: a pending key first, then the newest record.
+    assert_eq!(q.enqueue(b"x", "order-1").unwrap(), Enqueued::dedup(51));
+    assert_eq!(q.enqueue(b"x", "order-2").unwrap(), Enqueued::delivered(b));
+    assert_eq!(q.enqueue(b"x", "order-9").unwrap(), Enqueued::delivered(50));
+    drop(q);
+
+    // An index of version 2 (before retention) is not used: rebuilt.
+    {
+        let conn = rusqlite::Connection::open(companion(&p, "idx")).unwrap();
+        conn.execute_batch("PRAGMA user_version = 2").unwrap();
+    }
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.enqueue(b"x", "order-2").unwrap(), Enqueued::delivered(b));
+    assert!(q
+        .take_notices()
+        .iter()
+        .any(|n| n.contains("index version 2")));
+    assert_eq!(snapshot(&q), before);
+    // The window ends for the imported record (delivered at T0) first.
+    clock.set(Timestamp::from_millis(T0.as_millis() + 3_600_000));
+    assert!(!q.enqueue(b"x", "order-9").unwrap().deduplicated);
+    assert_eq!(q.enqueue(b"x", "order-1").unwrap(), Enqueued::dedup(51));
+    assert_eq!(q.enqueue(b"x", "order-2").unwrap(), Enqueued::delivered(b));
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+/// An I/O seam whose n-th `fsync` fails.
+#[derive(Debug, Default)]
+struct FailingSync {
+    fail_sync_in: AtomicUsize,
+}
+
+impl FileIo for FailingSync {
+    fn sync(&self, file: &File) -> io::Result<()> {
+        let v = self.fail_sync_in.load(Ordering::SeqCst);
+        if v > 0 {
+            self.fail_sync_in.store(v - 1, Ordering::SeqCst);
+            if v == 1 {
+                return Err(io::Error::from_raw_os_error(5));
+            }
+        }
+        RealIo.sync(file)
+    }
+}
+
+#[test]
+fn a_failed_main_file_append_takes_the_delivered_record_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let io = Arc::new(FailingSync::default());
+    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    // The delivered file's sync passes, the main file's fails.
+    io.fail_sync_in.store(2, Ordering::SeqCst);
+    assert!(q.deliver(&[(a, Evidence::Http(200))]).is_err());
+    assert_eq!(pending(&q), vec![a]);
+    assert!(delivered(&q).is_empty());
+    assert_eq!(
+        std::fs::metadata(companion(&p, "delivered")).unwrap().len(),
+        0,
+        "the record was cut off again"
+    );
+    let again = FileQueue::open(&p, &OpenOptions::new(OpenMode::ReadOnly)).unwrap();
+    assert_eq!(pending(&again), vec![a]);
+    assert!(delivered(&again).is_empty());
+    // The next delivery goes through.
+    assert_eq!(q.deliver(&[(a, Evidence::Http(200))]).unwrap(), vec![true]);
+    assert_eq!(delivered(&q), vec![a]);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn retained_keys_dedup_in_a_streamed_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "k");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    let mut items = vec![
+        Ok(NewItem::new("1", "k")),
+        Ok(NewItem::new("2", "other")),
+        Ok(NewItem::new("3", "other")),
+    ]
+    .into_iter();
+    let r: Vec<Enqueued> = q
+        .enqueue_stream(&mut items, &EnqueueOptions::default())
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(r[0], Enqueued::delivered(a));
+    assert!(!r[1].deduplicated);
+    assert_eq!(r[2], Enqueued::dedup(r[1].id));
+}
