@@ -298,7 +298,7 @@ mod tests {
         let s = Spool::memory(&OpenOptions::default());
         let all = list(&*s).unwrap();
         let names: Vec<&str> = all.iter().map(|s| s.key).collect();
-        assert_eq!(names, ["max-depth", "on-full", "uuid"]);
+        assert_eq!(names, ["max-depth", "on-full", "retain", "uuid"]);
         assert_eq!(all[0].value, Value::Count(None));
         assert_eq!(all[0].value.to_string(), "none");
         assert_eq!(
@@ -319,8 +319,19 @@ mod tests {
         assert!(get(&*s, "colour")
             .unwrap_err()
             .to_string()
-            .contains("max-depth, on-full, uuid"));
+            .contains("max-depth, on-full, retain, uuid"));
         assert_eq!(s.max_depth().unwrap(), None, "failed sets change nothing");
+        assert_eq!(get(&*s, "retain").unwrap().value.to_string(), "off");
+        assert_eq!(
+            set(&*s, "retain", "90m").unwrap().value.to_string(),
+            "1h30m"
+        );
+        assert_eq!(s.retain().unwrap(), Some(Duration::from_secs(5400)));
+        assert_eq!(
+            set(&*s, "retain", "500ms").unwrap_err().kind(),
+            crate::ErrorKind::Usage
+        );
+        assert_eq!(set(&*s, "retain", "0").unwrap().value.to_string(), "off");
     }
 
     #[test]

@@ -386,7 +386,7 @@ pub struct SyncWorker<'a> {
     run_lock: Mutex<()>,
     /// Delivered ids not yet committed as done, and when the oldest was
     /// delivered (group commit).
-    done_group: Mutex<(Vec<(ItemId, Evidence)>, Option<Timestamp>)>,
+    done_group: Mutex<DoneGroup>,
     /// Leased replay: delivered claims not yet committed, and when the
     /// oldest was delivered.
     leased_group: Mutex<LeasedGroup>,
@@ -929,6 +929,10 @@ impl SyncWorker<'_> {
         Ok(())
     }
 }
+
+/// Delivered items not yet committed as done, with their evidence, and
+/// when the oldest was delivered.
+type DoneGroup = (Vec<(ItemId, Evidence)>, Option<Timestamp>);
 
 /// Delivered claims not yet committed as done, and when the oldest was
 /// delivered.
