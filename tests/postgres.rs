@@ -563,7 +563,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2",
+        "1,2,3",
         "every migration applied once"
     );
     assert_eq!(
@@ -944,8 +944,8 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 }
 
 /// A schema at version 1 (as an older spool binary left it): a read-only
-/// open reads it as it is, without the columns of version 2; the first
-/// writable open migrates it to version 2 and every row stays.
+/// open reads it as it is, without the columns of versions 2 and 3; the
+/// first writable open migrates it to version 3 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -959,11 +959,14 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migration 0002 added goes.
+    // Back to version 1: what migrations 0003 and 0002 added goes.
     psql(
         &base,
         &format!(
             "BEGIN; \
+             DROP TABLE {schema}.delivered; \
+             ALTER TABLE {schema}.spools DROP COLUMN retain_ms, DROP COLUMN retained; \
+             DELETE FROM {schema}.spool_schema WHERE version = 3; \
              DROP INDEX {schema}.items_coalesce, {schema}.items_group, {schema}.items_group_leased; \
              ALTER TABLE {schema}.items DROP COLUMN grp, DROP COLUMN coalesce_key; \
              ALTER TABLE {schema}.dead_letters DROP COLUMN grp, DROP COLUMN coalesce_key; \
@@ -1004,7 +1007,7 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2"
+        "1,2,3"
     );
     assert_eq!(rw.drain().unwrap(), items);
     assert_eq!(rw.dead_count().unwrap(), 1);
