@@ -14,7 +14,8 @@ mod http_sink;
 use common::{pg_spool_url, pg_url, T0};
 use http_sink::{Answer, Sink};
 use spool::{
-    EnqueueOptions, ErrorKind, Leasing, ManualClock, NewItem, OnFull, OpenMode, OpenOptions, Spool,
+    EnqueueOptions, Enqueued, ErrorKind, Evidence, Leasing, ManualClock, NewItem, OnFull, OpenMode,
+    OpenOptions, Spool,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -116,6 +117,123 @@ fn an_expired_lease_cannot_record_over_the_new_holder() {
         vec![true]
     );
     assert_eq!(a.size().unwrap(), 0);
+}
+
+/// Retention (SPEC §9) under leases: the holder's `complete` keeps the
+/// item with its evidence (an HTTP status here) and the time of the
+/// commit; a replayer whose lease ran out retains nothing, before or
+/// after the holder, and the retained key deduplicates for both.
+#[test]
+fn complete_retains_the_holder_s_delivery_only() {
+    let Some(url) = new_spool("complete_retains") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let a = open_with(&url, OpenMode::Create, Some(&clock));
+    let b = open_with(&url, OpenMode::ReadWrite, Some(&clock));
+    a.set_retain(Some(Duration::from_secs(3600))).unwrap();
+    let id = a.enqueue(b"p", "order-1").unwrap().id;
+    let lease = Duration::from_secs(30);
+    let first = leasing(&a).claim(10, lease, false).unwrap();
+    clock.advance(Duration::from_secs(31));
+    let second = leasing(&b).claim(10, lease, false).unwrap();
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert_ne!(first[0].token, second[0].token);
+    // The late replayer's delivery is refused: nothing retained.
+    assert_eq!(
+        leasing(&a)
+            .complete(&[(id, first[0].token, Evidence::Http(200))])
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(a.delivered_get(id).unwrap(), None);
+    assert!(a.get(id).unwrap().is_some(), "still pending, leased by b");
+    assert_eq!(a.stats(T0).unwrap().delivered_retained, 0);
+    // The holder's counts, with its evidence.
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        leasing(&b)
+            .complete(&[(id, second[0].token, Evidence::Http(200))])
+            .unwrap(),
+        vec![true]
+    );
+    let d = a.delivered_get(id).unwrap().expect("retained");
+    assert_eq!(d.delivery.evidence, Evidence::Http(200));
+    assert_eq!(d.delivery.at, T0.saturating_add(Duration::from_secs(33)));
+    assert_eq!((d.item.attempts, d.item.key.as_str()), (2, "order-1"));
+    assert_eq!(a.size().unwrap(), 0);
+    assert_eq!(a.stats(T0).unwrap().delivered_retained, 1);
+    // Late again, after the holder: still nothing changes.
+    assert_eq!(
+        leasing(&a)
+            .complete(&[(id, first[0].token, Evidence::Exit(0))])
+            .unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        a.delivered_get(id).unwrap().unwrap().delivery.evidence,
+        Evidence::Http(200)
+    );
+    assert_eq!(a.stats(T0).unwrap().delivered_retained, 1);
+    assert_eq!(
+        a.enqueue(b"again", "order-1").unwrap(),
+        Enqueued::delivered(id)
+    );
+    assert_eq!(
+        b.enqueue(b"again", "order-1").unwrap(),
+        Enqueued::delivered(id)
+    );
+    assert_eq!(a.size().unwrap(), 0);
+}
+
+/// A key's item moving from pending to delivered while producers keep
+/// enqueueing the key: every enqueue is a dedup hit on the one item,
+/// pending or retained — never a second item (the spool row lock orders
+/// the delivery and each dedup decision).
+#[test]
+fn a_key_stays_deduplicated_across_its_delivery() {
+    let Some(url) = new_spool("dedup_across_delivery") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    s.set_retain(Some(Duration::from_secs(3600))).unwrap();
+    let id = s.enqueue(b"p", "k").unwrap().id;
+    let producers: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let p = open_with(&url, OpenMode::ReadWrite, None);
+                (0..60)
+                    .map(|_| p.enqueue(b"again", "k").unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let r = open_with(&url, OpenMode::ReadWrite, None);
+    let claimed = loop {
+        let c = leasing(&r)
+            .claim(1, Duration::from_secs(60), false)
+            .unwrap();
+        if !c.is_empty() {
+            break c;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        leasing(&r)
+            .complete(&[(id, claimed[0].token, Evidence::Exit(0))])
+            .unwrap(),
+        vec![true]
+    );
+    for p in producers {
+        for e in p.join().unwrap() {
+            assert_eq!(e.id, id, "{e:?}");
+            assert!(e.deduplicated);
+        }
+    }
+    assert_eq!(s.size().unwrap(), 0);
+    assert_eq!(s.high_water().unwrap(), id);
+    assert!(s.delivered_get(id).unwrap().is_some());
 }
 
 /// Released claims take their attempt back; failures wait for their retry
@@ -569,7 +687,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2",
+        "1,2,3",
         "every migration applied once"
     );
     assert_eq!(
@@ -958,8 +1076,9 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 }
 
 /// A schema at version 1 (as an older spool binary left it): a read-only
-/// open reads it as it is, without the columns of version 2; the first
-/// writable open migrates it to version 2 and every row stays.
+/// open reads it as it is, without the columns of versions 2 and 3
+/// (retention reads as off); the first writable open migrates it to
+/// version 3 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -973,11 +1092,14 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migration 0002 added goes.
+    // Back to version 1: what migrations 0003 and 0002 added goes.
     psql(
         &base,
         &format!(
             "BEGIN; \
+             DROP TABLE {schema}.delivered; \
+             ALTER TABLE {schema}.spools DROP COLUMN retain_ms, DROP COLUMN retained; \
+             DELETE FROM {schema}.spool_schema WHERE version = 3; \
              DROP INDEX {schema}.items_coalesce, {schema}.items_group, {schema}.items_group_leased; \
              ALTER TABLE {schema}.items DROP COLUMN grp, DROP COLUMN coalesce_key; \
              ALTER TABLE {schema}.dead_letters DROP COLUMN grp, DROP COLUMN coalesce_key; \
@@ -996,6 +1118,10 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     assert_eq!(ro.on_full().unwrap(), OnFull::Reject);
     let st = ro.stats(T0).unwrap();
     assert_eq!((st.depth, st.dead_letters, st.evicted_total), (1, 1, 0));
+    assert_eq!((st.delivered_retained, st.retain), (0, None));
+    assert_eq!(ro.retain().unwrap(), None);
+    assert!(ro.delivered_page(0, 10).unwrap().is_empty());
+    assert_eq!(ro.delivered_get(a).unwrap(), None);
     assert_eq!(
         psql(
             &base,
@@ -1018,7 +1144,7 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2"
+        "1,2,3"
     );
     assert_eq!(rw.drain().unwrap(), items);
     assert_eq!(rw.dead_count().unwrap(), 1);
@@ -1034,9 +1160,19 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     );
     assert_eq!(rw.requeue(&[b]).unwrap(), vec![true]);
     assert_eq!(rw.size().unwrap(), 3);
-    // The read-only handle opened at version 1 still reads.
-    assert_eq!(ro.size().unwrap(), 3);
-    assert_eq!(ro.drain().unwrap().len(), 3);
+    // Retention (version 3) works on the migrated schema.
+    rw.set_retain(Some(Duration::from_secs(3600))).unwrap();
+    assert_eq!(rw.mark_done(&[a]).unwrap(), vec![true]);
+    assert_eq!(
+        rw.delivered_get(a).unwrap().unwrap().delivery.evidence,
+        Evidence::Done
+    );
+    assert_eq!(rw.enqueue(b"a2", "ka").unwrap(), Enqueued::delivered(a));
+    // The read-only handle opened at version 1 still reads (retention as
+    // off: it does not know the table).
+    assert_eq!(ro.size().unwrap(), 2);
+    assert_eq!(ro.drain().unwrap().len(), 2);
+    assert_eq!(ro.retain().unwrap(), None);
     drop((ro, rw));
     psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
 }

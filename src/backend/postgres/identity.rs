@@ -6,12 +6,16 @@ use super::conn::Tx;
 use super::{id_param, u64_of, PostgresQueue};
 use crate::backend::identity::{Merge, SpoolHeader, Target};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, Imported, Record, RecordState};
+use crate::item::{DeadLetter, DeliveredItem, Imported, Record, RecordState};
 
 impl PostgresQueue {
     /// Store `records` in the open transaction (the spool row locked,
     /// its high-water mark `high_water`). With `merge`, pending records
     /// may keep their push numbers (see [`crate::backend::identity`]).
+    /// Delivered records go to `delivered` with their time and evidence
+    /// (whether or not the spool has a window: without one they are
+    /// pruned as expired by the next mutation); like dead letters, they
+    /// are not dedup candidates of the import.
     pub(super) fn import_records(
         &self,
         tx: &mut Tx<'_>,
@@ -21,10 +25,10 @@ impl PostgresQueue {
         mut merge: Option<&mut Merge>,
     ) -> Result<()> {
         let mut hw = high_water;
-        let (mut pending, mut dead) = (0i64, 0i64);
+        let (mut pending, mut dead, mut delivered) = (0i64, 0i64, 0i64);
         for r in records {
             let r = r?;
-            let live = r.state != RecordState::Dead;
+            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(id) = self.key_owner(tx, &r.item.key)? {
                     each(
@@ -70,9 +74,16 @@ impl PostgresQueue {
                     pending += 1;
                 }
                 RecordState::Delivered => {
-                    return Err(Error::Unsupported(
-                        "the postgres backend does not retain delivered items".into(),
-                    ))
+                    let delivery = r.delivery.ok_or_else(|| {
+                        Error::InvalidInput(format!(
+                            "delivered record {} has no delivered_at",
+                            r.item.id
+                        ))
+                    })?;
+                    item.held = false;
+                    item.next_retry_at = None;
+                    self.insert_delivered(tx, &DeliveredItem { item, delivery })?;
+                    delivered += 1;
                 }
             }
             each(
@@ -85,6 +96,12 @@ impl PostgresQueue {
             );
         }
         self.adjust(tx, hw, pending, dead)?;
+        if delivered > 0 {
+            tx.execute(
+                "UPDATE {s}.spools SET retained = retained + $2 WHERE name = $1",
+                &[self.spool(), &delivered],
+            )?;
+        }
         if pending > 0 {
             self.notify(tx)?;
         }

@@ -5,7 +5,6 @@
 //! ordered and push replays, and `LISTEN` for enqueues.
 
 use super::*;
-use crate::item::Evidence;
 
 /// The claim: due fresh items by id and due waiting items by the time they
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers
@@ -114,11 +113,23 @@ impl Leasing for PostgresQueue {
         if done.is_empty() {
             return Ok(Vec::new());
         }
+        // Fenced on the token: a replayer whose lease ran out removes
+        // (and retains) nothing. The first evidence given for a claim
+        // counts.
+        let mut seen = HashSet::new();
+        let mut ids = Vec::with_capacity(done.len());
+        let mut tokens = Vec::with_capacity(done.len());
+        let mut evidence = Vec::with_capacity(done.len());
+        for (id, token, ev) in done {
+            if seen.insert((*id, *token)) {
+                ids.push(id_param(*id));
+                tokens.push(*token);
+                evidence.push(ev.encode());
+            }
+        }
         self.txn("mark items done in", true, |tx| {
-            self.lock_spool(tx)?;
-            let ids: Vec<i64> = done.iter().map(|(i, _, _)| id_param(*i)).collect();
-            let tokens: Vec<i64> = done.iter().map(|(_, t, _)| *t).collect();
-            let removed = self.remove(tx, &ids, Some(&tokens), true)?;
+            let spool = self.lock_spool(tx)?;
+            let removed = self.deliver_in(tx, &spool, &ids, &evidence, Some(&tokens), true)?;
             Ok(done.iter().map(|(id, _, _)| removed.contains(id)).collect())
         })
     }

@@ -39,6 +39,10 @@
 //!   the enqueue's transaction after the spool row lock, so concurrent
 //!   producers take turns; neither touches an item under a running lease
 //!   (see `PostgresQueue::enqueue_one`).
+//! - **Retention of delivered items** (SPEC §9, see `retain.rs`): with a
+//!   window set, a delivery moves its rows to `delivered` in one
+//!   statement with the evidence; enqueues dedup against them after the
+//!   spool row lock; expired rows are pruned in bounded batches.
 //! - **Notifications.** Every commit that enqueues sends one `NOTIFY` on
 //!   the schema's channel with the spool's name as payload (PostgreSQL
 //!   folds repeats within a transaction): [`Leasing::wait_for_enqueue`]
@@ -48,6 +52,7 @@ mod conn;
 mod identity;
 mod lease;
 mod receive;
+mod retain;
 pub mod schema;
 pub mod url;
 
@@ -58,8 +63,9 @@ use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
-    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DepthLimit, EnqueueOptions, Enqueued,
-    Imported, Item, ItemId, NewItem, OnFull, PushAck, PushState, QueueStats, Record,
+    AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, DepthLimit,
+    EnqueueOptions, Enqueued, Evidence, Imported, Item, ItemId, NewItem, OnFull, PushAck,
+    PushState, QueueStats, Record,
 };
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue};
@@ -90,6 +96,10 @@ pub struct PostgresQueue {
     /// The schema is at version 1 (opened read-only, so not migrated):
     /// statements read the columns of version 2 as their defaults.
     v1: bool,
+    /// The schema has the tables of retention (version 3 or later; false
+    /// only for an older schema opened read-only): without them retention
+    /// reads as off, with nothing retained.
+    retention: bool,
     /// The channel enqueues notify (`LISTEN` once, on first wait).
     listening: Mutex<bool>,
 }
@@ -196,6 +206,7 @@ impl PostgresQueue {
             clock,
             read_only: !opts.mode.writable(),
             v1: found == Found::Version(1) && !opts.mode.writable(),
+            retention: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 3),
             listening: Mutex::new(false),
         };
         match (exists, opts.mode) {
@@ -253,6 +264,7 @@ impl PostgresQueue {
             clock: self.clock.clone(),
             read_only: true,
             v1: self.v1,
+            retention: self.retention,
             listening: Mutex::new(false),
         }
     }
@@ -399,6 +411,10 @@ struct SpoolRow {
     depth: u64,
     max_depth: Option<u64>,
     on_full: OnFull,
+    /// The retention window in milliseconds (`None`: off).
+    retain_ms: Option<i64>,
+    /// Delivered rows kept (expired ones not yet pruned included).
+    retained: u64,
 }
 
 /// The running state of one enqueue transaction (the spool row is locked,
@@ -415,12 +431,17 @@ struct Batch {
     added: i64,
     /// Items evicted.
     evicted: i64,
+    /// The retention window in milliseconds (`None`: off): a key no
+    /// pending item carries is a dedup hit while a delivered row with it
+    /// is inside the window (SPEC §9).
+    retain_ms: Option<i64>,
 }
 
 impl PostgresQueue {
     fn lock_spool(&self, tx: &mut Tx<'_>) -> Result<SpoolRow> {
         let row = tx.query_opt(
-            "SELECT high_water, depth, max_depth, on_full FROM {s}.spools WHERE name = $1 FOR UPDATE",
+            "SELECT high_water, depth, max_depth, on_full, retain_ms, retained \
+             FROM {s}.spools WHERE name = $1 FOR UPDATE",
             &[self.spool()],
         )?;
         let row = row.ok_or_else(|| Error::NotFound {
@@ -431,6 +452,8 @@ impl PostgresQueue {
             depth: u64_of(row.get(1)),
             max_depth: row.get::<_, Option<i64>>(2).map(u64_of),
             on_full: self.policy_of(row.get(3))?,
+            retain_ms: row.get(4),
+            retained: u64_of(row.get(5)),
         })
     }
 
@@ -532,6 +555,7 @@ impl PostgresQueue {
             high_water: spool.high_water,
             added: 0,
             evicted: 0,
+            retain_ms: spool.retain_ms,
         };
         let mut chunk: Vec<Cow<'a, NewItem>> = Vec::new();
         let mut chunk_bytes = 0usize;
@@ -574,6 +598,11 @@ impl PostgresQueue {
         if b.high_water > spool.high_water || b.added != 0 {
             self.adjust_and_notify(tx, b.high_water, b.added, 0)?;
         }
+        // Expired delivered records, a bounded batch (SPEC §9); an
+        // enqueue retains nothing, so with none kept there is none.
+        if spool.retained > 0 {
+            self.prune_in(tx, spool.retain_ms, crate::item::PRUNE_BATCH)?;
+        }
         Ok(())
     }
 
@@ -594,6 +623,19 @@ impl PostgresQueue {
             .map(|i| i.key.as_bytes())
             .collect();
         let owners = self.key_owners(tx, &keys)?;
+        // Keys no pending item carries may belong to a retained delivered
+        // item (a pending owner wins).
+        let retained = match b.retain_ms {
+            Some(w) => {
+                let unowned: Vec<&[u8]> = keys
+                    .iter()
+                    .copied()
+                    .filter(|k| !owners.contains_key(*k))
+                    .collect();
+                self.delivered_owners(tx, &unowned, w)?
+            }
+            None => HashMap::new(),
+        };
         let mut in_chunk: HashMap<&str, ItemId> = HashMap::new();
         let mut fresh: Vec<(ItemId, &NewItem)> = Vec::new();
         let mut results = Vec::with_capacity(chunk.len());
@@ -604,6 +646,10 @@ impl PostgresQueue {
                     .or_else(|| in_chunk.get(it.key.as_str()))
                 {
                     results.push(Enqueued::dedup(id));
+                    continue;
+                }
+                if let Some(&id) = retained.get(it.key.as_bytes()) {
+                    results.push(Enqueued::delivered(id));
                     continue;
                 }
             }
@@ -648,6 +694,11 @@ impl PostgresQueue {
     ) -> Result<Enqueued> {
         if let Some(id) = self.key_owner(tx, &it.key)? {
             return Ok(Enqueued::dedup(id));
+        }
+        if let Some(w) = b.retain_ms {
+            if let Some(id) = self.delivered_owner(tx, &it.key, w)? {
+                return Ok(Enqueued::delivered(id));
+            }
         }
         let mut e = Enqueued::default();
         if let Some(ck) = &it.coalesce_key {
@@ -947,6 +998,7 @@ impl PostgresQueue {
         let tables = [
             "items",
             "dead_letters",
+            "delivered",
             "spools",
             "push_skips",
             "push_clients",
@@ -1018,6 +1070,9 @@ impl PostgresQueue {
             if both > 0 {
                 findings.push(format!("{both} ids are both pending and dead"));
             }
+            if self.retention {
+                self.verify_delivered(tx, hw, &mut findings, &mut notes)?;
+            }
             let invalid: i64 = tx
                 .query_one(
                     "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid \
@@ -1034,6 +1089,57 @@ impl PostgresQueue {
             ));
             Ok((findings, notes))
         })
+    }
+
+    /// The retention part of `verify`: the kept count against the rows,
+    /// ids (at most `hw`, used once), evidence this version can read.
+    fn verify_delivered(
+        &self,
+        tx: &mut Tx<'_>,
+        hw: i64,
+        findings: &mut Vec<String>,
+        notes: &mut Vec<String>,
+    ) -> Result<()> {
+        let row = tx.query_one(
+            "SELECT s.retained, \
+                (SELECT count(*) FROM {s}.delivered WHERE spool = $1), \
+                (SELECT max(id) FROM {s}.delivered WHERE spool = $1), \
+                (SELECT count(*) FROM {s}.delivered d WHERE d.spool = $1 \
+                    AND (EXISTS (SELECT 1 FROM {s}.items i WHERE i.spool = d.spool AND i.id = d.id) \
+                      OR EXISTS (SELECT 1 FROM {s}.dead_letters x WHERE x.spool = d.spool AND x.id = d.id))), \
+                (SELECT count(*) FROM {s}.delivered WHERE spool = $1 AND evidence !~ \
+                    '^(http:[0-9]{1,5}|exit:-?[0-9]{1,10}|push:[0-9]{1,19}|done|sink)$'), \
+                (SELECT count(*) FROM {s}.delivered WHERE spool = $1 \
+                    AND delivered_at <= COALESCE({now} - s.retain_ms, 9223372036854775807)) \
+             FROM {s}.spools s WHERE s.name = $1",
+            &[self.spool()],
+        )?;
+        let (kept, rows): (i64, i64) = (row.get(0), row.get(1));
+        let max_id: Option<i64> = row.get(2);
+        let (both, unreadable, expired): (i64, i64, i64) = (row.get(3), row.get(4), row.get(5));
+        if kept != rows {
+            findings.push(format!(
+                "kept count of retained delivered items {kept}, but {rows} rows"
+            ));
+        }
+        if let Some(m) = max_id.filter(|m| *m > hw) {
+            findings.push(format!(
+                "high-water mark {hw} is below the largest delivered id {m}"
+            ));
+        }
+        if both > 0 {
+            findings.push(format!("{both} ids are both delivered and pending or dead"));
+        }
+        if unreadable > 0 {
+            findings.push(format!(
+                "{unreadable} delivered items carry evidence this version cannot read"
+            ));
+        }
+        notes.push(format!(
+            "{rows} delivered items retained, {expired} of those past their window \
+             (pruned by the next delivery or enqueue, or by compact; not an error)"
+        ));
+        Ok(())
     }
 
     /// Counts of `stats` beyond [`QueueStats`]: leased items, and the
@@ -1109,18 +1215,43 @@ impl Queue for PostgresQueue {
         })
     }
 
-    fn deliver(&self, done: &[(ItemId, crate::item::Evidence)]) -> Result<Vec<bool>> {
-        let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
+    fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>> {
+        // The first evidence given for an id counts.
+        let mut seen = HashSet::new();
+        let (ids, evidence): (Vec<i64>, Vec<String>) = done
+            .iter()
+            .filter(|(id, _)| seen.insert(*id))
+            .map(|(id, ev)| (id_param(*id), ev.encode()))
+            .unzip();
         self.txn("mark items done in", true, |tx| {
-            self.lock_spool(tx)?;
-            let params: Vec<i64> = ids.iter().map(|&i| id_param(i)).collect();
-            let removed = self.remove(tx, &params, None, true)?;
+            let spool = self.lock_spool(tx)?;
+            let removed = self.deliver_in(tx, &spool, &ids, &evidence, None, true)?;
             let mut seen = HashSet::new();
-            Ok(ids
+            Ok(done
                 .iter()
-                .map(|id| removed.contains(id) && seen.insert(*id))
+                .map(|(id, _)| removed.contains(id) && seen.insert(*id))
                 .collect())
         })
+    }
+
+    fn retain(&self) -> Result<Option<Duration>> {
+        self.retain_window()
+    }
+
+    fn set_retain(&self, window: Option<Duration>) -> Result<()> {
+        self.set_retain_window(window)
+    }
+
+    fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        self.delivered_after(after, limit)
+    }
+
+    fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        self.delivered_one(id)
+    }
+
+    fn prune_delivered(&self, limit: usize) -> Result<u64> {
+        self.prune_expired(limit)
     }
 
     fn set_attempts(&self, id: ItemId, attempts: u32) -> Result<bool> {
@@ -1438,23 +1569,28 @@ impl Queue for PostgresQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.txn("read stats of", false, |tx| {
-            // Version 1 has no overflow policy (reject) nor evictions.
+            // Version 1 has no overflow policy (reject) nor evictions;
+            // versions 1 and 2 retain nothing.
+            macro_rules! stats_sql {
+                ($cols:literal) => {
+                    concat!(
+                        "SELECT s.depth, s.dead, s.max_depth, s.high_water, \
+                            (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held), \
+                            (SELECT count(*) FROM {s}.items WHERE spool = $1 AND next_retry_at > $2), \
+                            o.id, o.enqueued_at, ",
+                        $cols,
+                        " FROM {s}.spools s LEFT JOIN LATERAL \
+                            (SELECT id, enqueued_at FROM {s}.items WHERE spool = $1 ORDER BY id LIMIT 1) o ON true \
+                         WHERE s.name = $1"
+                    )
+                };
+            }
             let sql = if self.v1 {
-                "SELECT s.depth, s.dead, s.max_depth, s.high_water, \
-                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held), \
-                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND next_retry_at > $2), \
-                    o.id, o.enqueued_at, 'reject', 0::int8 \
-                 FROM {s}.spools s LEFT JOIN LATERAL \
-                    (SELECT id, enqueued_at FROM {s}.items WHERE spool = $1 ORDER BY id LIMIT 1) o ON true \
-                 WHERE s.name = $1"
+                stats_sql!("'reject', 0::int8, 0::int8, NULL::int8")
+            } else if !self.retention {
+                stats_sql!("s.on_full, s.evicted_total, 0::int8, NULL::int8")
             } else {
-                "SELECT s.depth, s.dead, s.max_depth, s.high_water, \
-                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held), \
-                    (SELECT count(*) FROM {s}.items WHERE spool = $1 AND next_retry_at > $2), \
-                    o.id, o.enqueued_at, s.on_full, s.evicted_total \
-                 FROM {s}.spools s LEFT JOIN LATERAL \
-                    (SELECT id, enqueued_at FROM {s}.items WHERE spool = $1 ORDER BY id LIMIT 1) o ON true \
-                 WHERE s.name = $1"
+                stats_sql!("s.on_full, s.evicted_total, s.retained, s.retain_ms")
             };
             let row = tx.query_one(sql, &[self.spool(), &now.as_millis()])?;
             let mut s = QueueStats {
@@ -1468,6 +1604,10 @@ impl Queue for PostgresQueue {
                 oldest_enqueued_at: row.get::<_, Option<i64>>(7).map(Timestamp::from_millis),
                 on_full: self.policy_of(row.get(8))?,
                 evicted_total: u64_of(row.get(9)),
+                delivered_retained: u64_of(row.get(10)),
+                retain: row
+                    .get::<_, Option<i64>>(11)
+                    .map(|ms| Duration::from_millis(u64_of(ms))),
                 ..QueueStats::default()
             };
             let rows = tx.query(
@@ -1536,7 +1676,7 @@ impl Queue for PostgresQueue {
 
     fn push_ack(&self, last_seq: u64, rejected: &[(u64, String)]) -> Result<PushAck> {
         self.txn("record a push acknowledgement in", true, |tx| {
-            self.lock_spool(tx)?;
+            let spool = self.lock_spool(tx)?;
             let push = self.push_state_in(tx)?;
             let last = last_seq.min(push.last_assigned);
             let mut ack = PushAck {
@@ -1559,7 +1699,9 @@ impl Queue for PostgresQueue {
                     }
                 }
             }
-            self.remove(tx, &delivered, None, false)?;
+            // Retained with the receiver's new watermark as evidence.
+            let evidence = vec![Evidence::Push(last).encode(); delivered.len()];
+            self.deliver_in(tx, &spool, &delivered, &evidence, None, false)?;
             self.drop_skips_through(tx, last)?;
             self.set_push_counters(tx, push.last_assigned, last)?;
             Ok(ack)

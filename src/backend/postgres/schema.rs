@@ -10,19 +10,22 @@
 //! [`Error::SchemaTooNew`]; read-only opens never create or migrate
 //! anything. An older version is migrated by the first writable open; a
 //! read-only open reads it as it is (version 1 has no ordering groups,
-//! coalesce keys or overflow policy: they read as none, `reject` and 0).
+//! coalesce keys or overflow policy: they read as none, `reject` and 0;
+//! versions 1 and 2 retain no delivered items: retention reads as off,
+//! with nothing retained).
 
 use super::conn::{quote_ident, render, Conn};
 use super::url::PgTarget;
 use crate::error::{Error, Result};
 
 /// The schema version this code writes and understands.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     include_str!("migrations/0001_spool.sql"),
     include_str!("migrations/0002_policies.sql"),
+    include_str!("migrations/0003_retention.sql"),
 ];
 
 /// What the database holds for a schema.
