@@ -752,6 +752,7 @@ fn stats_json_prometheus_and_text() {
                 "attempts_histogram",
                 "backend",
                 "dead_letters",
+                "delivered_retained",
                 "depth",
                 "due",
                 "evicted_total",
@@ -766,6 +767,7 @@ fn stats_json_prometheus_and_text() {
                 "oldest_enqueued_at",
                 "oldest_id",
                 "on_full",
+                "retain",
                 "spool",
                 "total_bytes",
                 "waiting"
