@@ -38,7 +38,7 @@ fn http_sends_body_and_identity_headers() {
     for attempt in [1, 2] {
         assert_eq!(
             deliver(&t, &item(7, payload, ""), attempt, "uuid:7"),
-            Outcome::Delivered(spool::Evidence::Http(200))
+            Outcome::Delivered(spool::Evidence::Http(204))
         );
     }
     let got = sink.received();

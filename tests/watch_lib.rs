@@ -1049,15 +1049,17 @@ fn metrics_text_parses_and_escapes_the_path() {
     assert_eq!(typed["spool_online"], "gauge");
     assert_eq!(typed["spool_delivered_total"], "counter");
     assert_eq!(typed["spool_reconnect_outcomes_total"], "counter");
-    assert_eq!(samples.len(), 5 + 1 + 4 + 3 + 1);
+    assert_eq!(samples.len(), 6 + 1 + 4 + 3 + 1);
     assert_eq!(value("spool_evicted_total", None), 4.0);
+    assert_eq!(value("spool_delivered_retained", None), 3.0);
+    assert_eq!(typed["spool_delivered_retained"], "gauge");
     assert_eq!(typed["spool_evicted_total"], "counter");
     assert!(text.contains(r#"spool="/var/spool/we\"ird\\name.ndjson""#));
 
     // The gauges alone (stats --prometheus) are the first part.
     let gauges = render_gauges(path, &m.gauges);
     assert!(text.starts_with(&gauges));
-    assert_eq!(gauges.lines().filter(|l| !l.starts_with('#')).count(), 6);
+    assert_eq!(gauges.lines().filter(|l| !l.starts_with('#')).count(), 7);
     assert_eq!(
         metrics::escape_label_value("a\nb"),
         "a\\nb",
