@@ -259,13 +259,13 @@ impl From<Line> for Entry {
 impl Entry {
     /// Parse one line (as [`format::parse_line`], the authority, reads it).
     pub fn parse(bytes: &[u8]) -> std::result::Result<Entry, String> {
-        format::parse_line(bytes).map(Entry::from)
+        format::parse_line_without_payload(bytes).map(Entry::from)
     }
 
     /// Parse one line of the `.delivered` file (as
     /// [`format::parse_delivered`] reads it).
     pub fn parse_delivered(bytes: &[u8]) -> std::result::Result<Entry, String> {
-        format::parse_delivered(bytes).map(Entry::from)
+        format::parse_delivered_without_payload(bytes).map(Entry::from)
     }
 
     /// The parser for the lines of `which`.
