@@ -231,6 +231,25 @@ pub(crate) struct Row {
     pub delivered_at: Option<i64>,
 }
 
+impl Row {
+    /// The row of `item`'s `put` line in the main file: what
+    /// [`Entry::parse`] gives for the line [`format::write_put`] writes.
+    pub fn of(item: &crate::item::Item) -> Row {
+        Row {
+            id: item.id,
+            key: item.key.clone(),
+            attempts: item.attempts,
+            enqueued_at: item.enqueued_at.map(Timestamp::as_secs),
+            next_retry_at: item.next_retry_at.map(Timestamp::as_millis),
+            held: item.held,
+            push_seq: item.push_seq,
+            group: item.group.clone(),
+            coalesce_key: item.coalesce_key.clone(),
+            delivered_at: None,
+        }
+    }
+}
+
 impl From<Line> for Entry {
     fn from(line: Line) -> Entry {
         match line {
