@@ -680,6 +680,8 @@ impl FileQueue {
         } else {
             Ok(())
         };
+        // Kept for this call's catch-up only.
+        inner.own_rows = None;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
             let _ = ix.rollback();
@@ -837,6 +839,7 @@ impl FileQueue {
     /// needs upkeep that only the exclusive lock allows; call again with
     /// it.
     fn prepare(&self, inner: &mut Inner, exclusive: bool, meta: MetaUse) -> Result<bool> {
+        inner.own_rows = None;
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }

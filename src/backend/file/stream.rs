@@ -228,11 +228,11 @@ impl Lines<'_> {
         row: Option<Row>,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<()> {
-        let row = row.filter(|_| self.own.on);
-        // Only a prefix of the batch is kept so.
-        self.own.on &= row.is_some();
-        let placed = self.main.push_with(q, row, write)?;
+        let keep = self.own.on && row.is_some();
+        let placed = self.main.push_with(q, row.filter(|_| keep), write)?;
         self.own.take(placed);
+        // Only a prefix of the batch is kept so.
+        self.own.on &= keep;
         Ok(())
     }
 }
@@ -306,7 +306,8 @@ impl OwnRows {
             && row.push_seq.is_none()
             && row.coalesce_key.is_none()
             && row.delivered_at.is_none()
-            && self.rows.len() + row.key.len() + 64 <= OWN_ROWS_MAX;
+            && self.rows.len() + row.key.len() + row.group.as_ref().map_or(0, String::len) + 64
+                <= OWN_ROWS_MAX;
         let group = row.group.as_deref().map(str::as_bytes);
         let (Ok(len32), Ok(key_len), Ok(group_len)) = (
             u32::try_from(len),
