@@ -693,16 +693,28 @@ fn a_streamed_batch_leaves_the_index_a_rebuild_gives() {
     // A spool file whose last line lacks its newline.
     drop(q);
     let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-    f.write_all(br#"{"op":"put","id":100000,"payload":"no newline","idempotencyKey":"","attempts":0}"#)
-        .unwrap();
+    f.write_all(
+        br#"{"op":"put","id":100000,"payload":"no newline","idempotencyKey":"","attempts":0}"#,
+    )
+    .unwrap();
     drop(f);
     let q = open(&p, OpenMode::ReadWrite);
-    batch(&q, (0..100).map(|i| NewItem::new(format!("n {i}"), "")).collect());
+    batch(
+        &q,
+        (0..100)
+            .map(|i| NewItem::new(format!("n {i}"), ""))
+            .collect(),
+    );
     same_as_rebuilt(&q, "after a line without newline");
     // Evicting under drop-oldest.
     q.set_max_depth(Some(q.size().unwrap() + 10)).unwrap();
     q.set_on_full(spool::OnFull::DropOldest).unwrap();
-    batch(&q, (0..300).map(|i| NewItem::new(format!("e {i}"), "")).collect());
+    batch(
+        &q,
+        (0..300)
+            .map(|i| NewItem::new(format!("e {i}"), ""))
+            .collect(),
+    );
     same_as_rebuilt(&q, "evicting");
     drop(q);
     let report = verify_path(&p).unwrap();
@@ -728,7 +740,11 @@ fn the_index_takes_a_streamed_batch_in_without_reading_it_back() {
     let r = q
         .enqueue_stream(
             &mut (0..20_000).map(|i| {
-                let key = if i % 10 == 0 { format!("b{i}") } else { String::new() };
+                let key = if i % 10 == 0 {
+                    format!("b{i}")
+                } else {
+                    String::new()
+                };
                 Ok(NewItem::new(format!("batch {i} {}", "b".repeat(100)), key))
             }),
             &EnqueueOptions::default(),

@@ -814,8 +814,16 @@ fn write_put_line(
             push_int(out, v);
         }
     };
-    int(out, br#","enqueuedAt":"#, item.enqueued_at.map(|t| t.as_secs()));
-    int(out, br#","nextRetryAt":"#, item.next_retry_at.map(|t| t.as_millis()));
+    int(
+        out,
+        br#","enqueuedAt":"#,
+        item.enqueued_at.map(|t| t.as_secs()),
+    );
+    int(
+        out,
+        br#","nextRetryAt":"#,
+        item.next_retry_at.map(|t| t.as_millis()),
+    );
     if let Some(e) = &item.last_error {
         out.extend_from_slice(br#","lastError":"#);
         write_json_str(out, e);
@@ -905,7 +913,10 @@ fn needs_escape(part: &[u8]) -> bool {
             return true;
         }
     }
-    words.remainder().iter().any(|&c| ESCAPE[usize::from(c)] != 0)
+    words
+        .remainder()
+        .iter()
+        .any(|&c| ESCAPE[usize::from(c)] != 0)
 }
 
 /// Append `s` as a JSON string, escaped exactly as serde_json escapes it:
