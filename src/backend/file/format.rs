@@ -855,6 +855,11 @@ fn write_put_line(
 
 /// Append `n` in decimal.
 fn push_uint(out: &mut Vec<u8>, mut n: u64) {
+    if n < 10 {
+        // Attempts, mostly.
+        out.push(b'0' + n as u8);
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut at = buf.len();
     loop {

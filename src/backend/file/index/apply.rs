@@ -6,8 +6,9 @@ use super::*;
 use rusqlite::Statement;
 
 /// Fresh `put` rows per multi-row `INSERT`: one statement opens the
-/// table's cursor once for all of them, and binds them in one go.
-const FRESH_ROWS: usize = 64;
+/// table's cursor once for all of them, and binds them in one go (256
+/// took 5% less CPU time than 64 for a batch of 100,000 lines).
+const FRESH_ROWS: usize = 256;
 
 /// The columns a fresh row binds: every column of `pending`, or (a
 /// "plain" row: not held, no retry time, push number, group or coalesce
