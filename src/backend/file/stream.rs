@@ -45,6 +45,13 @@ use std::path::PathBuf;
 /// Bytes buffered before a write.
 const CHUNK: usize = 64 << 10;
 
+/// Bytes written between two hints to start writing back what was
+/// written ([`super::io::FileIo::start_writeback`]): the disk works while
+/// the batch goes on, and the one sync at the end of the batch finds most
+/// of it done (that sync took 41 ms of a 0.2 s batch of 100,000 lines
+/// without the hints).
+const WRITEBACK_STEP: u64 = 1 << 20;
+
 /// A line of the batch as the file holds it once its frame is known: the
 /// row of a `put` line kept for the index (see [`OwnRows`]), where
 /// the line starts and its length without the newline.
@@ -70,6 +77,8 @@ struct BatchOut {
     /// line but the last ends.
     frame: Vec<u8>,
     written: u64,
+    /// Bytes of `written` whose writeback was started.
+    kicked: u64,
     /// A write was tried (it may have left bytes behind).
     tried: bool,
     lines: u64,
@@ -91,6 +100,7 @@ impl BatchOut {
             last_row: None,
             frame: format!(",\"tx\":{tx}}}\n").into_bytes(),
             written: 0,
+            kicked: 0,
             tried: false,
             lines: 0,
         }
@@ -173,6 +183,10 @@ impl BatchOut {
         write_all(&*q.io, f, &self.buf).map_err(|e| Error::io(&self.path, "append to", e))?;
         self.written += self.buf.len() as u64;
         self.buf.clear();
+        if self.written - self.kicked >= WRITEBACK_STEP {
+            q.io.start_writeback(f, self.start + self.kicked, self.written - self.kicked);
+            self.kicked = self.written;
+        }
         Ok(())
     }
 
