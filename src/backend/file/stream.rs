@@ -9,7 +9,11 @@
 //! kept in a temporary SQLite table (on disk, outside the spool), so
 //! memory does not grow with the batch. Nothing of the batch is visible
 //! before its last line is written and synced; the index takes the batch
-//! in afterwards, from the file, as it takes in any appended tail. On any
+//! in afterwards, in the same transaction and at the same point as any
+//! appended tail — from the rows an enqueue kept as it wrote its lines
+//! ([`OwnRows`], for as much of the batch as they cover), else from the
+//! file. A hint starts the writeback of every MiB written, so that the
+//! final sync waits for less. On any
 //! error — a malformed input record, a depth bound the batch does not
 //! fit, a failed write — the file is cut back to where the batch began
 //! and the index transaction is rolled back: all lines or none.
