@@ -589,3 +589,179 @@ fn a_streamed_import_is_all_or_nothing() {
     drop(q);
     assert!(verify_path(&p).unwrap().healthy());
 }
+
+/// Every row of the index at `p` that describes the files (the boot it
+/// was written in left out), as text.
+fn index_rows(p: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(idx(p)).unwrap();
+    let mut out = Vec::new();
+    for (table, order) in [
+        ("files", "name"),
+        ("pending", "id"),
+        ("dead", "id"),
+        ("delivered", "id"),
+        ("attempts", "attempts"),
+        ("clients", "id"),
+        ("client_entries", "client, seq"),
+        ("state", "one"),
+    ] {
+        let mut s = c
+            .prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))
+            .unwrap();
+        let names: Vec<String> = s.column_names().iter().map(|n| n.to_string()).collect();
+        let mut rows = s.query([]).unwrap();
+        while let Some(r) = rows.next().unwrap() {
+            let mut line = format!("{table}:");
+            for (i, name) in names.iter().enumerate() {
+                if name == "boot" {
+                    continue;
+                }
+                let v: rusqlite::types::Value = r.get(i).unwrap();
+                line.push_str(&format!(" {name}={v:?}"));
+            }
+            out.push(line);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_streamed_batch_leaves_the_index_a_rebuild_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 50);
+    let q = open(&p, OpenMode::ReadWrite);
+    let same_as_rebuilt = |q: &FileQueue, what: &str| {
+        let before = index_rows(&p);
+        q.rebuild_index().unwrap();
+        let after = index_rows(&p);
+        let differ: Vec<_> = before
+            .iter()
+            .zip(&after)
+            .filter(|(a, b)| a != b)
+            .take(3)
+            .collect();
+        assert!(
+            differ.is_empty() && before.len() == after.len(),
+            "{what}: {} rows, {} rebuilt; {differ:?}",
+            before.len(),
+            after.len()
+        );
+    };
+    let batch = |q: &FileQueue, items: Vec<NewItem>| {
+        q.enqueue_stream(&mut items.into_iter().map(Ok), &EnqueueOptions::default())
+            .unwrap()
+    };
+    // Plain lines, many chunks of the file and many INSERTs.
+    batch(
+        &q,
+        (0..5000)
+            .map(|i| NewItem::new(format!("plain \"{i}\" {}", "p".repeat(i % 300)), ""))
+            .collect(),
+    );
+    same_as_rebuilt(&q, "plain");
+    // Keys (deduplicated against the spool and the batch), groups.
+    let r = batch(
+        &q,
+        (0..3000)
+            .map(|i| {
+                let item = NewItem::new(format!("keyed {i}"), format!("k{}", i % 1000));
+                if i % 3 == 0 {
+                    item.in_group(format!("g{}", i % 7))
+                } else {
+                    item
+                }
+            })
+            .collect(),
+    );
+    assert_eq!(r.stored(), 1000 - 5, "k0..k40 by tens are the spool's");
+    same_as_rebuilt(&q, "keys and groups");
+    // An item that coalesces halfway: the index takes the lines before
+    // it in as they are written, and reads the rest back.
+    let mut items: Vec<NewItem> = (0..400)
+        .map(|i| {
+            let mut item = NewItem::new(format!("c {i}"), "");
+            if i >= 200 {
+                item.coalesce_key = Some(format!("ck{}", i % 3));
+            }
+            item
+        })
+        .collect();
+    items.push(NewItem::new("after", "k-after"));
+    let r = batch(&q, items);
+    assert_eq!(r.len(), 401);
+    same_as_rebuilt(&q, "coalescing");
+    // A spool file whose last line lacks its newline.
+    drop(q);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(
+        br#"{"op":"put","id":100000,"payload":"no newline","idempotencyKey":"","attempts":0}"#,
+    )
+    .unwrap();
+    drop(f);
+    let q = open(&p, OpenMode::ReadWrite);
+    batch(
+        &q,
+        (0..100)
+            .map(|i| NewItem::new(format!("n {i}"), ""))
+            .collect(),
+    );
+    same_as_rebuilt(&q, "after a line without newline");
+    // Evicting under drop-oldest.
+    q.set_max_depth(Some(q.size().unwrap() + 10)).unwrap();
+    q.set_on_full(spool::OnFull::DropOldest).unwrap();
+    batch(
+        &q,
+        (0..300)
+            .map(|i| NewItem::new(format!("e {i}"), ""))
+            .collect(),
+    );
+    same_as_rebuilt(&q, "evicting");
+    drop(q);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}
+
+#[test]
+fn the_index_takes_a_streamed_batch_in_without_reading_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 10);
+    let io = Arc::new(Counting::default());
+    io.ino
+        .store(std::fs::metadata(&p).unwrap().ino(), Ordering::SeqCst);
+    let q = FileQueue::open_with_io(
+        &p,
+        &OpenOptions::new(OpenMode::ReadWrite),
+        io.clone() as Arc<dyn FileIo>,
+    )
+    .unwrap();
+    q.size().unwrap();
+    io.take();
+    let before = std::fs::metadata(&p).unwrap().len();
+    let r = q
+        .enqueue_stream(
+            &mut (0..20_000).map(|i| {
+                let key = if i % 10 == 0 {
+                    format!("b{i}")
+                } else {
+                    String::new()
+                };
+                Ok(NewItem::new(format!("batch {i} {}", "b".repeat(100)), key))
+            }),
+            &EnqueueOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(r.stored(), 20_000);
+    let read = io.take();
+    let written = std::fs::metadata(&p).unwrap().len() - before;
+    // The fingerprint, not the batch's 2.5 MB.
+    assert!(
+        read <= 64 << 10,
+        "{read} bytes read back of a batch of {written} bytes"
+    );
+    assert_eq!(q.size().unwrap(), 20_010);
+    assert_eq!(q.get(10_005).unwrap().unwrap().key, "");
+    assert_eq!(q.get(10_011).unwrap().unwrap().key, "b10000");
+    drop(q);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}

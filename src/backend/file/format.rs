@@ -205,6 +205,9 @@ impl<'de> Deserialize<'de> for PayloadIn {
     }
 }
 
+/// A `put` line as serde writes it: the reference for the hand-written
+/// [`write_put_line`] (in the tests).
+#[cfg(test)]
 #[derive(Serialize)]
 #[serde(untagged)]
 enum PayloadOut<'a> {
@@ -212,6 +215,7 @@ enum PayloadOut<'a> {
     Encoded { base64: String },
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct PutOut<'a> {
     op: &'static str,
@@ -271,6 +275,12 @@ impl<'a> Plain<'a> {
     /// Read `text`; with `decode` false, strings are checked but not
     /// unescaped (their values are then the raw text).
     fn read(text: &'a str, decode: bool) -> Option<Plain<'a>> {
+        Plain::read_with(text, decode, decode)
+    }
+
+    /// [`Plain::read`], decoding the payload only when `decode_payload`
+    /// (the other strings as `decode` says).
+    fn read_with(text: &'a str, decode: bool, decode_payload: bool) -> Option<Plain<'a>> {
         let mut c = Cursor {
             text,
             at: 0,
@@ -289,7 +299,9 @@ impl<'a> Plain<'a> {
         c.eat(r#"{"op":"put","id":"#).then_some(())?;
         let id = c.uint()?;
         c.eat(r#","payload":""#).then_some(())?;
+        c.decode = decode_payload;
         let payload = c.string()?;
+        c.decode = decode;
         c.eat(r#","idempotencyKey":""#).then_some(())?;
         let key = c.string()?;
         c.eat(r#","attempts":"#).then_some(())?;
@@ -475,12 +487,38 @@ pub(crate) fn parse_line(bytes: &[u8]) -> Result<Line, String> {
     parse_line_tx(bytes).map(|(line, _)| line)
 }
 
+/// [`parse_line`] for readers that never look at the payload (the
+/// index): the same lines pass and fail, with the same values, but a
+/// `put` line's payload is left empty — checked, not decoded or copied.
+pub(crate) fn parse_line_without_payload(bytes: &[u8]) -> Result<Line, String> {
+    let text = std::str::from_utf8(bytes).ok();
+    if let Some(mut line) = text.and_then(|text| Plain::read_with(text, true, false)) {
+        line.payload = Cow::Borrowed("");
+        return Ok(line.into_line());
+    }
+    let (mut line, _) = parse_line_serde(bytes, text)?;
+    if let Line::Put { item, .. } = &mut line {
+        item.payload = Vec::new();
+    }
+    Ok(line)
+}
+
+/// [`parse_delivered`] without the payload (see
+/// [`parse_line_without_payload`]).
+pub(crate) fn parse_delivered_without_payload(bytes: &[u8]) -> Result<Line, String> {
+    delivered_only(parse_line_without_payload(bytes)?)
+}
+
 /// Parse one line of the `.delivered` file: as [`parse_line`], and a
 /// `put` line must carry `deliveredAt` and an `evidence` that
 /// [`Evidence::decode`] reads (else it is malformed, like any line that
 /// does not parse).
 pub(crate) fn parse_delivered(bytes: &[u8]) -> Result<Line, String> {
-    let line = parse_line(bytes)?;
+    delivered_only(parse_line(bytes)?)
+}
+
+/// `line`, if it may stand in the `.delivered` file.
+fn delivered_only(line: Line) -> Result<Line, String> {
     if let Line::Put { .. } = &line {
         if line.delivery()?.is_none() {
             return Err("a delivered record without deliveredAt and evidence".into());
@@ -742,7 +780,199 @@ pub(crate) fn write_delivered(out: &mut Vec<u8>, d: &DeliveredItem) {
     write_put_line(out, &d.item, None, Some(&d.delivery));
 }
 
+/// Append a `put` line, written by hand: exactly the bytes serde writes
+/// for `PutOut` (`write_put_line_serde`, the reference, which the tests
+/// compare it with), without serde's per-byte escaping loop.
 fn write_put_line(
+    out: &mut Vec<u8>,
+    item: &Item,
+    dead_at: Option<Timestamp>,
+    delivery: Option<&Delivery>,
+) {
+    out.reserve(item.payload.len() + item.key.len() + 96);
+    out.extend_from_slice(br#"{"op":"put","id":"#);
+    push_uint(out, item.id);
+    match std::str::from_utf8(&item.payload) {
+        Ok(text) => {
+            out.extend_from_slice(br#","payload":"#);
+            write_json_str(out, text);
+        }
+        Err(_) => {
+            out.extend_from_slice(br#","payload":{"base64":""#);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&item.payload);
+            out.extend_from_slice(encoded.as_bytes());
+            out.extend_from_slice(b"\"}");
+        }
+    }
+    out.extend_from_slice(br#","idempotencyKey":"#);
+    write_json_str(out, &item.key);
+    out.extend_from_slice(br#","attempts":"#);
+    push_uint(out, u64::from(item.attempts));
+    let int = |out: &mut Vec<u8>, name: &[u8], v: Option<i64>| {
+        if let Some(v) = v {
+            out.extend_from_slice(name);
+            push_int(out, v);
+        }
+    };
+    int(
+        out,
+        br#","enqueuedAt":"#,
+        item.enqueued_at.map(|t| t.as_secs()),
+    );
+    int(
+        out,
+        br#","nextRetryAt":"#,
+        item.next_retry_at.map(|t| t.as_millis()),
+    );
+    if let Some(e) = &item.last_error {
+        out.extend_from_slice(br#","lastError":"#);
+        write_json_str(out, e);
+    }
+    if item.held {
+        out.extend_from_slice(br#","held":true"#);
+    }
+    int(out, br#","deadAt":"#, dead_at.map(|t| t.as_millis()));
+    if let Some(seq) = item.push_seq {
+        out.extend_from_slice(br#","pushSeq":"#);
+        push_uint(out, seq);
+    }
+    if let Some(g) = &item.group {
+        out.extend_from_slice(br#","group":"#);
+        write_json_str(out, g);
+    }
+    if let Some(c) = &item.coalesce_key {
+        out.extend_from_slice(br#","coalesceKey":"#);
+        write_json_str(out, c);
+    }
+    if let Some(d) = delivery {
+        out.extend_from_slice(br#","deliveredAt":"#);
+        push_int(out, d.at.as_millis());
+        out.extend_from_slice(br#","evidence":"#);
+        write_json_str(out, &d.evidence.encode());
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// Append `n` in decimal.
+fn push_uint(out: &mut Vec<u8>, mut n: u64) {
+    if n < 10 {
+        // Attempts, mostly.
+        out.push(b'0' + n as u8);
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[at..]);
+}
+
+/// Append `n` in decimal (with a `-` when negative).
+fn push_int(out: &mut Vec<u8>, n: i64) {
+    if n < 0 {
+        out.push(b'-');
+    }
+    push_uint(out, n.unsigned_abs());
+}
+
+/// What JSON writes for each byte of a string: 0 for the byte itself,
+/// else the letter after the backslash (`u` for `\u00xx`).
+const ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = b'u';
+        c += 1;
+    }
+    t[0x08] = b'b';
+    t[0x0c] = b'f';
+    t[b'\n' as usize] = b'n';
+    t[b'\r' as usize] = b'r';
+    t[b'\t' as usize] = b't';
+    t[b'"' as usize] = b'"';
+    t[b'\\' as usize] = b'\\';
+    t
+};
+
+/// Whether any byte of `part` is one JSON escapes: a control character,
+/// `"` or `\` (eight bytes at a time).
+fn needs_escape(part: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
+    let mut words = part.chunks_exact(8);
+    for word in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(word);
+        let w = u64::from_le_bytes(a);
+        if w.wrapping_sub(ONES * 0x20) & !w & HIGH != 0
+            || zero_in(w ^ (ONES * u64::from(b'"')))
+            || zero_in(w ^ (ONES * u64::from(b'\\')))
+        {
+            return true;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .any(|&c| ESCAPE[usize::from(c)] != 0)
+}
+
+/// Append `s` as a JSON string, escaped exactly as serde_json escapes it:
+/// `\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, other control characters
+/// as `\u00xx` (lower-case hex), everything else (DEL and non-ASCII
+/// included) as it is. A part without any of those is copied whole; one
+/// with is escaped into a buffer on the stack and copied from there.
+fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    const PART: usize = 64;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut tmp = [0u8; PART * 6];
+    out.push(b'"');
+    for part in s.as_bytes().chunks(PART) {
+        if !needs_escape(part) {
+            out.extend_from_slice(part);
+            continue;
+        }
+        let mut n = 0;
+        for &c in part {
+            match ESCAPE[usize::from(c)] {
+                0 => {
+                    tmp[n] = c;
+                    n += 1;
+                }
+                b'u' => {
+                    tmp[n..n + 6].copy_from_slice(&[
+                        b'\\',
+                        b'u',
+                        b'0',
+                        b'0',
+                        HEX[usize::from(c >> 4)],
+                        HEX[usize::from(c & 15)],
+                    ]);
+                    n += 6;
+                }
+                e => {
+                    tmp[n] = b'\\';
+                    tmp[n + 1] = e;
+                    n += 2;
+                }
+            }
+        }
+        out.extend_from_slice(&tmp[..n]);
+    }
+    out.push(b'"');
+}
+
+/// [`write_put_line`] through serde: the reference the hand-written
+/// writer must match byte for byte.
+#[cfg(test)]
+fn write_put_line_serde(
     out: &mut Vec<u8>,
     item: &Item,
     dead_at: Option<Timestamp>,
@@ -828,7 +1058,7 @@ pub(crate) fn write_evicted(out: &mut Vec<u8>, total: u64) {
 /// Append a `done` line.
 pub(crate) fn write_done(out: &mut Vec<u8>, id: ItemId) {
     out.extend_from_slice(br#"{"op":"done","id":"#);
-    out.extend_from_slice(id.to_string().as_bytes());
+    push_uint(out, id);
     out.extend_from_slice(b"}\n");
 }
 
@@ -1377,6 +1607,49 @@ mod tests {
                 Line::Evicted(_) => Head { put: false, id: 0, push: false, client: false },
             });
             prop_assert_eq!(check_line(&line), head);
+            let without = parse_line(&line).map(|mut l| {
+                if let Line::Put { item, .. } = &mut l {
+                    item.payload = Vec::new();
+                }
+                l
+            });
+            prop_assert_eq!(parse_line_without_payload(&line), without);
+        }
+
+        #[test]
+        fn the_hand_written_put_line_is_serdes(
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+            text in "(.|[\\x00-\\x1f\"\\\\\\x7f])*",
+            key in "(.|[\\x00-\\x1f\"\\\\])*", attempts in any::<u32>(), held in any::<bool>(),
+            times in proptest::option::of((any::<i64>(), any::<i64>())),
+            error in proptest::option::of("(.|[\\x00-\\x1f\"\\\\])*"),
+            dead in proptest::option::of(any::<i64>()),
+            id in any::<u64>(),
+            push_seq in proptest::option::of(any::<u64>()),
+            group in proptest::option::of(".{0,6}"),
+            coalesce_key in proptest::option::of("(.|[\\x00-\\x1f\"])*"),
+            delivery in proptest::option::of((any::<i64>(), 0u16..600)),
+        ) {
+            for payload in [payload, text.into_bytes()] {
+                let mut it = item(&payload);
+                it.id = id;
+                it.key = key.clone();
+                it.attempts = attempts;
+                it.held = held;
+                it.enqueued_at = times.map(|t| Timestamp::from_secs(t.0));
+                it.next_retry_at = times.map(|t| Timestamp::from_millis(t.1));
+                it.last_error = error.clone();
+                it.push_seq = push_seq;
+                it.group = group.clone();
+                it.coalesce_key = coalesce_key.clone();
+                let d = delivery.map(|(at, status)| Delivery { at: Timestamp::from_millis(at), evidence: Evidence::Http(status) });
+                let dead = dead.map(Timestamp::from_millis);
+                let (mut hand, mut serde) = (b"x".to_vec(), b"x".to_vec());
+                write_put_line(&mut hand, &it, dead, d.as_ref());
+                write_put_line_serde(&mut serde, &it, dead, d.as_ref());
+                prop_assert_eq!(String::from_utf8_lossy(&hand), String::from_utf8_lossy(&serde));
+                prop_assert_eq!(hand, serde);
+            }
         }
 
         #[test]

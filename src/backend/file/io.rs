@@ -32,6 +32,26 @@ pub trait FileIo: Send + Sync + Debug {
         file.sync_data()
     }
 
+    /// Start writing `len` bytes at `offset` of the file back to the disk
+    /// without waiting for them (`sync_file_range(2)` with
+    /// `SYNC_FILE_RANGE_WRITE`): a hint, so that a later [`FileIo::sync`]
+    /// has less left to wait for. Durability still comes from that sync
+    /// alone; errors are ignored.
+    fn start_writeback(&self, file: &File, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (
+            libc::off64_t::try_from(offset),
+            libc::off64_t::try_from(len),
+        ) else {
+            return;
+        };
+        // SAFETY: the descriptor is open while borrowed; the call only
+        // reads its arguments.
+        let _ = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+    }
+
     /// Cut the file to `len` bytes.
     fn truncate(&self, file: &File, len: u64) -> io::Result<()> {
         file.set_len(len)

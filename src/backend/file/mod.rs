@@ -222,6 +222,10 @@ struct Inner {
     /// This call appended to a file: the index takes the lines in before
     /// it commits.
     appended: bool,
+    /// The index rows of the lines a streamed batch of this call wrote to
+    /// the main file, for the index to take in without reading the lines
+    /// back.
+    own_rows: Option<stream::OwnRows>,
     notices: Vec<String>,
 }
 
@@ -323,6 +327,7 @@ impl FileQueue {
                 dead_tail: Tail::default(),
                 delivered_tail: Tail::default(),
                 appended: false,
+                own_rows: None,
                 notices: Vec::new(),
             }),
         };
@@ -655,6 +660,9 @@ impl FileQueue {
 
     fn end_transaction<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
         let appended = std::mem::take(&mut inner.appended);
+        if !appended || r.is_err() {
+            inner.own_rows = None;
+        }
         if inner.index.is_none() {
             return r;
         }
@@ -672,6 +680,8 @@ impl FileQueue {
         } else {
             Ok(())
         };
+        // Kept for this call's catch-up only.
+        inner.own_rows = None;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
             let _ = ix.rollback();
@@ -829,6 +839,7 @@ impl FileQueue {
     /// needs upkeep that only the exclusive lock allows; call again with
     /// it.
     fn prepare(&self, inner: &mut Inner, exclusive: bool, meta: MetaUse) -> Result<bool> {
+        inner.own_rows = None;
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }
@@ -986,14 +997,44 @@ impl FileQueue {
     /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        let own = match which {
+            Which::Main => inner.own_rows.take(),
+            _ => None,
+        };
         let path = self.target_path(which);
         let Some(t) = inner.tracked(which) else {
             *inner.tail(which) = Tail::default();
             return Ok(());
         };
         let ix = inner.index()?;
-        let row = ix.file_row(which)?.unwrap_or_default();
+        let mut row = ix.file_row(which)?.unwrap_or_default();
         let len = file_len(&t.file, path)?;
+        // The rows of lines this call's batch wrote, kept as it wrote
+        // them: taken in as parsing the lines would, when the index
+        // stands where they begin.
+        if let Some(own) = own.filter(|o| {
+            o.start == row.upto
+                && o.end <= len
+                && !row.needs_newline
+                && (row.dev, row.ino) == (t.dev, t.ino)
+        }) {
+            let mut ap = ix.applier()?;
+            for (r, off, l) in own.rows() {
+                ap.main(Entry::Put(r), off, l);
+            }
+            ap.finish()?;
+            let fingerprint = index::fingerprint(&*self.io, &t.file, own.end)
+                .map_err(|e| Error::io(path, "read", e))?;
+            row = FileRow {
+                upto: own.end,
+                lines: row.lines + own.count,
+                records: row.records + own.count,
+                needs_newline: false,
+                fingerprint,
+                ..row
+            };
+            ix.set_file_row(which, &row)?;
+        }
         let mut tail = Tail {
             end: row.upto,
             needs_newline: row.needs_newline,

@@ -3,6 +3,58 @@
 //! push state written once at the end.
 
 use super::*;
+use rusqlite::Statement;
+
+/// Fresh `put` rows per multi-row `INSERT`: one statement opens the
+/// table's cursor once for all of them, and binds them in one go (256
+/// took 5% less CPU time than 64 for a batch of 100,000 lines).
+const FRESH_ROWS: usize = 256;
+
+/// The columns a fresh row binds: every column of `pending`, or (a
+/// "plain" row: not held, no retry time, push number, group or coalesce
+/// key — what a batch enqueue stores) the first six.
+const FULL_COLUMNS: usize = 11;
+const PLAIN_COLUMNS: usize = 6;
+
+/// The `INSERT` of `rows` fresh rows of `cols` columns each.
+fn fresh_insert_sql(rows: usize, cols: usize) -> String {
+    let mut sql = String::from(if cols == PLAIN_COLUMNS {
+        "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, held) VALUES "
+    } else {
+        "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
+         group_name, coalesce_key) VALUES "
+    });
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push_str(if cols == PLAIN_COLUMNS {
+            "(?,?,?,?,?,?,0)"
+        } else {
+            "(?,?,?,?,?,?,?,?,?,?,?)"
+        });
+    }
+    sql
+}
+
+/// A fresh `put` row waiting for its multi-row `INSERT`.
+struct Fresh {
+    id: i64,
+    off: i64,
+    len: i64,
+    seq: Option<i64>,
+    row: Row,
+}
+
+impl Fresh {
+    fn plain(&self) -> bool {
+        !self.row.held
+            && self.row.next_retry_at.is_none()
+            && self.seq.is_none()
+            && self.row.group.is_none()
+            && self.row.coalesce_key.is_none()
+    }
+}
 
 impl Index {
     /// Start applying lines.
@@ -19,6 +71,9 @@ impl Index {
             dead: 0,
             delivered: 0,
             attempts: std::collections::BTreeMap::new(),
+            fresh: Vec::new(),
+            insert_plain: None,
+            insert_full: None,
         })
     }
 }
@@ -40,9 +95,63 @@ pub(crate) struct Applier<'a> {
     dead: i64,
     delivered: i64,
     attempts: std::collections::BTreeMap<u32, i64>,
+    /// Fresh `put` rows not inserted yet: every other change to the
+    /// tables inserts them first ([`Applier::flush`]), so that the rows
+    /// are the ones applying each line in turn would give.
+    fresh: Vec<Fresh>,
+    /// The [`FRESH_ROWS`]-row `INSERT`s, prepared at their first use and
+    /// held for the applier's life.
+    insert_plain: Option<Statement<'a>>,
+    insert_full: Option<Statement<'a>>,
 }
 
-impl Applier<'_> {
+impl<'a> Applier<'a> {
+    /// Insert the fresh rows waiting.
+    fn flush(&mut self) -> Result<()> {
+        if self.fresh.is_empty() {
+            return Ok(());
+        }
+        let ix = self.ix;
+        let cols = if self.fresh.iter().all(Fresh::plain) {
+            PLAIN_COLUMNS
+        } else {
+            FULL_COLUMNS
+        };
+        let rows = std::mem::take(&mut self.fresh);
+        let r = if rows.len() == FRESH_ROWS {
+            let slot = if cols == PLAIN_COLUMNS {
+                &mut self.insert_plain
+            } else {
+                &mut self.insert_full
+            };
+            if slot.is_none() {
+                *slot = Some(
+                    ix.conn
+                        .prepare(&fresh_insert_sql(FRESH_ROWS, cols))
+                        .map_err(ix.err("update"))?,
+                );
+            }
+            match slot {
+                Some(stmt) => insert_fresh(stmt, &rows, cols),
+                None => unreachable!("prepared above"),
+            }
+        } else {
+            // Fewer (the end of a run): one row per statement, so that
+            // the statement cache holds one shape, not one per count.
+            ix.conn
+                .prepare_cached(&fresh_insert_sql(1, cols))
+                .and_then(|mut stmt| {
+                    rows.chunks(1)
+                        .try_for_each(|row| insert_fresh(&mut stmt, row, cols))
+                })
+        };
+        r.map_err(ix.err("update"))?;
+        // Keep the buffer's allocation.
+        self.fresh = rows;
+        self.fresh.clear();
+        Ok(())
+    }
+
     fn raise(&mut self, id: ItemId) {
         if id > self.hw {
             self.hw = id;
@@ -141,6 +250,21 @@ impl Applier<'_> {
                 self.raise(row.id);
                 let id = to_i64(row.id, "item id")?;
                 let seq = row.push_seq.map(|s| to_i64(s, "push number")).transpose()?;
+                if fresh {
+                    self.came(row.held, row.attempts);
+                    self.fresh.push(Fresh {
+                        id,
+                        off: off as i64,
+                        len: len as i64,
+                        seq,
+                        row,
+                    });
+                    if self.fresh.len() == FRESH_ROWS {
+                        self.flush()?;
+                    }
+                    return Ok(());
+                }
+                self.flush()?;
                 let values = params![
                     id,
                     off as i64,
@@ -154,17 +278,6 @@ impl Applier<'_> {
                     row.group,
                     row.coalesce_key
                 ];
-                if fresh {
-                    self.came(row.held, row.attempts);
-                    ix.conn
-                        .prepare_cached(
-                            "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
-                             group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                        )
-                        .and_then(|mut s| s.execute(values))
-                        .map_err(ix.err("update"))?;
-                    return Ok(());
-                }
                 // Is it a dead letter or a delivered item, and what was it
                 // before?
                 let (dead, delivered, old): (bool, bool, Option<(bool, u32)>) = ix
@@ -210,6 +323,7 @@ impl Applier<'_> {
                     .map_err(ix.err("update"))?;
             }
             Entry::Done(id) => {
+                self.flush()?;
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
                     if !self.delete_pending(id)? {
@@ -220,7 +334,10 @@ impl Applier<'_> {
                 }
             }
             Entry::Push(p) => self.push = Some(p),
-            Entry::Client(c) => self.client(c)?,
+            Entry::Client(c) => {
+                self.flush()?;
+                self.client(c)?
+            }
             // The eviction count lives in the dead-letter file only.
             Entry::Evicted(_) => {}
         }
@@ -237,6 +354,7 @@ impl Applier<'_> {
     }
 
     fn dead_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        self.flush()?;
         let ix = self.ix;
         match e {
             Entry::Put(row) => {
@@ -275,6 +393,7 @@ impl Applier<'_> {
     }
 
     fn delivered_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+        self.flush()?;
         let ix = self.ix;
         match e {
             Entry::Put(row) => {
@@ -385,10 +504,11 @@ impl Applier<'_> {
     }
 
     /// Write what was accumulated; the first error met, if any.
-    pub fn finish(self) -> Result<()> {
-        if let Some(e) = self.err {
+    pub fn finish(mut self) -> Result<()> {
+        if let Some(e) = self.err.take() {
             return Err(e);
         }
+        self.flush()?;
         let ix = self.ix;
         if self.depth != 0 || self.held != 0 || self.dead != 0 || self.delivered != 0 {
             ix.conn
@@ -443,4 +563,27 @@ impl Applier<'_> {
         }
         Ok(())
     }
+}
+
+/// Bind `rows` (of `cols` columns each) to a [`fresh_insert_sql`]
+/// statement and run it.
+fn insert_fresh(stmt: &mut Statement<'_>, rows: &[Fresh], cols: usize) -> rusqlite::Result<()> {
+    for (i, f) in rows.iter().enumerate() {
+        let at = i * cols;
+        let r = &f.row;
+        stmt.raw_bind_parameter(at + 1, f.id)?;
+        stmt.raw_bind_parameter(at + 2, f.off)?;
+        stmt.raw_bind_parameter(at + 3, f.len)?;
+        stmt.raw_bind_parameter(at + 4, r.key.as_str())?;
+        stmt.raw_bind_parameter(at + 5, r.attempts)?;
+        stmt.raw_bind_parameter(at + 6, r.enqueued_at)?;
+        if cols == FULL_COLUMNS {
+            stmt.raw_bind_parameter(at + 7, r.next_retry_at)?;
+            stmt.raw_bind_parameter(at + 8, r.held)?;
+            stmt.raw_bind_parameter(at + 9, f.seq)?;
+            stmt.raw_bind_parameter(at + 10, r.group.as_deref())?;
+            stmt.raw_bind_parameter(at + 11, r.coalesce_key.as_deref())?;
+        }
+    }
+    stmt.raw_execute().map(drop)
 }
