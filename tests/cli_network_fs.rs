@@ -19,6 +19,9 @@ fn stdout(a: &assert_cmd::assert::Assert) -> String {
 
 #[test]
 fn creating_a_spool_on_a_network_file_system_is_refused_with_73() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     for b in BACKENDS {
         for fs in [
             "nfs",
@@ -52,6 +55,9 @@ fn creating_a_spool_on_a_network_file_system_is_refused_with_73() {
 
 #[test]
 fn allow_network_fs_creates_it_and_silences_the_warning() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     for b in BACKENDS {
         let env = Env::new(b);
         let a = env
@@ -73,6 +79,9 @@ fn allow_network_fs_creates_it_and_silences_the_warning() {
 
 #[test]
 fn opening_an_existing_spool_there_warns_on_stderr() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     for b in BACKENDS {
         let env = Env::new(b);
         env.enqueue("x");
@@ -105,6 +114,9 @@ fn opening_an_existing_spool_there_warns_on_stderr() {
 
 #[test]
 fn a_fuse_file_system_of_unknown_kind_is_allowed_with_a_warning() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     let env = Env::new("spool.db");
     let a = env
         .cmd()
@@ -121,6 +133,9 @@ fn a_fuse_file_system_of_unknown_kind_is_allowed_with_a_warning() {
 
 #[test]
 fn verify_reports_it_as_a_finding() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     for b in BACKENDS {
         let env = Env::new(b);
         env.enqueue("x");
@@ -162,6 +177,9 @@ fn verify_reports_it_as_a_finding() {
 
 #[test]
 fn stats_json_names_the_file_system_type() {
+    if !debug_build_or_skip("the file-system seam SPOOL_DEBUG_FS_TYPE") {
+        return;
+    }
     for b in BACKENDS {
         let env = Env::new(b);
         env.enqueue("x");
