@@ -237,9 +237,7 @@ fn sqlite_reference_view_and_compact_pruning() {
 fn list_state_rejects_due_outside_pending() {
     let env = Env::new("q.db");
     env.enqueue("x");
-    let a = env
-        .run(&["list", "--state", "delivered", "--due"])
-        .failure();
+    let a = env.run(&["list", "--state", "delivered", "--due"]).code(64);
     assert!(
         stderr(&a).contains("--due applies to pending items"),
         "{}",

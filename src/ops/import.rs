@@ -135,7 +135,7 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
                 Some(v) => Evidence::from_json(v).ok_or_else(|| {
                     format!(
                         "evidence {v} is not one of {{\"http_status\":N}}, {{\"exit_status\":N}}, \
-                         {{\"push_last_seq\":N}}, {{\"marked_done\":true}}"
+                         {{\"push_last_seq\":N}}, {{\"marked_done\":true}}, {{\"dead_letter_sink\":true}}"
                     )
                 })?,
             };

@@ -123,7 +123,8 @@ pub fn list<'a>(
 /// The entries of the set `opts.state` names, filtered as [`list`]
 /// filters, lazily, in id order: pending (held included, or one of the
 /// two), dead letters or retained delivered items. `due` applies to
-/// pending items only ([`Error::InvalidInput`] with the other two).
+/// pending items only ([`Error::Unsupported`], a usage error, with the
+/// other two).
 pub fn list_states<'a>(
     queue: &'a dyn Queue,
     opts: &ListOptions,
@@ -136,7 +137,7 @@ pub fn list_states<'a>(
         _ => return Ok(Box::new(list(queue, opts).map(|r| r.map(Listed::Pending)))),
     };
     if opts.due {
-        return Err(Error::InvalidInput(format!(
+        return Err(Error::Unsupported(format!(
             "--due applies to pending items, not to --state {}",
             set.name()
         )));
