@@ -687,7 +687,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3",
+        "1,2,3,4",
         "every migration applied once"
     );
     assert_eq!(
@@ -1078,7 +1078,7 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 /// A schema at version 1 (as an older spool binary left it): a read-only
 /// open reads it as it is, without the columns of versions 2 and 3
 /// (retention reads as off); the first writable open migrates it to
-/// version 3 and every row stays.
+/// version 4 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -1092,11 +1092,20 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migrations 0003 and 0002 added goes.
+    // Back to version 1: what migrations 0004, 0003 and 0002 changed is
+    // undone (version 1 tied rows to their spool with foreign keys).
     psql(
         &base,
         &format!(
             "BEGIN; \
+             DROP TRIGGER spools_cascade ON {schema}.spools; \
+             DROP FUNCTION {schema}.spools_cascade(); \
+             ALTER TABLE {schema}.items ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
+             ALTER TABLE {schema}.dead_letters ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
+             ALTER TABLE {schema}.push_skips ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
+             ALTER TABLE {schema}.push_clients ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
+             ALTER TABLE {schema}.push_entries ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
+             DELETE FROM {schema}.spool_schema WHERE version = 4; \
              DROP TABLE {schema}.delivered; \
              ALTER TABLE {schema}.spools DROP COLUMN retain_ms, DROP COLUMN retained; \
              DELETE FROM {schema}.spool_schema WHERE version = 3; \
@@ -1144,7 +1153,18 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3"
+        "1,2,3,4"
+    );
+    // Version 4 checks no foreign key per row.
+    assert_eq!(
+        psql(
+            &base,
+            &format!(
+                "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
+                 WHERE n.nspname = '{schema}' AND c.contype = 'f'"
+            )
+        ),
+        "0"
     );
     assert_eq!(rw.drain().unwrap(), items);
     assert_eq!(rw.dead_count().unwrap(), 1);
@@ -1174,6 +1194,29 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     assert_eq!(ro.drain().unwrap().len(), 2);
     assert_eq!(ro.retain().unwrap(), None);
     drop((ro, rw));
+    // Deleting a spool's row removes the whole spool (the cascade of
+    // versions 1 to 3, a trigger since version 4), and no other spool.
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let other = open_with(
+        &format!("{base}{sep}schema={schema}&spool=other"),
+        OpenMode::Create,
+        None,
+    );
+    other.enqueue(b"o", "").unwrap();
+    drop(other);
+    psql(
+        &base,
+        &format!("DELETE FROM {schema}.spools WHERE name <> 'other'"),
+    );
+    let left = |table: &str| {
+        psql(
+            &base,
+            &format!("SELECT spool || ':' || count(*) FROM {schema}.{table} GROUP BY spool"),
+        )
+    };
+    assert_eq!(left("items"), "other:1");
+    assert_eq!(left("dead_letters"), "");
+    assert_eq!(left("delivered"), "");
     psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
 }
 
