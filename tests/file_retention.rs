@@ -147,8 +147,20 @@ fn a_reference_reader_sees_delivered_items_gone_and_the_records_are_beside_it() 
             "no done line for {id}"
         );
     }
-    // No field of the delivered file leaks into the main file.
-    assert!(main.iter().all(|v| v.get("deliveredAt").is_none()));
+    // Their `done` lines say when and how (a reference reader reads them
+    // as plain `done` lines); no `put` line carries a delivery.
+    let at_ms = T0.as_millis() + 1500;
+    for (id, evidence) in [(a, "http:200"), (b, "exit:0")] {
+        let done = main
+            .iter()
+            .find(|v| v["op"] == "done" && v["id"] == id)
+            .unwrap();
+        assert_eq!(done["deliveredAt"], at_ms, "{done}");
+        assert_eq!(done["evidence"], evidence, "{done}");
+    }
+    assert!(main
+        .iter()
+        .all(|v| v["op"] == "done" || v.get("deliveredAt").is_none()));
 
     // The delivered file: the item's put line, the reference's fields
     // first, then the time and the evidence.
@@ -216,6 +228,15 @@ fn a_reference_reader_sees_delivered_items_gone_and_the_records_are_beside_it() 
     q.set_retain(None).unwrap();
     assert_eq!(meta_field(&p, "retainMs"), serde_json::Value::Null);
     q.mark_done(&[c]).unwrap();
+    let done_c = lines(&p)
+        .into_iter()
+        .find(|v| v["op"] == "done" && v["id"] == c)
+        .unwrap();
+    assert_eq!(
+        done_c.get("deliveredAt"),
+        None,
+        "not retained: a plain done line"
+    );
     assert!(delivered(&q).is_empty(), "pruned by the delivery");
     assert!(reference_view(&p).is_empty());
     assert_eq!(q.delivered_get(c).unwrap(), None);
@@ -574,8 +595,9 @@ fn a_failed_main_file_append_takes_the_delivered_record_back() {
     let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
     q.set_retain(Some(HOUR)).unwrap();
     let a = add(&q, "a", "ka");
-    // The delivered file's sync passes, the main file's fails.
-    io.fail_sync_in.store(2, Ordering::SeqCst);
+    // The main file's sync fails (the delivered file is not synced by a
+    // delivery).
+    io.fail_sync_in.store(1, Ordering::SeqCst);
     assert!(q.deliver(&[(a, Evidence::Http(200))]).is_err());
     assert_eq!(pending(&q), vec![a]);
     assert!(delivered(&q).is_empty());
@@ -617,4 +639,175 @@ fn retained_keys_dedup_in_a_streamed_batch() {
     assert_eq!(r[0], Enqueued::delivered(a));
     assert!(!r[1].deduplicated);
     assert_eq!(r[2], Enqueued::dedup(r[1].id));
+}
+
+/// An I/O seam that counts the syncs of each file (by inode).
+#[derive(Debug, Default)]
+struct CountingSync {
+    syncs: std::sync::Mutex<BTreeMap<u64, usize>>,
+}
+
+impl CountingSync {
+    fn of(&self, path: &Path) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(path).unwrap().ino();
+        self.syncs.lock().unwrap().get(&ino).copied().unwrap_or(0)
+    }
+}
+
+impl FileIo for CountingSync {
+    fn sync(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ino = file.metadata()?.ino();
+        *self.syncs.lock().unwrap().entry(ino).or_default() += 1;
+        RealIo.sync(file)
+    }
+}
+
+/// One sync per delivery, as without retention: the main file's. The
+/// delivered file is synced when the spool is closed.
+#[test]
+fn a_retained_delivery_syncs_the_main_file_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let io = Arc::new(CountingSync::default());
+    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
+    q.set_retain(Some(HOUR)).unwrap();
+    let ids: Vec<ItemId> = (0..5).map(|i| add(&q, &format!("p{i}"), "")).collect();
+    // The first delivery creates the delivered file.
+    q.deliver(&[(ids[0], Evidence::Http(200))]).unwrap();
+    let dpath = companion(&p, "delivered");
+    let main_before = io.of(&p);
+    let delivered_before = io.of(&dpath);
+    for id in &ids[1..] {
+        q.deliver(&[(*id, Evidence::Http(200))]).unwrap();
+    }
+    assert_eq!(
+        io.of(&p) - main_before,
+        4,
+        "one sync of the main file per delivery"
+    );
+    assert_eq!(io.of(&dpath), delivered_before, "the delivered file waits");
+    drop(q);
+    assert_eq!(io.of(&dpath), delivered_before + 1, "synced on close");
+    let q = FileQueue::open(&p, &OpenOptions::new(OpenMode::ReadOnly)).unwrap();
+    assert_eq!(delivered(&q), ids);
+}
+
+/// A machine crash can take the tail of the delivered file (appended,
+/// not synced yet) while the main file's `done` lines are on disk: the
+/// next writer restores those records from the main file; a reader tells
+/// of them; records whose window ended are not brought back.
+#[test]
+fn records_a_crash_took_from_the_delivered_file_are_restored_from_the_main_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let dpath = companion(&p, "delivered");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    let b = add(&q, "b", "kb");
+    let c = add(&q, "c", "");
+    let d = add(&q, "d", "kd");
+    let e = add(&q, "e", "ke");
+    q.set_attempts(c, 3).unwrap();
+    // Delivered out of id order, in three commits.
+    q.deliver(&[(b, Evidence::Http(201))]).unwrap();
+    let durable = std::fs::metadata(&dpath).unwrap().len();
+    clock.advance(Duration::from_secs(10));
+    q.deliver(&[(a, Evidence::Exit(0)), (c, Evidence::Http(200))])
+        .unwrap();
+    clock.advance(Duration::from_secs(10));
+    q.push_assign(&[d]).unwrap();
+    q.push_ack(1, &[]).unwrap();
+    let want = q.delivered_page(0, 100).unwrap();
+    assert_eq!(
+        want.iter().map(|r| r.item.id).collect::<Vec<_>>(),
+        vec![a, b, c, d]
+    );
+    drop(q);
+
+    // What the crash leaves: the first record and half of the next line.
+    let full = std::fs::read(&dpath).unwrap();
+    std::fs::write(&dpath, &full[..durable as usize + 40]).unwrap();
+
+    // A reader tells; it writes nothing.
+    let ro = open_at(&p, OpenMode::ReadOnly, &clock);
+    assert_eq!(delivered(&ro), vec![b]);
+    let notices = ro.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("3 delivered record(s)") && n.contains("missing")),
+        "{notices:?}"
+    );
+    drop(ro);
+    assert_eq!(std::fs::metadata(&dpath).unwrap().len(), durable + 40);
+
+    // A writer restores them, exactly as they were.
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.enqueue(b"x", "ka").unwrap(), Enqueued::delivered(a));
+    let notices = q.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("restored 3 delivered record(s)")),
+        "{notices:?}"
+    );
+    assert_eq!(q.delivered_page(0, 100).unwrap(), want);
+    assert_eq!(q.delivered_get(c).unwrap().unwrap().item.attempts, 3);
+    assert_eq!(q.enqueue(b"x", "kd").unwrap(), Enqueued::delivered(d));
+    assert_eq!(pending(&q), vec![e]);
+    drop(q);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    // Restored once: a rebuilt index finds nothing more to restore.
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.delivered_page(0, 100).unwrap(), want);
+    assert!(!q.take_notices().iter().any(|n| n.contains("restored")));
+    drop(q);
+
+    // A record lost after its window ended stays gone: it would have
+    // been pruned.
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    let f = add(&q, "f", "kf");
+    q.deliver(&[(f, Evidence::Http(200))]).unwrap();
+    drop(q);
+    let len = std::fs::metadata(&dpath).unwrap().len();
+    let text = std::fs::read(&dpath).unwrap();
+    let last_line = text[..len as usize - 1]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    std::fs::write(&dpath, &text[..last_line]).unwrap();
+    clock.advance(HOUR + Duration::from_secs(1));
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.delivered_get(f).unwrap(), None);
+    assert!(!q.enqueue(b"x", "kf").unwrap().deduplicated);
+}
+
+/// Records pruned from the delivered file stay pruned when the index is
+/// rebuilt from the files, even once a longer window would keep them.
+#[test]
+fn a_rebuilt_index_brings_no_pruned_record_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    let b = add(&q, "b", "kb");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    q.deliver(&[(b, Evidence::Http(200))]).unwrap();
+    q.set_retain(None).unwrap();
+    assert_eq!(q.prune_delivered(100).unwrap(), 2);
+    q.set_retain(Some(HOUR * 24)).unwrap();
+    drop(q);
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert!(delivered(&q).is_empty());
+    assert!(!q.enqueue(b"x", "ka").unwrap().deduplicated);
+    assert!(!q.take_notices().iter().any(|n| n.contains("restored")));
 }

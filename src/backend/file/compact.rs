@@ -70,7 +70,7 @@ impl FileQueue {
                         delivered_high = delivered_high.max(item.id);
                         delivered.insert(item.id, (offset, len));
                     }
-                    Line::Done { id } => {
+                    Line::Done { id, .. } => {
                         delivered_high = delivered_high.max(id);
                         delivered.remove(&id);
                     }
@@ -408,7 +408,7 @@ fn apply_dead(state: &mut State, line: Line) {
             let dead_at = dead_at.unwrap_or_default();
             state.dead.insert(item.id, DeadLetter { item, dead_at });
         }
-        Line::Done { id } => {
+        Line::Done { id, .. } => {
             state.dead.remove(&id);
             state.high_water = state.high_water.max(id);
         }

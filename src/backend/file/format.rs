@@ -20,8 +20,8 @@
 //! | `pushSeq`     | push sequence number of an item in flight            |
 //! | `group`       | ordering group                                       |
 //! | `coalesceKey` | coalesce key                                         |
-//! | `deliveredAt` | `.delivered` file only: time of delivery, Unix ms    |
-//! | `evidence`    | `.delivered` file only: [`Evidence::encode`]'s form  |
+//! | `deliveredAt` | `.delivered` file, and the main file's `done` line of a retained delivery: time of delivery, Unix ms |
+//! | `evidence`    | as `deliveredAt`: [`Evidence::encode`]'s form        |
 //!
 //! A payload that is valid UTF-8 is a JSON string. Any other payload is an
 //! object `{"base64": "..."}` (standard alphabet, padded): a reader that
@@ -47,8 +47,15 @@ pub(crate) enum Line {
         /// `evidence`, as written ([`Evidence::encode`]'s form).
         evidence: Option<String>,
     },
-    /// Remove an item; also raises the id high-water mark.
-    Done { id: ItemId },
+    /// Remove an item; also raises the id high-water mark. In the main
+    /// file, the `done` line of a delivery that a retention window keeps
+    /// carries when and how (`deliveredAt`, `evidence`): the main file
+    /// alone then tells the delivered record, should `<spool>.delivered`
+    /// lose its tail in a crash (see the `retain` module).
+    Done {
+        id: ItemId,
+        delivery: Option<Delivery>,
+    },
     /// The spool's push state as a sending client: a `done` line for id 0
     /// (a no-op for every reader that does not know it) with a `push`
     /// object. The last one in the file is the state.
@@ -144,8 +151,10 @@ struct Fields<'a, P, S> {
     coalesce_key: Option<S>,
     #[serde(default, rename = "deliveredAt")]
     delivered_at: Option<i64>,
+    // Always kept (short): a `done` line's evidence is checked by every
+    // reader, [`check_line`] included.
     #[serde(default = "none")]
-    evidence: Option<S>,
+    evidence: Option<String>,
     #[serde(default = "none")]
     push: Option<PushLine>,
     #[serde(default = "none")]
@@ -288,10 +297,17 @@ impl<'a> Plain<'a> {
         };
         if c.eat(r#"{"op":"done","id":"#) {
             let id = c.uint()?;
+            let delivered_at = c.int_field(r#","deliveredAt":"#)?;
+            let evidence = c.str_field(r#","evidence":""#)?;
             let tx = c.uint_field(r#","tx":"#)?;
             c.end()?;
+            // Anything but a complete, readable delivery (or none) is
+            // left to serde, which words the error.
+            done_delivery(id, delivered_at, evidence.as_deref()).ok()?;
             return Some(Plain {
                 id,
+                delivered_at,
+                evidence,
                 tx,
                 ..Plain::default()
             });
@@ -344,7 +360,13 @@ impl<'a> Plain<'a> {
 
     fn into_line(self) -> Line {
         if !self.put {
-            return Line::Done { id: self.id };
+            let delivery = done_delivery(self.id, self.delivered_at, self.evidence.as_deref())
+                .ok()
+                .flatten();
+            return Line::Done {
+                id: self.id,
+                delivery,
+            };
         }
         Line::Put {
             item: Item {
@@ -580,7 +602,10 @@ fn parse_line_serde<'a>(
             StateKind::Push => Ok(Line::Push(raw.push.unwrap_or_default())),
             StateKind::Client => Ok(Line::Client(raw.client.unwrap_or_default())),
             StateKind::Evicted(n) => Ok(Line::Evicted(n)),
-            StateKind::Done => Ok(Line::Done { id: raw.id }),
+            StateKind::Done => Ok(Line::Done {
+                id: raw.id,
+                delivery: done_delivery(raw.id, raw.delivered_at, raw.evidence.as_deref())?,
+            }),
         },
         "put" => {
             let payload = match raw.payload {
@@ -641,6 +666,30 @@ fn state_kind<P, C>(
         return Err("a state line must be a done line for id 0".into());
     }
     Ok(kind)
+}
+
+/// The delivery a `done` line records: `deliveredAt` and `evidence`
+/// together, or neither; only on an item's line (not id 0).
+fn done_delivery(
+    id: ItemId,
+    delivered_at: Option<i64>,
+    evidence: Option<&str>,
+) -> Result<Option<Delivery>, String> {
+    match (delivered_at, evidence) {
+        (None, None) => Ok(None),
+        (Some(at), Some(e)) => match Evidence::decode(e) {
+            Some(evidence) if id != 0 => Ok(Some(Delivery {
+                at: Timestamp::from_millis(at),
+                evidence,
+            })),
+            Some(_) => Err("a done line for id 0 cannot record a delivery".into()),
+            None => Err(format!(
+                "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
+            )),
+        },
+        (Some(_), None) => Err("deliveredAt without evidence".into()),
+        (None, Some(_)) => Err("evidence without deliveredAt".into()),
+    }
 }
 
 /// What [`check_line`] learns of a line: its op and id.
@@ -750,7 +799,11 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             StateKind::Client => Ok(head(false, false, true)),
             // An eviction count is not an item: compaction of the main
             // file (where it never belongs) drops it like a `done` line.
-            StateKind::Evicted(_) | StateKind::Done => Ok(head(false, false, false)),
+            StateKind::Evicted(_) => Ok(head(false, false, false)),
+            StateKind::Done => {
+                done_delivery(raw.id, raw.delivered_at, raw.evidence.as_deref())?;
+                Ok(head(false, false, false))
+            }
         },
         "put" => match raw.payload {
             Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => {
@@ -1062,6 +1115,19 @@ pub(crate) fn write_done(out: &mut Vec<u8>, id: ItemId) {
     out.extend_from_slice(b"}\n");
 }
 
+/// Append the main file's `done` line of a delivery that a retention
+/// window keeps: a `done` line (all a reference reader needs) with when
+/// and how the item was delivered.
+pub(crate) fn write_done_delivered(out: &mut Vec<u8>, id: ItemId, d: &Delivery) {
+    out.extend_from_slice(br#"{"op":"done","id":"#);
+    push_uint(out, id);
+    out.extend_from_slice(br#","deliveredAt":"#);
+    out.extend_from_slice(d.at.as_millis().to_string().as_bytes());
+    out.extend_from_slice(br#","evidence":""#);
+    out.extend_from_slice(d.evidence.encode().as_bytes());
+    out.extend_from_slice(b"\"}\n");
+}
+
 /// Frame `lines` (whole lines as this module writes them, each ending in
 /// `}` and a newline) as one batch that starts at byte `start` of its
 /// file: every line but the last gets a trailing `"tx":<start>` field.
@@ -1157,8 +1223,57 @@ mod tests {
         }
         assert_eq!(
             parse_line(br#"{"op":"done","id":9}"#).unwrap(),
-            Line::Done { id: 9 }
+            Line::Done {
+                id: 9,
+                delivery: None
+            }
         );
+    }
+
+    #[test]
+    fn a_done_line_can_tell_a_delivery() {
+        let d = Delivery {
+            at: Timestamp::from_millis(1_764_583_200_123),
+            evidence: Evidence::Http(204),
+        };
+        let mut out = Vec::new();
+        write_done_delivered(&mut out, 7, &d);
+        assert_eq!(
+            out,
+            br#"{"op":"done","id":7,"deliveredAt":1764583200123,"evidence":"http:204"}
+"#
+        );
+        let line = &out[..out.len() - 1];
+        let want = Line::Done {
+            id: 7,
+            delivery: Some(d),
+        };
+        // The hand-written reader and serde agree, framed or not.
+        assert_eq!(parse_line(line).unwrap(), want);
+        assert_eq!(
+            parse_line_serde(line, std::str::from_utf8(line).ok())
+                .unwrap()
+                .0,
+            want
+        );
+        assert_eq!(parse_line_without_payload(line).unwrap(), want);
+        let two = [out.clone(), b"{\"op\":\"done\",\"id\":8}\n".to_vec()].concat();
+        let framed = frame_batch(&two, 0);
+        let first = framed.split(|&b| b == b'\n').next().unwrap();
+        assert_eq!(parse_line_tx(first).unwrap(), (want, Some(0)));
+        assert!(!check_line(line).unwrap().put);
+        // Half a delivery, an unknown evidence, or one on a state line
+        // is malformed, for every reader.
+        for bad in [
+            &br#"{"op":"done","id":7,"deliveredAt":1}"#[..],
+            br#"{"op":"done","id":7,"evidence":"done"}"#,
+            br#"{"op":"done","id":7,"deliveredAt":1,"evidence":"http:x"}"#,
+            br#"{"op":"done","id":0,"deliveredAt":1,"evidence":"done"}"#,
+        ] {
+            let text = String::from_utf8_lossy(bad);
+            assert!(parse_line(bad).is_err(), "{text}");
+            assert!(check_line(bad).is_err(), "{text}");
+        }
     }
 
     #[test]
@@ -1234,7 +1349,13 @@ mod tests {
         assert_eq!(parse_line_tx(text[0]).unwrap().1, Some(1234));
         assert_eq!(
             parse_line_tx(text[1]).unwrap(),
-            (Line::Done { id: 7 }, Some(1234))
+            (
+                Line::Done {
+                    id: 7,
+                    delivery: None
+                },
+                Some(1234)
+            )
         );
         assert_eq!(parse_line_tx(text[2]).unwrap().1, None);
         // The framed lines still read as the same records.
@@ -1534,7 +1655,7 @@ mod tests {
             let checked = check_line(&line);
             match (&full, &checked) {
                 (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false, client: false }),
-                (Ok(Line::Done { id }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false }),
+                (Ok(Line::Done { id, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false }),
                 (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true, client: false }),
                 (Ok(Line::Client(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: true }),
                 (Ok(Line::Evicted(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: false }),
@@ -1601,7 +1722,7 @@ mod tests {
             prop_assert_eq!(parse_line_tx(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
             let head = parse_line(&line).map(|l| match l {
                 Line::Put { item, .. } => Head { put: true, id: item.id, push: false, client: false },
-                Line::Done { id } => Head { put: false, id, push: false, client: false },
+                Line::Done { id, .. } => Head { put: false, id, push: false, client: false },
                 Line::Push(_) => Head { put: false, id: 0, push: true, client: false },
                 Line::Client(_) => Head { put: false, id: 0, push: false, client: true },
                 Line::Evicted(_) => Head { put: false, id: 0, push: false, client: false },

@@ -62,6 +62,7 @@ use std::time::Duration;
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items.
 mod apply;
+pub(crate) use apply::{Applied, Lost};
 
 pub(crate) const INDEX_VERSION: i64 = 3;
 
@@ -216,7 +217,9 @@ pub(crate) struct FileRow {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Entry {
     Put(Row),
-    Done(ItemId),
+    /// An item leaves; in the main file, with the delivery a retention
+    /// window keeps.
+    Done(ItemId, Option<crate::item::Delivery>),
     Push(PushLine),
     Client(ClientLine),
     Evicted(u64),
@@ -276,7 +279,7 @@ impl From<Line> for Entry {
                 coalesce_key: item.coalesce_key,
                 delivered_at: delivered_at.map(Timestamp::as_millis),
             }),
-            Line::Done { id } => Entry::Done(id),
+            Line::Done { id, delivery } => Entry::Done(id, delivery),
             Line::Push(p) => Entry::Push(p),
             Line::Client(c) => Entry::Client(c),
             Line::Evicted(n) => Entry::Evicted(n),

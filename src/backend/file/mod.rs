@@ -86,7 +86,7 @@ mod stream;
 pub mod verify;
 
 use self::format::{parse_line, Line};
-use self::index::{Entry, FileNow, FileRow, Index, Loc, Unusable, Which};
+use self::index::{Applied, Entry, FileNow, FileRow, Index, Loc, Lost, Unusable, Which};
 use self::io::{parent_dir, read_exact_at, write_all, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
@@ -227,6 +227,13 @@ struct Inner {
     /// back.
     own_rows: Option<stream::OwnRows>,
     notices: Vec<String>,
+    /// Retained deliveries whose records the delivered file lost in a
+    /// crash, found by this call's rebuild of the index: restored before
+    /// the call goes on (see the `retain` module).
+    lost: Vec<Lost>,
+    /// The delivered file has appends not synced yet: synced when the
+    /// spool is closed, and before anything relies on it alone.
+    delivered_unsynced: bool,
 }
 
 impl Inner {
@@ -329,6 +336,8 @@ impl FileQueue {
                 appended: false,
                 own_rows: None,
                 notices: Vec::new(),
+                lost: Vec::new(),
+                delivered_unsynced: false,
             }),
         };
         let max_depth = opts.max_depth;
@@ -455,12 +464,18 @@ impl FileQueue {
         self.locked_unloaded(true, |q, inner| {
             q.track_companions(inner)?;
             q.rebuild(inner, None)
-        })
+        })?;
+        // A write call restores what the rebuild found the delivered file
+        // lost (see the `retain` module).
+        self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))
     }
 
     /// Compact with the exclusive lock held; afterwards every handle and
     /// the index are opened afresh on the next call.
     fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+        // The rewrite drops the main file's `done` lines, which stand in
+        // for the delivered file's records until these are synced.
+        self.sync_delivered(inner)?;
         let carry = self.index_for_compaction(inner);
         if let Some(ix) = inner.index.take() {
             let _ = ix.rollback();
@@ -906,6 +921,10 @@ impl FileQueue {
                     self.cut_torn_tail(inner, which, torn)?;
                 }
             }
+            if !inner.lost.is_empty() {
+                let lost = std::mem::take(&mut inner.lost);
+                self.restore_lost(inner, lost)?;
+            }
         }
         Ok(true)
     }
@@ -1099,7 +1118,8 @@ impl FileQueue {
             let _ = ix.rollback();
         }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let torn = self.build_shared(&main.file, companion_files(inner))?;
+        let (torn, lost) = self.build_shared(&main.file, companion_files(inner))?;
+        inner.lost = lost;
         if let Some(why) = why.filter(|w| !w.is_empty()) {
             inner.notices.push(format!(
                 "{}: rebuilt the index from the spool files: {why}",
@@ -1129,7 +1149,11 @@ impl FileQueue {
     /// Build the shared index of `main` and the companion files (dead
     /// letters, delivered items) into a temporary file and rename it into
     /// place. Returns the torn tails found.
-    fn build_shared(&self, main: &File, companions: [Option<&File>; 2]) -> Result<TornTails> {
+    fn build_shared(
+        &self,
+        main: &File,
+        companions: [Option<&File>; 2],
+    ) -> Result<(TornTails, Vec<Lost>)> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
         crate::private_file::create_replacement(&tmp, &self.index_path)
@@ -1159,9 +1183,20 @@ impl FileQueue {
         }
         let ix = Index::create(None)?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let torn = self.load(&ix, &main.file, companion_files(inner))?;
+        let (torn, lost) = self.load(&ix, &main.file, companion_files(inner))?;
         ix.finish_build()?;
         inner.index = Some(ix);
+        // A reader cannot write them back: it tells.
+        let lost = self.still_lost(inner, lost)?;
+        if !lost.is_empty() {
+            inner.notices.push(format!(
+                "{}: {} delivered record(s) that the main file's done lines tell of are missing \
+                 (lost in a crash before they reached the disk); the next command that writes \
+                 to the spool restores them",
+                self.delivered_path.display(),
+                lost.len()
+            ));
+        }
         for (which, t) in torn {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
@@ -1172,18 +1207,29 @@ impl FileQueue {
     /// Fill a new index from the whole of the files (the companions
     /// first, as every catch-up reads them). Memory holds a few blocks of
     /// the file and SQLite's cache, whatever the size of the spool.
-    fn load(&self, ix: &Index, main: &File, companions: [Option<&File>; 2]) -> Result<TornTails> {
+    fn load(
+        &self,
+        ix: &Index,
+        main: &File,
+        companions: [Option<&File>; 2],
+    ) -> Result<(TornTails, Vec<Lost>)> {
         let mut torn = Vec::with_capacity(3);
+        let mut last_delivered = None;
         for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
-            torn.push((which, self.load_companion(ix, which, f)?));
+            let (t, applied) = self.load_companion(ix, which, f)?;
+            torn.push((which, t));
+            if which == Which::Delivered {
+                last_delivered = applied.last_delivered_put;
+            }
         }
         let mut ap = ix.applier()?;
+        ap.track_lost(last_delivered);
         let now = FileNow::of(main, &self.path)?;
         let s =
             scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
                 ap.main(e, off, l)
             })?;
-        ap.finish()?;
+        let lost = ap.finish()?.lost;
         let fingerprint = index::fingerprint(&*self.io, main, s.end)
             .map_err(|e| Error::io(&self.path, "read", e))?;
         ix.set_file_row(
@@ -1199,7 +1245,7 @@ impl FileQueue {
             },
         )?;
         torn.push((Which::Main, s.torn));
-        Ok(torn)
+        Ok((torn, lost))
     }
 
     /// Take the whole of a companion file (`which`: dead letters or
@@ -1209,8 +1255,10 @@ impl FileQueue {
         ix: &Index,
         which: Which,
         file: Option<&File>,
-    ) -> Result<Option<TornTail>> {
-        let Some(f) = file else { return Ok(None) };
+    ) -> Result<(Option<TornTail>, Applied)> {
+        let Some(f) = file else {
+            return Ok((None, Applied::default()));
+        };
         let path = self.target_path(which);
         let mut ap = ix.applier()?;
         let now = FileNow::of(f, path)?;
@@ -1225,7 +1273,7 @@ impl FileQueue {
             Entry::parser(which),
             |e, off, l| ap.apply(which, e, off, l),
         )?;
-        ap.finish()?;
+        let applied = ap.finish()?;
         let fingerprint =
             index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;
         ix.set_file_row(
@@ -1240,7 +1288,7 @@ impl FileQueue {
                 fingerprint,
             },
         )?;
-        Ok(s.torn)
+        Ok((s.torn, applied))
     }
 
     fn cut_torn_tail(&self, inner: &mut Inner, which: Which, torn: TornTail) -> Result<()> {
@@ -1289,6 +1337,13 @@ impl FileQueue {
     /// then take them into the index. On failure the file is cut back to
     /// where the append began.
     fn append(&self, inner: &mut Inner, which: Which, bytes: &[u8]) -> Result<()> {
+        self.append_with(inner, which, bytes, true)
+    }
+
+    /// [`FileQueue::append`], synced or (`sync` false: only the delivered
+    /// file's records of retained deliveries, see the `retain` module)
+    /// left to the next sync of the file.
+    fn append_with(&self, inner: &mut Inner, which: Which, bytes: &[u8], sync: bool) -> Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -1308,10 +1363,12 @@ impl FileQueue {
         buf.extend_from_slice(&format::frame_batch(bytes, start + buf.len() as u64));
         let written = write_all(&*self.io, &mut t.file, &buf)
             .map_err(|e| Error::io(path, "append to", e))
-            .and_then(|()| {
-                self.io
+            .and_then(|()| match sync {
+                true => self
+                    .io
                     .sync(&t.file)
-                    .map_err(|e| Error::io(path, "fsync", e))
+                    .map_err(|e| Error::io(path, "fsync", e)),
+                false => Ok(()),
             });
         if let Err(e) = written {
             // Take back whatever reached the file, so that nothing that
@@ -1322,7 +1379,24 @@ impl FileQueue {
                 .and_then(|()| self.io.sync(&t.file));
             return Err(e);
         }
+        if which == Which::Delivered {
+            // A sync covers every earlier write to the file.
+            inner.delivered_unsynced = !sync;
+        }
         self.committed(inner, which, start + buf.len() as u64);
+        Ok(())
+    }
+
+    /// Sync what the delivered file was given unsynced, if anything.
+    fn sync_delivered(&self, inner: &mut Inner) -> Result<()> {
+        if inner.delivered_unsynced {
+            if let Some(t) = &inner.delivered {
+                self.io
+                    .sync(&t.file)
+                    .map_err(|e| Error::io(&self.delivered_path, "fsync", e))?;
+            }
+            inner.delivered_unsynced = false;
+        }
         Ok(())
     }
 
@@ -1447,6 +1521,23 @@ impl FileQueue {
 }
 
 /// Torn tails found per file.
+impl Drop for FileQueue {
+    /// Sync what the delivered file was given unsynced (see the `retain`
+    /// module). Best effort: should it fail, the main file's `done` lines
+    /// still tell those records, and the next rebuild restores them.
+    fn drop(&mut self) {
+        let inner = match self.inner.get_mut() {
+            Ok(inner) => inner,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if inner.delivered_unsynced {
+            if let Some(t) = &inner.delivered {
+                let _ = self.io.sync(&t.file);
+            }
+        }
+    }
+}
+
 type TornTails = Vec<(Which, Option<TornTail>)>;
 
 /// The open companion files (dead letters, delivered items), in

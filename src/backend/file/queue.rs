@@ -3,6 +3,7 @@
 //! its lines, and lets the index take them in.
 
 use super::index::Which;
+use super::retain::write_delivered_done;
 use super::{client_lines, format, meta, push_line, Access, FileQueue, Inner, MetaUse};
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::backend::receive::Receive;
@@ -170,9 +171,10 @@ impl Queue for FileQueue {
                 found.push(v.pending_seq(*id)?.is_some() && seen.insert(*id));
             }
             let mut buf = Vec::new();
-            for (id, f) in ids.iter().zip(&found) {
+            let retaining = inner.meta.retain().is_some();
+            for ((id, evidence), f) in done.iter().zip(&found) {
                 if *f {
-                    format::write_done(&mut buf, *id);
+                    write_delivered_done(&mut buf, *id, retaining, now, *evidence);
                 }
             }
             // In-flight items leave skips behind, in the same commit.
@@ -517,11 +519,12 @@ impl Queue for FileQueue {
                 }
             }
             let mut main = Vec::new();
-            for id in plan
-                .delivered
-                .iter()
-                .chain(plan.rejected.iter().map(|(id, _)| id))
-            {
+            let retaining = inner.meta.retain().is_some();
+            for id in &plan.delivered {
+                let evidence = Evidence::Push(plan.push.acked);
+                write_delivered_done(&mut main, *id, retaining, now, evidence);
+            }
+            for (id, _) in &plan.rejected {
                 format::write_done(&mut main, *id);
             }
             main.extend(push_line(

@@ -4,20 +4,38 @@
 //! With a window set (`retainMs` in `<spool>.meta`), a delivered item is
 //! moved to `<spool>.delivered` — a `put` line in the dead-letter file's
 //! format with `deliveredAt` and `evidence` — and leaves the main file
-//! through its `done` line, as it always did. The move writes (and syncs)
-//! the delivered file first: a crash between the two appends leaves the
-//! item in both files, and the delivered file wins (the item was
-//! delivered; it is never delivered again). The index notes such an item
-//! (`in_main`), and the `done` line the main file lacks is written before
-//! its record may be pruned, so that no reader of the main file alone
-//! sees it come back.
+//! through its `done` line, as it always did; that `done` line carries
+//! `deliveredAt` and `evidence` too.
+//!
+//! The move appends to the delivered file first, without syncing it, then
+//! appends (and syncs) the main file: one sync per delivery, as without
+//! retention. The main file is what commits the delivery, and it alone
+//! tells the retained record (the item's last `put` line and the `done`
+//! line's delivery) until the delivered file is synced — by a later
+//! synced append to it (pruning), before a compaction drops those lines,
+//! and when the spool is closed.
+//!
+//! * A process killed between the two appends leaves the item in both
+//!   files (its write reached the kernel): the delivered file wins (the
+//!   item was delivered; it is never delivered again). The index notes
+//!   such an item (`in_main`), and the `done` line the main file lacks is
+//!   written before its record may be pruned, so that no reader of the
+//!   main file alone sees it come back.
+//! * A machine that crashes before the delivered file reached the disk
+//!   loses that file's tail: the records appended last. The index, last
+//!   written before the reboot, is rebuilt, and the rebuild finds the
+//!   main file's retained deliveries that come after the delivered file's
+//!   last record ([`crate::backend::file::index::Applier::track_lost`]);
+//!   those still inside the window are written back to the delivered
+//!   file before the writing call goes on ([`FileQueue::restore_lost`]);
+//!   a reader tells of them in a notice.
 //!
 //! Expired records (window ended, or retention turned off) are pruned by
 //! `done` lines in the delivered file, in bounded batches, by the calls
 //! that deliver, by enqueues, and by [`crate::Queue::prune_delivered`].
 
 use super::format;
-use super::index::Which;
+use super::index::{Loc, Lost, Which};
 use super::{FileQueue, Inner};
 use crate::backend::state::within_window;
 use crate::error::{Error, Result};
@@ -126,10 +144,11 @@ impl FileQueue {
     }
 
     /// Move items out of the main file into the companion `dest`: append
-    /// `dest_lines` (synced) first, then `main_lines`. When the second
-    /// append fails, the first is cut off again, so that the call changes
-    /// nothing (were the process to die instead, the item is in both
-    /// files, and the companion file wins).
+    /// `dest_lines` first (synced for the dead-letter file; the delivered
+    /// file's records are synced later, see the module docs), then
+    /// `main_lines`. When the second append fails, the first is cut off
+    /// again, so that the call changes nothing (were the process to die
+    /// instead, the item is in both files, and the companion file wins).
     pub(super) fn move_out(
         &self,
         inner: &mut Inner,
@@ -138,7 +157,8 @@ impl FileQueue {
         main_lines: &[u8],
     ) -> Result<()> {
         let before = inner.tail(dest).clone();
-        self.append(inner, dest, dest_lines)?;
+        let unsynced_before = inner.delivered_unsynced;
+        self.append_with(inner, dest, dest_lines, dest != Which::Delivered)?;
         if let Err(e) = self.append(inner, Which::Main, main_lines) {
             if !dest_lines.is_empty() {
                 if let Some(t) = inner.tracked(dest) {
@@ -148,6 +168,9 @@ impl FileQueue {
                         .and_then(|()| self.io.sync(&t.file));
                     if cut.is_ok() {
                         *inner.tail(dest) = before;
+                        if dest == Which::Delivered {
+                            inner.delivered_unsynced = unsynced_before;
+                        }
                     }
                 }
             }
@@ -189,5 +212,81 @@ impl FileQueue {
                 self.delivered_path.display()
             ));
         }
+    }
+
+    /// Of the deliveries a rebuild found missing from the delivered file,
+    /// those whose record should be there: retention is on, the window
+    /// still runs, and no record of the id is in the delivered file (a
+    /// record the file does hold is not lost, whatever came before).
+    pub(super) fn still_lost(&self, inner: &Inner, lost: Vec<Lost>) -> Result<Vec<Lost>> {
+        let retain = inner.meta.retain();
+        if lost.is_empty() || retain.is_none() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let ix = inner.index()?;
+        let mut out = Vec::with_capacity(lost.len());
+        for l in lost {
+            if within_window(l.delivery.at, retain, now) && ix.delivered_loc(l.id)?.is_none() {
+                out.push(l);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Write back the delivered records a crash took from the tail of the
+    /// delivered file (found by the rebuild of the index this call made):
+    /// each is its item's last `put` line in the main file with the
+    /// delivery its `done` line tells. Synced, and told in a notice.
+    pub(super) fn restore_lost(&self, inner: &mut Inner, lost: Vec<Lost>) -> Result<()> {
+        let lost = self.still_lost(inner, lost)?;
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let locs: Vec<Loc> = lost
+            .iter()
+            .map(|l| Loc {
+                id: l.id,
+                off: l.off,
+                len: l.len,
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (item, l) in self.items(inner, &locs)?.into_iter().zip(&lost) {
+            if item.id != l.id {
+                return Err(Error::Internal(format!(
+                    "item {} was read as item {}",
+                    l.id, item.id
+                )));
+            }
+            format::write_delivered(
+                &mut out,
+                &retained(item, l.delivery.at, l.delivery.evidence),
+            );
+        }
+        self.append(inner, Which::Delivered, &out)?;
+        inner.notices.push(format!(
+            "{}: restored {} delivered record(s) lost in a crash before they reached the disk \
+             (the main file's done lines tell them)",
+            self.delivered_path.display(),
+            lost.len()
+        ));
+        Ok(())
+    }
+}
+
+/// Append the main file's `done` line of item `id`, delivered at `now`
+/// on `evidence`: with the delivery when `retaining` (see the module
+/// docs), a plain `done` line otherwise.
+pub(super) fn write_delivered_done(
+    out: &mut Vec<u8>,
+    id: ItemId,
+    retaining: bool,
+    now: Timestamp,
+    evidence: Evidence,
+) {
+    match retaining {
+        true => format::write_done_delivered(out, id, &Delivery { at: now, evidence }),
+        false => format::write_done(out, id),
     }
 }

@@ -113,7 +113,7 @@ fn scan_file(
                 out.live.insert(id);
                 out.high_water = out.high_water.max(id);
             }
-            Ok(Line::Done { id }) => {
+            Ok(Line::Done { id, .. }) => {
                 out.records += 1;
                 out.live.remove(&id);
                 out.high_water = out.high_water.max(id);

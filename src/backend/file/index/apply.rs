@@ -74,8 +74,41 @@ impl Index {
             fresh: Vec::new(),
             insert_plain: None,
             insert_full: None,
+            last_delivered_put: None,
+            lost: None,
         })
     }
+}
+
+/// A delivery whose record `<spool>.delivered` lost: the main file's
+/// `done` line says when and how (`delivery`), its last `put` line
+/// (`off`, `len`) says what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Lost {
+    pub id: ItemId,
+    pub off: u64,
+    pub len: usize,
+    pub delivery: crate::item::Delivery,
+}
+
+/// What an [`Applier`] learnt beyond the rows, told by
+/// [`Applier::finish`].
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    /// The id of the last `put` line it read in a `.delivered` file.
+    pub last_delivered_put: Option<ItemId>,
+    /// With [`Applier::track_lost`]: the retained deliveries of the main
+    /// file that came after the last record the delivered file holds.
+    pub lost: Vec<Lost>,
+}
+
+/// [`Applier::track_lost`]'s state.
+struct LostTrack {
+    /// The last record of the delivered file (`None`: it holds none).
+    after: Option<ItemId>,
+    /// Its `done` line was seen (or there is none to wait for).
+    past: bool,
+    found: Vec<Lost>,
 }
 
 /// Applies lines to the index: the one path from "line at offset" to
@@ -103,6 +136,9 @@ pub(crate) struct Applier<'a> {
     /// held for the applier's life.
     insert_plain: Option<Statement<'a>>,
     insert_full: Option<Statement<'a>>,
+    /// See [`Applied::last_delivered_put`].
+    last_delivered_put: Option<ItemId>,
+    lost: Option<LostTrack>,
 }
 
 impl<'a> Applier<'a> {
@@ -175,16 +211,40 @@ impl<'a> Applier<'a> {
 
     /// Delete pending row `id`, counting it; whether there was one.
     fn delete_pending(&mut self, id: i64) -> Result<bool> {
+        self.delete_pending_at(id).map(|at| at.is_some())
+    }
+
+    /// Delete pending row `id`, counting it; where its line was, when
+    /// there was one.
+    fn delete_pending_at(&mut self, id: i64) -> Result<Option<(u64, usize)>> {
         let ix = self.ix;
-        let old: Option<(bool, u32)> = ix
+        let old: Option<(bool, u32, i64, i64)> = ix
             .conn
-            .prepare_cached("DELETE FROM pending WHERE id = ?1 RETURNING held, attempts")
-            .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .prepare_cached("DELETE FROM pending WHERE id = ?1 RETURNING held, attempts, off, len")
+            .and_then(|mut s| {
+                s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .optional()
+            })
             .map_err(ix.err("update"))?;
-        if let Some((held, attempts)) = old {
+        Ok(old.map(|(held, attempts, off, len)| {
             self.gone(held, attempts);
-        }
-        Ok(old.is_some())
+            (u(off), u(len) as usize)
+        }))
+    }
+
+    /// Note, while applying a whole main file, the `done` lines of
+    /// retained deliveries that come after the `done` line of `after`,
+    /// the last record the delivered file holds ([`Applied::lost`]). The
+    /// delivered file is appended before the main file, in the same
+    /// order, and synced only later (see the `retain` module): what a
+    /// crash can take from it is its tail, the deliveries after its last
+    /// record.
+    pub fn track_lost(&mut self, after: Option<ItemId>) {
+        self.lost = Some(LostTrack {
+            after,
+            past: after.is_none(),
+            found: Vec::new(),
+        });
     }
 
     /// Delete delivered row `id`, counting it; its `in_main` flag, when
@@ -322,14 +382,33 @@ impl<'a> Applier<'a> {
                     .and_then(|mut s| s.execute(values))
                     .map_err(ix.err("update"))?;
             }
-            Entry::Done(id) => {
+            Entry::Done(id, delivery) => {
                 self.flush()?;
                 self.raise(id);
-                if let Ok(id) = i64::try_from(id) {
-                    if !self.delete_pending(id)? {
+                if let Ok(iid) = i64::try_from(id) {
+                    match self.delete_pending_at(iid)? {
+                        Some((off, len)) => {
+                            if let (Some(t), Some(delivery)) = (&mut self.lost, delivery) {
+                                if t.past && t.after != Some(id) {
+                                    t.found.push(Lost {
+                                        id,
+                                        off,
+                                        len,
+                                        delivery,
+                                    });
+                                }
+                            }
+                        }
                         // The `done` line that completes a move to the
                         // delivered file.
-                        self.set_in_main(id, false)?;
+                        None => self.set_in_main(iid, false)?,
+                    }
+                    // The delivered file's last record: every retained
+                    // delivery before this line is in the file.
+                    if let Some(t) = &mut self.lost {
+                        if t.after == Some(id) {
+                            t.past = true;
+                        }
                     }
                 }
             }
@@ -368,7 +447,7 @@ impl<'a> Applier<'a> {
                     .map_err(ix.err("update"))?;
                 self.dead += 1;
             }
-            Entry::Done(id) => {
+            Entry::Done(id, _) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
                     self.delete_dead(id)?;
@@ -420,8 +499,9 @@ impl<'a> Applier<'a> {
                     })
                     .map_err(ix.err("update"))?;
                 self.delivered += 1;
+                self.last_delivered_put = Some(row.id);
             }
-            Entry::Done(id) => {
+            Entry::Done(id, _) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
                     self.delete_delivered(id)?;
@@ -503,8 +583,9 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Write what was accumulated; the first error met, if any.
-    pub fn finish(mut self) -> Result<()> {
+    /// Write what was accumulated, and tell what was learnt; the first
+    /// error met, if any.
+    pub fn finish(mut self) -> Result<Applied> {
         if let Some(e) = self.err.take() {
             return Err(e);
         }
@@ -561,7 +642,10 @@ impl<'a> Applier<'a> {
                 })
                 .map_err(ix.err("update"))?;
         }
-        Ok(())
+        Ok(Applied {
+            last_delivered_put: self.last_delivered_put,
+            lost: self.lost.map(|t| t.found).unwrap_or_default(),
+        })
     }
 }
 
