@@ -3,6 +3,9 @@
 //! rebuilt from the files, compaction, and a batch that coalesces killed
 //! halfway through.
 
+mod common;
+
+use common::reference::{reference_prefix, reference_view};
 use spool::backend::companion;
 use spool::backend::file::verify::verify_path;
 use spool::backend::file::FileQueue;
@@ -32,34 +35,6 @@ fn ids(q: &dyn Queue) -> Vec<ItemId> {
     q.drain().unwrap().iter().map(|i| i.id).collect()
 }
 
-/// What the reference `FileOfflineQueue` reads from a file: last write
-/// wins per id, only its own fields. Panics on a line it would reject.
-fn reference_view(path: &Path) -> BTreeMap<u64, (String, String, u64)> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut live = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let id = v["id"].as_u64().unwrap();
-        match v["op"].as_str().unwrap() {
-            "put" => {
-                live.insert(
-                    id,
-                    (
-                        v["payload"].as_str().unwrap().to_string(),
-                        v["idempotencyKey"].as_str().unwrap().to_string(),
-                        v["attempts"].as_u64().unwrap(),
-                    ),
-                );
-            }
-            "done" => {
-                live.remove(&id);
-            }
-            other => panic!("the reference knows no op {other:?}"),
-        }
-    }
-    live
-}
-
 /// The `put` lines of `path` by id (the last one of each).
 fn put_lines(path: &Path) -> BTreeMap<u64, String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -71,16 +46,6 @@ fn put_lines(path: &Path) -> BTreeMap<u64, String> {
         }
     }
     out
-}
-
-/// The reference's part of a `put` line `spool` writes: its five fields,
-/// in its order, first.
-fn reference_prefix(id: u64, payload: &str, key: &str, attempts: u32) -> String {
-    format!(
-        "{{\"op\":\"put\",\"id\":{id},\"payload\":{},\"idempotencyKey\":{},\"attempts\":{attempts}",
-        serde_json::to_string(payload).unwrap(),
-        serde_json::to_string(key).unwrap()
-    )
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! `<spool>.delivered` companion, a crash between the two appends of a
 //! move, compaction, and the index rebuilt from the files.
 
+mod common;
+
+use common::reference::{reference_prefix, reference_view};
 use spool::backend::companion;
 use spool::backend::file::io::{FileIo, RealIo};
 use spool::backend::file::verify::verify_path;
@@ -47,34 +50,6 @@ fn delivered(q: &dyn Queue) -> Vec<ItemId> {
         .collect()
 }
 
-/// What the reference `FileOfflineQueue` reads from a file: last write
-/// wins per id, only its own fields. Panics on a line it would reject.
-fn reference_view(path: &Path) -> BTreeMap<u64, (String, String, u64)> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut live = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let id = v["id"].as_u64().unwrap();
-        match v["op"].as_str().unwrap() {
-            "put" => {
-                live.insert(
-                    id,
-                    (
-                        v["payload"].as_str().unwrap().to_string(),
-                        v["idempotencyKey"].as_str().unwrap().to_string(),
-                        v["attempts"].as_u64().unwrap(),
-                    ),
-                );
-            }
-            "done" => {
-                live.remove(&id);
-            }
-            other => panic!("the reference knows no op {other:?}"),
-        }
-    }
-    live
-}
-
 /// The lines of `path` as JSON objects (none when it does not exist).
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -82,16 +57,6 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// The reference's part of a `put` line `spool` writes: its five fields,
-/// in its order, first.
-fn reference_prefix(id: u64, payload: &str, key: &str, attempts: u32) -> String {
-    format!(
-        "{{\"op\":\"put\",\"id\":{id},\"payload\":{},\"idempotencyKey\":{},\"attempts\":{attempts}",
-        serde_json::to_string(payload).unwrap(),
-        serde_json::to_string(key).unwrap()
-    )
 }
 
 /// The state a crash between the two appends of a move leaves: the

@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod reference;
+
 use spool::{BackendKind, Clock, ManualClock, OpenMode, OpenOptions, Queue, Spool, Timestamp};
 use std::path::PathBuf;
 use std::sync::Arc;
