@@ -776,3 +776,41 @@ fn a_rebuilt_index_brings_no_pruned_record_back() {
     assert!(!q.enqueue(b"x", "ka").unwrap().deduplicated);
     assert!(!q.take_notices().iter().any(|n| n.contains("restored")));
 }
+
+/// An imported record (no `done` line in the main file) at the end of
+/// what the delivered file kept does not hide the deliveries after it
+/// that a crash took.
+#[test]
+fn a_lost_delivery_after_an_imported_record_is_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let dpath = companion(&p, "delivered");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    q.import(&[Record {
+        item: spool::Item::new(90, b"imported".to_vec(), "ki".into(), T0),
+        state: RecordState::Delivered,
+        dead_at: None,
+        delivery: Some(Delivery {
+            at: T0,
+            evidence: Evidence::Sink,
+        }),
+    }])
+    .unwrap();
+    let durable = std::fs::metadata(&dpath).unwrap().len();
+    let b = add(&q, "b", "kb");
+    q.deliver(&[(b, Evidence::Exit(0))]).unwrap();
+    drop(q);
+    let full = std::fs::read(&dpath).unwrap();
+    std::fs::write(&dpath, &full[..durable as usize]).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    assert_eq!(q.enqueue(b"x", "kb").unwrap(), Enqueued::delivered(b));
+    assert_eq!(delivered(&q), vec![a, 90, b]);
+    assert_eq!(
+        q.delivered_get(b).unwrap().unwrap().delivery.evidence,
+        Evidence::Exit(0)
+    );
+}

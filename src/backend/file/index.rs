@@ -62,7 +62,7 @@ use std::time::Duration;
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items.
 mod apply;
-pub(crate) use apply::{Applied, Lost};
+pub(crate) use apply::Lost;
 
 pub(crate) const INDEX_VERSION: i64 = 3;
 

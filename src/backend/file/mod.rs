@@ -86,7 +86,7 @@ mod stream;
 pub mod verify;
 
 use self::format::{parse_line, Line};
-use self::index::{Applied, Entry, FileNow, FileRow, Index, Loc, Lost, Unusable, Which};
+use self::index::{Entry, FileNow, FileRow, Index, Loc, Lost, Unusable, Which};
 use self::io::{parent_dir, read_exact_at, write_all, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
@@ -497,7 +497,7 @@ impl FileQueue {
         let installed = match carried {
             Ok(()) => Ok(()),
             // A full build from the new files.
-            Err(_) => self.build_shared(&new_main, companions).map(drop),
+            Err(_) => self.build_shared(&new_main, companions, None).map(drop),
         };
         if let Err(e) = installed {
             inner.notices.push(format!(
@@ -553,7 +553,7 @@ impl FileQueue {
         std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::carry_from(&tmp, layout).and_then(|ix| {
             for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
-                self.load_companion(&ix, which, f)?;
+                self.load_companion(&ix, which, f, false)?;
             }
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
@@ -1118,7 +1118,8 @@ impl FileQueue {
             let _ = ix.rollback();
         }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let (torn, lost) = self.build_shared(&main.file, companion_files(inner))?;
+        let cutoff = self.lost_cutoff(inner);
+        let (torn, lost) = self.build_shared(&main.file, companion_files(inner), cutoff)?;
         inner.lost = lost;
         if let Some(why) = why.filter(|w| !w.is_empty()) {
             inner.notices.push(format!(
@@ -1148,18 +1149,21 @@ impl FileQueue {
 
     /// Build the shared index of `main` and the companion files (dead
     /// letters, delivered items) into a temporary file and rename it into
-    /// place. Returns the torn tails found.
+    /// place. Returns the torn tails found, and the retained deliveries
+    /// delivered after `lost_cutoff` whose records the delivered file
+    /// lacks (see the `retain` module).
     fn build_shared(
         &self,
         main: &File,
         companions: [Option<&File>; 2],
+        lost_cutoff: Option<i64>,
     ) -> Result<(TornTails, Vec<Lost>)> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
         crate::private_file::create_replacement(&tmp, &self.index_path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::create(Some(&tmp)).and_then(|ix| {
-            let torn = self.load(&ix, main, companions)?;
+            let torn = self.load(&ix, main, companions, lost_cutoff)?;
             ix.finish_build()?;
             ix.close()?;
             Ok(torn)
@@ -1183,7 +1187,8 @@ impl FileQueue {
         }
         let ix = Index::create(None)?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let (torn, lost) = self.load(&ix, &main.file, companion_files(inner))?;
+        let cutoff = self.lost_cutoff(inner);
+        let (torn, lost) = self.load(&ix, &main.file, companion_files(inner), cutoff)?;
         ix.finish_build()?;
         inner.index = Some(ix);
         // A reader cannot write them back: it tells.
@@ -1205,31 +1210,35 @@ impl FileQueue {
     }
 
     /// Fill a new index from the whole of the files (the companions
-    /// first, as every catch-up reads them). Memory holds a few blocks of
+    /// first, as every catch-up reads them), noting the retained
+    /// deliveries after `lost_cutoff` that the delivered file lacks. Memory holds a few blocks of
     /// the file and SQLite's cache, whatever the size of the spool.
     fn load(
         &self,
         ix: &Index,
         main: &File,
         companions: [Option<&File>; 2],
+        lost_cutoff: Option<i64>,
     ) -> Result<(TornTails, Vec<Lost>)> {
         let mut torn = Vec::with_capacity(3);
-        let mut last_delivered = None;
+        if lost_cutoff.is_some() {
+            ix.note_pruned()?;
+        }
         for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
-            let (t, applied) = self.load_companion(ix, which, f)?;
-            torn.push((which, t));
-            if which == Which::Delivered {
-                last_delivered = applied.last_delivered_put;
-            }
+            let note = lost_cutoff.is_some() && which == Which::Delivered;
+            torn.push((which, self.load_companion(ix, which, f, note)?));
         }
         let mut ap = ix.applier()?;
-        ap.track_lost(last_delivered);
+        if let Some(cutoff) = lost_cutoff {
+            ap.track_lost(cutoff);
+        }
         let now = FileNow::of(main, &self.path)?;
         let s =
             scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
                 ap.main(e, off, l)
             })?;
         let lost = ap.finish()?.lost;
+        ix.forget_pruned()?;
         let fingerprint = index::fingerprint(&*self.io, main, s.end)
             .map_err(|e| Error::io(&self.path, "read", e))?;
         ix.set_file_row(
@@ -1249,18 +1258,21 @@ impl FileQueue {
     }
 
     /// Take the whole of a companion file (`which`: dead letters or
-    /// delivered items) into a new index; its torn tail.
+    /// delivered items) into a new index, noting the records it pruned
+    /// when `note_pruned` (see [`Index::note_pruned`]); its torn tail.
     fn load_companion(
         &self,
         ix: &Index,
         which: Which,
         file: Option<&File>,
-    ) -> Result<(Option<TornTail>, Applied)> {
-        let Some(f) = file else {
-            return Ok((None, Applied::default()));
-        };
+        note_pruned: bool,
+    ) -> Result<Option<TornTail>> {
+        let Some(f) = file else { return Ok(None) };
         let path = self.target_path(which);
         let mut ap = ix.applier()?;
+        if note_pruned {
+            ap.noting_pruned();
+        }
         let now = FileNow::of(f, path)?;
         let s = scan::scan_tail_with(
             path,
@@ -1273,7 +1285,7 @@ impl FileQueue {
             Entry::parser(which),
             |e, off, l| ap.apply(which, e, off, l),
         )?;
-        let applied = ap.finish()?;
+        ap.finish()?;
         let fingerprint =
             index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;
         ix.set_file_row(
@@ -1288,7 +1300,7 @@ impl FileQueue {
                 fingerprint,
             },
         )?;
-        Ok((s.torn, applied))
+        Ok(s.torn)
     }
 
     fn cut_torn_tail(&self, inner: &mut Inner, which: Which, torn: TornTail) -> Result<()> {

@@ -24,11 +24,11 @@
 //! * A machine that crashes before the delivered file reached the disk
 //!   loses that file's tail: the records appended last. The index, last
 //!   written before the reboot, is rebuilt, and the rebuild finds the
-//!   main file's retained deliveries that come after the delivered file's
-//!   last record ([`crate::backend::file::index::Applier::track_lost`]);
-//!   those still inside the window are written back to the delivered
-//!   file before the writing call goes on ([`FileQueue::restore_lost`]);
-//!   a reader tells of them in a notice.
+//!   main file's retained deliveries inside the window whose records the
+//!   delivered file lacks, after the last one it holds
+//!   ([`crate::backend::file::index::Applier::track_lost`]); they are
+//!   written back to the delivered file before the writing call goes on
+//!   ([`FileQueue::restore_lost`]); a reader tells of them in a notice.
 //!
 //! Expired records (window ended, or retention turned off) are pruned by
 //! `done` lines in the delivered file, in bounded batches, by the calls
@@ -212,6 +212,14 @@ impl FileQueue {
                 self.delivered_path.display()
             ));
         }
+    }
+
+    /// The time (Unix ms) after which a retained delivery is inside the
+    /// window at this call: a rebuild looks for the records of those the
+    /// delivered file lacks. `None`: retention is off, nothing to look for.
+    pub(super) fn lost_cutoff(&self, inner: &Inner) -> Option<i64> {
+        let w = inner.meta.retain()?;
+        Some(self.clock.now().as_millis().saturating_sub(window_ms(w)))
     }
 
     /// Of the deliveries a rebuild found missing from the delivered file,

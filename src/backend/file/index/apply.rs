@@ -74,9 +74,24 @@ impl Index {
             fresh: Vec::new(),
             insert_plain: None,
             insert_full: None,
-            last_delivered_put: None,
             lost: None,
+            note_pruned: false,
         })
+    }
+
+    /// Start noting the records the delivered file prunes (`done` lines)
+    /// in a temporary table, for [`Applier::track_lost`] (a full build).
+    pub fn note_pruned(&self) -> Result<()> {
+        self.conn
+            .execute_batch("CREATE TEMP TABLE IF NOT EXISTS pruned (id INTEGER PRIMARY KEY)")
+            .map_err(self.err("build"))
+    }
+
+    /// Drop what [`Index::note_pruned`] noted.
+    pub fn forget_pruned(&self) -> Result<()> {
+        self.conn
+            .execute_batch("DROP TABLE IF EXISTS temp.pruned")
+            .map_err(self.err("build"))
     }
 }
 
@@ -95,19 +110,16 @@ pub(crate) struct Lost {
 /// [`Applier::finish`].
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
-    /// The id of the last `put` line it read in a `.delivered` file.
-    pub last_delivered_put: Option<ItemId>,
     /// With [`Applier::track_lost`]: the retained deliveries of the main
-    /// file that came after the last record the delivered file holds.
+    /// file, inside the window, whose records the delivered file lacks
+    /// and that come after the last one it holds.
     pub lost: Vec<Lost>,
 }
 
 /// [`Applier::track_lost`]'s state.
 struct LostTrack {
-    /// The last record of the delivered file (`None`: it holds none).
-    after: Option<ItemId>,
-    /// Its `done` line was seen (or there is none to wait for).
-    past: bool,
+    /// Deliveries at or before this time (Unix ms) are outside the window.
+    cutoff: i64,
     found: Vec<Lost>,
 }
 
@@ -136,9 +148,10 @@ pub(crate) struct Applier<'a> {
     /// held for the applier's life.
     insert_plain: Option<Statement<'a>>,
     insert_full: Option<Statement<'a>>,
-    /// See [`Applied::last_delivered_put`].
-    last_delivered_put: Option<ItemId>,
     lost: Option<LostTrack>,
+    /// The delivered file's `done` lines go to `temp.pruned` too (see
+    /// [`Index::note_pruned`]).
+    note_pruned: bool,
 }
 
 impl<'a> Applier<'a> {
@@ -232,19 +245,38 @@ impl<'a> Applier<'a> {
         }))
     }
 
-    /// Note, while applying a whole main file, the `done` lines of
-    /// retained deliveries that come after the `done` line of `after`,
-    /// the last record the delivered file holds ([`Applied::lost`]). The
-    /// delivered file is appended before the main file, in the same
+    /// Note, while applying a whole main file after the delivered file
+    /// (read with [`Applier::noting_pruned`]), the retained deliveries
+    /// delivered after `cutoff` (Unix ms: inside the window) of which the
+    /// delivered file holds no record, pruned or not ([`Applied::lost`]).
+    /// The delivered file is appended before the main file, in the same
     /// order, and synced only later (see the `retain` module): what a
-    /// crash can take from it is its tail, the deliveries after its last
-    /// record.
-    pub fn track_lost(&mut self, after: Option<ItemId>) {
+    /// crash can take from it is its tail, so a delivery whose record it
+    /// holds means it holds those before too.
+    pub fn track_lost(&mut self, cutoff: i64) {
         self.lost = Some(LostTrack {
-            after,
-            past: after.is_none(),
+            cutoff,
             found: Vec::new(),
         });
+    }
+
+    /// Note the delivered file's `done` lines (see [`Index::note_pruned`],
+    /// which must have made the table).
+    pub fn noting_pruned(&mut self) {
+        self.note_pruned = true;
+    }
+
+    /// Whether the delivered file holds, or held and pruned, a record of
+    /// `id` (see [`Index::note_pruned`]).
+    fn has_delivered(&self, id: i64) -> Result<bool> {
+        let ix = self.ix;
+        ix.conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM delivered WHERE id = ?1) \
+                 OR EXISTS (SELECT 1 FROM temp.pruned WHERE id = ?1)",
+            )
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+            .map_err(ix.err("update"))
     }
 
     /// Delete delivered row `id`, counting it; its `in_main` flag, when
@@ -386,28 +418,28 @@ impl<'a> Applier<'a> {
                 self.flush()?;
                 self.raise(id);
                 if let Ok(iid) = i64::try_from(id) {
-                    match self.delete_pending_at(iid)? {
-                        Some((off, len)) => {
-                            if let (Some(t), Some(delivery)) = (&mut self.lost, delivery) {
-                                if t.past && t.after != Some(id) {
-                                    t.found.push(Lost {
+                    let at = self.delete_pending_at(iid)?;
+                    if at.is_none() {
+                        // The `done` line that completes a move to the
+                        // delivered file.
+                        self.set_in_main(iid, false)?;
+                    }
+                    let cutoff = self.lost.as_ref().map(|t| t.cutoff);
+                    if let (Some(cutoff), Some(delivery)) = (cutoff, delivery) {
+                        if delivery.at.as_millis() > cutoff {
+                            let held = self.has_delivered(iid)?;
+                            if let Some(t) = &mut self.lost {
+                                match (held, at) {
+                                    (true, _) => t.found.clear(),
+                                    (false, Some((off, len))) => t.found.push(Lost {
                                         id,
                                         off,
                                         len,
                                         delivery,
-                                    });
+                                    }),
+                                    (false, None) => {}
                                 }
                             }
-                        }
-                        // The `done` line that completes a move to the
-                        // delivered file.
-                        None => self.set_in_main(iid, false)?,
-                    }
-                    // The delivered file's last record: every retained
-                    // delivery before this line is in the file.
-                    if let Some(t) = &mut self.lost {
-                        if t.after == Some(id) {
-                            t.past = true;
                         }
                     }
                 }
@@ -499,12 +531,17 @@ impl<'a> Applier<'a> {
                     })
                     .map_err(ix.err("update"))?;
                 self.delivered += 1;
-                self.last_delivered_put = Some(row.id);
             }
             Entry::Done(id, _) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
                     self.delete_delivered(id)?;
+                    if self.note_pruned {
+                        ix.conn
+                            .prepare_cached("INSERT OR IGNORE INTO temp.pruned (id) VALUES (?1)")
+                            .and_then(|mut s| s.execute([id]))
+                            .map_err(ix.err("update"))?;
+                    }
                 }
             }
             // State lines live in the other files.
@@ -643,7 +680,6 @@ impl<'a> Applier<'a> {
                 .map_err(ix.err("update"))?;
         }
         Ok(Applied {
-            last_delivered_put: self.last_delivered_put,
             lost: self.lost.map(|t| t.found).unwrap_or_default(),
         })
     }
