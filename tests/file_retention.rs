@@ -814,3 +814,34 @@ fn a_lost_delivery_after_an_imported_record_is_restored() {
         Evidence::Exit(0)
     );
 }
+
+/// Restoring lost records is upkeep: when it fails, the command goes on
+/// and says so; `verify --repair` (a rebuild of the index) restores them.
+#[test]
+fn a_failed_restore_is_told_and_done_by_a_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let dpath = companion(&p, "delivered");
+    let q = FileQueue::open(&p, &OpenOptions::new(OpenMode::Create)).unwrap();
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    drop(q);
+    std::fs::write(&dpath, b"").unwrap();
+    let io = Arc::new(FailingSync::default());
+    io.fail_sync_in.store(1, Ordering::SeqCst);
+    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::ReadWrite), io).unwrap();
+    let b = add(&q, "b", "kb");
+    let notices = q.take_notices();
+    assert!(
+        notices.iter().any(|n| n.contains("were not restored")),
+        "{notices:?}"
+    );
+    assert_eq!(pending(&q), vec![b]);
+    drop(q);
+    let q = FileQueue::open(&p, &OpenOptions::new(OpenMode::ReadWrite)).unwrap();
+    assert!(delivered(&q).is_empty());
+    q.rebuild_index().unwrap();
+    assert_eq!(q.enqueue(b"x", "ka").unwrap(), Enqueued::delivered(a));
+    assert_eq!(delivered(&q), vec![a]);
+}

@@ -923,7 +923,7 @@ impl FileQueue {
             }
             if !inner.lost.is_empty() {
                 let lost = std::mem::take(&mut inner.lost);
-                self.restore_lost(inner, lost)?;
+                self.restore_lost(inner, lost);
             }
         }
         Ok(true)
@@ -1211,8 +1211,9 @@ impl FileQueue {
 
     /// Fill a new index from the whole of the files (the companions
     /// first, as every catch-up reads them), noting the retained
-    /// deliveries after `lost_cutoff` that the delivered file lacks. Memory holds a few blocks of
-    /// the file and SQLite's cache, whatever the size of the spool.
+    /// deliveries after `lost_cutoff` that the delivered file lacks.
+    /// Memory holds a few blocks of the file and SQLite's cache, whatever
+    /// the size of the spool.
     fn load(
         &self,
         ix: &Index,
@@ -1532,7 +1533,6 @@ impl FileQueue {
     }
 }
 
-/// Torn tails found per file.
 impl Drop for FileQueue {
     /// Sync what the delivered file was given unsynced (see the `retain`
     /// module). Best effort: should it fail, the main file's `done` lines
@@ -1550,6 +1550,7 @@ impl Drop for FileQueue {
     }
 }
 
+/// Torn tails found per file.
 type TornTails = Vec<(Which, Option<TornTail>)>;
 
 /// The open companion files (dead letters, delivered items), in

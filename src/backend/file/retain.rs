@@ -243,43 +243,51 @@ impl FileQueue {
     }
 
     /// Write back the delivered records a crash took from the tail of the
-    /// delivered file (found by the rebuild of the index this call made):
-    /// each is its item's last `put` line in the main file with the
-    /// delivery its `done` line tells. Synced, and told in a notice.
-    pub(super) fn restore_lost(&self, inner: &mut Inner, lost: Vec<Lost>) -> Result<()> {
-        let lost = self.still_lost(inner, lost)?;
-        if lost.is_empty() {
-            return Ok(());
-        }
-        let locs: Vec<Loc> = lost
-            .iter()
-            .map(|l| Loc {
-                id: l.id,
-                off: l.off,
-                len: l.len,
-            })
-            .collect();
-        let mut out = Vec::new();
-        for (item, l) in self.items(inner, &locs)?.into_iter().zip(&lost) {
-            if item.id != l.id {
-                return Err(Error::Internal(format!(
-                    "item {} was read as item {}",
-                    l.id, item.id
-                )));
+    /// delivered file (found by a rebuild of the index): each is its
+    /// item's last `put` line in the main file with the delivery its
+    /// `done` line tells. Synced, and told in a notice. As upkeep: a
+    /// failure (the main file changed since the rebuild, an I/O error) is
+    /// told in a notice, not returned; the records stay missing until the
+    /// next rebuild (`spool verify --repair`).
+    pub(super) fn restore_lost(&self, inner: &mut Inner, lost: Vec<Lost>) {
+        let restored = self.still_lost(inner, lost).and_then(|lost| {
+            if lost.is_empty() {
+                return Ok(0);
             }
-            format::write_delivered(
-                &mut out,
-                &retained(item, l.delivery.at, l.delivery.evidence),
-            );
+            let locs: Vec<Loc> = lost
+                .iter()
+                .map(|l| Loc {
+                    id: l.id,
+                    off: l.off,
+                    len: l.len,
+                })
+                .collect();
+            let mut out = Vec::new();
+            for (item, l) in self.items(inner, &locs)?.into_iter().zip(&lost) {
+                if item.id != l.id {
+                    return Err(Error::Internal(format!(
+                        "item {} was read as item {}",
+                        l.id, item.id
+                    )));
+                }
+                let record = retained(item, l.delivery.at, l.delivery.evidence);
+                format::write_delivered(&mut out, &record);
+            }
+            self.append(inner, Which::Delivered, &out)?;
+            Ok(lost.len())
+        });
+        let path = self.delivered_path.display();
+        match restored {
+            Ok(0) => {}
+            Ok(n) => inner.notices.push(format!(
+                "{path}: restored {n} delivered record(s) lost in a crash before they reached \
+                 the disk (the main file's done lines tell them)"
+            )),
+            Err(e) => inner.notices.push(format!(
+                "{path}: delivered records lost in a crash were not restored ({e}); \
+                 `spool verify --repair` restores them"
+            )),
         }
-        self.append(inner, Which::Delivered, &out)?;
-        inner.notices.push(format!(
-            "{}: restored {} delivered record(s) lost in a crash before they reached the disk \
-             (the main file's done lines tell them)",
-            self.delivered_path.display(),
-            lost.len()
-        ));
-        Ok(())
     }
 }
 
