@@ -513,7 +513,11 @@ impl<'a> Applier<'a> {
                 // Still pending: its `done` line in the main file is to
                 // come (or a crash kept it from coming).
                 let was_pending = self.delete_pending(id)?;
-                let in_main = self.delete_delivered(id)?.unwrap_or(false) || was_pending;
+                // A pending item has no delivered row (applying a record
+                // deletes the pending row, and a later `put` line of a
+                // delivered item only marks it `in_main`): only a record
+                // of an item no longer pending may replace one.
+                let in_main = was_pending || self.delete_delivered(id)?.unwrap_or(false);
                 ix.conn
                     .prepare_cached(
                         "INSERT INTO delivered (id, off, len, key, delivered_at, in_main) \
