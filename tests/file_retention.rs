@@ -533,14 +533,25 @@ fn an_index_rebuilt_from_the_files_sees_the_same_delivered_records() {
     assert!(report.healthy(), "{report:?}");
 }
 
-/// An I/O seam whose n-th `fsync` fails.
+/// An I/O seam that counts the syncs of each file (by inode), and whose
+/// n-th `fsync` fails (`fail_sync_in`: n, 0 for none).
 #[derive(Debug, Default)]
-struct FailingSync {
+struct SyncSeam {
     fail_sync_in: AtomicUsize,
+    syncs: std::sync::Mutex<BTreeMap<u64, usize>>,
 }
 
-impl FileIo for FailingSync {
+impl SyncSeam {
+    fn of(&self, path: &Path) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(path).unwrap().ino();
+        self.syncs.lock().unwrap().get(&ino).copied().unwrap_or(0)
+    }
+}
+
+impl FileIo for SyncSeam {
     fn sync(&self, file: &File) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
         let v = self.fail_sync_in.load(Ordering::SeqCst);
         if v > 0 {
             self.fail_sync_in.store(v - 1, Ordering::SeqCst);
@@ -548,17 +559,25 @@ impl FileIo for FailingSync {
                 return Err(io::Error::from_raw_os_error(5));
             }
         }
+        let ino = file.metadata()?.ino();
+        *self.syncs.lock().unwrap().entry(ino).or_default() += 1;
         RealIo.sync(file)
     }
+}
+
+/// A spool at `p` through `io`, with a one-hour window.
+fn retaining_with(p: &Path, mode: OpenMode, io: &Arc<SyncSeam>) -> FileQueue {
+    let q = FileQueue::open_with_io(p, &OpenOptions::new(mode), io.clone()).unwrap();
+    q.set_retain(Some(HOUR)).unwrap();
+    q
 }
 
 #[test]
 fn a_failed_main_file_append_takes_the_delivered_record_back() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("q.ndjson");
-    let io = Arc::new(FailingSync::default());
-    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
-    q.set_retain(Some(HOUR)).unwrap();
+    let io = Arc::new(SyncSeam::default());
+    let q = retaining_with(&p, OpenMode::Create, &io);
     let a = add(&q, "a", "ka");
     // The main file's sync fails (the delivered file is not synced by a
     // delivery).
@@ -606,38 +625,14 @@ fn retained_keys_dedup_in_a_streamed_batch() {
     assert_eq!(r[2], Enqueued::dedup(r[1].id));
 }
 
-/// An I/O seam that counts the syncs of each file (by inode).
-#[derive(Debug, Default)]
-struct CountingSync {
-    syncs: std::sync::Mutex<BTreeMap<u64, usize>>,
-}
-
-impl CountingSync {
-    fn of(&self, path: &Path) -> usize {
-        use std::os::unix::fs::MetadataExt;
-        let ino = std::fs::metadata(path).unwrap().ino();
-        self.syncs.lock().unwrap().get(&ino).copied().unwrap_or(0)
-    }
-}
-
-impl FileIo for CountingSync {
-    fn sync(&self, file: &File) -> io::Result<()> {
-        use std::os::unix::fs::MetadataExt;
-        let ino = file.metadata()?.ino();
-        *self.syncs.lock().unwrap().entry(ino).or_default() += 1;
-        RealIo.sync(file)
-    }
-}
-
 /// One sync per delivery, as without retention: the main file's. The
 /// delivered file is synced when the spool is closed.
 #[test]
 fn a_retained_delivery_syncs_the_main_file_only() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("q.ndjson");
-    let io = Arc::new(CountingSync::default());
-    let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::Create), io.clone()).unwrap();
-    q.set_retain(Some(HOUR)).unwrap();
+    let io = Arc::new(SyncSeam::default());
+    let q = retaining_with(&p, OpenMode::Create, &io);
     let ids: Vec<ItemId> = (0..5).map(|i| add(&q, &format!("p{i}"), "")).collect();
     // The first delivery creates the delivered file.
     q.deliver(&[(ids[0], Evidence::Http(200))]).unwrap();
@@ -828,7 +823,7 @@ fn a_failed_restore_is_told_and_done_by_a_repair() {
     q.deliver(&[(a, Evidence::Http(200))]).unwrap();
     drop(q);
     std::fs::write(&dpath, b"").unwrap();
-    let io = Arc::new(FailingSync::default());
+    let io = Arc::new(SyncSeam::default());
     io.fail_sync_in.store(1, Ordering::SeqCst);
     let q = FileQueue::open_with_io(&p, &OpenOptions::new(OpenMode::ReadWrite), io).unwrap();
     let b = add(&q, "b", "kb");
