@@ -840,3 +840,80 @@ fn a_failed_restore_is_told_and_done_by_a_repair() {
     assert_eq!(q.enqueue(b"x", "ka").unwrap(), Enqueued::delivered(a));
     assert_eq!(delivered(&q), vec![a]);
 }
+
+/// `compact` drops the main file's `done` lines: records a crash took
+/// from the delivered file are restored first, not lost with them.
+#[test]
+fn compaction_restores_lost_records_before_it_drops_the_done_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let dpath = companion(&p, "delivered");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    let a = add(&q, "a", "ka");
+    let b = add(&q, "b", "kb");
+    q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+    let durable = std::fs::metadata(&dpath).unwrap().len();
+    q.deliver(&[(b, Evidence::Http(202))]).unwrap();
+    drop(q);
+    let full = std::fs::read(&dpath).unwrap();
+    std::fs::write(&dpath, &full[..durable as usize]).unwrap();
+    let q = open_at(&p, OpenMode::ReadWrite, &clock);
+    let report = q.compact().unwrap();
+    assert_eq!(report.delivered_retained, 2);
+    assert!(reference_view(&p).is_empty());
+    assert!(lines(&p)
+        .iter()
+        .all(|v| v["op"] != "done" || v["id"] == 0 || v.get("deliveredAt").is_none()));
+    assert_eq!(delivered(&q), vec![a, b]);
+    assert_eq!(
+        q.delivered_get(b).unwrap().unwrap().delivery.evidence,
+        Evidence::Http(202)
+    );
+    drop(q);
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open_at(&p, OpenMode::ReadOnly, &clock);
+    assert_eq!(delivered(&q), vec![a, b]);
+}
+
+/// An automatic compaction (started by the main file's garbage) leaves a
+/// delivered file with little garbage as it is, and its index rows stand.
+#[test]
+fn an_automatic_compaction_leaves_the_delivered_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let dpath = companion(&p, "delivered");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    // Enough garbage in the main file (over 4 MiB, items all delivered)
+    // for an automatic compaction on the way.
+    let ino = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().ino()
+    };
+    let payload = "x".repeat(8000);
+    let mut kept = Vec::new();
+    let mut inodes = (0, 0);
+    for i in 0..700 {
+        let id = add(&q, &payload, &format!("k{i}"));
+        q.deliver(&[(id, Evidence::Http(200))]).unwrap();
+        kept.push(id);
+        if i == 0 {
+            inodes = (ino(&p), ino(&dpath));
+        }
+    }
+    assert_ne!(ino(&p), inodes.0, "the main file was compacted");
+    assert_eq!(ino(&dpath), inodes.1, "the delivered file stayed");
+    assert!(std::fs::metadata(&p).unwrap().len() < 4 << 20);
+    assert!(std::fs::metadata(&dpath).unwrap().len() > 700 * 8000);
+    assert_eq!(delivered(&q), kept);
+    assert_eq!(
+        q.enqueue(b"again", "k7").unwrap(),
+        Enqueued::delivered(kept[7])
+    );
+    drop(q);
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+}

@@ -24,7 +24,18 @@ impl FileQueue {
     /// Rewrite both files; returns the report, where the live items' lines
     /// went, and the new main file, still locked, so that no other process
     /// can use the new file before its index is in place.
-    pub(super) fn compact_files(&self, inner: &mut Inner) -> Result<(CompactReport, Layout, File)> {
+    ///
+    /// With `full` false (an automatic compaction, which the main file's
+    /// garbage starts), the delivered file is left as it is unless at
+    /// least half of its lines are garbage or it has a torn tail: it only
+    /// grows within the retention window, and rewriting (and re-indexing)
+    /// every retained record at each automatic compaction would cost in
+    /// proportion to the records kept, not to the garbage.
+    pub(super) fn compact_files(
+        &self,
+        inner: &mut Inner,
+        full: bool,
+    ) -> Result<(CompactReport, Layout, File)> {
         // Dead letters are few: read them whole, as an image.
         let mut dead = State::default();
         let mut dead_len = 0;
@@ -54,6 +65,7 @@ impl FileQueue {
         let mut delivered_high = 0;
         let delivered_file = open_existing(&self.delivered_path, false)?;
         let mut delivered_torn = None;
+        let mut delivered_records = 0;
         if let Some(file) = &delivered_file {
             delivered_len = file_len(file, &self.delivered_path)?;
             let s = scan::scan_tail_with(
@@ -79,7 +91,12 @@ impl FileQueue {
                 },
             )?;
             delivered_torn = s.torn;
+            delivered_records = s.records;
         }
+        let keep_delivered = !full
+            && delivered_file.is_some()
+            && delivered_torn.is_none()
+            && delivered_records < 2 * delivered.len() as u64;
 
         // The main file: where the last line of each live item is, as the
         // image would apply the lines (a put of a dead letter's id, or of
@@ -133,7 +150,9 @@ impl FileQueue {
         // The delivered file next (before the main file, for the same
         // reason): the live records' lines, byte for byte, in file order;
         // the last one without a batch's `tx` field.
-        if let Some(file) = &delivered_file {
+        if keep_delivered {
+            bytes_after += delivered_len;
+        } else if let Some(file) = &delivered_file {
             let mut order: Vec<(u64, usize)> = delivered.values().copied().collect();
             order.sort_unstable();
             let mut last = None;
@@ -195,6 +214,7 @@ impl FileQueue {
             lines_len: order.iter().map(|(_, len)| *len as u64).sum(),
             max_live,
             last_len: last_line.as_ref().map(Vec::len),
+            delivered_kept: keep_delivered,
         };
         // The push state, written anew (without any batch frame).
         let mut push_state = Vec::new();
@@ -394,6 +414,8 @@ pub(crate) struct Layout {
     /// The new length of the highest live id's line, when it lost a `tx`
     /// field.
     pub last_len: Option<usize>,
+    /// The delivered file was left as it was: its index rows stand.
+    pub delivered_kept: bool,
 }
 
 /// Apply a line of the dead-letter file to a dead-letter image.

@@ -638,13 +638,21 @@ impl Index {
             )
             .map_err(err)?;
         ix.conn
-            .execute_batch(
+            .execute_batch(if layout.delivered_kept {
+                // The delivered file stayed: its rows and file row stand;
+                // no item of it is in the new main file.
+                "UPDATE pending SET off = spool_next_offset(id, len);
+                 DELETE FROM dead;
+                 UPDATE delivered SET in_main = 0 WHERE in_main <> 0;
+                 DELETE FROM files WHERE name <> 'delivered';
+                 UPDATE state SET dead = 0;"
+            } else {
                 "UPDATE pending SET off = spool_next_offset(id, len);
                  DELETE FROM dead;
                  DELETE FROM delivered;
                  DELETE FROM files;
-                 UPDATE state SET dead = 0, delivered = 0;",
-            )
+                 UPDATE state SET dead = 0, delivered = 0;"
+            })
             .map_err(err)?;
         ix.conn
             .remove_function("spool_next_offset", 2)

@@ -443,7 +443,15 @@ impl FileQueue {
     /// with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
-        self.locked_unloaded(true, |q, inner| q.compact_locked(inner))
+        // With delivered items retained, a write call first: it rebuilds
+        // an index that does not match the files, which restores delivered
+        // records a crash took from the delivered file while the main
+        // file's `done` lines still tell them (see the `retain` module);
+        // the compaction drops those lines.
+        if meta::read(&self.meta_path)?.retain().is_some() && self.delivered_path.exists() {
+            self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))?;
+        }
+        self.locked_unloaded(true, |q, inner| q.compact_locked(inner, true))
     }
 
     /// Cut a torn trailing line off the main and dead-letter files, if
@@ -471,8 +479,9 @@ impl FileQueue {
     }
 
     /// Compact with the exclusive lock held; afterwards every handle and
-    /// the index are opened afresh on the next call.
-    fn compact_locked(&self, inner: &mut Inner) -> Result<CompactReport> {
+    /// the index are opened afresh on the next call. `full`: the delivered
+    /// file too, whatever its garbage (see [`FileQueue::compact_files`]).
+    fn compact_locked(&self, inner: &mut Inner, full: bool) -> Result<CompactReport> {
         // The rewrite drops the main file's `done` lines, which stand in
         // for the delivered file's records until these are synced.
         self.sync_delivered(inner)?;
@@ -480,7 +489,7 @@ impl FileQueue {
         if let Some(ix) = inner.index.take() {
             let _ = ix.rollback();
         }
-        let r = self.compact_files(inner);
+        let r = self.compact_files(inner, full);
         inner.dead = None;
         inner.delivered = None;
         inner.set_tails(Default::default());
@@ -553,6 +562,9 @@ impl FileQueue {
         std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::carry_from(&tmp, layout).and_then(|ix| {
             for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+                if which == Which::Delivered && layout.delivered_kept {
+                    continue;
+                }
                 self.load_companion(&ix, which, f, false)?;
             }
             let now = FileNow::of(main, &self.path)?;
@@ -714,7 +726,7 @@ impl FileQueue {
             return;
         };
         if row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1) {
-            if let Err(e) = self.compact_locked(inner) {
+            if let Err(e) = self.compact_locked(inner, false) {
                 inner
                     .notices
                     .push(format!("automatic compaction failed (nothing lost): {e}"));
