@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,17 @@ fn open_at(path: &Path, mode: OpenMode, clock: &ManualClock) -> FileQueue {
     let mut opts = OpenOptions::new(mode);
     opts.clock = Arc::new(clock.clone());
     FileQueue::open(path, &opts).unwrap()
+}
+
+/// A new spool in a temporary directory, on a manual clock at `T0`, with
+/// a one-hour window: the directory (kept alive), the path, the clock.
+fn retaining() -> (tempfile::TempDir, PathBuf, ManualClock, FileQueue) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let clock = ManualClock::new(T0);
+    let q = open_at(&p, OpenMode::Create, &clock);
+    q.set_retain(Some(HOUR)).unwrap();
+    (dir, p, clock, q)
 }
 
 fn add(q: &dyn Queue, payload: &str, key: &str) -> ItemId {
@@ -85,11 +96,7 @@ fn crash_after_the_delivered_append(path: &Path, id: ItemId, at: Timestamp, evid
 
 #[test]
 fn a_reference_reader_sees_delivered_items_gone_and_the_records_are_beside_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, p, clock, q) = retaining();
     let a = add(&q, "a", "ka");
     let b = add(&q, "b", "");
     let c = add(&q, "c", "kc");
@@ -298,11 +305,7 @@ fn a_crash_between_the_two_appends_leaves_the_item_delivered() {
 
 #[test]
 fn an_unfinished_move_is_completed_before_prune_delivered_removes_the_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, p, clock, q) = retaining();
     let x = add(&q, "x", "");
     let y = add(&q, "y", "");
     q.deliver(&[(y, Evidence::Exit(0))]).unwrap();
@@ -376,11 +379,7 @@ fn a_delivery_killed_between_the_two_appends_leaves_the_item_delivered() {
 
 #[test]
 fn compaction_keeps_live_records_and_drops_pruned_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, p, clock, q) = retaining();
     let ids: Vec<ItemId> = (0..6)
         .map(|i| add(&q, &format!("p{i}"), &format!("k{i}")))
         .collect();
@@ -449,11 +448,7 @@ fn compaction_keeps_live_records_and_drops_pruned_ones() {
 
 #[test]
 fn an_index_rebuilt_from_the_files_sees_the_same_delivered_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, p, clock, q) = retaining();
     let a = add(&q, "a", "order-1");
     let b = add(&q, "b", "order-2");
     let c = add(&q, "c", "");
@@ -602,11 +597,7 @@ fn a_failed_main_file_append_takes_the_delivered_record_back() {
 
 #[test]
 fn retained_keys_dedup_in_a_streamed_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, _, _, q) = retaining();
     let a = add(&q, "a", "k");
     q.deliver(&[(a, Evidence::Http(200))]).unwrap();
     let mut items = vec![
@@ -660,12 +651,8 @@ fn a_retained_delivery_syncs_the_main_file_only() {
 /// of them; records whose window ended are not brought back.
 #[test]
 fn records_a_crash_took_from_the_delivered_file_are_restored_from_the_main_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
+    let (_dir, p, clock, q) = retaining();
     let dpath = companion(&p, "delivered");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
     let a = add(&q, "a", "ka");
     let b = add(&q, "b", "kb");
     let c = add(&q, "c", "");
@@ -752,11 +739,7 @@ fn records_a_crash_took_from_the_delivered_file_are_restored_from_the_main_file(
 /// rebuilt from the files, even once a longer window would keep them.
 #[test]
 fn a_rebuilt_index_brings_no_pruned_record_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
+    let (_dir, p, clock, q) = retaining();
     let a = add(&q, "a", "ka");
     let b = add(&q, "b", "kb");
     q.deliver(&[(a, Evidence::Http(200))]).unwrap();
@@ -777,12 +760,8 @@ fn a_rebuilt_index_brings_no_pruned_record_back() {
 /// that a crash took.
 #[test]
 fn a_lost_delivery_after_an_imported_record_is_restored() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
+    let (_dir, p, clock, q) = retaining();
     let dpath = companion(&p, "delivered");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
     let a = add(&q, "a", "ka");
     q.deliver(&[(a, Evidence::Http(200))]).unwrap();
     q.import(&[Record {
@@ -845,12 +824,8 @@ fn a_failed_restore_is_told_and_done_by_a_repair() {
 /// from the delivered file are restored first, not lost with them.
 #[test]
 fn compaction_restores_lost_records_before_it_drops_the_done_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
+    let (_dir, p, clock, q) = retaining();
     let dpath = companion(&p, "delivered");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
     let a = add(&q, "a", "ka");
     let b = add(&q, "b", "kb");
     q.deliver(&[(a, Evidence::Http(200))]).unwrap();
@@ -881,12 +856,8 @@ fn compaction_restores_lost_records_before_it_drops_the_done_lines() {
 /// delivered file with little garbage as it is, and its index rows stand.
 #[test]
 fn an_automatic_compaction_leaves_the_delivered_file_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q.ndjson");
+    let (_dir, p, _, q) = retaining();
     let dpath = companion(&p, "delivered");
-    let clock = ManualClock::new(T0);
-    let q = open_at(&p, OpenMode::Create, &clock);
-    q.set_retain(Some(HOUR)).unwrap();
     // Enough garbage in the main file (over 4 MiB, items all delivered)
     // for an automatic compaction on the way.
     let ino = |p: &Path| {

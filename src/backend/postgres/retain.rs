@@ -35,36 +35,41 @@ fn window_ms(w: Duration) -> i64 {
         .min(MAX_WINDOW_MS)
 }
 
+/// The statement that moves delivered items from `items` to `delivered`:
+/// `$t` the rows `t(id, ev, ...)` to move, `$fence` a further condition
+/// on the item row. One text for [`MOVE`] and [`MOVE_LEASED`].
+macro_rules! move_sql {
+    ($t:literal, $fence:literal) => {
+        concat!(
+            "WITH t AS (", $t, "), \
+             d AS (DELETE FROM {s}.items i USING t WHERE i.spool = $1 AND i.id = t.id", $fence, " \
+                 RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.last_error, i.grp, \
+                     i.coalesce_key, i.push_seq, t.ev), \
+             sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM d \
+                 WHERE push_seq IS NOT NULL AND $4 ON CONFLICT DO NOTHING), \
+             ins AS (INSERT INTO {s}.delivered (spool, id, payload, key, attempts, enqueued_at, \
+                     last_error, grp, coalesce_key, delivered_at, evidence) \
+                 SELECT $1, id, payload, key, attempts, enqueued_at, last_error, grp, coalesce_key, \
+                     COALESCE($5::int8, {now}), ev FROM d) \
+             SELECT id FROM d"
+        )
+    };
+}
+
 /// Move delivered items (`$2` ids, `$3` encoded evidence) from `items` to
 /// `delivered` at `COALESCE($5, now)`; push numbers of in-flight items
 /// become skips when `$4`. Returns the ids moved.
-const MOVE: &str = "WITH t AS (SELECT * FROM unnest($2::int8[], $3::text[]) AS t(id, ev)), \
-     d AS (DELETE FROM {s}.items i USING t WHERE i.spool = $1 AND i.id = t.id \
-         RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.last_error, i.grp, \
-             i.coalesce_key, i.push_seq, t.ev), \
-     sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM d \
-         WHERE push_seq IS NOT NULL AND $4 ON CONFLICT DO NOTHING), \
-     ins AS (INSERT INTO {s}.delivered (spool, id, payload, key, attempts, enqueued_at, last_error, \
-             grp, coalesce_key, delivered_at, evidence) \
-         SELECT $1, id, payload, key, attempts, enqueued_at, last_error, grp, coalesce_key, \
-             COALESCE($5::int8, {now}), ev FROM d) \
-     SELECT id FROM d";
+const MOVE: &str = move_sql!(
+    "SELECT * FROM unnest($2::int8[], $3::text[]) AS t(id, ev)",
+    ""
+);
 
 /// [`MOVE`] fenced on lease tokens (`$6`): only items still carrying
 /// theirs move.
-const MOVE_LEASED: &str = "WITH t AS (SELECT * FROM unnest($2::int8[], $3::text[], $6::int8[]) \
-         AS t(id, ev, tok)), \
-     d AS (DELETE FROM {s}.items i USING t \
-         WHERE i.spool = $1 AND i.id = t.id AND i.lease_token = t.tok \
-         RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.last_error, i.grp, \
-             i.coalesce_key, i.push_seq, t.ev), \
-     sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM d \
-         WHERE push_seq IS NOT NULL AND $4 ON CONFLICT DO NOTHING), \
-     ins AS (INSERT INTO {s}.delivered (spool, id, payload, key, attempts, enqueued_at, last_error, \
-             grp, coalesce_key, delivered_at, evidence) \
-         SELECT $1, id, payload, key, attempts, enqueued_at, last_error, grp, coalesce_key, \
-             COALESCE($5::int8, {now}), ev FROM d) \
-     SELECT id FROM d";
+const MOVE_LEASED: &str = move_sql!(
+    "SELECT * FROM unnest($2::int8[], $3::text[], $6::int8[]) AS t(id, ev, tok)",
+    " AND i.lease_token = t.tok"
+);
 
 /// Delete up to `$4` delivered rows whose window (`$3` ms; NULL: off,
 /// every row has expired) ended at `COALESCE($2, now)`, oldest first (an

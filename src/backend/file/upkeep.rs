@@ -1,0 +1,587 @@
+//! Keeping the index of an NDJSON spool in step with its files, with
+//! the lock held: check it, take in the tails other processes (or a
+//! crash) left, cut torn tails, rebuild it from the files when it does not
+//! match (restoring delivered records a crash took, see the `retain`
+//! module), build a reader's private one, and carry it over a compaction.
+
+use super::*;
+
+impl FileQueue {
+    /// Before a compaction: whether the shared index is usable and, caught
+    /// up with the files now, can be carried over to the compacted files
+    /// (much cheaper than building one from them).
+    pub(super) fn index_for_compaction(&self, inner: &mut Inner) -> bool {
+        let notices = inner.notices.len();
+        let r = (|| -> Result<bool> {
+            self.track_companions(inner)?;
+            if self.open_index(inner, true).is_some() {
+                return Ok(false);
+            }
+            inner.index()?.begin(true)?;
+            if self.check_index(inner)?.is_err() {
+                return Ok(false);
+            }
+            self.catch_up_all(inner)?;
+            inner.index()?.commit()?;
+            Ok(true)
+        })();
+        // The compaction reports torn tails itself.
+        inner.notices.truncate(notices);
+        if let Some(ix) = &inner.index {
+            let _ = ix.rollback();
+        }
+        r.unwrap_or(false)
+    }
+
+    /// The index of the compacted files, carried over from the old one
+    /// (see [`Index::carry_from`]) into a temporary file and renamed into
+    /// place.
+    pub(super) fn carry_shared(
+        &self,
+        main: &File,
+        companions: [Option<&File>; 2],
+        layout: &compact::Layout,
+        report: &CompactReport,
+    ) -> Result<()> {
+        let tmp = companion(&self.index_path, "tmp");
+        let _ = std::fs::remove_file(&tmp);
+        // A byte copy (the index is committed, and nobody else may touch
+        // it while the spool is locked); it keeps the index file's mode.
+        std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+        let built = Index::carry_from(&tmp, layout).and_then(|ix| {
+            for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+                if which == Which::Delivered && layout.delivered_kept {
+                    continue;
+                }
+                self.load_companion(&ix, which, f, false)?;
+            }
+            let now = FileNow::of(main, &self.path)?;
+            let fingerprint = index::fingerprint(&*self.io, main, now.len)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            ix.set_file_row(
+                Which::Main,
+                &FileRow {
+                    dev: now.dev,
+                    ino: now.ino,
+                    upto: now.len,
+                    lines: report.records_after,
+                    records: report.records_after,
+                    needs_newline: false,
+                    fingerprint,
+                },
+            )?;
+            ix.finish_carry()?;
+            if ix.depth()? != report.pending {
+                return Err(Error::Internal(
+                    "the carried index does not count the items kept".into(),
+                ));
+            }
+            ix.close()
+        });
+        if let Err(e) = built {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.install_index(&tmp)
+    }
+
+    /// Put a built index file in place of the shared index.
+    pub(super) fn install_index(&self, tmp: &Path) -> Result<()> {
+        // A journal of the old index must not be played back into the new
+        // one.
+        let journal = index::journal_path(&self.index_path);
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&journal, "remove", e)),
+        }
+        std::fs::rename(tmp, &self.index_path)
+            .map_err(|e| Error::io(&self.index_path, "replace", e))
+    }
+
+    /// [`FileQueue::catch_up`] of every file, companions first.
+    pub(super) fn catch_up_all(&self, inner: &mut Inner) -> Result<()> {
+        for which in Which::COMPANIONS {
+            self.catch_up(inner, which)?;
+        }
+        self.catch_up(inner, Which::Main)
+    }
+
+    /// Make the index ready for a call with the lock held: open it, check
+    /// it against the files, rebuild it when it does not match, take in
+    /// the tails, cut torn tails (writers). `Ok(false)`: the shared index
+    /// needs upkeep that only the exclusive lock allows; call again with
+    /// it.
+    pub(super) fn prepare(
+        &self,
+        inner: &mut Inner,
+        exclusive: bool,
+        meta: MetaUse,
+    ) -> Result<bool> {
+        inner.own_rows = None;
+        if meta == MetaUse::Read {
+            inner.meta = meta::read(&self.meta_path)?;
+        }
+        self.track_companions(inner)?;
+        let mut unusable = self.open_index(inner, exclusive);
+        if unusable.is_none() {
+            let ix = inner.index()?;
+            ix.begin(exclusive)?;
+            if let Err(why) = self.check_index(inner)? {
+                let private = !inner.index()?.is_shared();
+                inner.index()?.rollback()?;
+                unusable = Some(why);
+                if private {
+                    // The files changed under a private index (another
+                    // process compacted them): the shared index may
+                    // describe them now.
+                    inner.index = None;
+                    unusable = self.open_index(inner, exclusive);
+                    if unusable.is_none() {
+                        inner.index()?.begin(exclusive)?;
+                        if let Err(why) = self.check_index(inner)? {
+                            inner.index()?.rollback()?;
+                            unusable = Some(why);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(why) = unusable {
+            if self.writable {
+                if !exclusive {
+                    return Ok(false);
+                }
+                self.rebuild(inner, Some(&why))?;
+            } else {
+                self.build_private(inner)?;
+            }
+            inner.index()?.begin(exclusive)?;
+            if let Err(why) = self.check_index(inner)? {
+                return Err(Error::Internal(format!(
+                    "the index just built for {} does not match it: {why}",
+                    self.path.display()
+                )));
+            }
+        }
+        // The tails: what the index has not taken in yet.
+        let pending_tail = self.unindexed(inner)?;
+        if pending_tail > 0 {
+            let ix = inner.index()?;
+            if ix.is_shared() && self.writable && !exclusive {
+                ix.rollback()?;
+                return Ok(false);
+            }
+            if ix.read_only && (ix.no_writes || pending_tail > READER_CATCH_UP_MAX) {
+                ix.rollback()?;
+                self.build_private(inner)?;
+                inner.index()?.begin(false)?;
+            }
+        }
+        self.catch_up_all(inner)?;
+        if exclusive && self.writable {
+            for which in [Which::Main, Which::Dead, Which::Delivered] {
+                if let Some(torn) = inner.tail(which).torn.clone() {
+                    self.cut_torn_tail(inner, which, torn)?;
+                }
+            }
+            if !inner.lost.is_empty() {
+                let lost = std::mem::take(&mut inner.lost);
+                self.restore_lost(inner, lost);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Keep or open the shared index; `Some(reason)` when there is no
+    /// usable one (a private index of a read-only handle is kept).
+    pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
+        let journal = index::journal_path(&self.index_path);
+        // A journal while we hold the lock is one a writer left when it
+        // crashed: only a writer may roll it back (SQLite does so when it
+        // opens the index).
+        let hot = journal.exists();
+        if let Some(ix) = &inner.index {
+            if !ix.is_shared() {
+                return None;
+            }
+            // Kept only while nobody else wrote the file since this call's
+            // last use of it (see `index::Stamp`).
+            if ix.seen.is_some()
+                && index::Stamp::of(&self.index_path) == ix.seen
+                && !(hot && !(self.writable && exclusive))
+            {
+                return None;
+            }
+            inner.index = None;
+        }
+        if hot && !(self.writable && exclusive) {
+            return Some("a write to it was interrupted (its journal is left)".into());
+        }
+        match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
+            Ok(ix) => {
+                inner.index = Some(ix);
+                None
+            }
+            Err(Unusable::Missing) => Some(String::new()),
+            Err(Unusable::Invalid(why)) => Some(why),
+        }
+    }
+
+    /// Check the open index against the files; `Err(reason)` when it does
+    /// not describe them.
+    pub(super) fn check_index(&self, inner: &Inner) -> Result<std::result::Result<(), String>> {
+        let ix = inner.index()?;
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let main_now = FileNow::of(&main.file, &self.path)?;
+        let dead_now = match &inner.dead {
+            Some(t) => Some(FileNow::of(&t.file, &self.dead_path)?),
+            None => None,
+        };
+        let delivered_now = match &inner.delivered {
+            Some(t) => Some(FileNow::of(&t.file, &self.delivered_path)?),
+            None => None,
+        };
+        Ok(
+            match ix.check(&*self.io, main_now, dead_now, delivered_now) {
+                Ok(r) => r.map(drop),
+                Err(e) => Err(format!("it cannot be read: {e}")),
+            },
+        )
+    }
+
+    /// Bytes of the spool files that the index has not taken in, not
+    /// counting an unfinished batch at the end.
+    pub(super) fn unindexed(&self, inner: &Inner) -> Result<u64> {
+        let ix = inner.index()?;
+        let mut total = 0;
+        for which in [Which::Main, Which::Dead, Which::Delivered] {
+            let path = self.target_path(which);
+            let Some(t) = inner.tracked(which) else {
+                continue;
+            };
+            let upto = ix.file_row(which)?.map_or(0, |r| r.upto);
+            let len = file_len(&t.file, path)?;
+            if len <= upto {
+                continue;
+            }
+            let mut tail = len - upto;
+            if tail > READER_CATCH_UP_MAX {
+                if let Some(start) = scan::unfinished_batch(path, &*self.io, &t.file, upto, len)? {
+                    tail = start - upto;
+                }
+            }
+            total += tail;
+        }
+        Ok(total)
+    }
+
+    /// Take in what was appended to `which` since the index last saw it,
+    /// through the one path from lines to rows (the index's `Applier`), and
+    /// note a torn tail.
+    pub(super) fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        let own = match which {
+            Which::Main => inner.own_rows.take(),
+            _ => None,
+        };
+        let path = self.target_path(which);
+        let Some(t) = inner.tracked(which) else {
+            *inner.tail(which) = Tail::default();
+            return Ok(());
+        };
+        let ix = inner.index()?;
+        let mut row = ix.file_row(which)?.unwrap_or_default();
+        let len = file_len(&t.file, path)?;
+        // The rows of lines this call's batch wrote, kept as it wrote
+        // them: taken in as parsing the lines would, when the index
+        // stands where they begin.
+        if let Some(own) = own.filter(|o| {
+            o.start == row.upto
+                && o.end <= len
+                && !row.needs_newline
+                && (row.dev, row.ino) == (t.dev, t.ino)
+        }) {
+            let mut ap = ix.applier()?;
+            for (r, off, l) in own.rows() {
+                ap.main(Entry::Put(r), off, l);
+            }
+            ap.finish()?;
+            let fingerprint = index::fingerprint(&*self.io, &t.file, own.end)
+                .map_err(|e| Error::io(path, "read", e))?;
+            row = FileRow {
+                upto: own.end,
+                lines: row.lines + own.count,
+                records: row.records + own.count,
+                needs_newline: false,
+                fingerprint,
+                ..row
+            };
+            ix.set_file_row(which, &row)?;
+        }
+        let mut tail = Tail {
+            end: row.upto,
+            needs_newline: row.needs_newline,
+            torn: None,
+        };
+        if len > row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
+            let mut ap = ix.applier()?;
+            let s = scan::scan_tail_with(
+                path,
+                &*self.io,
+                &t.file,
+                row.upto,
+                len,
+                row.lines,
+                row.needs_newline,
+                Entry::parser(which),
+                |e, off, l| ap.apply(which, e, off, l),
+            )?;
+            ap.finish()?;
+            if s.end != row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
+                let fingerprint = index::fingerprint(&*self.io, &t.file, s.end)
+                    .map_err(|e| Error::io(path, "read", e))?;
+                ix.set_file_row(
+                    which,
+                    &FileRow {
+                        dev: t.dev,
+                        ino: t.ino,
+                        upto: s.end,
+                        lines: s.lines,
+                        records: row.records + s.records,
+                        needs_newline: s.needs_newline,
+                        fingerprint,
+                    },
+                )?;
+            }
+            tail = Tail {
+                end: s.end,
+                needs_newline: s.needs_newline,
+                torn: s.torn,
+            };
+        }
+        self.note_torn(inner, which, &tail.torn);
+        *inner.tail(which) = tail;
+        Ok(())
+    }
+
+    /// Tell about a torn tail once (not again on every call).
+    pub(super) fn note_torn(&self, inner: &mut Inner, which: Which, torn: &Option<TornTail>) {
+        if let Some(t) = torn {
+            if inner.tail(which).torn.as_ref() != Some(t) {
+                let path = self.target_path(which);
+                inner.notices.push(torn_notice(path, t, self.writable));
+            }
+        }
+    }
+
+    /// Rebuild the shared index from the files (with the exclusive lock
+    /// held), and open it. `why` is told in a notice (none for a spool
+    /// that had no index).
+    pub(super) fn rebuild(&self, inner: &mut Inner, why: Option<&str>) -> Result<()> {
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let cutoff = self.lost_cutoff(inner);
+        let (torn, lost) = self.build_shared(&main.file, companion_files(inner), cutoff)?;
+        inner.lost = lost;
+        if let Some(why) = why.filter(|w| !w.is_empty()) {
+            inner.notices.push(format!(
+                "{}: rebuilt the index from the spool files: {why}",
+                self.index_path.display()
+            ));
+        }
+        for (which, t) in torn {
+            self.note_torn(inner, which, &t);
+            inner.tail(which).torn = t;
+        }
+        match Index::open_shared(&self.index_path, true, self.busy_timeout) {
+            Ok(ix) => {
+                inner.index = Some(ix);
+                Ok(())
+            }
+            Err(Unusable::Missing) => Err(Error::Internal(format!(
+                "{} vanished right after it was built",
+                self.index_path.display()
+            ))),
+            Err(Unusable::Invalid(why)) => Err(Error::Internal(format!(
+                "{} cannot be used right after it was built: {why}",
+                self.index_path.display()
+            ))),
+        }
+    }
+
+    /// Build the shared index of `main` and the companion files (dead
+    /// letters, delivered items) into a temporary file and rename it into
+    /// place. Returns the torn tails found, and the retained deliveries
+    /// delivered after `lost_cutoff` whose records the delivered file
+    /// lacks (see the `retain` module).
+    pub(super) fn build_shared(
+        &self,
+        main: &File,
+        companions: [Option<&File>; 2],
+        lost_cutoff: Option<i64>,
+    ) -> Result<(TornTails, Vec<Lost>)> {
+        let tmp = companion(&self.index_path, "tmp");
+        let _ = std::fs::remove_file(&tmp);
+        crate::private_file::create_replacement(&tmp, &self.index_path)
+            .map_err(|e| Error::io(&tmp, "create", e))?;
+        let built = Index::create(Some(&tmp)).and_then(|ix| {
+            let torn = self.load(&ix, main, companions, lost_cutoff)?;
+            ix.finish_build()?;
+            ix.close()?;
+            Ok(torn)
+        });
+        let torn = match built {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        self.install_index(&tmp)?;
+        Ok(torn)
+    }
+
+    /// Build a private index (a read-only handle that cannot use the
+    /// shared one): in a temporary file that SQLite deletes on close.
+    pub(super) fn build_private(&self, inner: &mut Inner) -> Result<()> {
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        let ix = Index::create(None)?;
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let cutoff = self.lost_cutoff(inner);
+        let (torn, lost) = self.load(&ix, &main.file, companion_files(inner), cutoff)?;
+        ix.finish_build()?;
+        inner.index = Some(ix);
+        // A reader cannot write them back: it tells.
+        let lost = self.still_lost(inner, lost)?;
+        if !lost.is_empty() {
+            inner.notices.push(format!(
+                "{}: {} delivered record(s) that the main file's done lines tell of are missing \
+                 (lost in a crash before they reached the disk); the next command that writes \
+                 to the spool restores them",
+                self.delivered_path.display(),
+                lost.len()
+            ));
+        }
+        for (which, t) in torn {
+            self.note_torn(inner, which, &t);
+            inner.tail(which).torn = t;
+        }
+        Ok(())
+    }
+
+    /// Fill a new index from the whole of the files (the companions
+    /// first, as every catch-up reads them), noting the retained
+    /// deliveries after `lost_cutoff` that the delivered file lacks.
+    /// Memory holds a few blocks of the file and SQLite's cache, whatever
+    /// the size of the spool.
+    pub(super) fn load(
+        &self,
+        ix: &Index,
+        main: &File,
+        companions: [Option<&File>; 2],
+        lost_cutoff: Option<i64>,
+    ) -> Result<(TornTails, Vec<Lost>)> {
+        let mut torn = Vec::with_capacity(3);
+        if lost_cutoff.is_some() {
+            ix.note_pruned()?;
+        }
+        for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+            let note = lost_cutoff.is_some() && which == Which::Delivered;
+            torn.push((which, self.load_companion(ix, which, f, note)?));
+        }
+        let mut ap = ix.applier()?;
+        if let Some(cutoff) = lost_cutoff {
+            ap.track_lost(cutoff);
+        }
+        let now = FileNow::of(main, &self.path)?;
+        let s =
+            scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
+                ap.main(e, off, l)
+            })?;
+        let lost = ap.finish()?.lost;
+        ix.forget_pruned()?;
+        let fingerprint = index::fingerprint(&*self.io, main, s.end)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        ix.set_file_row(
+            Which::Main,
+            &FileRow {
+                dev: now.dev,
+                ino: now.ino,
+                upto: s.end,
+                lines: s.lines,
+                records: s.records,
+                needs_newline: s.needs_newline,
+                fingerprint,
+            },
+        )?;
+        torn.push((Which::Main, s.torn));
+        Ok((torn, lost))
+    }
+
+    /// Take the whole of a companion file (`which`: dead letters or
+    /// delivered items) into a new index, noting the records it pruned
+    /// when `note_pruned` (see [`Index::note_pruned`]); its torn tail.
+    pub(super) fn load_companion(
+        &self,
+        ix: &Index,
+        which: Which,
+        file: Option<&File>,
+        note_pruned: bool,
+    ) -> Result<Option<TornTail>> {
+        let Some(f) = file else { return Ok(None) };
+        let path = self.target_path(which);
+        let mut ap = ix.applier()?;
+        if note_pruned {
+            ap.noting_pruned();
+        }
+        let now = FileNow::of(f, path)?;
+        let s = scan::scan_tail_with(
+            path,
+            &*self.io,
+            f,
+            0,
+            now.len,
+            0,
+            false,
+            Entry::parser(which),
+            |e, off, l| ap.apply(which, e, off, l),
+        )?;
+        ap.finish()?;
+        let fingerprint =
+            index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;
+        ix.set_file_row(
+            which,
+            &FileRow {
+                dev: now.dev,
+                ino: now.ino,
+                upto: s.end,
+                lines: s.lines,
+                records: s.records,
+                needs_newline: s.needs_newline,
+                fingerprint,
+            },
+        )?;
+        Ok(s.torn)
+    }
+
+    pub(super) fn cut_torn_tail(
+        &self,
+        inner: &mut Inner,
+        which: Which,
+        torn: TornTail,
+    ) -> Result<()> {
+        let path = self.target_path(which);
+        let t = inner.tracked(which).ok_or_else(no_handle)?;
+        self.io
+            .truncate(&t.file, torn.offset)
+            .and_then(|()| self.io.sync(&t.file))
+            .map_err(|e| Error::io(path, "cut the torn tail of", e))?;
+        inner.tail(which).torn = None;
+        inner.notices.push(cut_notice(path, &torn));
+        Ok(())
+    }
+}
