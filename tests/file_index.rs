@@ -8,8 +8,8 @@ use spool::backend::file::io::FileIo;
 use spool::backend::file::verify::verify_path;
 use spool::backend::file::FileQueue;
 use spool::{
-    EnqueueOptions, ErrorKind, Item, NewItem, OpenMode, OpenOptions, Queue, Record, RecordState,
-    Timestamp,
+    EnqueueOptions, ErrorKind, Evidence, Item, NewItem, OpenMode, OpenOptions, Queue, Record,
+    RecordState, Timestamp,
 };
 use std::fs::File;
 use std::io::{self, Write};
@@ -304,6 +304,39 @@ fn a_file_rewritten_in_place_is_detected_by_its_fingerprint() {
     drop(r);
     assert!(!verify_path(&p).unwrap().healthy());
     assert_reads(&p, &(1..=30).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_file_rewritten_in_place_under_an_open_writer_is_detected() {
+    // A process that checked the files keeps their fingerprints while
+    // `stat` says nothing wrote them; a rewrite of the same length
+    // changes what `stat` says, and the next call checks the bytes again.
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 30);
+    let q = open(&p, OpenMode::ReadWrite);
+    q.deliver(&[(1, Evidence::Done)]).unwrap();
+    assert_eq!(
+        q.get(3).unwrap().unwrap().payload,
+        format!("payload 2 {}", "x".repeat(80)).into_bytes()
+    );
+    let text = std::fs::read_to_string(&p).unwrap();
+    let changed = text.replacen("payload 2 ", "payload 2!", 1);
+    assert_eq!(text.len(), changed.len());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .write_all(changed.as_bytes())
+        .unwrap();
+    assert_eq!(
+        q.get(3).unwrap().unwrap().payload,
+        format!("payload 2!{}", "x".repeat(80)).into_bytes()
+    );
+    let notices = q.take_notices();
+    assert!(
+        notices.iter().any(|n| n.contains("was rewritten")),
+        "{notices:?}"
+    );
 }
 
 #[test]

@@ -188,6 +188,15 @@ impl Which {
     /// seen whole).
     pub const COMPANIONS: [Which; 2] = [Which::Dead, Which::Delivered];
 
+    /// The place of this file in per-file arrays: main, dead, delivered.
+    pub fn slot(self) -> usize {
+        match self {
+            Which::Main => 0,
+            Which::Dead => 1,
+            Which::Delivered => 2,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Which::Main => "main",
@@ -415,14 +424,17 @@ pub(crate) struct Stamp {
 
 impl Stamp {
     pub fn of(path: &Path) -> Option<Stamp> {
-        let m = std::fs::metadata(path).ok()?;
-        Some(Stamp {
+        std::fs::metadata(path).ok().map(|m| Stamp::of_metadata(&m))
+    }
+
+    fn of_metadata(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
-        })
+        }
     }
 }
 
@@ -433,6 +445,8 @@ pub(crate) struct FileNow<'a> {
     pub dev: u64,
     pub ino: u64,
     pub len: u64,
+    /// What `stat` says of it (see [`Known`]).
+    pub stamp: Stamp,
 }
 
 impl<'a> FileNow<'a> {
@@ -443,7 +457,32 @@ impl<'a> FileNow<'a> {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
+            stamp: Stamp::of_metadata(&m),
         })
+    }
+}
+
+/// A spool file's fingerprint up to `upto`, read (or checked) by this
+/// process while `stat` said `stamp` of the file. While `stat` still says
+/// so, nothing wrote the file since (any write changes its modification
+/// and change times), and [`Index::check`] takes the fingerprint from
+/// here instead of reading the file again: once per call and file, the
+/// largest part of a small call's reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Known {
+    pub stamp: Stamp,
+    pub upto: u64,
+    pub fingerprint: Vec<u8>,
+}
+
+impl Known {
+    /// What this process knows of the file `now` at the index's `row`.
+    pub fn of(now: &FileNow<'_>, row: &FileRow) -> Known {
+        Known {
+            stamp: now.stamp,
+            upto: row.upto,
+            fingerprint: row.fingerprint.clone(),
+        }
     }
 }
 
@@ -765,14 +804,17 @@ impl Index {
     /// Check the index against the files as they are now. `Err(reason)`
     /// when it is not an index of these files (another file, rewritten
     /// bytes, written before a reboot).
+    /// `known`: what this process knows of the files' fingerprints (see
+    /// [`Known`]), in [`Which::slot`] order.
     pub fn check(
         &self,
         io: &dyn FileIo,
         main: FileNow<'_>,
         dead: Option<FileNow<'_>>,
         delivered: Option<FileNow<'_>>,
+        known: &[Option<Known>; 3],
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
-        self.check_files(io, main, dead, delivered, true)
+        self.check_files(io, main, dead, delivered, true, known)
     }
 
     /// [`Index::check`], optionally without the restart rule (`verify`
@@ -787,6 +829,7 @@ impl Index {
         dead: Option<FileNow<'_>>,
         delivered: Option<FileNow<'_>>,
         boot_rule: bool,
+        known: &[Option<Known>; 3],
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
         let boot: Option<String> = self
             .conn
@@ -805,7 +848,7 @@ impl Index {
         let Some(m) = self.file_row(Which::Main)? else {
             return Ok(Err("it describes no main file".into()));
         };
-        if let Err(why) = same_file(io, &m, main) {
+        if let Err(why) = same_file(io, &m, main, known[0].as_ref()) {
             return Ok(Err(format!("the spool file {why}")));
         }
         let mut rows = [m, FileRow::default(), FileRow::default()];
@@ -815,7 +858,7 @@ impl Index {
         ] {
             rows[i] = match (self.file_row(which)?, now) {
                 (Some(d), Some(now)) => {
-                    if let Err(why) = same_file(io, &d, now) {
+                    if let Err(why) = same_file(io, &d, now, known[i].as_ref()) {
                         return Ok(Err(format!("the {what} file {why}")));
                     }
                     d
@@ -1498,7 +1541,12 @@ impl Index {
 
 /// Whether `row` still describes `now`: the same file, at least as long,
 /// with the same bytes before `upto`. `Err` says what changed.
-fn same_file(io: &dyn FileIo, row: &FileRow, now: FileNow<'_>) -> std::result::Result<(), String> {
+fn same_file(
+    io: &dyn FileIo,
+    row: &FileRow,
+    now: FileNow<'_>,
+    known: Option<&Known>,
+) -> std::result::Result<(), String> {
     if (row.dev, row.ino) != (now.dev, now.ino) {
         return Err("is another file than the one indexed (a copy, or replaced)".into());
     }
@@ -1507,6 +1555,12 @@ fn same_file(io: &dyn FileIo, row: &FileRow, now: FileNow<'_>) -> std::result::R
             "is shorter ({} bytes) than the {} bytes indexed",
             now.len, row.upto
         ));
+    }
+    if known.is_some_and(|k| k.stamp == now.stamp && k.upto == row.upto) {
+        return match known.is_some_and(|k| k.fingerprint == row.fingerprint) {
+            true => Ok(()),
+            false => Err("was rewritten: its bytes differ from the ones indexed".into()),
+        };
     }
     match fingerprint(io, now.file, row.upto) {
         Ok(fp) if fp == row.fingerprint => Ok(()),

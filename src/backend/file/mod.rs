@@ -227,6 +227,9 @@ struct Inner {
     /// the main file, for the index to take in without reading the lines
     /// back.
     own_rows: Option<stream::OwnRows>,
+    /// The index entries of the lines this call appended to the delivered
+    /// file, for the index to take in without reading them back.
+    own_delivered: Option<OwnLines>,
     notices: Vec<String>,
     /// Retained deliveries whose records the delivered file lost in a
     /// crash, found by this call's rebuild of the index: restored before
@@ -235,6 +238,9 @@ struct Inner {
     /// The delivered file has appends not synced yet: synced when the
     /// spool is closed, and before anything relies on it alone.
     delivered_unsynced: bool,
+    /// What this process knows of each file's fingerprint, in
+    /// [`Which::slot`] order (see [`index::Known`]).
+    known: [Option<index::Known>; 3],
 }
 
 impl Inner {
@@ -279,6 +285,55 @@ impl Inner {
         self.index
             .as_ref()
             .ok_or_else(|| Error::Internal("NDJSON spool index missing".into()))
+    }
+}
+
+/// The index entries of lines a call appended to a file (the retained
+/// records of its deliveries and their `done` lines, in the delivered
+/// file), kept as it wrote them, in order: [`FileQueue::catch_up`] applies
+/// them through the index's `Applier` when the index stands exactly where
+/// they begin, instead of reading the lines back and parsing them, as it
+/// does a batch enqueue's rows ([`stream::OwnRows`]). Each entry is the
+/// one parsing its line gives (checked in debug builds).
+#[derive(Debug)]
+struct OwnLines {
+    /// Where the first line starts.
+    start: u64,
+    /// Where the line after the last one starts.
+    end: u64,
+    /// Each line's entry, offset and length (without its newline).
+    entries: Vec<(Entry, u64, usize)>,
+}
+
+impl OwnLines {
+    /// Keep the entries of the lines in `written` (whole lines, the bytes
+    /// just appended at `at`), when they follow the ones kept; lines
+    /// after a gap are left to be read back.
+    fn keep(slot: &mut Option<OwnLines>, at: u64, written: &[u8], entries: Vec<Entry>) {
+        let mut spans = Vec::with_capacity(entries.len());
+        let mut pos = 0;
+        for nl in memchr::memchr_iter(b'\n', written) {
+            spans.push((at + pos as u64, nl - pos));
+            pos = nl + 1;
+        }
+        if spans.len() != entries.len() || pos != written.len() {
+            return;
+        }
+        let own = slot.get_or_insert(OwnLines {
+            start: at,
+            end: at,
+            entries: Vec::new(),
+        });
+        if own.end != at {
+            return;
+        }
+        own.entries.extend(
+            entries
+                .into_iter()
+                .zip(spans)
+                .map(|(e, (off, len))| (e, off, len)),
+        );
+        own.end = at + written.len() as u64;
     }
 }
 
@@ -336,9 +391,11 @@ impl FileQueue {
                 delivered_tail: Tail::default(),
                 appended: false,
                 own_rows: None,
+                own_delivered: None,
                 notices: Vec::new(),
                 lost: Vec::new(),
                 delivered_unsynced: false,
+                known: Default::default(),
             }),
         };
         let max_depth = opts.max_depth;
@@ -598,6 +655,7 @@ impl FileQueue {
         let appended = std::mem::take(&mut inner.appended);
         if !appended || r.is_err() {
             inner.own_rows = None;
+            inner.own_delivered = None;
         }
         if inner.index.is_none() {
             return r;
@@ -618,6 +676,7 @@ impl FileQueue {
         };
         // Kept for this call's catch-up only.
         inner.own_rows = None;
+        inner.own_delivered = None;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
             let _ = ix.rollback();
@@ -802,6 +861,20 @@ impl FileQueue {
     /// file's records of retained deliveries, see the `retain` module)
     /// left to the next sync of the file.
     fn append_with(&self, inner: &mut Inner, which: Which, bytes: &[u8], sync: bool) -> Result<()> {
+        self.append_entries(inner, which, bytes, sync, None)
+    }
+
+    /// [`FileQueue::append_with`] of the delivered file's lines whose
+    /// index entries the caller has (`entries`, one per line, in order):
+    /// kept for the index to take in (see [`OwnLines`]).
+    fn append_entries(
+        &self,
+        inner: &mut Inner,
+        which: Which,
+        bytes: &[u8],
+        sync: bool,
+        entries: Option<Vec<Entry>>,
+    ) -> Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -840,6 +913,9 @@ impl FileQueue {
         if which == Which::Delivered {
             // A sync covers every earlier write to the file.
             inner.delivered_unsynced = !sync;
+            if let (Some(entries), false) = (entries, tail.needs_newline) {
+                OwnLines::keep(&mut inner.own_delivered, start, &buf, entries);
+            }
         }
         self.committed(inner, which, start + buf.len() as u64);
         Ok(())

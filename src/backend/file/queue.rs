@@ -3,7 +3,7 @@
 //! its lines, and lets the index take them in.
 
 use super::index::Which;
-use super::retain::write_delivered_done;
+use super::retain::{write_delivered_done, Records};
 use super::{client_lines, format, meta, push_line, Access, FileQueue, Inner, MetaUse};
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::backend::receive::Receive;
@@ -100,17 +100,18 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         now: Timestamp,
-        mut delivered: Vec<u8>,
+        mut delivered: Records,
         mut main: Vec<u8>,
     ) -> Result<()> {
         let expired = FileQueue::expired(inner, now, crate::item::PRUNE_BATCH)?;
         for id in &expired.prunable {
-            format::write_done(&mut delivered, *id);
+            delivered.push_done(*id);
         }
         for id in &expired.unfinished {
             format::write_done(&mut main, *id);
         }
-        self.move_out(inner, Which::Delivered, &delivered, &main)
+        let Records { bytes, entries } = delivered;
+        self.move_out(inner, Which::Delivered, &bytes, Some(entries), &main)
     }
 
     fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
@@ -184,7 +185,7 @@ impl Queue for FileQueue {
                     FileQueue::regenerated_uuid(inner)?.as_ref(),
                 ));
             }
-            let mut delivered = Vec::new();
+            let mut delivered = Records::default();
             if inner.meta.retain().is_some() {
                 let kept: Vec<(ItemId, Evidence)> = done
                     .iter()
@@ -532,7 +533,7 @@ impl Queue for FileQueue {
                 FileQueue::regenerated_uuid(inner)?.as_ref(),
             ));
             // Delivered on the receiver's evidence: its watermark.
-            let mut delivered = Vec::new();
+            let mut delivered = Records::default();
             if inner.meta.retain().is_some() {
                 let evidence = Evidence::Push(plan.push.acked);
                 let kept: Vec<(ItemId, Evidence)> =

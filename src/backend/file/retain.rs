@@ -35,7 +35,7 @@
 //! that deliver, by enqueues, and by [`crate::Queue::prune_delivered`].
 
 use super::format;
-use super::index::{Loc, Lost, Which};
+use super::index::{Entry, Loc, Lost, Row, Which};
 use super::{FileQueue, Inner};
 use crate::backend::state::within_window;
 use crate::error::{Error, Result};
@@ -57,6 +57,30 @@ pub(super) fn retained(mut item: Item, at: Timestamp, evidence: Evidence) -> Del
     DeliveredItem {
         item,
         delivery: Delivery { at, evidence },
+    }
+}
+
+/// Lines for the delivered file — retained records, `done` lines of
+/// pruned ones — with their index entries, one per line.
+#[derive(Debug, Default)]
+pub(super) struct Records {
+    pub bytes: Vec<u8>,
+    pub entries: Vec<Entry>,
+}
+
+impl Records {
+    /// The record `d`.
+    pub fn push(&mut self, d: &DeliveredItem) {
+        format::write_delivered(&mut self.bytes, d);
+        let mut row = Row::of(&d.item);
+        row.delivered_at = Some(d.delivery.at.as_millis());
+        self.entries.push(Entry::Put(row));
+    }
+
+    /// The `done` line that prunes the record of `id`.
+    pub fn push_done(&mut self, id: ItemId) {
+        format::write_done(&mut self.bytes, id);
+        self.entries.push(Entry::Done(id, None));
     }
 }
 
@@ -115,13 +139,13 @@ impl FileQueue {
 
     /// The records of the pending items `done` delivered at `now`, each
     /// with its evidence (read from the main file, nearby lines with one
-    /// `pread`).
+    /// `pread`), with their index entries.
     pub(super) fn retained_records(
         &self,
         inner: &Inner,
         done: &[(ItemId, Evidence)],
         now: Timestamp,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Records> {
         let ix = inner.index()?;
         let mut locs = Vec::with_capacity(done.len());
         for (id, _) in done {
@@ -130,7 +154,7 @@ impl FileQueue {
                 .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")))?;
             locs.push(loc);
         }
-        let mut out = Vec::new();
+        let mut out = Records::default();
         for (item, (id, evidence)) in self.items(inner, &locs)?.into_iter().zip(done) {
             if item.id != *id {
                 return Err(Error::Internal(format!(
@@ -138,7 +162,7 @@ impl FileQueue {
                     item.id
                 )));
             }
-            format::write_delivered(&mut out, &retained(item, now, *evidence));
+            out.push(&retained(item, now, *evidence));
         }
         Ok(out)
     }
@@ -149,17 +173,25 @@ impl FileQueue {
     /// `main_lines`. When the second append fails, the first is cut off
     /// again, so that the call changes nothing (were the process to die
     /// instead, the item is in both files, and the companion file wins).
+    /// `dest_entries`: the index entries of `dest_lines`, when the caller
+    /// has them (see [`FileQueue::append_entries`]).
     pub(super) fn move_out(
         &self,
         inner: &mut Inner,
         dest: Which,
         dest_lines: &[u8],
+        dest_entries: Option<Vec<Entry>>,
         main_lines: &[u8],
     ) -> Result<()> {
         let before = inner.tail(dest).clone();
         let unsynced_before = inner.delivered_unsynced;
-        self.append_with(inner, dest, dest_lines, dest != Which::Delivered)?;
+        let sync = dest != Which::Delivered;
+        self.append_entries(inner, dest, dest_lines, sync, dest_entries)?;
         if let Err(e) = self.append(inner, Which::Main, main_lines) {
+            if dest == Which::Delivered {
+                // Those lines are no longer there (or to be read back).
+                inner.own_delivered = None;
+            }
             if !dest_lines.is_empty() {
                 if let Some(t) = inner.tracked(dest) {
                     let cut = self
@@ -193,12 +225,13 @@ impl FileQueue {
         for id in &expired.unfinished {
             format::write_done(&mut main, *id);
         }
-        let mut delivered = Vec::new();
+        let mut delivered = Records::default();
         for id in expired.unfinished.iter().chain(&expired.prunable) {
-            format::write_done(&mut delivered, *id);
+            delivered.push_done(*id);
         }
         self.append(inner, Which::Main, &main)?;
-        self.append(inner, Which::Delivered, &delivered)?;
+        let Records { bytes, entries } = delivered;
+        self.append_entries(inner, Which::Delivered, &bytes, true, Some(entries))?;
         Ok((expired.unfinished.len() + expired.prunable.len()) as u64)
     }
 

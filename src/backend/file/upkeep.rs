@@ -119,6 +119,7 @@ impl FileQueue {
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
+        inner.own_delivered = None;
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }
@@ -230,7 +231,9 @@ impl FileQueue {
 
     /// Check the open index against the files; `Err(reason)` when it does
     /// not describe them.
-    pub(super) fn check_index(&self, inner: &Inner) -> Result<std::result::Result<(), String>> {
+    /// What it finds out of the files' fingerprints is kept (see
+    /// [`index::Known`]).
+    pub(super) fn check_index(&self, inner: &mut Inner) -> Result<std::result::Result<(), String>> {
         let ix = inner.index()?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_now = FileNow::of(&main.file, &self.path)?;
@@ -242,12 +245,20 @@ impl FileQueue {
             Some(t) => Some(FileNow::of(&t.file, &self.delivered_path)?),
             None => None,
         };
-        Ok(
-            match ix.check(&*self.io, main_now, dead_now, delivered_now) {
-                Ok(r) => r.map(drop),
-                Err(e) => Err(format!("it cannot be read: {e}")),
-            },
-        )
+        let rows = match ix.check(&*self.io, main_now, dead_now, delivered_now, &inner.known) {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(why)) => return Ok(Err(why)),
+            Err(e) => return Ok(Err(format!("it cannot be read: {e}"))),
+        };
+        let nows = [Some(main_now), dead_now, delivered_now];
+        // Rows the index has (a file it has no row for has no fingerprint).
+        let known = std::array::from_fn(|i| {
+            nows[i]
+                .filter(|_| !rows[i].fingerprint.is_empty())
+                .map(|now| index::Known::of(&now, &rows[i]))
+        });
+        inner.known = known;
+        Ok(Ok(()))
     }
 
     /// Bytes of the spool files that the index has not taken in, not
@@ -280,8 +291,12 @@ impl FileQueue {
     /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     pub(super) fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        let own = match which {
+        let own_rows = match which {
             Which::Main => inner.own_rows.take(),
+            _ => None,
+        };
+        let own_lines = match which {
+            Which::Delivered => inner.own_delivered.take(),
             _ => None,
         };
         let path = self.target_path(which);
@@ -291,32 +306,30 @@ impl FileQueue {
         };
         let ix = inner.index()?;
         let mut row = ix.file_row(which)?.unwrap_or_default();
-        let len = file_len(&t.file, path)?;
-        // The rows of lines this call's batch wrote, kept as it wrote
-        // them: taken in as parsing the lines would, when the index
-        // stands where they begin.
-        if let Some(own) = own.filter(|o| {
-            o.start == row.upto
-                && o.end <= len
+        let now = FileNow::of(&t.file, path)?;
+        let len = now.len;
+        // What this catch-up finds out of the file's fingerprint.
+        let mut known = None;
+        // The rows of lines this call wrote, kept as it wrote them: taken
+        // in as parsing the lines would, when the index stands where they
+        // begin.
+        let fits = |row: &FileRow, start: u64, end: u64| {
+            start == row.upto
+                && end <= len
                 && !row.needs_newline
                 && (row.dev, row.ino) == (t.dev, t.ino)
-        }) {
-            let mut ap = ix.applier()?;
-            for (r, off, l) in own.rows() {
-                ap.main(Entry::Put(r), off, l);
-            }
-            ap.finish()?;
-            let fingerprint = index::fingerprint(&*self.io, &t.file, own.end)
-                .map_err(|e| Error::io(path, "read", e))?;
-            row = FileRow {
-                upto: own.end,
-                lines: row.lines + own.count,
-                records: row.records + own.count,
-                needs_newline: false,
-                fingerprint,
-                ..row
-            };
-            ix.set_file_row(which, &row)?;
+        };
+        if let Some(own) = own_rows.filter(|o| fits(&row, o.start, o.end)) {
+            let entries = own.rows().map(|(r, off, l)| (Entry::Put(r), off, l));
+            row = self.take_in_own(ix, t, which, row, own.end, own.count, entries)?;
+            known = Some(index::Known::of(&now, &row));
+        }
+        if let Some(own) = own_lines.filter(|o| fits(&row, o.start, o.end)) {
+            #[cfg(debug_assertions)]
+            self.check_own(t, which, &own);
+            let count = own.entries.len() as u64;
+            row = self.take_in_own(ix, t, which, row, own.end, count, own.entries.into_iter())?;
+            known = Some(index::Known::of(&now, &row));
         }
         let mut tail = Tail {
             end: row.upto,
@@ -340,18 +353,17 @@ impl FileQueue {
             if s.end != row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
                 let fingerprint = index::fingerprint(&*self.io, &t.file, s.end)
                     .map_err(|e| Error::io(path, "read", e))?;
-                ix.set_file_row(
-                    which,
-                    &FileRow {
-                        dev: t.dev,
-                        ino: t.ino,
-                        upto: s.end,
-                        lines: s.lines,
-                        records: row.records + s.records,
-                        needs_newline: s.needs_newline,
-                        fingerprint,
-                    },
-                )?;
+                let row = FileRow {
+                    dev: t.dev,
+                    ino: t.ino,
+                    upto: s.end,
+                    lines: s.lines,
+                    records: row.records + s.records,
+                    needs_newline: s.needs_newline,
+                    fingerprint,
+                };
+                ix.set_file_row(which, &row)?;
+                known = Some(index::Known::of(&now, &row));
             }
             tail = Tail {
                 end: s.end,
@@ -359,9 +371,60 @@ impl FileQueue {
                 torn: s.torn,
             };
         }
+        if known.is_some() {
+            inner.known[which.slot()] = known;
+        }
         self.note_torn(inner, which, &tail.torn);
         *inner.tail(which) = tail;
         Ok(())
+    }
+
+    /// Apply the `count` entries of lines this call wrote to `which`, up
+    /// to `end`, where the index's row (`row`) stands, and move the row
+    /// past them; the new row.
+    #[allow(clippy::too_many_arguments)]
+    fn take_in_own(
+        &self,
+        ix: &Index,
+        t: &Tracked,
+        which: Which,
+        row: FileRow,
+        end: u64,
+        count: u64,
+        entries: impl Iterator<Item = (Entry, u64, usize)>,
+    ) -> Result<FileRow> {
+        let mut ap = ix.applier()?;
+        for (e, off, l) in entries {
+            ap.apply(which, e, off, l);
+        }
+        ap.finish()?;
+        let fingerprint = index::fingerprint(&*self.io, &t.file, end)
+            .map_err(|e| Error::io(self.target_path(which), "read", e))?;
+        let row = FileRow {
+            upto: end,
+            lines: row.lines + count,
+            records: row.records + count,
+            needs_newline: false,
+            fingerprint,
+            ..row
+        };
+        ix.set_file_row(which, &row)?;
+        Ok(row)
+    }
+
+    /// Debug builds: the entries kept of lines this call wrote are the
+    /// ones parsing the lines gives.
+    #[cfg(debug_assertions)]
+    fn check_own(&self, t: &Tracked, which: Which, own: &OwnLines) {
+        for (e, off, len) in &own.entries {
+            let mut buf = vec![0; *len];
+            read_exact_at(&*self.io, &t.file, &mut buf, *off).expect("read a line just written");
+            let parsed = Entry::parser(which)(&buf).expect("parse a line just written");
+            assert_eq!(
+                &parsed, e,
+                "the entry kept of a line differs from its parse"
+            );
+        }
     }
 
     /// Tell about a torn tail once (not again on every call).

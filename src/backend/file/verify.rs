@@ -495,15 +495,21 @@ fn compare(
 ) -> Result<std::result::Result<(), String>> {
     let path = files.path;
     let idx = companion(path, "idx");
-    let [main_row, dead_row, delivered_row] =
-        match ix.check_files(&RealIo, files.main, files.dead, files.delivered, false)? {
-            Ok(rows) => rows,
-            Err(why) => {
-                return Ok(Err(format!(
-                    "the index does not describe these files: {why}"
-                )))
-            }
-        };
+    let [main_row, dead_row, delivered_row] = match ix.check_files(
+        &RealIo,
+        files.main,
+        files.dead,
+        files.delivered,
+        false,
+        &Default::default(),
+    )? {
+        Ok(rows) => rows,
+        Err(why) => {
+            return Ok(Err(format!(
+                "the index does not describe these files: {why}"
+            )))
+        }
+    };
     if let Some(problem) = ix.quick_check()? {
         return Ok(Err(format!("the index database is damaged: {problem}")));
     }
