@@ -4,8 +4,8 @@
 # 20 ms, sequential and --concurrency 16), and `--exec cat` against a shell
 # loop. Prints Markdown tables; see docs/benchmarks.md for recorded figures.
 #
-#   benches/replay.sh                 # everything (about 8 minutes)
-#   benches/replay.sh --only 5        # one part (5: retention on vs off); other flags: benches/replay_bench.py --help
+#   benches/replay.sh                 # everything (about 10 minutes)
+#   benches/replay.sh --only 5        # one part (5: retention on vs off, about 3 minutes); other flags: benches/replay_bench.py --help
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/replay.sh   # keep the work files there
 #
 # Work files go to $SPOOL_BENCH_DIR, or to a temporary directory that is
