@@ -281,21 +281,26 @@ fn the_index_of_a_copy_is_not_used_for_the_copy() {
     assert_reads(&copy, &(1..=10).collect::<Vec<_>>());
 }
 
+/// Rewrite the spool file in place — same inode, same length, other
+/// bytes: item 2's payload changes one letter.
+fn rewrite_item_2_in_place(p: &Path) {
+    let text = std::fs::read_to_string(p).unwrap();
+    let changed = text.replacen("payload 2 ", "payload 2!", 1);
+    assert_ne!(text, changed);
+    assert_eq!(text.len(), changed.len());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .write_all(changed.as_bytes())
+        .unwrap();
+}
+
 #[test]
 fn a_file_rewritten_in_place_is_detected_by_its_fingerprint() {
     let dir = tempfile::tempdir().unwrap();
     let p = spool_of(dir.path(), 30);
-    // Same inode, same length or longer, other bytes: item 2's payload
-    // changes one letter.
-    let text = std::fs::read_to_string(&p).unwrap();
-    let changed = text.replacen("payload 2 ", "payload 2!", 1);
-    assert_ne!(text, changed);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .write_all(changed.as_bytes())
-        .unwrap();
+    rewrite_item_2_in_place(&p);
     let r = open(&p, OpenMode::ReadOnly);
     assert_eq!(
         r.get(3).unwrap().unwrap().payload,
@@ -319,15 +324,7 @@ fn a_file_rewritten_in_place_under_an_open_writer_is_detected() {
         q.get(3).unwrap().unwrap().payload,
         format!("payload 2 {}", "x".repeat(80)).into_bytes()
     );
-    let text = std::fs::read_to_string(&p).unwrap();
-    let changed = text.replacen("payload 2 ", "payload 2!", 1);
-    assert_eq!(text.len(), changed.len());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .write_all(changed.as_bytes())
-        .unwrap();
+    rewrite_item_2_in_place(&p);
     assert_eq!(
         q.get(3).unwrap().unwrap().payload,
         format!("payload 2!{}", "x".repeat(80)).into_bytes()
