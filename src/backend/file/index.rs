@@ -464,8 +464,9 @@ impl<'a> FileNow<'a> {
 
 /// A spool file's fingerprint up to `upto`, read (or checked) by this
 /// process while `stat` said `stamp` of the file. While `stat` still says
-/// so, nothing wrote the file since (any write changes its modification
-/// and change times), and [`Index::check`] takes the fingerprint from
+/// so, nothing wrote the file since (a write changes its modification and
+/// change times, to the file system's timestamp resolution), and
+/// [`Index::check`] takes the fingerprint from
 /// here instead of reading the file again: once per call and file, the
 /// largest part of a small call's reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
