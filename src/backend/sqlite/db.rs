@@ -14,7 +14,7 @@ use crate::item::{
     QueueStats,
 };
 use crate::time::Timestamp;
-use rusqlite::types::{ToSqlOutput, Type, ValueRef};
+use rusqlite::types::{ToSqlOutput, Type, Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
 
@@ -528,26 +528,57 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(false);
         };
-        let n = self
+        // The row is read, then inserted: an `INSERT … SELECT` into a
+        // table with triggers goes through a temporary table, which cost
+        // more than the copy. The values keep their SQLite types.
+        let row: Option<[Value; 7]> = self
             .conn
+            .prepare_cached(
+                "SELECT payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
+                 group_name, coalesce_key FROM morph_offline_queue WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![id, UNKNOWN_ENQUEUED_AT], |r| {
+                    Ok([
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ])
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))?;
+        let Some([payload, key, attempts, enqueued_at, last_error, group, coalesce_key]) = row
+        else {
+            return Ok(false);
+        };
+        self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
                   coalesce_key, delivered_at, evidence) \
-                 SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
-                  group_name, coalesce_key, ?3, ?4 \
-                 FROM morph_offline_queue WHERE id = ?1",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     id,
-                    UNKNOWN_ENQUEUED_AT,
+                    payload,
+                    key,
+                    attempts,
+                    enqueued_at,
+                    last_error,
+                    group,
+                    coalesce_key,
                     now.as_millis(),
                     evidence.encode()
                 ])
             })
             .map_err(|e| self.err(e))?;
-        Ok(n > 0)
+        Ok(true)
     }
 
     /// Store an imported delivered record under its own id.
