@@ -20,10 +20,11 @@ side in one run, printed as Markdown tables.
      on back to back); the verdict is on the median per-round ratio.
 
 Every spool replay commits each outcome durably before the next item
-(one `mark_done` per delivery). Times are wall-clock for the whole process,
-start-up included, for every contender. Standard library only, except the
-Python contender itself, which needs `requests` (benches/replay.sh installs
-it). Performance is measured, never asserted: the script exits 0 whatever
+(one `mark_done` per delivery), and starts after an untimed `sync`, so that
+the writeback of earlier runs' files does not land in it. Times are
+wall-clock for the whole process, start-up included, for every contender.
+Standard library only, except the Python contender itself, which needs
+`requests` (benches/replay.sh installs it). Performance is measured, never asserted: the script exits 0 whatever
 the ratios are.
 """
 

@@ -115,6 +115,7 @@ policies!(
         on_full_is_remembered,
         retain_is_remembered,
         retention_keeps_delivered_items_with_their_evidence,
+        a_retained_record_keeps_every_field_of_its_item,
         retained_keys_dedup_within_the_window_only,
         without_retention_delivered_items_are_deleted,
         retention_off_prunes_what_was_kept,
@@ -2846,6 +2847,42 @@ fn retention_keeps_delivered_items_with_their_evidence(s: Setup) {
     );
     // Ids stay unique: new items go above every retained one.
     assert!(add(&h, "e", "") > c);
+}
+
+/// The retained record of a delivered item is the item as it was
+/// pending — payload bytes (not UTF-8 here), key, attempts, last error,
+/// enqueue time, group, coalesce key — minus what only a pending item has
+/// (held, retry time, push number).
+fn a_retained_record_keeps_every_field_of_its_item(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let mut n = new_item("", "key-1", Some("g/1"), Some("ck-1"));
+    n.payload = vec![0xff, 0x00, b'x', 0xfe];
+    let a = enq_one(&h, n).id;
+    let upd = AttemptUpdate {
+        attempts: 3,
+        next_retry_at: Some(T0.saturating_add(Duration::from_secs(60))),
+        last_error: Some("http 503".into()),
+    };
+    assert!(h.q().record_attempt(a, &upd).unwrap());
+    h.step();
+    let pending = h.q().get(a).unwrap().unwrap();
+    assert_eq!(pending.attempts, 3);
+    assert_eq!(
+        h.q().deliver(&[(a, Evidence::Http(200))]).unwrap(),
+        vec![true]
+    );
+    h.step();
+    let kept = h.q().delivered_get(a).unwrap().expect("a is retained");
+    let want = Item {
+        held: false,
+        next_retry_at: None,
+        push_seq: None,
+        ..pending
+    };
+    assert_eq!(kept.item, want);
+    assert_eq!(kept.item.payload, vec![0xff, 0x00, b'x', 0xfe]);
+    assert_eq!(kept.delivery.evidence, Evidence::Http(200));
 }
 
 /// A retained item's key dedups until its window ends (SPEC §9), then a

@@ -1557,15 +1557,15 @@ fn same_file(
             now.len, row.upto
         ));
     }
-    if known.is_some_and(|k| k.stamp == now.stamp && k.upto == row.upto) {
-        return match known.is_some_and(|k| k.fingerprint == row.fingerprint) {
-            true => Ok(()),
-            false => Err("was rewritten: its bytes differ from the ones indexed".into()),
-        };
-    }
-    match fingerprint(io, now.file, row.upto) {
-        Ok(fp) if fp == row.fingerprint => Ok(()),
-        Ok(_) => Err("was rewritten: its bytes differ from the ones indexed".into()),
+    // The fingerprint this process knows, while nothing wrote the file
+    // since; else read.
+    let same = match known.filter(|k| k.stamp == now.stamp && k.upto == row.upto) {
+        Some(k) => Ok(k.fingerprint == row.fingerprint),
+        None => fingerprint(io, now.file, row.upto).map(|fp| fp == row.fingerprint),
+    };
+    match same {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("was rewritten: its bytes differ from the ones indexed".into()),
         Err(e) => Err(format!("cannot be read to check it: {e}")),
     }
 }

@@ -875,6 +875,7 @@ impl FileQueue {
         sync: bool,
         entries: Option<Vec<Entry>>,
     ) -> Result<()> {
+        debug_assert!(entries.is_none() || which == Which::Delivered);
         if bytes.is_empty() {
             return Ok(());
         }
