@@ -114,7 +114,7 @@ class Bench:
     def fresh_spool(self, backend, n, where=None, retain=None):
         base = where or self.d
         p = os.path.join(base, "replay.db" if backend == "sqlite" else "replay.ndjson")
-        for suffix in ("", "-wal", "-shm", ".meta", ".dead", ".delivered", ".idx", ".idx-journal", ".replay.lock"):
+        for suffix in ("", "-wal", "-shm", ".meta", ".dead", ".delivered", ".idx", ".idx-dirty", ".idx-journal", ".replay.lock"):
             if os.path.exists(p + suffix):
                 os.remove(p + suffix)
         run_timed([self.spool, "-s", p, "enqueue", "--stdin", "--lines"], stdin_path=self.items(n))

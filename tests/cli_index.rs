@@ -107,6 +107,41 @@ fn killed_between_the_append_and_the_index_update() {
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
 }
 
+/// A writer killed while it writes the index (its write mark set, the
+/// commit not done): readers do without the index and leave it alone,
+/// `verify` warns, and the next write rebuilds it.
+#[test]
+fn killed_while_writing_the_index() {
+    if !debug_build_or_skip("killing a write while it writes the index") {
+        return;
+    }
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue("b");
+    let mark = PathBuf::from(format!("{}-dirty", idx(&env.path).display()));
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
+    killed_at(&env, "index-commit:1", &["enqueue", "--", "c"]);
+    assert_eq!(std::fs::read(&mark).unwrap(), b"1");
+    let index = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(ids(&env), vec![1, 2, 3]);
+    env.run(&["show", "3"]).success();
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        index,
+        "a reader wrote the index"
+    );
+    assert_eq!(std::fs::read(&mark).unwrap(), b"1");
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
+    let e = env.run(&["enqueue", "--", "d"]).success();
+    assert_eq!(parse_id(&e.get_output().stdout), 4);
+    assert!(stderr(&e).contains("rebuilt the index"), "{}", stderr(&e));
+    assert!(stderr(&e).contains("interrupted"), "{}", stderr(&e));
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+}
+
 #[test]
 fn a_torn_index_is_reported_and_rebuilt() {
     let env = Env::new("spool.ndjson");

@@ -148,6 +148,11 @@ fn assert_reads(p: &Path, want: &[u64]) {
     );
 }
 
+/// The index's write mark (`<spool>.idx-dirty`).
+fn mark(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-dirty", idx(p).display()))
+}
+
 /// The index file's bytes: a reader must leave them alone.
 fn index_bytes(p: &Path) -> Option<Vec<u8>> {
     std::fs::read(idx(p)).ok()
@@ -182,6 +187,7 @@ fn damaged_index_is_rebuilt(verify_damage: bool, damage: impl FnOnce(&Path)) {
     let mut want = want;
     want.push(51);
     assert_reads(&p, &want);
+    assert_eq!(std::fs::read(mark(&p)).unwrap(), b"0");
 }
 
 #[test]
@@ -223,6 +229,43 @@ fn an_index_written_before_a_restart_is_rebuilt() {
         c.execute_batch("UPDATE state SET boot = 'another boot'")
             .unwrap();
     });
+}
+
+/// A writer killed while SQLite wrote the index's pages (its journal is
+/// kept in memory): rows that lie, and the write mark it set before its
+/// first change. Readers do without the index, the next writer rebuilds it.
+#[test]
+fn an_index_whose_write_mark_is_set_is_not_used() {
+    damaged_index_is_rebuilt(false, |p| {
+        let c = rusqlite::Connection::open(idx(p)).unwrap();
+        c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
+        std::fs::write(mark(p), b"1").unwrap();
+    });
+}
+
+#[test]
+fn an_index_without_its_write_mark_is_rebuilt() {
+    damaged_index_is_rebuilt(true, |p| {
+        let c = rusqlite::Connection::open(idx(p)).unwrap();
+        c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
+        std::fs::remove_file(mark(p)).unwrap();
+    });
+}
+
+/// A writer keeps the index's rollback journal in memory: no journal file
+/// is made, and the mark is clear after every call.
+#[test]
+fn a_writer_leaves_no_journal_file_and_a_clear_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 5);
+    let q = open(&p, OpenMode::ReadWrite);
+    let journal = PathBuf::from(format!("{}-journal", idx(&p).display()));
+    for i in 0..5 {
+        q.enqueue(format!("more {i}").as_bytes(), "").unwrap();
+        q.mark_done(&[i + 1]).unwrap();
+        assert!(!journal.exists());
+        assert_eq!(std::fs::read(mark(&p)).unwrap(), b"0");
+    }
 }
 
 #[test]

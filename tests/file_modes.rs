@@ -93,7 +93,12 @@ fn modes(dir: &Path) -> Vec<(String, u32)> {
 fn spool_files(env: &Env) -> Vec<PathBuf> {
     let mut v = vec![env.path.clone(), env.side(".replay.lock")];
     if env.is_ndjson() {
-        v.extend([env.side(".dead"), env.side(".meta"), env.side(".idx")]);
+        v.extend([
+            env.side(".dead"),
+            env.side(".meta"),
+            env.side(".idx"),
+            env.side(".idx-dirty"),
+        ]);
     } else {
         v.extend([env.side("-wal"), env.side("-shm")]);
     }

@@ -52,6 +52,7 @@ use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use sha2::{Digest, Sha256};
+use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -60,11 +61,13 @@ use std::time::Duration;
 /// The index format version (`PRAGMA user_version`). An index of any other
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
-/// and the eviction count; version 3 the retained delivered items.
+/// and the eviction count; version 3 the retained delivered items;
+/// version 4 the write mark (see [`mark_path`]) and the journal kept in
+/// memory.
 mod apply;
 pub(crate) use apply::Lost;
 
-pub(crate) const INDEX_VERSION: i64 = 3;
+pub(crate) const INDEX_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -349,6 +352,11 @@ pub(crate) struct Index {
     pub read_only: bool,
     /// SQLite refuses writes on this connection altogether.
     pub no_writes: bool,
+    /// The shared index's write mark (see [`mark_path`]), open for
+    /// writing on a writer's connection; `None` for a private index.
+    mark: Option<File>,
+    /// This connection set the write mark in the running transaction.
+    marked: Cell<bool>,
 }
 
 impl std::fmt::Debug for Index {
@@ -406,6 +414,45 @@ pub(crate) fn journal_path(index: &Path) -> PathBuf {
     let mut s = index.as_os_str().to_owned();
     s.push("-journal");
     PathBuf::from(s)
+}
+
+/// The write mark of the index at `index`: `<index>-dirty`, one byte,
+/// `0` while the index file holds a committed state and `1` from a
+/// writer's first change to the index until its commit.
+///
+/// A writer's connection keeps its rollback journal in memory (a journal
+/// file costs a create, three writes per changed page and an unlink per
+/// call), so a writer killed while SQLite writes pages to the index file
+/// leaves no journal to roll them back: the mark tells. An index whose
+/// mark is not `0` (or missing) is not used: a writer rebuilds it, a
+/// reader builds a private one. A writer killed before its first change,
+/// or after its commit, leaves the mark clear and the index valid (at
+/// most behind the files).
+pub(crate) fn mark_path(index: &Path) -> PathBuf {
+    let mut s = index.as_os_str().to_owned();
+    s.push("-dirty");
+    PathBuf::from(s)
+}
+
+/// Whether the write mark `mark` says the index holds a committed state.
+fn mark_clear(mark: &File) -> std::io::Result<bool> {
+    let mut b = [0u8; 2];
+    let n = std::os::unix::fs::FileExt::read_at(mark, &mut b, 0)?;
+    Ok(n == 1 && b[0] == b'0')
+}
+
+/// Write `b` over the mark.
+fn write_mark(mark: &File, b: u8) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(mark, &[b], 0)
+}
+
+/// Write the mark at `index` clear (after a built index is put in place):
+/// the index file holds a committed state. A new mark gets the index
+/// file's permission bits, so that whoever may read the index may read
+/// its mark.
+pub(crate) fn clear_mark(index: &Path) -> std::io::Result<()> {
+    let mut f = crate::private_file::create_replacement(&mark_path(index), index)?;
+    std::io::Write::write_all(&mut f, b"0")
 }
 
 /// What `stat` says of the index file: identity, size, times. When it
@@ -548,7 +595,37 @@ impl Index {
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        let want = if writer { "delete" } else { "memory" };
+        // Both keep the rollback journal in memory: a writer's interrupted
+        // write is told by the write mark (see `mark_path`).
+        let want = "memory";
+        let mark = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writer)
+            .open(mark_path(path));
+        let mark = match mark {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Unusable::Invalid("it has no write mark".into()))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be opened: {e}"
+                )))
+            }
+        };
+        match mark_clear(&mark) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Unusable::Invalid(
+                    "a write to it was interrupted (its write mark is set)".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be read: {e}"
+                )))
+            }
+        }
         let got: String = conn
             .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
             .map_err(bad)?;
@@ -570,6 +647,8 @@ impl Index {
             seen: Stamp::of(path),
             read_only: !writer,
             no_writes,
+            mark: Some(mark),
+            marked: Cell::new(false),
         })
     }
 
@@ -605,6 +684,8 @@ impl Index {
             seen: None,
             read_only: false,
             no_writes: false,
+            mark: None,
+            marked: Cell::new(false),
         };
         ix.conn
             .execute_batch(&format!(
@@ -646,6 +727,8 @@ impl Index {
             seen: None,
             read_only: false,
             no_writes: false,
+            mark: None,
+            marked: Cell::new(false),
         };
         // Each line's new offset: the lengths (and newlines) of the lines
         // before it in id order — a running sum, kept by a function that
@@ -782,24 +865,71 @@ impl Index {
             .map_err(self.err("begin a transaction on"))
     }
 
-    /// Commit (for a read-only connection: roll back).
+    /// Commit (for a read-only connection: roll back), and clear the write
+    /// mark when this transaction set it.
     pub fn commit(&self) -> Result<()> {
         if self.read_only {
             return self.rollback();
         }
+        if self.marked.get() {
+            crate::debug::crash_point("index-commit");
+        }
         self.conn
             .execute_batch("COMMIT")
-            .map_err(self.err("commit to"))
+            .map_err(self.err("commit to"))?;
+        self.unmark()
     }
 
-    /// Roll back, when a transaction is open.
+    /// Roll back, when a transaction is open. The write mark is cleared
+    /// once the rollback is done (a transaction that ended in a failed
+    /// commit leaves it set: the next command rebuilds the index).
     pub fn rollback(&self) -> Result<()> {
         if self.conn.is_autocommit() {
             return Ok(());
         }
         self.conn
             .execute_batch("ROLLBACK")
-            .map_err(self.err("roll back"))
+            .map_err(self.err("roll back"))?;
+        self.unmark()
+    }
+
+    /// Set the write mark before this connection's first change to the
+    /// shared index in a transaction (a writer's connection only; see
+    /// [`mark_path`]): from here on, SQLite may write pages to the file.
+    /// Every change goes through [`Index::applier`] or
+    /// [`Index::set_file_row`], which call it.
+    pub fn will_write(&self) -> Result<()> {
+        if self.read_only || self.marked.get() {
+            return Ok(());
+        }
+        if let Some(mark) = &self.mark {
+            debug_assert!(
+                !self.conn.is_autocommit(),
+                "a change to the shared index outside a transaction"
+            );
+            write_mark(mark, b'1').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(true);
+        }
+        Ok(())
+    }
+
+    /// Clear the write mark this connection set: the file holds a
+    /// committed state again.
+    fn unmark(&self) -> Result<()> {
+        if let (true, Some(mark)) = (self.marked.get(), &self.mark) {
+            write_mark(mark, b'0').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(false);
+        }
+        Ok(())
+    }
+
+    /// Whether the shared index's write mark is clear (always true for a
+    /// private index): checked before a kept connection is used again.
+    pub fn mark_is_clear(&self) -> bool {
+        match &self.mark {
+            Some(m) => !self.marked.get() && mark_clear(m).unwrap_or(false),
+            None => true,
+        }
     }
 
     /// Check the index against the files as they are now. `Err(reason)`
@@ -903,6 +1033,7 @@ impl Index {
 
     /// Record how far `which` is indexed.
     pub fn set_file_row(&self, which: Which, row: &FileRow) -> Result<()> {
+        self.will_write()?;
         self.conn
             .prepare_cached(
                 "INSERT INTO files (name, dev, ino, upto, lines, records, needs_newline, fingerprint) \

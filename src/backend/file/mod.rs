@@ -448,6 +448,7 @@ impl FileQueue {
             self.meta_path.clone(),
             self.index_path.clone(),
             index::journal_path(&self.index_path),
+            index::mark_path(&self.index_path),
         ]
     }
 

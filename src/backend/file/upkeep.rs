@@ -96,7 +96,11 @@ impl FileQueue {
             Err(e) => return Err(Error::io(&journal, "remove", e)),
         }
         std::fs::rename(tmp, &self.index_path)
-            .map_err(|e| Error::io(&self.index_path, "replace", e))
+            .map_err(|e| Error::io(&self.index_path, "replace", e))?;
+        // Only now: the file in place holds a committed state. (Killed
+        // before this, a set mark makes the next writer build it again.)
+        index::clear_mark(&self.index_path)
+            .map_err(|e| Error::io(index::mark_path(&self.index_path), "write", e))
     }
 
     /// [`FileQueue::catch_up`] of every file, companions first.
@@ -198,9 +202,11 @@ impl FileQueue {
     /// usable one (a private index of a read-only handle is kept).
     pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
         let journal = index::journal_path(&self.index_path);
-        // A journal while we hold the lock is one a writer left when it
-        // crashed: only a writer may roll it back (SQLite does so when it
-        // opens the index).
+        // A journal while we hold the lock is one a writer of an earlier
+        // version (which kept its journal in a file) left when it crashed:
+        // only a writer may roll it back (SQLite does so when it opens the
+        // index). This version's writers keep it in memory and tell an
+        // interrupted write by the write mark (see `index::mark_path`).
         let hot = journal.exists();
         if let Some(ix) = &inner.index {
             if !ix.is_shared() {
@@ -211,6 +217,7 @@ impl FileQueue {
             if ix.seen.is_some()
                 && index::Stamp::of(&self.index_path) == ix.seen
                 && !(hot && !(self.writable && exclusive))
+                && ix.mark_is_clear()
             {
                 return None;
             }
@@ -222,6 +229,16 @@ impl FileQueue {
         match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
+                if hot {
+                    // SQLite played a hot journal back as it opened the
+                    // index; what is left is none (an empty or finished
+                    // one), which no write of ours removes now.
+                    if let Err(e) = std::fs::remove_file(&journal) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            return Some(format!("its journal cannot be removed: {e}"));
+                        }
+                    }
+                }
                 None
             }
             Err(Unusable::Missing) => Some(String::new()),
