@@ -15,6 +15,16 @@ fn idx(p: &Path) -> PathBuf {
     PathBuf::from(format!("{}.idx", p.display()))
 }
 
+/// The index's write mark.
+fn mark(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.idx-dirty", p.display()))
+}
+
+/// A rollback journal of the index, in a file.
+fn journal(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.idx-journal", p.display()))
+}
+
 fn ids(env: &Env) -> Vec<u64> {
     env.drain()
         .iter()
@@ -107,23 +117,29 @@ fn killed_between_the_append_and_the_index_update() {
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
 }
 
-/// A writer killed while it writes the index (its write mark set, the
-/// commit not done): readers do without the index and leave it alone,
-/// `verify` warns, and the next write rebuilds it.
+/// A small write (`done` of one item: its index journal kept in memory)
+/// killed while it writes the index (its write mark set, the commit not
+/// done): readers do without the index and leave it alone, `verify`
+/// warns, and the next write rebuilds it.
 #[test]
-fn killed_while_writing_the_index() {
+fn killed_while_writing_the_index_with_its_journal_in_memory() {
     if !debug_build_or_skip("killing a write while it writes the index") {
         return;
     }
     let env = Env::new("spool.ndjson");
     env.enqueue("a");
     env.enqueue("b");
-    let mark = PathBuf::from(format!("{}-dirty", idx(&env.path).display()));
+    env.enqueue("c");
+    let mark = mark(&env.path);
     assert_eq!(std::fs::read(&mark).unwrap(), b"0");
-    killed_at(&env, "index-commit:1", &["enqueue", "--", "c"]);
+    killed_at(&env, "index-commit:1", &["done", "2"]);
     assert_eq!(std::fs::read(&mark).unwrap(), b"1");
+    assert!(
+        !journal(&env.path).exists(),
+        "a small write journals in memory"
+    );
     let index = std::fs::read(idx(&env.path)).unwrap();
-    assert_eq!(ids(&env), vec![1, 2, 3]);
+    assert_eq!(ids(&env), vec![1, 3]);
     env.run(&["show", "3"]).success();
     assert_eq!(
         std::fs::read(idx(&env.path)).unwrap(),
@@ -140,6 +156,48 @@ fn killed_while_writing_the_index() {
     assert_eq!(std::fs::read(&mark).unwrap(), b"0");
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+    assert_eq!(ids(&env), vec![1, 3, 4]);
+}
+
+/// A bulk write (a batch enqueue: its index journal in a file) killed
+/// while it writes the index: the journal is left with the mark, readers
+/// do without the index, and the next writer plays the journal back and
+/// goes on with the index as it was, without a rebuild.
+#[test]
+fn killed_while_writing_the_index_with_its_journal_in_a_file() {
+    if !debug_build_or_skip("killing a write while it writes the index") {
+        return;
+    }
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    let mark = mark(&env.path);
+    let out = env
+        .cmd()
+        .args(["enqueue", "--lines"])
+        .env("SPOOL_DEBUG_KILL_AT", "index-commit:1")
+        .write_stdin("b\nc\nd\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    assert_eq!(std::fs::read(&mark).unwrap(), b"1");
+    assert!(journal(&env.path).exists(), "a batch journals to a file");
+    let index = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(ids(&env), vec![1, 2, 3, 4]);
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        index,
+        "a reader wrote the index"
+    );
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
+    let e = env.run(&["enqueue", "--", "e"]).success();
+    assert_eq!(parse_id(&e.get_output().stdout), 5);
+    assert!(!stderr(&e).contains("rebuilt"), "{}", stderr(&e));
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
+    assert!(!journal(&env.path).exists());
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+    assert_eq!(ids(&env), vec![1, 2, 3, 4, 5]);
 }
 
 #[test]

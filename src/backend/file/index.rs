@@ -62,8 +62,8 @@ use std::time::Duration;
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items;
-/// version 4 the write mark (see [`mark_path`]) and the journal kept in
-/// memory.
+/// version 4 the write mark (see [`mark_path`]) and the journal of small
+/// writes kept in memory.
 mod apply;
 pub(crate) use apply::Lost;
 
@@ -357,6 +357,10 @@ pub(crate) struct Index {
     mark: Option<File>,
     /// This connection set the write mark in the running transaction.
     marked: Cell<bool>,
+    /// A writer's connection keeps its rollback journal in a file (for
+    /// the transaction about to begin; see [`Index::use_file_journal`]),
+    /// not in memory.
+    file_journal: Cell<bool>,
 }
 
 impl std::fmt::Debug for Index {
@@ -420,14 +424,15 @@ pub(crate) fn journal_path(index: &Path) -> PathBuf {
 /// `0` while the index file holds a committed state and `1` from a
 /// writer's first change to the index until its commit.
 ///
-/// A writer's connection keeps its rollback journal in memory (a journal
-/// file costs a create, three writes per changed page and an unlink per
-/// call), so a writer killed while SQLite writes pages to the index file
-/// leaves no journal to roll them back: the mark tells. An index whose
-/// mark is not `0` (or missing) is not used: a writer rebuilds it, a
-/// reader builds a private one. A writer killed before its first change,
-/// or after its commit, leaves the mark clear and the index valid (at
-/// most behind the files).
+/// A writer's connection keeps the rollback journal of a small write in
+/// memory (see [`Index::use_file_journal`]), so a writer killed while
+/// SQLite writes pages to the index file may leave no journal to roll
+/// them back: the mark tells. An index whose mark is not `0` (or
+/// missing) is not used: a writer rebuilds it, a reader builds a private
+/// one — unless a journal file was left, which a writer plays back as it
+/// opens the index. A writer killed before its first change, or after
+/// its commit, leaves the mark clear and the index valid (at most behind
+/// the files).
 pub(crate) fn mark_path(index: &Path) -> PathBuf {
     let mut s = index.as_os_str().to_owned();
     s.push("-dirty");
@@ -545,9 +550,13 @@ impl Index {
     /// keeps its journal in memory and never spills a page to the file,
     /// so that whatever it applies to catch up stays in memory and is
     /// rolled back.
+    /// `hot`: a journal file was left (see [`Index::use_file_journal`]);
+    /// a writer's connection plays it back as it first reads, which
+    /// undoes the interrupted transaction: its write mark is cleared.
     pub fn open_shared(
         path: &Path,
         writer: bool,
+        hot: bool,
         busy: Duration,
     ) -> std::result::Result<Index, Unusable> {
         let m = match std::fs::metadata(path) {
@@ -595,8 +604,8 @@ impl Index {
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        // Both keep the rollback journal in memory: a writer's interrupted
-        // write is told by the write mark (see `mark_path`).
+        // Both start with the rollback journal in memory; a writer
+        // chooses per transaction (see `Index::use_file_journal`).
         let want = "memory";
         let mark = std::fs::OpenOptions::new()
             .read(true)
@@ -615,6 +624,13 @@ impl Index {
         };
         match mark_clear(&mark) {
             Ok(true) => {}
+            Ok(false) if hot && writer && !no_writes => {
+                // The reads above played the journal back: the file holds
+                // the state before the interrupted transaction.
+                write_mark(&mark, b'0').map_err(|e| {
+                    Unusable::Invalid(format!("its write mark cannot be cleared: {e}"))
+                })?;
+            }
             Ok(false) => {
                 return Err(Unusable::Invalid(
                     "a write to it was interrupted (its write mark is set)".into(),
@@ -649,6 +665,7 @@ impl Index {
             no_writes,
             mark: Some(mark),
             marked: Cell::new(false),
+            file_journal: Cell::new(false),
         })
     }
 
@@ -686,6 +703,7 @@ impl Index {
             no_writes: false,
             mark: None,
             marked: Cell::new(false),
+            file_journal: Cell::new(false),
         };
         ix.conn
             .execute_batch(&format!(
@@ -729,6 +747,7 @@ impl Index {
             no_writes: false,
             mark: None,
             marked: Cell::new(false),
+            file_journal: Cell::new(false),
         };
         // Each line's new offset: the lengths (and newlines) of the lines
         // before it in id order — a running sum, kept by a function that
@@ -911,6 +930,42 @@ impl Index {
             self.marked.set(true);
         }
         Ok(())
+    }
+
+    /// Keep the rollback journal of the transaction about to begin in a
+    /// file (`on`), or in memory. Called outside a transaction, on a
+    /// writer's connection (a reader's never writes: its journal stays in
+    /// memory).
+    ///
+    /// In memory, a transaction costs no journal file (a create, three
+    /// writes per changed page, an unlink), but SQLite holds the original
+    /// of every page the transaction changes in memory, whatever their
+    /// number: only calls that change a bounded number of rows use it
+    /// (see `Access::Small` in the backend). A bulk change journals to a
+    /// file, which a writer killed in the middle leaves behind for the
+    /// next writer to play back, as SQLite always did.
+    pub fn use_file_journal(&self, on: bool) -> Result<()> {
+        if self.read_only || self.mark.is_none() || self.file_journal.get() == on {
+            return Ok(());
+        }
+        let want = if on { "delete" } else { "memory" };
+        let got: String = self
+            .conn
+            .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
+            .map_err(self.err("set the journal mode of"))?;
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(Error::Internal(format!(
+                "{}: the journal mode could not be set to {want} (got {got})",
+                self.path.display()
+            )));
+        }
+        self.file_journal.set(on);
+        Ok(())
+    }
+
+    /// Whether the running transaction journals to a file.
+    pub fn file_journal(&self) -> bool {
+        self.file_journal.get()
     }
 
     /// Clear the write mark this connection set: the file holds a

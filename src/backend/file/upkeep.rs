@@ -17,6 +17,7 @@ impl FileQueue {
             if self.open_index(inner, true).is_some() {
                 return Ok(false);
             }
+            inner.index()?.use_file_journal(true)?;
             inner.index()?.begin(true)?;
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
@@ -120,6 +121,7 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         exclusive: bool,
+        bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
@@ -130,8 +132,7 @@ impl FileQueue {
         self.track_companions(inner)?;
         let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
-            let ix = inner.index()?;
-            ix.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 let private = !inner.index()?.is_shared();
                 inner.index()?.rollback()?;
@@ -143,7 +144,7 @@ impl FileQueue {
                     inner.index = None;
                     unusable = self.open_index(inner, exclusive);
                     if unusable.is_none() {
-                        inner.index()?.begin(exclusive)?;
+                        Self::begin_call(inner, exclusive, bulk)?;
                         if let Err(why) = self.check_index(inner)? {
                             inner.index()?.rollback()?;
                             unusable = Some(why);
@@ -161,7 +162,7 @@ impl FileQueue {
             } else {
                 self.build_private(inner)?;
             }
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 return Err(Error::Internal(format!(
                     "the index just built for {} does not match it: {why}",
@@ -181,6 +182,11 @@ impl FileQueue {
                 ix.rollback()?;
                 self.build_private(inner)?;
                 inner.index()?.begin(false)?;
+            } else if exclusive && pending_tail > SMALL_TAIL_MAX && !ix.file_journal() {
+                // A long tail to take in: its journal goes to a file (see
+                // `Index::use_file_journal`). Nothing was written yet.
+                ix.rollback()?;
+                Self::begin_call(inner, exclusive, true)?;
             }
         }
         self.catch_up_all(inner)?;
@@ -198,15 +204,25 @@ impl FileQueue {
         Ok(true)
     }
 
+    /// Begin the call's index transaction: a writer's with its journal in
+    /// a file for a `bulk` change, in memory otherwise (see
+    /// [`index::Index::use_file_journal`]).
+    fn begin_call(inner: &Inner, exclusive: bool, bulk: bool) -> Result<()> {
+        let ix = inner.index()?;
+        if exclusive {
+            ix.use_file_journal(bulk)?;
+        }
+        ix.begin(exclusive)
+    }
+
     /// Keep or open the shared index; `Some(reason)` when there is no
     /// usable one (a private index of a read-only handle is kept).
     pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
         let journal = index::journal_path(&self.index_path);
-        // A journal while we hold the lock is one a writer of an earlier
-        // version (which kept its journal in a file) left when it crashed:
-        // only a writer may roll it back (SQLite does so when it opens the
-        // index). This version's writers keep it in memory and tell an
-        // interrupted write by the write mark (see `index::mark_path`).
+        // A journal while we hold the lock is one a writer left when it
+        // crashed in a bulk write (see `Index::use_file_journal`): only a
+        // writer may roll it back (SQLite does so when it opens the
+        // index, which clears the write mark).
         let hot = journal.exists();
         if let Some(ix) = &inner.index {
             if !ix.is_shared() {
@@ -226,7 +242,7 @@ impl FileQueue {
         if hot && !(self.writable && exclusive) {
             return Some("a write to it was interrupted (its journal is left)".into());
         }
-        match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
+        match Index::open_shared(&self.index_path, self.writable, hot, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
                 if hot {
@@ -475,7 +491,7 @@ impl FileQueue {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
         }
-        match Index::open_shared(&self.index_path, true, self.busy_timeout) {
+        match Index::open_shared(&self.index_path, true, false, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
                 Ok(())
