@@ -32,6 +32,17 @@ fn ids(env: &Env) -> Vec<u64> {
         .collect()
 }
 
+/// Readers see the items `want` and leave the index file as it is.
+fn reads_leave_the_index_alone(env: &Env, want: &[u64]) {
+    let index = std::fs::read(idx(&env.path)).unwrap();
+    assert_eq!(ids(env), want);
+    assert_eq!(
+        std::fs::read(idx(&env.path)).unwrap(),
+        index,
+        "a reader wrote the index"
+    );
+}
+
 /// Run with `SPOOL_DEBUG_KILL_AT=<at>` and expect the process to die by
 /// SIGKILL.
 fn killed_at(env: &Env, at: &str, args: &[&str]) {
@@ -65,14 +76,8 @@ fn killed_between_the_append_and_the_index_update() {
     );
     // The line was synced before the kill: the item is there, the index
     // is behind, and readers catch up without writing it.
-    let index = std::fs::read(idx(&env.path)).unwrap();
     assert_eq!(env.size(), 4);
-    assert_eq!(ids(&env), vec![1, 2, 3, 4]);
-    assert_eq!(
-        std::fs::read(idx(&env.path)).unwrap(),
-        index,
-        "a reader wrote the index"
-    );
+    reads_leave_the_index_alone(&env, &[1, 2, 3, 4]);
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("behind"), "{}", stdout(&v));
     // The dedup of a key whose line the index had not taken in.
@@ -138,14 +143,7 @@ fn killed_while_writing_the_index_with_its_journal_in_memory() {
         !journal(&env.path).exists(),
         "a small write journals in memory"
     );
-    let index = std::fs::read(idx(&env.path)).unwrap();
-    assert_eq!(ids(&env), vec![1, 3]);
-    env.run(&["show", "3"]).success();
-    assert_eq!(
-        std::fs::read(idx(&env.path)).unwrap(),
-        index,
-        "a reader wrote the index"
-    );
+    reads_leave_the_index_alone(&env, &[1, 3]);
     assert_eq!(std::fs::read(&mark).unwrap(), b"1");
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
@@ -181,13 +179,7 @@ fn killed_while_writing_the_index_with_its_journal_in_a_file() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
     assert_eq!(std::fs::read(&mark).unwrap(), b"1");
     assert!(journal(&env.path).exists(), "a batch journals to a file");
-    let index = std::fs::read(idx(&env.path)).unwrap();
-    assert_eq!(ids(&env), vec![1, 2, 3, 4]);
-    assert_eq!(
-        std::fs::read(idx(&env.path)).unwrap(),
-        index,
-        "a reader wrote the index"
-    );
+    reads_leave_the_index_alone(&env, &[1, 2, 3, 4]);
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
     let e = env.run(&["enqueue", "--", "e"]).success();
