@@ -355,7 +355,10 @@ pub(crate) struct Index {
     /// The shared index's write mark (see [`mark_path`]), open for
     /// writing on a writer's connection; `None` for a private index.
     mark: Option<File>,
-    /// This connection set the write mark in the running transaction.
+    /// The running transaction changed the index (see
+    /// [`Index::will_write`]).
+    changed: Cell<bool>,
+    /// This connection set the write mark (for a commit).
     marked: Cell<bool>,
     /// A writer's connection keeps its rollback journal in a file (for
     /// the transaction about to begin; see [`Index::use_file_journal`]),
@@ -421,18 +424,18 @@ pub(crate) fn journal_path(index: &Path) -> PathBuf {
 }
 
 /// The write mark of the index at `index`: `<index>-dirty`, one byte,
-/// `0` while the index file holds a committed state and `1` from a
-/// writer's first change to the index until its commit.
+/// `0` while the index file holds a committed state and `1` while a
+/// writer commits a change whose rollback journal is in memory.
 ///
 /// A writer's connection keeps the rollback journal of a small write in
-/// memory (see [`Index::use_file_journal`]), so a writer killed while
-/// SQLite writes pages to the index file may leave no journal to roll
-/// them back: the mark tells. An index whose mark is not `0` (or
-/// missing) is not used: a writer rebuilds it, a reader builds a private
-/// one — unless a journal file was left, which a writer plays back as it
-/// opens the index. A writer killed before its first change, or after
-/// its commit, leaves the mark clear and the index valid (at most behind
-/// the files).
+/// memory (see [`Index::use_file_journal`]), and SQLite writes its pages
+/// to the index file only as it commits: a writer killed in the middle
+/// of that commit leaves no journal to roll them back, and the mark
+/// tells. An index whose mark is not `0` (or missing) is not used: a
+/// writer rebuilds it, a reader builds a private one. A writer killed
+/// before or after its commit leaves the mark clear and the index valid
+/// (at most behind the files); a bulk write, journaled to a file, never
+/// sets it.
 pub(crate) fn mark_path(index: &Path) -> PathBuf {
     let mut s = index.as_os_str().to_owned();
     s.push("-dirty");
@@ -550,13 +553,9 @@ impl Index {
     /// keeps its journal in memory and never spills a page to the file,
     /// so that whatever it applies to catch up stays in memory and is
     /// rolled back.
-    /// `hot`: a journal file was left (see [`Index::use_file_journal`]);
-    /// a writer's connection plays it back as it first reads, which
-    /// undoes the interrupted transaction: its write mark is cleared.
     pub fn open_shared(
         path: &Path,
         writer: bool,
-        hot: bool,
         busy: Duration,
     ) -> std::result::Result<Index, Unusable> {
         let m = match std::fs::metadata(path) {
@@ -604,7 +603,8 @@ impl Index {
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        // Both start with the rollback journal in memory; a writer
+        // Both start with the rollback journal in memory and no cache
+        // spill (no page reaches the file before the commit); a writer
         // chooses per transaction (see `Index::use_file_journal`).
         let want = "memory";
         let mark = std::fs::OpenOptions::new()
@@ -624,13 +624,6 @@ impl Index {
         };
         match mark_clear(&mark) {
             Ok(true) => {}
-            Ok(false) if hot && writer && !no_writes => {
-                // The reads above played the journal back: the file holds
-                // the state before the interrupted transaction.
-                write_mark(&mark, b'0').map_err(|e| {
-                    Unusable::Invalid(format!("its write mark cannot be cleared: {e}"))
-                })?;
-            }
             Ok(false) => {
                 return Err(Unusable::Invalid(
                     "a write to it was interrupted (its write mark is set)".into(),
@@ -651,7 +644,7 @@ impl Index {
             )));
         }
         conn.execute_batch(if writer {
-            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000"
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; PRAGMA cache_spill = OFF"
         } else {
             "PRAGMA cache_spill = OFF"
         })
@@ -664,6 +657,7 @@ impl Index {
             read_only: !writer,
             no_writes,
             mark: Some(mark),
+            changed: Cell::new(false),
             marked: Cell::new(false),
             file_journal: Cell::new(false),
         })
@@ -702,6 +696,7 @@ impl Index {
             read_only: false,
             no_writes: false,
             mark: None,
+            changed: Cell::new(false),
             marked: Cell::new(false),
             file_journal: Cell::new(false),
         };
@@ -746,6 +741,7 @@ impl Index {
             read_only: false,
             no_writes: false,
             mark: None,
+            changed: Cell::new(false),
             marked: Cell::new(false),
             file_journal: Cell::new(false),
         };
@@ -884,52 +880,56 @@ impl Index {
             .map_err(self.err("begin a transaction on"))
     }
 
-    /// Commit (for a read-only connection: roll back), and clear the write
-    /// mark when this transaction set it.
+    /// Commit (for a read-only connection: roll back). A change with its
+    /// journal in memory is committed under the write mark (see
+    /// [`mark_path`]): set before SQLite writes the first page to the
+    /// file, cleared after the commit. (A failed commit leaves it set:
+    /// the next command rebuilds the index.)
     pub fn commit(&self) -> Result<()> {
         if self.read_only {
             return self.rollback();
         }
-        if self.marked.get() {
+        let changed = self.changed.replace(false);
+        if let (true, false, Some(mark)) = (changed, self.file_journal.get(), &self.mark) {
+            write_mark(mark, b'1').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(true);
+        }
+        if changed {
             crate::debug::crash_point("index-commit");
         }
         self.conn
             .execute_batch("COMMIT")
             .map_err(self.err("commit to"))?;
-        self.unmark()
+        if let (true, Some(mark)) = (self.marked.get(), &self.mark) {
+            write_mark(mark, b'0').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(false);
+        }
+        Ok(())
     }
 
-    /// Roll back, when a transaction is open. The write mark is cleared
-    /// once the rollback is done (a transaction that ended in a failed
-    /// commit leaves it set: the next command rebuilds the index).
+    /// Roll back, when a transaction is open.
     pub fn rollback(&self) -> Result<()> {
+        self.changed.set(false);
         if self.conn.is_autocommit() {
             return Ok(());
         }
         self.conn
             .execute_batch("ROLLBACK")
-            .map_err(self.err("roll back"))?;
-        self.unmark()
+            .map_err(self.err("roll back"))
     }
 
-    /// Set the write mark before this connection's first change to the
-    /// shared index in a transaction (a writer's connection only; see
-    /// [`mark_path`]): from here on, SQLite may write pages to the file.
-    /// Every change goes through [`Index::applier`] or
-    /// [`Index::set_file_row`], which call it.
-    pub fn will_write(&self) -> Result<()> {
-        if self.read_only || self.marked.get() {
-            return Ok(());
-        }
-        if let Some(mark) = &self.mark {
+    /// Note a change to the shared index in the running transaction (a
+    /// writer's connection; see [`Index::commit`]). Every change goes
+    /// through [`Index::applier`] or [`Index::set_file_row`], which call
+    /// it.
+    pub fn will_write(&self) {
+        if !self.read_only && self.mark.is_some() {
             debug_assert!(
                 !self.conn.is_autocommit(),
                 "a change to the shared index outside a transaction"
             );
-            write_mark(mark, b'1').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
-            self.marked.set(true);
+            self.changed.set(true);
         }
-        Ok(())
     }
 
     /// Keep the rollback journal of the transaction about to begin in a
@@ -953,6 +953,16 @@ impl Index {
             .conn
             .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
             .map_err(self.err("set the journal mode of"))?;
+        // In memory, no page may reach the file before the commit (which
+        // the write mark covers); with the journal in a file, pages spill
+        // when the cache is full, so that memory stays bounded.
+        self.conn
+            .execute_batch(if on {
+                "PRAGMA cache_spill = ON"
+            } else {
+                "PRAGMA cache_spill = OFF"
+            })
+            .map_err(self.err("set the cache spill of"))?;
         if !got.eq_ignore_ascii_case(want) {
             return Err(Error::Internal(format!(
                 "{}: the journal mode could not be set to {want} (got {got})",
@@ -966,16 +976,6 @@ impl Index {
     /// Whether the running transaction journals to a file.
     pub fn file_journal(&self) -> bool {
         self.file_journal.get()
-    }
-
-    /// Clear the write mark this connection set: the file holds a
-    /// committed state again.
-    fn unmark(&self) -> Result<()> {
-        if let (true, Some(mark)) = (self.marked.get(), &self.mark) {
-            write_mark(mark, b'0').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
-            self.marked.set(false);
-        }
-        Ok(())
     }
 
     /// Whether the shared index's write mark is clear (always true for a
@@ -1088,7 +1088,7 @@ impl Index {
 
     /// Record how far `which` is indexed.
     pub fn set_file_row(&self, which: Which, row: &FileRow) -> Result<()> {
-        self.will_write()?;
+        self.will_write();
         self.conn
             .prepare_cached(
                 "INSERT INTO files (name, dev, ino, upto, lines, records, needs_newline, fingerprint) \

@@ -222,7 +222,7 @@ impl FileQueue {
         // A journal while we hold the lock is one a writer left when it
         // crashed in a bulk write (see `Index::use_file_journal`): only a
         // writer may roll it back (SQLite does so when it opens the
-        // index, which clears the write mark).
+        // index).
         let hot = journal.exists();
         if let Some(ix) = &inner.index {
             if !ix.is_shared() {
@@ -242,7 +242,7 @@ impl FileQueue {
         if hot && !(self.writable && exclusive) {
             return Some("a write to it was interrupted (its journal is left)".into());
         }
-        match Index::open_shared(&self.index_path, self.writable, hot, self.busy_timeout) {
+        match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
                 if hot {
@@ -491,7 +491,7 @@ impl FileQueue {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
         }
-        match Index::open_shared(&self.index_path, true, false, self.busy_timeout) {
+        match Index::open_shared(&self.index_path, true, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
                 Ok(())

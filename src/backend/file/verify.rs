@@ -424,7 +424,7 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
         );
         return Ok(());
     }
-    let ix = match Index::open_shared(&idx, false, false, std::time::Duration::from_secs(10)) {
+    let ix = match Index::open_shared(&idx, false, std::time::Duration::from_secs(10)) {
         Ok(ix) => ix,
         Err(Unusable::Missing) => {
             report.push(

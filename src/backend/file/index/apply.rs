@@ -59,7 +59,7 @@ impl Fresh {
 impl Index {
     /// Start applying lines.
     pub fn applier(&self) -> Result<Applier<'_>> {
-        self.will_write()?;
+        self.will_write();
         Ok(Applier {
             hw: self.high_water()?,
             ix: self,
