@@ -360,6 +360,9 @@ pub(crate) struct Index {
     changed: Cell<bool>,
     /// This connection set the write mark (for a commit).
     marked: Cell<bool>,
+    /// The running transaction recorded this boot in `state` (see
+    /// [`Index::set_file_row`]).
+    boot_written: Cell<bool>,
     /// A writer's connection keeps its rollback journal in a file (for
     /// the transaction about to begin; see [`Index::use_file_journal`]),
     /// not in memory.
@@ -659,6 +662,7 @@ impl Index {
             mark: Some(mark),
             changed: Cell::new(false),
             marked: Cell::new(false),
+            boot_written: Cell::new(false),
             file_journal: Cell::new(false),
         })
     }
@@ -698,6 +702,7 @@ impl Index {
             mark: None,
             changed: Cell::new(false),
             marked: Cell::new(false),
+            boot_written: Cell::new(false),
             file_journal: Cell::new(false),
         };
         ix.conn
@@ -743,6 +748,7 @@ impl Index {
             mark: None,
             changed: Cell::new(false),
             marked: Cell::new(false),
+            boot_written: Cell::new(false),
             file_journal: Cell::new(false),
         };
         // Each line's new offset: the lengths (and newlines) of the lines
@@ -875,6 +881,7 @@ impl Index {
         } else {
             "BEGIN"
         };
+        self.boot_written.set(false);
         self.conn
             .execute_batch(sql)
             .map_err(self.err("begin a transaction on"))
@@ -910,6 +917,7 @@ impl Index {
     /// Roll back, when a transaction is open.
     pub fn rollback(&self) -> Result<()> {
         self.changed.set(false);
+        self.boot_written.set(false);
         if self.conn.is_autocommit() {
             return Ok(());
         }
@@ -1086,7 +1094,8 @@ impl Index {
             .map_err(self.err("read"))
     }
 
-    /// Record how far `which` is indexed.
+    /// Record how far `which` is indexed, and (once per transaction) that
+    /// the index was written in this boot.
     pub fn set_file_row(&self, which: Which, row: &FileRow) -> Result<()> {
         self.will_write();
         self.conn
@@ -1110,10 +1119,12 @@ impl Index {
                 ])
             })
             .map_err(self.err("write"))?;
-        self.conn
-            .prepare_cached("UPDATE state SET boot = ?1")
-            .and_then(|mut s| s.execute([boot_id()]))
-            .map_err(self.err("write"))?;
+        if !self.boot_written.replace(true) {
+            self.conn
+                .prepare_cached("UPDATE state SET boot = ?1")
+                .and_then(|mut s| s.execute([boot_id()]))
+                .map_err(self.err("write"))?;
+        }
         Ok(())
     }
 
