@@ -250,6 +250,10 @@ struct Inner {
     /// This call appended to a file: the index takes the lines in before
     /// it commits.
     appended: bool,
+    /// What this call's index transaction said of the main file's garbage
+    /// before it committed: an automatic compaction is due (see
+    /// [`FileQueue::auto_compact`]).
+    compact_due: bool,
     /// The index rows of the lines a streamed batch of this call wrote to
     /// the main file, for the index to take in without reading the lines
     /// back.
@@ -417,6 +421,7 @@ impl FileQueue {
                 dead_tail: Tail::default(),
                 delivered_tail: Tail::default(),
                 appended: false,
+                compact_due: false,
                 own_rows: None,
                 own_delivered: None,
                 notices: Vec::new(),
@@ -659,7 +664,8 @@ impl FileQueue {
         }
         let r = f(self, inner);
         let r = self.finish(inner, r);
-        if matches!(access, Access::Mutate | Access::Small) && r.is_ok() {
+        let due = std::mem::take(&mut inner.compact_due);
+        if matches!(access, Access::Mutate | Access::Small) && r.is_ok() && due {
             self.auto_compact(inner);
         }
         self.release(inner);
@@ -708,6 +714,10 @@ impl FileQueue {
         // Kept for this call's catch-up only.
         inner.own_rows = None;
         inner.own_delivered = None;
+        // Read inside the transaction: afterwards, each read would be a
+        // transaction of its own.
+        let due = appended && taken.is_ok() && compaction_due(inner.index()?);
+        inner.compact_due = due;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
             let _ = ix.rollback();
@@ -719,17 +729,13 @@ impl FileQueue {
         r
     }
 
+    /// Compact the files after a call whose index transaction found it
+    /// due ([`compaction_due`]).
     fn auto_compact(&self, inner: &mut Inner) {
-        let Ok(ix) = inner.index() else { return };
-        let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
-            return;
-        };
-        if row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1) {
-            if let Err(e) = self.compact_locked(inner, false) {
-                inner
-                    .notices
-                    .push(format!("automatic compaction failed (nothing lost): {e}"));
-            }
+        if let Err(e) = self.compact_locked(inner, false) {
+            inner
+                .notices
+                .push(format!("automatic compaction failed (nothing lost): {e}"));
         }
     }
 
@@ -1108,6 +1114,16 @@ type TornTails = Vec<(Which, Option<TornTail>)>;
 
 /// The open companion files (dead letters, delivered items), in
 /// [`Which::COMPANIONS`] order.
+/// Whether the main file, as `ix` describes it, is large enough and
+/// mostly garbage: [`AUTO_COMPACT_MIN_BYTES`] and [`AUTO_COMPACT_RATIO`]
+/// records per live item.
+fn compaction_due(ix: &Index) -> bool {
+    let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
+        return false;
+    };
+    row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
+}
+
 fn companion_files(inner: &Inner) -> [Option<&File>; 2] {
     Which::COMPANIONS.map(|w| inner.tracked(w).map(|t| &t.file))
 }
