@@ -85,6 +85,11 @@ const APPLICATION_ID: i64 = 0x5350_4958;
 /// 19 MiB, and spills the sort to temporary files sooner.
 const BUILD_CACHE_KIB: u32 = 4000;
 
+/// Prepared statements a connection keeps: more than a call uses, so
+/// that none is parsed again (rusqlite keeps 16 by default, fewer than a
+/// delivery with retention uses).
+const STATEMENT_CACHE: usize = 64;
+
 /// Bytes at each end that the fingerprint covers.
 const FINGERPRINT_SPAN: u64 = 4096;
 
@@ -609,6 +614,7 @@ impl Index {
             "PRAGMA cache_spill = OFF"
         })
         .map_err(bad)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Index {
             conn,
             path: path.to_path_buf(),
@@ -649,6 +655,7 @@ impl Index {
                 PathBuf::from("(private index)"),
             ),
         };
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let ix = Index {
             conn,
             path: shown,
@@ -862,8 +869,8 @@ impl Index {
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
         let boot: Option<String> = self
             .conn
-            .query_row("SELECT boot FROM state", [], |r| r.get(0))
-            .optional()
+            .prepare_cached("SELECT boot FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
             .map_err(self.err("read"))?;
         match boot {
             None => return Ok(Err("it has no state row".into())),
@@ -1379,8 +1386,8 @@ impl Index {
     pub fn written_this_boot(&self) -> Result<bool> {
         let boot: Option<String> = self
             .conn
-            .query_row("SELECT boot FROM state", [], |r| r.get(0))
-            .optional()
+            .prepare_cached("SELECT boot FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
             .map_err(self.err("read"))?;
         Ok(boot.as_deref() == Some(boot_id()))
     }
