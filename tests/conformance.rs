@@ -120,6 +120,7 @@ policies!(
         without_retention_delivered_items_are_deleted,
         retention_off_prunes_what_was_kept,
         pruning_goes_in_bounded_batches,
+        records_delivered_out_of_order_expire_on_time,
         push_acks_are_retained_with_the_watermark,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
@@ -2994,6 +2995,57 @@ fn pruning_goes_in_bounded_batches(s: Setup) {
     assert!(delivered_ids(&h).is_empty());
     assert!(h.q().get(keep).unwrap().is_some());
     assert_eq!(h.q().size().unwrap(), 2);
+}
+
+/// Records go when their own window ends, whatever the order of their
+/// deliveries: in id order, out of it (a retried item delivered after
+/// later ones), and across a clock stepped back; pruned in batches of
+/// one, every expired record goes before any record inside its window.
+fn records_delivered_out_of_order_expire_on_time(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let ids: Vec<ItemId> = (0..6).map(|i| add(&h, &format!("o{i}"), "")).collect();
+    let minute = Duration::from_secs(60);
+    let deliver = |h: &Harness, id: ItemId| {
+        assert_eq!(
+            h.q().deliver(&[(id, Evidence::Http(200))]).unwrap(),
+            vec![true]
+        );
+    };
+    // Delivered at T0+1m, +2m, +3m: ids[1], ids[2], then ids[0] (late).
+    for id in [ids[1], ids[2], ids[0]] {
+        h.clock.advance(minute);
+        deliver(&h, id);
+    }
+    h.step();
+    // ids[4] at +10m; then the clock steps back to +5m for ids[5] and
+    // ids[3] (the latter also out of id order).
+    h.clock.set(T0.saturating_add(10 * minute));
+    deliver(&h, ids[4]);
+    h.clock.set(T0.saturating_add(5 * minute));
+    deliver(&h, ids[5]);
+    h.clock.advance(minute);
+    deliver(&h, ids[3]);
+    h.step();
+    let at = |m: u32| T0.saturating_add(HOUR + minute * m);
+    let mut expect: Vec<ItemId> = ids.clone();
+    // (minute the window ends, id), in the order they expire.
+    for (m, id) in [
+        (1, ids[1]),
+        (2, ids[2]),
+        (3, ids[0]),
+        (5, ids[5]),
+        (6, ids[3]),
+        (10, ids[4]),
+    ] {
+        h.clock.set(at(m).saturating_add(Duration::from_secs(1)));
+        expect.retain(|x| *x != id);
+        // One at a time: the one record expired now goes, never another.
+        assert_eq!(h.q().prune_delivered(1).unwrap(), 1, "at +{m}m");
+        assert_eq!(h.q().prune_delivered(10).unwrap(), 0, "at +{m}m");
+        h.step();
+        assert_eq!(delivered_ids(&h), expect, "at +{m}m");
+    }
 }
 
 /// A push ack delivers with the receiver's watermark as evidence.

@@ -149,7 +149,7 @@ fn writable_open_migrates_keeps_rows_and_never_reuses_an_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = reference_copy(dir.path());
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 4);
+    assert_eq!(user_version(&path), 5);
     assert_eq!(q.drain().unwrap(), reference_items());
     assert_eq!(q.high_water().unwrap(), 5);
     let uuid = q.uuid().unwrap();
@@ -255,12 +255,12 @@ fn a_newer_schema_is_refused_and_left_alone() {
     drop(open(&path, OpenMode::CreateNew));
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA user_version = 5")
+        .execute_batch("PRAGMA user_version = 6")
         .unwrap();
     let before = std::fs::read(&path).unwrap();
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
         match SqliteQueue::open(&path, &opts(mode)) {
-            Err(e @ Error::SchemaTooNew { found: 5, .. }) => {
+            Err(e @ Error::SchemaTooNew { found: 6, .. }) => {
                 assert_eq!(e.kind(), ErrorKind::Data)
             }
             other => panic!("{mode:?}: {other:?}"),
@@ -322,8 +322,94 @@ fn an_empty_database_gets_the_schema() {
     assert_eq!(user_version(&path), 0);
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 4);
+    assert_eq!(user_version(&path), 5);
     assert_eq!(q.enqueue(b"first", "").unwrap().id, 1);
+}
+
+/// A spool of schema version 4 (every retained record in a time index)
+/// is read as it is by a read-only open, and migrated by the first
+/// writable one: records delivered in id order lose their time-index
+/// entry, the others ("late") keep it, and pruning takes exactly the
+/// expired records either way.
+#[test]
+fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    let ms = START.as_millis();
+    let minute = 60_000;
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+        for sql in [
+            include_str!("../src/backend/sqlite/migrations/0000_reference.sql"),
+            include_str!("../src/backend/sqlite/migrations/0001_spool.sql"),
+            include_str!("../src/backend/sqlite/migrations/0002_push.sql"),
+            include_str!("../src/backend/sqlite/migrations/0003_policies.sql"),
+            include_str!("../src/backend/sqlite/migrations/0004_retention.sql"),
+        ] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.execute_batch("INSERT INTO spool_meta (key, value) VALUES ('retain_ms', '3600000')")
+            .unwrap();
+        // Delivered at +1m, +3m (id 2), +2m (id 3: out of order), +4m.
+        for (id, at) in [(1, 1), (2, 3), (3, 2), (4, 4)] {
+            c.execute(
+                "INSERT INTO spool_delivered (id, payload, delivered_at, evidence) \
+                 VALUES (?1, 'p', ?2, 'http:200')",
+                [id, ms + at * minute],
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(user_version(&path), 4);
+    let ids = |q: &SqliteQueue| -> Vec<u64> {
+        q.delivered_page(0, 100)
+            .unwrap()
+            .iter()
+            .map(|d| d.item.id)
+            .collect()
+    };
+    let q = open(&path, OpenMode::ReadOnly);
+    assert_eq!(ids(&q), vec![1, 2, 3, 4]);
+    assert_eq!(q.stats(START).unwrap().delivered_retained, 4);
+    drop(q);
+    assert_eq!(user_version(&path), 4, "a read-only open never migrates");
+
+    let clock = clock();
+    let q = SqliteQueue::open(&path, &opts_with(OpenMode::ReadWrite, &clock)).unwrap();
+    assert_eq!(user_version(&path), 5);
+    {
+        let c = Connection::open(&path).unwrap();
+        let late: Vec<(i64, bool)> = c
+            .prepare("SELECT id, late FROM spool_delivered ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(late, vec![(1, false), (2, false), (3, true), (4, false)]);
+        let indexes: Vec<String> = c
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'spool_delivered' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(indexes, vec!["ix_delivered_key", "ix_delivered_late"]);
+    }
+    // A delivery after the migration, out of id order too: an item
+    // enqueued now gets id 5; delivered at +5m it is in order.
+    let five = q.enqueue(b"five", "").unwrap().id;
+    clock.set(Timestamp::from_millis(ms + 5 * minute));
+    q.deliver(&[(five, spool::Evidence::Exit(0))]).unwrap();
+    let mut left = vec![1, 2, 3, 4, five];
+    for (m, id) in [(1, 1), (2, 3), (3, 2), (4, 4), (5, five)] {
+        clock.set(Timestamp::from_millis(ms + 3_600_000 + m * minute + 1));
+        left.retain(|x| *x != id);
+        assert_eq!(q.prune_delivered(1).unwrap(), 1, "at +{m}m");
+        assert_eq!(q.prune_delivered(10).unwrap(), 0, "at +{m}m");
+        assert_eq!(ids(&q), left, "at +{m}m");
+    }
 }
 
 /// A spool of schema version 1 (before push) is read as it is by a
@@ -368,7 +454,7 @@ fn a_version_1_spool_is_read_as_it_is_and_migrated_by_a_write() {
     assert_eq!(user_version(&path), 1, "a read-only open never migrates");
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 4);
+    assert_eq!(user_version(&path), 5);
     assert_eq!(q.uuid().unwrap(), "9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b");
     assert_eq!(q.drain().unwrap(), items);
     assert_eq!(

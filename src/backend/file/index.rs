@@ -63,7 +63,9 @@ use std::time::Duration;
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items;
 /// version 4 the write mark (see [`mark_path`]) and the journal of small
-/// writes kept in memory.
+/// writes kept in memory; version 5 the `late` flag of retained records
+/// (records delivered in id order have no entry in a time index) and
+/// `state.prune_after`.
 mod apply;
 mod batch;
 mod journal;
@@ -71,7 +73,7 @@ pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 4;
+pub(crate) const INDEX_VERSION: i64 = 5;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -116,9 +118,10 @@ CREATE TABLE state (
     push_skips TEXT NOT NULL,
     uuid TEXT,
     evicted_total INTEGER NOT NULL,
-    delivered INTEGER NOT NULL
+    delivered INTEGER NOT NULL,
+    prune_after INTEGER NOT NULL
 );
-INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL, 0, 0);
+INSERT INTO state VALUES (1, '', 0, 0, 0, 0, 0, 0, '[]', NULL, 0, 0, 0);
 CREATE TABLE pending (
     id INTEGER PRIMARY KEY,
     off INTEGER NOT NULL,
@@ -145,7 +148,8 @@ CREATE TABLE delivered (
     len INTEGER NOT NULL,
     key TEXT NOT NULL,
     delivered_at INTEGER NOT NULL,
-    in_main INTEGER NOT NULL
+    in_main INTEGER NOT NULL,
+    late INTEGER NOT NULL
 );
 CREATE TABLE clients (
     id TEXT PRIMARY KEY,
@@ -172,7 +176,7 @@ CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
 CREATE INDEX pending_coalesce ON pending (coalesce_key, id) WHERE coalesce_key IS NOT NULL;
 CREATE INDEX delivered_key ON delivered (key, delivered_at, id) WHERE key <> '';
-CREATE INDEX delivered_time ON delivered (delivered_at, id);
+CREATE INDEX delivered_late ON delivered (delivered_at, id) WHERE late;
 ";
 
 /// The counts, made after a full build. Afterwards [`Applier`] keeps them.
@@ -759,7 +763,7 @@ impl Index {
                  DELETE FROM dead;
                  DELETE FROM delivered;
                  DELETE FROM files;
-                 UPDATE state SET dead = 0, delivered = 0;"
+                 UPDATE state SET dead = 0, delivered = 0, prune_after = 0;"
             })
             .map_err(err)?;
         ix.conn
@@ -1122,29 +1126,76 @@ impl Index {
     }
 
     /// Up to `limit` delivered records delivered at or before `cutoff`
-    /// (Unix ms; `None`: every record), oldest first, each with whether
-    /// the main file still holds a live `put` line for it.
+    /// (Unix ms; `None`: every record), each with whether the main file
+    /// still holds a live `put` line for it: the late ones (see
+    /// [`Applier`]'s `late`) oldest first, then the others from the
+    /// lowest id up, to the first one still inside its window (their
+    /// delivery times never decrease with the id). The walk starts after
+    /// `state.prune_after` (every record up to it is late or gone) and
+    /// moves it on past the records it returns and the late ones it
+    /// passes, in the call's transaction: the returned records are pruned
+    /// by the call, or the transaction rolls back.
     pub fn delivered_expired(
         &self,
         cutoff: Option<i64>,
         limit: usize,
     ) -> Result<Vec<(ItemId, bool)>> {
-        self.conn
+        let cutoff = cutoff.unwrap_or(i64::MAX);
+        let mut out: Vec<(ItemId, bool)> = self
+            .conn
             .prepare_cached(
-                "SELECT id, in_main FROM delivered WHERE delivered_at <= ?1 \
+                "SELECT id, in_main FROM delivered WHERE late AND delivered_at <= ?1 \
                  ORDER BY delivered_at, id LIMIT ?2",
             )
             .and_then(|mut s| {
                 s.query_map(
-                    params![
-                        cutoff.unwrap_or(i64::MAX),
-                        i64::try_from(limit).unwrap_or(i64::MAX)
-                    ],
+                    params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)],
                     |r| Ok((u(r.get(0)?), r.get(1)?)),
                 )?
                 .collect()
             })
-            .map_err(self.err("read"))
+            .map_err(self.err("read"))?;
+        if out.len() >= limit {
+            return Ok(out);
+        }
+        let after: i64 = self
+            .conn
+            .prepare_cached("SELECT prune_after FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(self.err("read"))?;
+        let mut cursor = after;
+        {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "SELECT id, delivered_at, late, in_main FROM delivered WHERE id > ?1 ORDER BY id",
+                )
+                .map_err(self.err("read"))?;
+            let mut rows = stmt.query([after]).map_err(self.err("read"))?;
+            while out.len() < limit {
+                let Some(r) = rows.next().map_err(self.err("read"))? else {
+                    break;
+                };
+                let row: rusqlite::Result<(i64, i64, bool, bool)> =
+                    (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))();
+                let (id, at, late, in_main) = row.map_err(self.err("read"))?;
+                if !late {
+                    if at > cutoff {
+                        break;
+                    }
+                    out.push((u(id), in_main));
+                }
+                cursor = id;
+            }
+        }
+        if cursor != after {
+            self.will_write();
+            self.conn
+                .prepare_cached("UPDATE state SET prune_after = ?1")
+                .and_then(|mut s| s.execute([cursor]))
+                .map_err(self.err("update"))?;
+        }
+        Ok(out)
     }
 
     /// Where in-flight items with a number above `after` are, in

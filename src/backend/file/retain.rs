@@ -117,7 +117,8 @@ impl FileQueue {
     }
 
     /// Up to `limit` delivered records whose window ended at `now` (all
-    /// of them count as ended when retention is off), oldest first.
+    /// of them count as ended when retention is off): the late ones oldest
+    /// first, then the others in id order (see [`super::index::Index::delivered_expired`]).
     pub(super) fn expired(inner: &Inner, now: Timestamp, limit: usize) -> Result<Expired> {
         let ix = inner.index()?;
         let mut out = Expired::default();

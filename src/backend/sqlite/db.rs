@@ -23,6 +23,10 @@ use std::path::Path;
 /// `Timestamp::as_secs` can never return it, so it is never a real time.
 pub(super) const UNKNOWN_ENQUEUED_AT: i64 = i64::MIN;
 
+/// How many of the highest ids a retained delivery looks at for the last
+/// record in order ([`Db::late`]).
+const LATE_LOOKBACK: i64 = 64;
+
 /// The item columns of a spool database, in the order [`item_from_row`]
 /// reads them.
 const ITEM_COLUMNS: &str = "id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, \
@@ -366,7 +370,7 @@ impl Db<'_> {
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
                    COALESCE((SELECT max(id) FROM spool_dead_letters), 0))"
             }
-            Layout::Spool => {
+            Layout::Spool | Layout::SpoolV4 => {
                 "SELECT max( \
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
@@ -556,12 +560,14 @@ impl Db<'_> {
         else {
             return Ok(false);
         };
+        let at = now.as_millis();
+        let late = self.late(id, at).map_err(|e| self.err(e))?;
         self.conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
-                  coalesce_key, delivered_at, evidence) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  coalesce_key, delivered_at, evidence, late) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -573,12 +579,40 @@ impl Db<'_> {
                     last_error,
                     group,
                     coalesce_key,
-                    now.as_millis(),
-                    evidence.encode()
+                    at,
+                    evidence.encode(),
+                    late
                 ])
             })
             .map_err(|e| self.err(e))?;
         Ok(true)
+    }
+
+    /// Whether a record of `id` delivered at `at` (Unix ms) is late, out
+    /// of id order (`migrations/0005_prune_order.sql`): it is in order
+    /// when every kept record has a lower id and the last record in order
+    /// (looked for among the [`LATE_LOOKBACK`] highest ids) was not
+    /// delivered after it. A seek to the end of the table, and in the
+    /// common case one row.
+    fn late(&self, id: i64, at: i64) -> rusqlite::Result<bool> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, delivered_at, late FROM spool_delivered ORDER BY id DESC LIMIT ?1",
+        )?;
+        let mut rows = stmt.query([LATE_LOOKBACK])?;
+        let mut seen: i64 = 0;
+        while let Some(r) = rows.next()? {
+            let (rid, rat, rlate): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            if seen == 0 && rid >= id {
+                return Ok(true);
+            }
+            seen += 1;
+            if !rlate {
+                return Ok(rat > at);
+            }
+        }
+        // No record in order among the last ones: in order when that was
+        // every record there is.
+        Ok(seen == LATE_LOOKBACK)
     }
 
     /// Store an imported delivered record under its own id.
@@ -611,7 +645,8 @@ impl Db<'_> {
     }
 
     /// Delete up to `limit` retained records whose window ended at `now`
-    /// (all of them when retention is off), oldest first; how many.
+    /// (all of them when retention is off): the late ones oldest first,
+    /// then the others in id order ([`Db::prune_in_order`]); how many.
     pub fn prune_delivered(
         &self,
         now: Timestamp,
@@ -627,15 +662,65 @@ impl Db<'_> {
                 .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
             None => i64::MAX,
         };
-        let n = self
+        // Late records, oldest first (ix_delivered_late), then the others
+        // from the lowest id up.
+        let late = self
             .conn
             .prepare_cached(
                 "DELETE FROM spool_delivered WHERE id IN (SELECT id FROM spool_delivered \
-                 WHERE delivered_at <= ?1 ORDER BY delivered_at LIMIT ?2)",
+                 WHERE late AND delivered_at <= ?1 ORDER BY delivered_at LIMIT ?2)",
             )
             .and_then(|mut s| s.execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)]))
             .map_err(|e| self.err(e))?;
-        Ok(n as u64)
+        let in_order = match limit.saturating_sub(late) {
+            0 => 0,
+            rest => self.prune_in_order(cutoff, rest).map_err(|e| self.err(e))?,
+        };
+        Ok((late + in_order) as u64)
+    }
+
+    /// Delete up to `limit` records in order (not late) delivered at or
+    /// before `cutoff`: their delivery times never decrease in id order,
+    /// so they are the first ones from the lowest id up, to the first
+    /// that is still inside its window. The walk starts after
+    /// `prune_after` in `spool_meta` (every record up to it is late or
+    /// gone) and moves it on past the records it deletes and the late
+    /// ones it passes, so that no late record is walked over twice (the
+    /// first walk after the migration of many late records is the long
+    /// one). How many it deleted.
+    fn prune_in_order(&self, cutoff: i64, limit: usize) -> rusqlite::Result<usize> {
+        let after: i64 = schema::get_meta(self.conn, "prune_after")?
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut ids = Vec::new();
+        let mut cursor = after;
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id, delivered_at, late FROM spool_delivered WHERE id > ?1 ORDER BY id",
+            )?;
+            let mut rows = stmt.query([after])?;
+            while ids.len() < limit {
+                let Some(r) = rows.next()? else { break };
+                let (id, at, late): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                if !late {
+                    if at > cutoff {
+                        break;
+                    }
+                    ids.push(id);
+                }
+                cursor = id;
+            }
+        }
+        let mut delete = self
+            .conn
+            .prepare_cached("DELETE FROM spool_delivered WHERE id = ?1")?;
+        for id in &ids {
+            delete.execute([id])?;
+        }
+        if cursor != after {
+            schema::set_meta(self.conn, "prune_after", &cursor.to_string())?;
+        }
+        Ok(ids.len())
     }
 
     /// Up to `limit` retained delivered items after `after`, in id order.

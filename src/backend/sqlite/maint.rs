@@ -193,6 +193,12 @@ impl SqliteQueue {
                 None,
                 "schema version 3 (before retention of delivered items); the next write migrates it",
             ),
+            super::Layout::SpoolV4 => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "schema version 4 (retained records all in a time index); the next write migrates it",
+            ),
             super::Layout::Reference | super::Layout::Empty => report.push(
                 Severity::Info,
                 &self.path,

@@ -5,9 +5,10 @@
 //! version (`user_version` 1: `migrations/0001_spool.sql`), a spool
 //! of version 2 (`user_version` 2: also `migrations/0002_push.sql`), a
 //! spool of version 3 (`user_version` 3: also `migrations/0003_policies.sql`),
-//! a spool (`user_version` 4: also `migrations/0004_retention.sql`), too new (a later
-//! `user_version`), or not a spool at all. Writable opens bring the first
-//! three to the current version, in one `BEGIN IMMEDIATE` transaction that
+//! a spool of version 4 (`user_version` 4: also `migrations/0004_retention.sql`),
+//! a spool (`user_version` 5: also `migrations/0005_prune_order.sql`), too
+//! new (a later `user_version`), or not a spool at all. Writable opens
+//! bring the others to the current version, in one `BEGIN IMMEDIATE` transaction that
 //! re-checks what it found, so two processes opening the same file at once
 //! migrate it once; read-only opens read every one of them as it is.
 
@@ -31,8 +32,12 @@ pub(super) const MIGRATION_0003: &str = include_str!("migrations/0003_policies.s
 /// Retention of delivered items; ends with `PRAGMA user_version = 4`.
 pub(super) const MIGRATION_0004: &str = include_str!("migrations/0004_retention.sql");
 
+/// Pruning without a time index for records delivered in id order; ends
+/// with `PRAGMA user_version = 5`.
+pub(super) const MIGRATION_0005: &str = include_str!("migrations/0005_prune_order.sql");
+
 /// The schema version this code writes and understands.
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// The reference queue table.
 pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
@@ -71,6 +76,9 @@ pub(super) enum Layout {
     /// Schema version 3, read only: no retained delivered items (none,
     /// retention off).
     SpoolV3,
+    /// Schema version 4, read only: retained delivered items without
+    /// their `late` flag (which only pruning, a write, reads).
+    SpoolV4,
     /// A plain reference queue, read only: added columns read as their
     /// defaults, no dead letters, no metadata.
     Reference,
@@ -83,18 +91,21 @@ impl Layout {
     pub(super) fn is_spool(self) -> bool {
         matches!(
             self,
-            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 | Layout::SpoolV3
+            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 | Layout::SpoolV3 | Layout::SpoolV4
         )
     }
 
     /// The push columns and tables are there.
     pub(super) fn has_push(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV2 | Layout::SpoolV3)
+        matches!(
+            self,
+            Layout::Spool | Layout::SpoolV2 | Layout::SpoolV3 | Layout::SpoolV4
+        )
     }
 
     /// The table of retained delivered items is there.
     pub(super) fn has_retention(self) -> bool {
-        self == Layout::Spool
+        matches!(self, Layout::Spool | Layout::SpoolV4)
     }
 }
 
@@ -194,6 +205,7 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
         1 => Layout::SpoolV1,
         2 => Layout::SpoolV2,
         3 => Layout::SpoolV3,
+        4 => Layout::SpoolV4,
         _ => Layout::Spool,
     })
 }
@@ -230,19 +242,26 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
         }
         Layout::SpoolV2 => {
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
         }
         Layout::SpoolV3 => {
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
+        }
+        Layout::SpoolV4 => {
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
         }
         Layout::Reference => {
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
         }
         Layout::Empty => {
@@ -251,6 +270,7 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0002).map_err(err)?;
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
+            tx.execute_batch(MIGRATION_0005).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
             if let Some(bound) = opts.max_depth {
                 set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
@@ -330,10 +350,14 @@ mod tests {
         );
         assert_eq!(classify(p, &found(3, &t, &ALL)).ok(), Some(Layout::SpoolV3));
         let t4: Vec<&str> = t.iter().copied().chain(["spool_delivered"]).collect();
-        assert_eq!(classify(p, &found(4, &t4, &ALL)).ok(), Some(Layout::Spool));
+        assert_eq!(
+            classify(p, &found(4, &t4, &ALL)).ok(),
+            Some(Layout::SpoolV4)
+        );
+        assert_eq!(classify(p, &found(5, &t4, &ALL)).ok(), Some(Layout::Spool));
         assert!(matches!(
-            classify(p, &found(5, &t4, &ALL)),
-            Err(Error::SchemaTooNew { found: 5, .. })
+            classify(p, &found(6, &t4, &ALL)),
+            Err(Error::SchemaTooNew { found: 6, .. })
         ));
         for bad in [
             found(0, &["other"], &[]),
@@ -367,6 +391,7 @@ mod tests {
         conn.execute_batch(MIGRATION_0002).unwrap();
         conn.execute_batch(MIGRATION_0003).unwrap();
         conn.execute_batch(MIGRATION_0004).unwrap();
+        conn.execute_batch(MIGRATION_0005).unwrap();
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);

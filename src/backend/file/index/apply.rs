@@ -77,7 +77,45 @@ impl Index {
             insert_full: None,
             lost: None,
             note_pruned: false,
+            order: None,
         })
+    }
+
+    /// Where the retained records in id order end (see [`Applier`]'s
+    /// `late`): the highest id kept, and the delivery time of the last
+    /// record in order, looked for among the [`LATE_LOOKBACK`] highest ids
+    /// (when all of those are late, every record to come counts as late
+    /// until the applier's end).
+    fn delivered_order(&self) -> Result<Order> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, delivered_at, late FROM delivered ORDER BY id DESC LIMIT ?1",
+            )
+            .map_err(self.err("update"))?;
+        let mut rows = stmt.query([LATE_LOOKBACK]).map_err(self.err("update"))?;
+        let mut order = Order {
+            max_id: 0,
+            last_at: None,
+        };
+        let mut seen = 0;
+        while let Some(r) = rows.next().map_err(self.err("update"))? {
+            let row: rusqlite::Result<(i64, i64, bool)> =
+                (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))();
+            let (id, at, late) = row.map_err(self.err("update"))?;
+            if seen == 0 {
+                order.max_id = id;
+            }
+            seen += 1;
+            if !late {
+                order.last_at = Some(at);
+                return Ok(order);
+            }
+        }
+        if seen == LATE_LOOKBACK {
+            order.last_at = Some(i64::MAX);
+        }
+        Ok(order)
     }
 
     /// Start noting the records the delivered file prunes (`done` lines)
@@ -94,6 +132,18 @@ impl Index {
             .execute_batch("DROP TABLE IF EXISTS temp.pruned")
             .map_err(self.err("build"))
     }
+}
+
+/// How many of the highest ids [`Index::delivered_order`] looks at.
+const LATE_LOOKBACK: i64 = 64;
+
+/// Where the retained records in id order end, for [`Applier`]'s `late`.
+#[derive(Clone, Copy, Debug)]
+struct Order {
+    /// The highest id of a retained record (0: none).
+    max_id: i64,
+    /// The delivery time of the last record in order, if any.
+    last_at: Option<i64>,
 }
 
 /// A delivery whose record `<spool>.delivered` lost: the main file's
@@ -153,6 +203,11 @@ pub(crate) struct Applier<'a> {
     /// The delivered file's `done` lines go to `temp.pruned` too (see
     /// [`Index::note_pruned`]).
     note_pruned: bool,
+    /// Where the records in id order end, read at the first record
+    /// applied and kept up to date by the applier's own records (records
+    /// it deletes are not taken out: what it keeps can only be higher
+    /// than the truth, which makes more records late, never fewer).
+    order: Option<Order>,
 }
 
 impl<'a> Applier<'a> {
@@ -519,19 +574,16 @@ impl<'a> Applier<'a> {
                 // delivered item only marks it `in_main`): only a record
                 // of an item no longer pending may replace one.
                 let in_main = was_pending || self.delete_delivered(id)?.unwrap_or(false);
+                let at = row.delivered_at.unwrap_or(0);
+                let late = self.late(id, at)?;
                 ix.conn
                     .prepare_cached(
-                        "INSERT INTO delivered (id, off, len, key, delivered_at, in_main) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     )
                     .and_then(|mut s| {
                         s.execute(params![
-                            id,
-                            off as i64,
-                            len as i64,
-                            row.key,
-                            row.delivered_at.unwrap_or(0),
-                            in_main
+                            id, off as i64, len as i64, row.key, at, in_main, late
                         ])
                     })
                     .map_err(ix.err("update"))?;
@@ -553,6 +605,26 @@ impl<'a> Applier<'a> {
             Entry::Push(_) | Entry::Client(_) | Entry::Evicted(_) => {}
         }
         Ok(())
+    }
+
+    /// Whether a record of `id` delivered at `at` (Unix ms) is late: out
+    /// of id order. It is in order when its id is above every retained
+    /// record's and the last record in order was not delivered after it,
+    /// so that records in order have delivery times that never decrease
+    /// with the id: pruning finds the expired ones from the lowest id up,
+    /// and only late ones need the time index (`delivered_late`), one
+    /// entry less written per delivery in id order.
+    fn late(&mut self, id: i64, at: i64) -> Result<bool> {
+        let order = match self.order {
+            Some(o) => o,
+            None => self.ix.delivered_order()?,
+        };
+        let late = id <= order.max_id || order.last_at.is_some_and(|t| t > at);
+        self.order = Some(Order {
+            max_id: order.max_id.max(id),
+            last_at: if late { order.last_at } else { Some(at) },
+        });
+        Ok(late)
     }
 
     /// Note whether the main file still holds a live `put` line for the
