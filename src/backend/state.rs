@@ -21,6 +21,9 @@ use crate::time::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+/// How many of the highest ids [`State::delivered_is_late`] looks at.
+const LATE_LOOKBACK: usize = 64;
+
 /// Whether a delivered record at `at` is still inside the retention
 /// window `retain` at `now` (never, when retention is off).
 pub(crate) fn within_window(at: Timestamp, retain: Option<Duration>, now: Timestamp) -> bool {
@@ -385,6 +388,10 @@ pub(crate) struct State {
     /// Non-empty keys of retained delivered items: the newest record
     /// that carried each.
     pub delivered_keys: HashMap<String, ItemId>,
+    /// Retained records delivered out of id order ("late", see
+    /// [`State::delivered_is_late`]): pruning takes them by time, the
+    /// others in id order, as the durable backends do.
+    pub delivered_late: std::collections::BTreeSet<ItemId>,
 }
 
 /// What acknowledging a push does, decided before anything changes.
@@ -701,20 +708,63 @@ impl State {
                 self.delivered_keys.insert(d.item.key.clone(), id);
             }
         }
+        match self.delivered_is_late(id, d.delivery.at) {
+            true => self.delivered_late.insert(id),
+            false => self.delivered_late.remove(&id),
+        };
         self.delivered.insert(id, d);
     }
 
-    /// Delete up to `limit` delivered records whose window ended at `now`;
-    /// how many.
+    /// Whether a record of `id` delivered at `at` is late, out of id
+    /// order: in order when its id is above every retained record's and
+    /// the last record in order (looked for among the [`LATE_LOOKBACK`]
+    /// highest ids) was not delivered after it. The rule of the durable
+    /// backends (SQLite's `spool_delivered.late`, the NDJSON index's
+    /// `delivered.late`): records in order have delivery times that
+    /// never decrease with the id.
+    fn delivered_is_late(&self, id: ItemId, at: Timestamp) -> bool {
+        for (seen, (rid, r)) in self.delivered.iter().rev().enumerate() {
+            if seen == 0 && *rid >= id {
+                return true;
+            }
+            if !self.delivered_late.contains(rid) {
+                return r.delivery.at > at;
+            }
+            if seen + 1 == LATE_LOOKBACK {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Delete up to `limit` delivered records whose window ended at `now`
+    /// (the late ones oldest first, then the others in id order, as the
+    /// durable backends do); how many.
     pub fn prune_delivered(&mut self, now: Timestamp, limit: usize) -> u64 {
-        let expired: Vec<ItemId> = self
-            .delivered
-            .values()
-            .filter(|d| !within_window(d.delivery.at, self.retain, now))
-            .take(limit)
-            .map(|d| d.item.id)
+        let ended = |d: &DeliveredItem| !within_window(d.delivery.at, self.retain, now);
+        let mut late: Vec<(Timestamp, ItemId)> = self
+            .delivered_late
+            .iter()
+            .filter_map(|id| self.delivered.get(id))
+            .filter(|d| ended(d))
+            .map(|d| (d.delivery.at, d.item.id))
             .collect();
+        late.sort();
+        let mut expired: Vec<ItemId> = late.into_iter().take(limit).map(|(_, id)| id).collect();
+        for (id, d) in &self.delivered {
+            if expired.len() >= limit {
+                break;
+            }
+            if self.delivered_late.contains(id) {
+                continue;
+            }
+            if !ended(d) {
+                break;
+            }
+            expired.push(*id);
+        }
         for id in &expired {
+            self.delivered_late.remove(id);
             if let Some(d) = self.delivered.remove(id) {
                 if self.delivered_keys.get(&d.item.key) == Some(id) {
                     self.delivered_keys.remove(&d.item.key);

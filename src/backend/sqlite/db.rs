@@ -619,12 +619,15 @@ impl Db<'_> {
     pub fn insert_delivered(&self, d: &DeliveredItem) -> Result<()> {
         let id = self.insert_id(d.item.id)?;
         let item = &d.item;
+        let late = self
+            .late(id, d.delivery.at.as_millis())
+            .map_err(|e| self.err(e))?;
         self.conn
             .prepare_cached(
                 "INSERT INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
-                  coalesce_key, delivered_at, evidence) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  coalesce_key, delivered_at, evidence, late) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -638,6 +641,7 @@ impl Db<'_> {
                     item.coalesce_key,
                     d.delivery.at.as_millis(),
                     d.delivery.evidence.encode(),
+                    late,
                 ])
             })
             .map_err(|e| self.err(e))?;

@@ -6,7 +6,7 @@
 -- before it, or one kept before it was delivered later. Records that are
 -- not late have delivery times that never decrease in id order, so the
 -- oldest of them are found from the lowest id up; late records are found
--- through ix_delivered_late, oldest first. Imported records are late.
+-- through ix_delivered_late, oldest first.
 ALTER TABLE spool_delivered ADD COLUMN late INTEGER NOT NULL DEFAULT 1;
 -- The records kept so far: in order when none with a lower id was
 -- delivered later.
