@@ -372,6 +372,15 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
     let q = open(&path, OpenMode::ReadOnly);
     assert_eq!(ids(&q), vec![1, 2, 3, 4]);
     assert_eq!(q.stats(START).unwrap().delivered_retained, 4);
+    let report = q.verify().unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.starts_with("schema version 4")),
+        "{report:?}"
+    );
     drop(q);
     assert_eq!(user_version(&path), 4, "a read-only open never migrates");
 
@@ -410,6 +419,16 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
         assert_eq!(q.prune_delivered(10).unwrap(), 0, "at +{m}m");
         assert_eq!(ids(&q), left, "at +{m}m");
     }
+    // The walk's cursor stands at the last record it passed.
+    let c = Connection::open(&path).unwrap();
+    let after: String = c
+        .query_row(
+            "SELECT value FROM spool_meta WHERE key = 'prune_after'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(after, five.to_string());
 }
 
 /// A spool of schema version 1 (before push) is read as it is by a

@@ -1158,20 +1158,18 @@ impl Index {
         if out.len() >= limit {
             return Ok(out);
         }
-        let after: i64 = self
-            .conn
-            .prepare_cached("SELECT prune_after FROM state")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(self.err("read"))?;
-        let mut cursor = after;
+        // Every record the walk passes has an id above `prune_after`, so
+        // the cursor moved when it passed any.
+        let mut cursor = None;
         {
             let mut stmt = self
                 .conn
                 .prepare_cached(
-                    "SELECT id, delivered_at, late, in_main FROM delivered WHERE id > ?1 ORDER BY id",
+                    "SELECT id, delivered_at, late, in_main FROM delivered \
+                     WHERE id > (SELECT prune_after FROM state) ORDER BY id",
                 )
                 .map_err(self.err("read"))?;
-            let mut rows = stmt.query([after]).map_err(self.err("read"))?;
+            let mut rows = stmt.query([]).map_err(self.err("read"))?;
             while out.len() < limit {
                 let Some(r) = rows.next().map_err(self.err("read"))? else {
                     break;
@@ -1185,10 +1183,10 @@ impl Index {
                     }
                     out.push((u(id), in_main));
                 }
-                cursor = id;
+                cursor = Some(id);
             }
         }
-        if cursor != after {
+        if let Some(cursor) = cursor {
             self.will_write();
             self.conn
                 .prepare_cached("UPDATE state SET prune_after = ?1")

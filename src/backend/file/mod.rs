@@ -1112,8 +1112,6 @@ impl Drop for FileQueue {
 /// Torn tails found per file.
 type TornTails = Vec<(Which, Option<TornTail>)>;
 
-/// The open companion files (dead letters, delivered items), in
-/// [`Which::COMPANIONS`] order.
 /// Whether the main file, as `ix` describes it, is large enough and
 /// mostly garbage: [`AUTO_COMPACT_MIN_BYTES`] and [`AUTO_COMPACT_RATIO`]
 /// records per live item.
@@ -1124,6 +1122,8 @@ fn compaction_due(ix: &Index) -> bool {
     row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
 }
 
+/// The open companion files (dead letters, delivered items), in
+/// [`Which::COMPANIONS`] order.
 fn companion_files(inner: &Inner) -> [Option<&File>; 2] {
     Which::COMPANIONS.map(|w| inner.tracked(w).map(|t| &t.file))
 }

@@ -693,16 +693,17 @@ impl Db<'_> {
     /// first walk after the migration of many late records is the long
     /// one). How many it deleted.
     fn prune_in_order(&self, cutoff: i64, limit: usize) -> rusqlite::Result<usize> {
-        let after: i64 = schema::get_meta(self.conn, "prune_after")?
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
         let mut ids = Vec::new();
-        let mut cursor = after;
+        // Every record the walk passes has an id above `prune_after`, so
+        // the cursor moved when it passed any.
+        let mut cursor = None;
         {
             let mut stmt = self.conn.prepare_cached(
-                "SELECT id, delivered_at, late FROM spool_delivered WHERE id > ?1 ORDER BY id",
+                "SELECT id, delivered_at, late FROM spool_delivered WHERE id > \
+                 COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta WHERE key = 'prune_after'), 0) \
+                 ORDER BY id",
             )?;
-            let mut rows = stmt.query([after])?;
+            let mut rows = stmt.query([])?;
             while ids.len() < limit {
                 let Some(r) = rows.next()? else { break };
                 let (id, at, late): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
@@ -712,7 +713,7 @@ impl Db<'_> {
                     }
                     ids.push(id);
                 }
-                cursor = id;
+                cursor = Some(id);
             }
         }
         let mut delete = self
@@ -721,7 +722,7 @@ impl Db<'_> {
         for id in &ids {
             delete.execute([id])?;
         }
-        if cursor != after {
+        if let Some(cursor) = cursor {
             schema::set_meta(self.conn, "prune_after", &cursor.to_string())?;
         }
         Ok(ids.len())
