@@ -554,8 +554,8 @@ fn list_prints_plain_rows_when_not_a_terminal() {
         assert_eq!(rows[0][5], "5");
         assert_eq!(rows[0][6], "hello");
         assert_eq!(rows[1][2], "4");
-        assert_eq!(rows[1][6], "line\\nbreak\\u{001b}[2J");
-        assert_eq!(rows[2][6], "\\xff\\0x");
+        assert_eq!(rows[1][6], "line\\nbreak\\u001b[2J");
+        assert_eq!(rows[2][6], "\\udcff\\u0000x");
         // ls is the same command.
         let first_column = |s: &str| {
             s.lines()

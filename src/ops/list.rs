@@ -346,7 +346,7 @@ mod tests {
         );
         item.next_retry_at = Some(Timestamp::from_secs(2060));
         let r = Row::new(&item, now, 40);
-        assert_eq!(r.preview, "line1\\nline2\\u{001b}[0m");
+        assert_eq!(r.preview, "line1\\nline2\\u001b[0m");
         assert_eq!(r.key, "k\\tey");
         assert_eq!(r.age, Some(Duration::from_secs(1000)));
         assert_eq!(

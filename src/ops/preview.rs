@@ -5,15 +5,22 @@
 //! [`escape`] returns holds none of that: it is printable, one line, and
 //! unambiguous (`\` itself is escaped), so a table or a log line shows
 //! exactly what is stored without letting the payload drive the terminal.
+//!
+//! There is one escape style, JSON's (what `jq` prints): `\n`, `\r`,
+//! `\t`, `\\` and `\u` with four hex digits. A byte that is not UTF-8
+//! has no JSON escape of its own; it is shown as `\udcXX` (XX the byte),
+//! the lone surrogate that Python's `surrogateescape` maps such a byte to.
+//! Valid text can never hold a lone surrogate, so the form stays
+//! unambiguous.
 
 /// Escape `bytes` for display on one line.
 ///
-/// Valid UTF-8 text stays as it is, except: `\` → `\\`; `\n`, `\r`, `\t`,
-/// `\0` → those escapes; other control characters and Unicode format
-/// characters that change how text is laid out (bidi overrides,
-/// zero-width characters) → their code point as four hex digits, e.g.
-/// `\u{001b}` for ESC or `\u{200b}` for a zero-width space; bytes that are
-/// not UTF-8 → two hex digits, e.g. `\xff`.
+/// Valid UTF-8 text stays as it is, except: `\` → `\\`; `\n`, `\r`, `\t`
+/// → those escapes; other control characters (NUL included) and Unicode
+/// format characters that change how text is laid out (bidi overrides,
+/// zero-width characters) → `\u` and their code point as four hex
+/// digits, e.g. `\u001b` for ESC or `\u200b` for a zero-width space;
+/// bytes that are not UTF-8 → `\udc` and the byte, e.g. `\udcff`.
 pub fn escape(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     push_escaped(&mut out, bytes, usize::MAX);
@@ -49,13 +56,13 @@ fn push_escaped(out: &mut String, bytes: &[u8], budget: usize) -> bool {
             used += n;
             pieces.push(piece);
         }
-        for b in chunk.invalid() {
-            let piece = format!("\\x{b:02x}");
-            if used + 4 > budget {
+        for &b in chunk.invalid() {
+            let piece = escape_byte(b);
+            if used + piece.len() > budget {
                 cut = true;
                 break 'outer;
             }
-            used += 4;
+            used += piece.len();
             pieces.push(piece);
         }
     }
@@ -80,8 +87,8 @@ fn escape_all(bytes: &[u8]) -> String {
         for c in chunk.valid().chars() {
             s.push_str(&escape_char(c));
         }
-        for b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
+        for &b in chunk.invalid() {
+            s.push_str(&escape_byte(b));
         }
     }
     s
@@ -93,10 +100,15 @@ fn escape_char(c: char) -> String {
         '\n' => "\\n".into(),
         '\r' => "\\r".into(),
         '\t' => "\\t".into(),
-        '\0' => "\\0".into(),
-        c if c.is_control() || is_format_char(c) => format!("\\u{{{:04x}}}", c as u32),
+        c if c.is_control() || is_format_char(c) => format!("\\u{:04x}", c as u32),
         c => c.to_string(),
     }
+}
+
+/// A byte that is not UTF-8, as the lone surrogate `surrogateescape`
+/// gives it.
+fn escape_byte(b: u8) -> String {
+    format!("\\udc{b:02x}")
 }
 
 /// Unicode format characters that can reorder or hide text on a terminal.
@@ -120,9 +132,10 @@ mod tests {
     #[test]
     fn escapes_controls_and_bad_bytes() {
         assert_eq!(escape(b"a\nb\tc\\d"), "a\\nb\\tc\\\\d");
-        assert_eq!(escape(b"\x1b[31mred"), "\\u{001b}[31mred");
-        assert_eq!(escape(b"ok\xff\xfe"), "ok\\xff\\xfe");
-        assert_eq!(escape("x\u{202e}y".as_bytes()), "x\\u{202e}y");
+        assert_eq!(escape(b"\x1b[31mred"), "\\u001b[31mred");
+        assert_eq!(escape(b"\x01\x00\x7f"), "\\u0001\\u0000\\u007f");
+        assert_eq!(escape(b"ok\xff\xfe"), "ok\\udcff\\udcfe");
+        assert_eq!(escape("x\u{202e}y".as_bytes()), "x\\u202ey");
         assert_eq!(escape("héllo".as_bytes()), "héllo");
         assert_eq!(escape(b""), "");
     }

@@ -8,6 +8,7 @@
 
 mod commands;
 mod exit;
+mod help;
 mod render;
 
 use clap::builder::TypedValueParser as _;
@@ -25,52 +26,6 @@ replay it. A spool is one path: a SQLite database (the default) or an
 append-only NDJSON file (a path ending in .ndjson or .jsonl, or --backend file).
 Every command that exits 0 after changing a spool has made the change durable.";
 
-const AFTER_LONG_HELP: &str = "\
-Examples:
-  spool enqueue '{\"event\":\"signup\"}' --key signup-42
-  some-producer | spool -s /var/spool/app/outbox.db enqueue --lines
-  spool list --min-attempts 3
-  spool show 17 --raw | jq .
-  spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
-  spool stats --prometheus > /var/lib/node_exporter/spool.prom
-  spool verify && spool compact
-  spool dlq export --format csv -o dead.csv && spool dlq requeue --all
-  spool -s old.db export | spool -s new.ndjson import -
-
-Conventions:
-  Durations are written 500ms, 5s, 2m, 1h, 1h30m (a bare number is seconds);
-  sizes 512, 64KiB, 16MiB. Data goes to stdout, diagnostics to stderr.
-  Commands that only read (drain, list, show, size, stats, verify without
-  --repair, dlq list/show/export, export) never create or modify a spool. With --json, items are objects with id, payload (or
-  payload_base64 when not UTF-8), key, attempts, enqueued_at, next_retry_at,
-  last_error and held; streams are NDJSON.
-
-Exit status:
-  0    success (also --help, --version, and a reader closing the output pipe)
-  1    replay dead-lettered at least one item
-  64   usage error: bad flags or arguments
-  65   bad data: corrupt spool, malformed input line, unknown id
-  66   the spool or an input file does not exist
-  70   internal error (a bug: please report it)
-  73   cannot create the spool: the path exists (init), its directory is missing,
-       or it is on a network file system (see --allow-network-fs)
-  74   I/O error: disk full, failed write or fsync
-  75   temporary: the spool is full, locked by another replay, or busy
-  77   permission denied on the spool, its directory or a file
-  130  interrupted by SIGINT; 143 by SIGTERM
-
-Files:
-  Every file spool creates (the database and its -wal and -shm files, the
-  NDJSON file and its .dead and .meta companions, <spool>.replay.lock,
-  <spool>.serve.lock, outputs written with -o, the watch metrics file) gets
-  mode 0600, narrowed further by the umask. An existing file keeps its
-  mode, also when it is replaced atomically.
-
-Environment:
-  SPOOL_PATH  the spool to use when --spool is not given (default ./spool.db)
-  CREDENTIALS_DIRECTORY  serve: read tokens from spool-serve-tokens in it
-              when --token-file is not given (systemd LoadCredential=)";
-
 /// The whole command line.
 #[derive(Parser, Debug)]
 #[command(
@@ -78,7 +33,7 @@ Environment:
     version,
     about = "Durable offline spools: enqueue payloads, inspect and repair them",
     long_about = LONG_ABOUT,
-    after_long_help = AFTER_LONG_HELP,
+    after_long_help = help::after_long_help(),
     arg_required_else_help = true,
     propagate_version = true,
     max_term_width = 100

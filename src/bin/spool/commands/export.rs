@@ -8,7 +8,7 @@ use spool::ops::output::Destination;
 use spool::OpenMode;
 use std::path::PathBuf;
 
-/// Write every pending, held and dead item as NDJSON records
+/// Write every pending, held, dead and retained delivered item as NDJSON records
 ///
 /// The first line is the spool header, the spool's push identity:
 /// {"spool": {"uuid": "…", "push": {"last_assigned": N, "acked": M,
@@ -16,15 +16,19 @@ use std::path::PathBuf;
 /// the receiver's acknowledged watermark, abandoned numbers). Then one
 /// record per line: the item object of --json (id, payload or
 /// payload_base64, key, attempts, enqueued_at, next_retry_at, last_error,
-/// held, push_seq) plus "state": "pending", "held" or "dead", and dead_at
-/// for dead letters. `spool import --identity` into a fresh spool keeps
-/// the identity, so a moved spool continues its push numbering. Pending
-/// items come first, then dead letters, read page by
-/// page (any spool size). `spool import` reads the records back into a
-/// spool of either backend. With -o the file is written to a temporary
-/// file, synced and renamed into place. Never creates or changes the
-/// spool. Stop replays first for an exact copy: an item dead-lettered
-/// while the export runs can appear twice (never zero times).
+/// held, push_seq, group, coalesce_key) plus "state": "pending", "held",
+/// "dead" or "delivered"; dead letters add dead_at, delivered items kept
+/// by a retention window (config retain) add delivered_at and evidence.
+/// Pending items come first, then dead letters, then delivered items,
+/// read page by page (any spool size).
+///
+/// `spool import` reads the records back into a spool of either backend;
+/// `spool import --identity` into a fresh spool keeps the identity, so a
+/// moved spool continues its push numbering. With -o the file is written
+/// to a temporary file, synced and renamed into place. Never creates or
+/// changes the spool. Stop replays first for an exact copy: an item
+/// dead-lettered while the export runs can appear twice (never zero
+/// times).
 ///
 /// Examples:
 ///   spool -s old.db export -o spool.export

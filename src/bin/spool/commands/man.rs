@@ -38,11 +38,34 @@ pub fn run(args: ManArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             })?,
     };
     let mut buf = Vec::new();
-    clap_mangen::Man::new(page).render(&mut buf).map_err(|e| {
+    let rendered = match &args.command {
+        // spool(1): the closing sections of `spool --help` become sections
+        // of their own (EXAMPLES, EXIT STATUS, FILES …).
+        None => render_main(
+            clap_mangen::Man::new(page.after_long_help(None::<&'static str>)),
+            &mut buf,
+        ),
+        Some(_) => clap_mangen::Man::new(page).render(&mut buf),
+    };
+    rendered.map_err(|e| {
         CliError::new(
             exit::SOFTWARE,
             format!("internal error: render the man page: {e}"),
         )
     })?;
     ctx.out.bytes(&buf)
+}
+
+/// spool(1): clap_mangen's page without its catch-all `EXTRA` section,
+/// and the closing sections of `spool --help` as sections of their own
+/// before `VERSION`.
+fn render_main(man: clap_mangen::Man, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut page = Vec::new();
+    man.render(&mut page)?;
+    let page = String::from_utf8_lossy(&page);
+    let at = page.find("\n.SH VERSION").map_or(page.len(), |i| i + 1);
+    buf.extend_from_slice(page[..at].as_bytes());
+    buf.extend_from_slice(crate::help::roff().as_bytes());
+    buf.extend_from_slice(page[at..].as_bytes());
+    Ok(())
 }
