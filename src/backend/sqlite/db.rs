@@ -90,7 +90,8 @@ const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
 const KEPT_PENDING: &str = "SELECT \
      (SELECT n FROM spool_counts WHERE name = 'pending'), \
      (SELECT n FROM spool_counts WHERE name = 'pending_seq'), \
-     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0)";
+     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
+     (SELECT n FROM spool_counts WHERE name = 'delivered')";
 
 /// Fresh items per multi-row INSERT (see [`Db::insert_fresh`]); with
 /// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
@@ -118,6 +119,12 @@ pub(super) struct Db<'a> {
     pub path: &'a Path,
     pub action: &'static str,
     pub layout: Layout,
+    /// The count of retained delivered records as the write's first read
+    /// ([`Db::ensure_counts`]) found it, when it read it: with none kept,
+    /// a prune has nothing to look at. Records this write adds are not
+    /// counted here; they are inside their window, so a prune skipped for
+    /// them misses nothing.
+    pub retained_at_start: std::cell::Cell<Option<u64>>,
 }
 
 /// An id as SQLite stores it; `None` for ids SQLite cannot hold (no such
@@ -290,11 +297,15 @@ impl Db<'_> {
     /// The kept pending count, when the AUTOINCREMENT sequence shows that
     /// nobody inserted a row since it was last exact.
     fn kept_pending(&self) -> Result<Option<u64>> {
-        let (n, seq, now): (Option<i64>, Option<i64>, i64) = self
+        let (n, seq, now, retained): (Option<i64>, Option<i64>, i64, Option<i64>) = self
             .conn
             .prepare_cached(KEPT_PENDING)
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))))
             .map_err(|e| self.err(e))?;
+        if self.layout.has_retention() {
+            self.retained_at_start
+                .set(retained.map(|n| u64::try_from(n).unwrap_or(0)));
+        }
         Ok(match (n, seq) {
             (Some(n), Some(seq)) if seq == now => Some(n.max(0) as u64),
             _ => None,
@@ -657,7 +668,7 @@ impl Db<'_> {
         window: Option<std::time::Duration>,
         limit: usize,
     ) -> Result<u64> {
-        if !self.layout.has_retention() || limit == 0 {
+        if !self.layout.has_retention() || limit == 0 || self.retained_at_start.get() == Some(0) {
             return Ok(0);
         }
         let cutoff = match window {

@@ -150,6 +150,7 @@ impl SqliteQueue {
             path: &self.path,
             action,
             layout: self.layout,
+            retained_at_start: Default::default(),
         })
     }
 
@@ -164,6 +165,7 @@ impl SqliteQueue {
             path: &self.path,
             action,
             layout: self.layout,
+            retained_at_start: Default::default(),
         })?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
@@ -188,6 +190,7 @@ impl SqliteQueue {
             path: &self.path,
             action,
             layout: self.layout,
+            retained_at_start: Default::default(),
         };
         db.ensure_counts()?;
         let out = f(&db)?;

@@ -117,23 +117,100 @@ struct Found {
     queue_columns: Vec<String>,
 }
 
+/// Every column of the queue table that some schema version has, in the
+/// order the migrations add them.
+const KNOWN_COLUMNS: [&[&str]; 4] = [
+    &REFERENCE_COLUMNS,
+    &ADDED_COLUMNS,
+    &PUSH_COLUMNS,
+    &POLICY_COLUMNS,
+];
+
+/// Every table of spool's own that some schema version has.
+const KNOWN_TABLES: [&[&str]; 3] = [&ADDED_TABLES, &PUSH_TABLES, &RETENTION_TABLES];
+
+/// What the database holds of what [`classify`] looks for. The tables
+/// and columns are looked up in the schema SQLite parses anyway when a
+/// connection first reads ([`schema_has`]), not with queries of their
+/// own: every process that opens a spool runs this, so its cost is part
+/// of every one-shot command. Only a database without the queue table (a
+/// new one, or not a spool) has its tables listed.
 fn inspect(conn: &Connection) -> rusqlite::Result<Found> {
     let user_version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let mut stmt = conn.prepare(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
-    )?;
-    let tables = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
-    let queue_columns = stmt
-        .query_map([QUEUE_TABLE], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut tables = Vec::new();
+    let mut queue_columns = Vec::new();
+    if schema_has(conn, QUEUE_TABLE, None)? {
+        tables.push(QUEUE_TABLE.to_string());
+        for c in KNOWN_COLUMNS.iter().flat_map(|cs| cs.iter()) {
+            if schema_has(conn, QUEUE_TABLE, Some(c))? {
+                queue_columns.push(c.to_string());
+            }
+        }
+        for t in KNOWN_TABLES.iter().flat_map(|ts| ts.iter()) {
+            if schema_has(conn, t, None)? {
+                tables.push(t.to_string());
+            }
+        }
+    } else {
+        let mut stmt = conn.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+        )?;
+        tables = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+    }
     Ok(Found {
         user_version,
         tables,
         queue_columns,
     })
+}
+
+/// Whether the main database has the table `table` (and, when given, the
+/// column `column` in it): `sqlite3_table_column_metadata`, which reads
+/// the schema SQLite has parsed instead of preparing a statement.
+fn schema_has(conn: &Connection, table: &str, column: Option<&str>) -> rusqlite::Result<bool> {
+    use rusqlite::ffi;
+    use std::ffi::CString;
+    use std::ptr;
+    let name =
+        |s: &str| CString::new(s).map_err(|_| rusqlite::Error::InvalidParameterName(s.to_string()));
+    let table = name(table)?;
+    let column = column.map(name).transpose()?;
+    // SAFETY: the handle is the open connection's and is used by this
+    // thread only while `conn` is borrowed; the strings outlive the call;
+    // null output pointers are allowed and ask for nothing.
+    let rc = unsafe {
+        ffi::sqlite3_table_column_metadata(
+            conn.handle(),
+            c"main".as_ptr(),
+            table.as_ptr(),
+            column.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    match rc {
+        ffi::SQLITE_OK => Ok(true),
+        // "no such table column": the one plain error this call has.
+        // Failures to read the schema come with their own codes
+        // (SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_BUSY …).
+        ffi::SQLITE_ERROR => Ok(false),
+        rc => {
+            // SAFETY: as above; sqlite3_errmsg returns a string owned by
+            // the connection, copied before anything else uses it.
+            let message = unsafe { std::ffi::CStr::from_ptr(ffi::sqlite3_errmsg(conn.handle())) }
+                .to_string_lossy()
+                .into_owned();
+            Err(rusqlite::Error::SqliteFailure(
+                ffi::Error::new(rc),
+                Some(message),
+            ))
+        }
+    }
 }
 
 /// Decide what `found` is; fail for a database spool cannot use.
