@@ -8,6 +8,18 @@
 //! header on any other line is a malformed record. Exports without a
 //! header (older versions, `drain`, `dlq export`) import as before.
 //!
+//! A record without a key keeps its stable identity: with a header, it
+//! gets the key `<source-uuid>:<source-id>` ([`with_stable_key`]) — the
+//! `Idempotency-Key` that `replay` sent for it from the exporting spool —
+//! whatever its state, so a receiver that already took it deduplicates,
+//! and importing the same export twice is a dedup hit for every pending
+//! and held record the second time. Without a header there is no source
+//! uuid: key-less records stay key-less (and are sent under the target's
+//! `<uuid>:<id>`). An in-flight record (one with a `push_seq`) imported
+//! under the exporting spool's own identity keeps its empty key: its
+//! push number identifies it at the receiver, with the key it was sent
+//! with.
+//!
 //! [`read_records`] parses and checks the whole input before anything is
 //! changed: one malformed record anywhere is an error naming its line
 //! ([`crate::Error::InvalidInput`], exit 65), and nothing is imported.
@@ -474,12 +486,40 @@ pub fn import_input_with(
     if adopt {
         input.check_identity()?;
     }
+    let source = input.header.as_ref().map(|h| h.uuid.as_str());
+    // Whether the spool is (or becomes) the exporting spool as a push
+    // client, so that records may keep their push numbers.
+    let same_client = match source {
+        Some(uuid) => adopt || queue.uuid().ok().as_deref() == Some(uuid),
+        None => false,
+    };
     import_records(
         queue,
         input.len(),
         input.header.as_ref().map(|h| (h, adopt)),
-        &mut input.records(),
+        &mut input
+            .records()
+            .map(|r| r.map(|r| with_stable_key(r, source, same_client))),
     )
+}
+
+/// `rec` with the stable key it was sent under by the exporting spool
+/// `source` (`<source-uuid>:<source-id>`, what `replay` sends for an item
+/// without a key) when it has no key of its own, so that a move keeps
+/// its identity at a receiver and importing the same export twice
+/// deduplicates. Without a source uuid (an export without a header) the
+/// record is left key-less: no key can be derived. With `same_client`
+/// (the import keeps the exporting spool's push identity) a record that
+/// carries a push number is left as it is too: the number is its
+/// identity at the push receiver, which knows it with its key as it was,
+/// and a new key would be new content under the same number.
+pub fn with_stable_key(mut rec: Record, source: Option<&str>, same_client: bool) -> Record {
+    if let Some(uuid) = source {
+        if rec.item.key.is_empty() && !(same_client && rec.item.push_seq.is_some()) {
+            rec.item.key = format!("{uuid}:{}", rec.item.id);
+        }
+    }
+    rec
 }
 
 fn import_records(
