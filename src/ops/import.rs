@@ -618,6 +618,27 @@ mod tests {
     }
 
     #[test]
+    fn key_less_records_get_the_source_s_stable_key() {
+        let rec = |line: &[u8]| parse_record(line).unwrap();
+        let plain = rec(br#"{"id":4,"payload":"a"}"#);
+        let keyed = rec(br#"{"id":5,"payload":"b","key":"k"}"#);
+        let in_flight = rec(br#"{"id":6,"payload":"c","push_seq":2}"#);
+        let u = Some("3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10");
+        let key = |r: &Record, src, same| with_stable_key(r.clone(), src, same).item.key;
+        assert_eq!(
+            key(&plain, u, false),
+            "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10:4"
+        );
+        assert_eq!(key(&keyed, u, false), "k");
+        assert_eq!(key(&plain, None, false), "");
+        assert_eq!(key(&in_flight, u, true), "");
+        assert_eq!(
+            key(&in_flight, u, false),
+            "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10:6"
+        );
+    }
+
+    #[test]
     fn ids_kept_renumbered_and_dedup() {
         let s = Spool::memory(&OpenOptions::default());
         s.enqueue(b"old", "k").unwrap();
