@@ -1067,3 +1067,34 @@ fn retry_times_last_errors_and_dead_letters_are_shown() {
         assert_eq!(env.size(), 2);
     });
 }
+
+/// `config --json` names settings in snake_case, as every JSON report
+/// does (`jq .max_depth`), listing all, reading one and setting one; the
+/// command line keeps its kebab-case keys.
+#[test]
+fn config_json_uses_snake_case_names() {
+    each_backend(|env| {
+        env.run(&["init", "--max-depth", "5"]).success();
+        let all = json_out(&env.run(&["--json", "config"]).success());
+        let names: Vec<&str> = all
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["max_depth", "on_full", "retain", "uuid"], "{all}");
+        assert_eq!(all["max_depth"], 5);
+        assert_eq!(all["on_full"], "reject");
+        let one = json_out(&env.run(&["--json", "config", "max-depth"]).success());
+        assert_eq!(one, serde_json::json!({"max_depth": 5}));
+        let set = json_out(
+            &env.run(&["--json", "config", "on-full", "drop-oldest"])
+                .success(),
+        );
+        assert_eq!(set, serde_json::json!({"on_full": "drop-oldest"}));
+        assert_eq!(
+            stdout(&env.run(&["config", "on-full"]).success()).trim(),
+            "drop-oldest"
+        );
+    });
+}

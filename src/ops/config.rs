@@ -62,6 +62,26 @@ pub struct Setting {
     pub settable: bool,
 }
 
+impl Setting {
+    /// The key as JSON reports name it: snake_case (`max_depth`,
+    /// `on_full`), as every JSON report of `spool` does, while the command
+    /// line keeps its kebab-case key (`max-depth`).
+    pub fn json_key(&self) -> String {
+        self.key.replace('-', "_")
+    }
+}
+
+/// `settings` as one JSON object, `{"max_depth": N|null, "on_full":
+/// "…", …}`: each [`Setting::json_key`] with its value.
+pub fn to_json(settings: &[Setting]) -> serde_json::Value {
+    serde_json::Value::Object(
+        settings
+            .iter()
+            .map(|s| (s.json_key(), s.value.to_json()))
+            .collect(),
+    )
+}
+
 /// Reads a setting.
 type Getter = fn(&dyn Queue) -> Result<Value>;
 /// Parses a value as the command line writes it and stores it.
