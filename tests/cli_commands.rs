@@ -1098,3 +1098,72 @@ fn config_json_uses_snake_case_names() {
         );
     });
 }
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// An empty existing file takes its backend from its name, as a new path
+/// does: a `touch`ed `spool.db` is an empty SQLite spool to read-only
+/// commands (which write nothing) and becomes a SQLite database on the
+/// first write, keeping its mode; an empty `x.ndjson` is NDJSON.
+#[test]
+fn an_empty_file_takes_its_backend_from_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new("spool.db");
+    std::fs::write(&env.path, b"").unwrap();
+    std::fs::set_permissions(&env.path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let before = env.snapshot();
+    assert_eq!(env.size(), 0);
+    assert_eq!(env.drain(), Vec::<serde_json::Value>::new());
+    env.run(&["list"]).success();
+    env.run(&["verify"]).success();
+    env.run(&["export"]).success().stdout("");
+    env.run(&["dlq", "list"]).success();
+    let stats = json_out(&env.run(&["--json", "stats"]).success());
+    assert_eq!(stats["backend"], "sqlite", "{stats}");
+    assert_eq!(env.snapshot(), before, "read-only commands wrote nothing");
+
+    env.enqueue("x");
+    let bytes = std::fs::read(&env.path).unwrap();
+    assert!(bytes.starts_with(b"SQLite format 3\0"), "{bytes:?}");
+    assert_eq!(mode_of(&env.path), 0o640, "an existing file keeps its mode");
+    assert_eq!(env.drain()[0]["payload"], "x");
+
+    // An empty .ndjson file is NDJSON; --backend chooses for an empty
+    // file as for a new path.
+    for (name, args, ndjson) in [
+        ("e.ndjson", &[][..], true),
+        ("chosen.db", &["--backend", "file"][..], true),
+        ("chosen.ndjson", &["--backend", "sqlite"][..], false),
+    ] {
+        let e = Env::new(name);
+        std::fs::write(&e.path, b"").unwrap();
+        if args.is_empty() {
+            e.enqueue("y");
+        } else {
+            e.run(&["init"]).code(73);
+            let mut all = vec!["enqueue"];
+            all.extend_from_slice(args);
+            all.push("y");
+            e.run(&all).success();
+        }
+        let bytes = std::fs::read(&e.path).unwrap();
+        assert_eq!(
+            bytes.starts_with(b"{\"op\":\"put\""),
+            ndjson,
+            "{name}: {bytes:?}"
+        );
+        assert_eq!(e.drain()[0]["payload"], "y", "{name}");
+    }
+
+    // An NDJSON spool whose main file is empty (as `init --backend file`
+    // leaves it) stays NDJSON.
+    let nd = Env::new("q.db");
+    nd.run(&["init", "--backend", "file"]).success();
+    assert_eq!(std::fs::metadata(&nd.path).unwrap().len(), 0);
+    nd.enqueue("z");
+    let bytes = std::fs::read(&nd.path).unwrap();
+    assert!(bytes.starts_with(b"{\"op\":\"put\""), "{bytes:?}");
+}

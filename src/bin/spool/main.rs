@@ -97,7 +97,9 @@ pub struct GlobalArgs {
     /// The spool to use [default: ./spool.db]
     ///
     /// A path ending in .ndjson or .jsonl is an NDJSON spool when created;
-    /// any other new path is SQLite; an existing file keeps its format.
+    /// any other new path is SQLite; an existing file keeps its format. An
+    /// empty file (a touched spool.db) takes its format from its name,
+    /// like a new path.
     #[arg(
         short = 's',
         long = "spool",
