@@ -195,8 +195,7 @@ pub fn retain_name(window: Option<Duration>) -> String {
 }
 
 fn set_retain(q: &dyn Queue, value: &str) -> Result<()> {
-    let window = crate::item::parse_retain(value)
-        .map_err(|e| Error::Unsupported(format!("{e} (give off, or a window such as 7d)")))?;
+    let window = crate::item::parse_retain(value).map_err(Error::Unsupported)?;
     q.set_retain(window)
 }
 

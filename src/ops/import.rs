@@ -99,12 +99,7 @@ fn time(field: &str, v: Option<String>) -> std::result::Result<Option<Timestamp>
 /// Parse one record (a line without its line ending).
 pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
     let r: RecordIn = serde_json::from_slice(line).map_err(|e| {
-        let msg = e.to_string();
-        // The position serde reports is within this one line.
-        match msg.rfind(" at line 1 column ") {
-            Some(i) => format!("{} (column {})", &msg[..i], &msg[i + 18..]),
-            None => msg,
-        }
+        super::json::line_error(&e, r#"{"id": 1, "payload": "…", "state": "pending"}"#)
     })?;
     if r.id == 0 {
         return Err("id must be a positive integer".into());
