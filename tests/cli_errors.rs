@@ -492,3 +492,31 @@ fn parse_errors_say_what_was_expected_with_an_example() {
         assert!(data() == before, "nothing changed");
     });
 }
+
+/// A libpq key/value string given as the spool is not looked for as a
+/// file: exit 64 with the equivalent `postgres://` URL, and the password
+/// appears nowhere; nothing is created.
+#[test]
+fn a_libpq_key_value_string_gets_the_equivalent_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let conninfo = "host=/run/postgresql user=app dbname=ops password=s3cret";
+    for args in [&["size"][..], &["enqueue", "x"], &["init"]] {
+        let a = bin()
+            .current_dir(dir.path())
+            .args(["-s", conninfo])
+            .args(args)
+            .assert()
+            .code(64)
+            .stdout("");
+        let err = stderr(&a);
+        assert!(
+            err.contains("libpq key/value connection string")
+                && err.contains("postgres://app@/ops?host=/run/postgresql&spool=default")
+                && err.contains("PGPASSWORD"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(!err.contains("no spool exists"), "{err}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

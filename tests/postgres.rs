@@ -1472,3 +1472,60 @@ fn follow_mode_is_woken_by_another_process_s_enqueue() {
         "{stderr}"
     );
 }
+
+/// `init` of a spool name the database already has says so in
+/// PostgreSQL's words (exit 73, nothing changed), and `compact` reports
+/// the dead tuples and what became of the tables' size without calling
+/// growth "saved".
+#[test]
+fn init_and_compact_speak_of_postgresql() {
+    let Some(url) = new_spool("wording") else {
+        return;
+    };
+    let run = |args: &[&str]| bin().args(["-s", &url]).args(args).output().unwrap();
+    assert!(run(&["init"]).status.success());
+    assert!(run(&["enqueue", "a"]).status.success());
+    let out = run(&["init", "--max-depth", "5"]);
+    assert_eq!(out.status.code(), Some(73));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a spool named \"wording")
+            && err.contains("already exists in database \"")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert!(!err.contains("path") && !err.contains("file"), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&run(&["config", "max-depth"]).stdout).trim(),
+        "none"
+    );
+    for p in ["b", "c", "d"] {
+        assert!(run(&["enqueue", p]).status.success());
+    }
+    assert!(run(&["done", "2", "3", "4"]).status.success());
+    let out = run(&["compact"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tables = text
+        .lines()
+        .find(|l| l.starts_with("tables"))
+        .unwrap_or_else(|| panic!("no tables line: {text}"));
+    let (before, after) = {
+        let json = run(&["--json", "compact"]);
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert!(
+            v["dead_tuples_before"].is_u64() && v["dead_tuples_after"].is_u64(),
+            "{v}"
+        );
+        (v["bytes_before"].as_u64(), v["bytes_after"].as_u64())
+    };
+    assert!(before.is_some() && after.is_some());
+    assert!(
+        ["saved", "grew by", "unchanged"]
+            .iter()
+            .any(|w| tables.contains(w)),
+        "{tables}"
+    );
+    assert!(!tables.contains("0 B saved"), "{tables}");
+    assert!(text.contains("dead tuples"), "{text}");
+}

@@ -121,11 +121,22 @@ pub fn detect_existing(path: &Path) -> Result<BackendKind> {
         .try_exists()
         .map_err(|e| Error::io(path, "inspect spool", e))?;
     if !exists {
+        not_libpq(path)?;
         return Err(Error::NotFound {
             path: path.to_path_buf(),
         });
     }
     detect(path, None)
+}
+
+/// A missing `path` that is a libpq key/value string (`host=db
+/// dbname=ops`) is no file name: [`Error::Unsupported`] with the
+/// equivalent `postgres://` URL (see [`postgres::url::libpq_hint`]).
+fn not_libpq(path: &Path) -> Result<()> {
+    match path.to_str().and_then(postgres::url::libpq_hint) {
+        Some(msg) => Err(Error::Unsupported(msg)),
+        None => Ok(()),
+    }
 }
 
 /// Decide which backend `path` uses (see the module docs).
@@ -241,6 +252,9 @@ impl Spool {
         let exists = path
             .try_exists()
             .map_err(|e| Error::io(path, "inspect spool", e))?;
+        if !exists {
+            not_libpq(path)?;
+        }
         if exists && opts.mode == OpenMode::CreateNew {
             return Err(Error::AlreadyExists {
                 path: path.to_path_buf(),

@@ -432,6 +432,9 @@ fn default_hint(e: &Error) -> Option<String> {
             "create it with `spool init` (enqueue creates it too), or point --spool or SPOOL_PATH at an existing spool"
         }
         Error::AlreadyExists { .. } => "choose another --spool path; the existing file was not changed",
+        Error::SpoolNameTaken { .. } => {
+            "use the existing spool as it is, or give the new one another name (?spool=NAME in the URL)"
+        }
         Error::CannotCreate { .. } => {
             "make sure the spool's directory exists (mkdir -p) and is writable"
         }
