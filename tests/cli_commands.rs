@@ -1167,3 +1167,31 @@ fn an_empty_file_takes_its_backend_from_its_name() {
     let bytes = std::fs::read(&nd.path).unwrap();
     assert!(bytes.starts_with(b"{\"op\":\"put\""), "{bytes:?}");
 }
+
+/// With `SPOOL_PATH` set, a usage error does not show the optional global
+/// `--spool` as required; an empty `SPOOL_PATH` is a usage error that
+/// names it.
+#[test]
+fn spool_path_from_the_environment_keeps_usage_lines_honest() {
+    let env = Env::new("spool.db");
+    for args in [&["enqueue"][..], &["show"], &["attempts"]] {
+        let a = bin()
+            .env("SPOOL_PATH", &env.path)
+            .args(args)
+            .assert()
+            .code(64);
+        let err = stderr(&a);
+        let usage = err
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap_or_else(|| panic!("no usage line: {err}"));
+        assert!(!usage.contains("--spool <PATH>"), "{usage}");
+    }
+    let a = bin().env("SPOOL_PATH", "").arg("size").assert().code(64);
+    assert!(
+        stderr(&a).starts_with("spool: error: SPOOL_PATH: the spool path is empty"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(!env.path.exists());
+}
