@@ -1195,3 +1195,39 @@ fn spool_path_from_the_environment_keeps_usage_lines_honest() {
     );
     assert!(!env.path.exists());
 }
+
+/// `-v` says in words how the spool was opened — created, for writing,
+/// read-only — and names the backend as people do, never an internal
+/// enum's name (`(ReadWrite)`).
+#[test]
+fn verbose_open_messages_are_words() {
+    for (file, kind) in [("b.db", "SQLite"), ("b.ndjson", "NDJSON")] {
+        let env = Env::new(file);
+        let shown = env.path.display().to_string();
+        let says = |args: &[&str]| {
+            let mut all = vec!["-v"];
+            all.extend_from_slice(args);
+            stderr(&env.run(&all).success())
+        };
+        let created = says(&["enqueue", "a"]);
+        assert!(
+            created.contains(&format!("created {kind} spool {shown}\n")),
+            "{created}"
+        );
+        let wrote = says(&["enqueue", "b"]);
+        assert!(
+            wrote.contains(&format!("opened {kind} spool {shown} for writing\n")),
+            "{wrote}"
+        );
+        let read = says(&["size"]);
+        assert!(
+            read.contains(&format!("opened {kind} spool {shown} read-only\n")),
+            "{read}"
+        );
+        for said in [created, wrote, read] {
+            for internal in ["ReadWrite", "ReadOnly", "(Create", "CreateNew"] {
+                assert!(!said.contains(internal), "{said}");
+            }
+        }
+    }
+}
