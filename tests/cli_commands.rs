@@ -1119,8 +1119,16 @@ fn an_empty_file_takes_its_backend_from_its_name() {
     assert_eq!(env.drain(), Vec::<serde_json::Value>::new());
     env.run(&["list"]).success();
     let verify = env.run(&["verify"]).success();
-    assert!(stdout(&verify).contains("no tables yet"), "{}", stdout(&verify));
-    assert!(!stdout(&verify).contains("journal mode"), "{}", stdout(&verify));
+    assert!(
+        stdout(&verify).contains("no tables yet"),
+        "{}",
+        stdout(&verify)
+    );
+    assert!(
+        !stdout(&verify).contains("journal mode"),
+        "{}",
+        stdout(&verify)
+    );
     env.run(&["export"]).success().stdout("");
     env.run(&["dlq", "list"]).success();
     let stats = json_out(&env.run(&["--json", "stats"]).success());
