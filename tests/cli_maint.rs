@@ -736,7 +736,7 @@ fn import_of_a_malformed_file_changes_nothing() {
             (format!("{good}{{\"id\":2,\"payload\":\"b\"\n"), "line 2"),
             (
                 format!("{good}{good}{{\"id\":3,\"payload\":\"c\",\"colour\":\"red\"}}\n"),
-                "line 3: unknown field `colour`",
+                "line 3: column 30: unknown field `colour`",
             ),
             (
                 format!("{good}{{\"id\":2,\"payload\":\"b\",\"state\":\"dead\"}}\n"),

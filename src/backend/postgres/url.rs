@@ -523,6 +523,7 @@ impl PgTarget {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn libpq_strings_are_recognised_and_given_as_urls() {
@@ -562,8 +563,6 @@ mod tests {
         }
         assert_eq!(redact("spool.db"), "spool.db");
     }
-
-    use super::*;
 
     fn no_env(_: &str) -> Option<String> {
         None
