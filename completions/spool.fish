@@ -24,7 +24,7 @@ function __fish_spool_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c spool -n "__fish_spool_needs_command" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_needs_command" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_needs_command" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_needs_command" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -63,7 +63,7 @@ complete -c spool -n "__fish_spool_using_subcommand init" -l max-depth -d 'Refus
 complete -c spool -n "__fish_spool_using_subcommand init" -l on-full -d 'At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)' -r -f -a "reject\t''
 drop-oldest\t''"
 complete -c spool -n "__fish_spool_using_subcommand init" -l retain -d 'Keep delivered items for this long (e.g. 7d; off: delete them, the default)' -r
-complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand init" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand init" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand init" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -79,7 +79,7 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -l max-depth -d 'En
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l wait-for-space -d 'On a full spool, wait up to DURATION for room instead of failing' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l group -d 'Ordering group: replay delivers the items of a group in enqueue order ("" is none)' -r
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l coalesce-key -d 'Replace pending items with this coalesce key that were never attempted ("" is none)' -r
-complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand enqueue" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -l stdin -d 'Read the payload (or the batch) from stdin; the default for --lines and --ndjson'
@@ -93,7 +93,7 @@ complete -c spool -n "__fish_spool_using_subcommand enqueue" -s v -l verbose -d 
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand enqueue" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand drain" -s n -l limit -d 'Print at most N items' -r
-complete -c spool -n "__fish_spool_using_subcommand drain" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand drain" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand drain" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand drain" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -110,7 +110,7 @@ complete -c spool -n "__fish_spool_using_subcommand list" -l state -d 'Which ite
 held\t''
 delivered\t''
 dead\t''"
-complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand list" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand list" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
@@ -128,7 +128,7 @@ complete -c spool -n "__fish_spool_using_subcommand ls" -l state -d 'Which items
 held\t''
 delivered\t''
 dead\t''"
-complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand ls" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand ls" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand ls" -l due -d 'Only items a replay would attempt now (not held, not backing off)'
@@ -138,7 +138,7 @@ complete -c spool -n "__fish_spool_using_subcommand ls" -s q -l quiet -d 'Print 
 complete -c spool -n "__fish_spool_using_subcommand ls" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand ls" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand show" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand show" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand show" -l raw -d 'Write exactly the payload bytes to stdout'
@@ -148,7 +148,7 @@ complete -c spool -n "__fish_spool_using_subcommand show" -s q -l quiet -d 'Prin
 complete -c spool -n "__fish_spool_using_subcommand show" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand show" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand show" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand done" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand done" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand done" -l force -d 'Also remove items in flight to a push receiver (it is told to skip their numbers)'
@@ -158,7 +158,7 @@ complete -c spool -n "__fish_spool_using_subcommand done" -s q -l quiet -d 'Prin
 complete -c spool -n "__fish_spool_using_subcommand done" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand done" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand done" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand hold" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand hold" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand hold" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand hold" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -167,7 +167,7 @@ complete -c spool -n "__fish_spool_using_subcommand hold" -s q -l quiet -d 'Prin
 complete -c spool -n "__fish_spool_using_subcommand hold" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand hold" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand release" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand release" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand release" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand release" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -177,7 +177,7 @@ complete -c spool -n "__fish_spool_using_subcommand release" -s v -l verbose -d 
 complete -c spool -n "__fish_spool_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand release" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l set -d 'Set the count to N' -r
-complete -c spool -n "__fish_spool_using_subcommand attempts" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand attempts" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand attempts" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -186,7 +186,7 @@ complete -c spool -n "__fish_spool_using_subcommand attempts" -s q -l quiet -d '
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand attempts" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand size" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand size" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand size" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand size" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -195,7 +195,7 @@ complete -c spool -n "__fish_spool_using_subcommand size" -s q -l quiet -d 'Prin
 complete -c spool -n "__fish_spool_using_subcommand size" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand size" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand size" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand stats" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand stats" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand stats" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand stats" -l prometheus -d 'Print the Prometheus text format (for node_exporter\'s textfile collector)'
@@ -228,7 +228,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l commit-every -d '
 complete -c spool -n "__fish_spool_using_subcommand replay" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l poll -d 'With --follow: look for new items at least this often' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l idle-exit -d 'With --follow: exit after DURATION without anything to attempt' -r
-complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand replay" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
@@ -273,7 +273,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l wait -d 'If anothe
 complete -c spool -n "__fish_spool_using_subcommand watch" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
-complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand watch" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
@@ -296,7 +296,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -l header-timeout -d 
 complete -c spool -n "__fish_spool_using_subcommand serve" -l request-timeout -d 'Time for a request body to arrive after its head' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l max-connections -d 'Most connections open at once (more wait to be accepted)' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l commit-delay -d 'Sleep this long in every commit (simulates a slow disk; tests, benchmarks)' -r
-complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand serve" -l insecure-no-auth -d 'Listen on a non-loopback address without tokens (trusted networks only)'
@@ -306,7 +306,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -s q -l quiet -d 'Pri
 complete -c spool -n "__fish_spool_using_subcommand serve" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand serve" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand clients" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand clients" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand clients" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand clients" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -316,7 +316,7 @@ complete -c spool -n "__fish_spool_using_subcommand clients" -s v -l verbose -d 
 complete -c spool -n "__fish_spool_using_subcommand clients" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand clients" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand compact" -l wait -d 'Wait up to DURATION for another process\'s lock, then exit 75' -r
-complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand compact" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand compact" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand compact" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -330,7 +330,7 @@ full\t'Wait for writers, then copy everything readers allow'
 restart\t'As full, then wait for readers so the WAL starts over'
 truncate\t'As restart, then truncate the WAL file to zero bytes'"
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l wait -d 'Wait up to DURATION for other connections (full, restart, truncate)' -r
-complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -339,7 +339,7 @@ complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s q -l quiet -d
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand checkpoint" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand verify" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand verify" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand verify" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand verify" -l repair -d 'Cut a torn trailing line and rebuild a stale index (NDJSON) when that is all the damage'
@@ -349,7 +349,7 @@ complete -c spool -n "__fish_spool_using_subcommand verify" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand verify" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand verify" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -365,7 +365,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_sub
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -f -a "purge" -d 'Delete dead letters for good (needs --yes)'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and not __fish_seen_subcommand_from list show export requeue purge help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s n -l limit -d 'Show at most N dead letters' -r
-complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -374,7 +374,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from list" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from show" -l raw -d 'Write exactly the payload bytes to stdout'
@@ -388,7 +388,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 json\t'One JSON array'
 csv\t'CSV with a header row'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s o -l output -d 'Write to FILE (replaced atomically) instead of stdout' -r -F
-complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -397,7 +397,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from export" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l all -d 'Every dead letter'
@@ -407,7 +407,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from purge" -l all -d 'Every dead letter'
@@ -425,7 +425,7 @@ complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcomm
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "purge" -d 'Delete dead letters for good (needs --yes)'
 complete -c spool -n "__fish_spool_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spool -n "__fish_spool_using_subcommand export" -s o -l output -d 'Write to FILE (replaced atomically) instead of stdout' -r -F
-complete -c spool -n "__fish_spool_using_subcommand export" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand export" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand export" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand export" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -434,7 +434,7 @@ complete -c spool -n "__fish_spool_using_subcommand export" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand export" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand export" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand import" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand import" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand import" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand import" -l identity -d 'Take the exporting spool\'s uuid and push state (fresh spools only)'
@@ -445,7 +445,7 @@ complete -c spool -n "__fish_spool_using_subcommand import" -s v -l verbose -d '
 complete -c spool -n "__fish_spool_using_subcommand import" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand import" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand config" -l wait -d 'With --regenerate: if a replay holds the spool, wait up to DURATION' -r
-complete -c spool -n "__fish_spool_using_subcommand config" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand config" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand config" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand config" -l regenerate -d 'Give the spool a new uuid (KEY must be uuid)'
@@ -455,7 +455,7 @@ complete -c spool -n "__fish_spool_using_subcommand config" -s q -l quiet -d 'Pr
 complete -c spool -n "__fish_spool_using_subcommand config" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand config" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand config" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand completions" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand completions" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand completions" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
@@ -464,7 +464,7 @@ complete -c spool -n "__fish_spool_using_subcommand completions" -s q -l quiet -
 complete -c spool -n "__fish_spool_using_subcommand completions" -s v -l verbose -d 'Print more on stderr'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c spool -n "__fish_spool_using_subcommand man" -s s -l spool -d 'The spool to use [default: ./spool.db]' -r -F
+complete -c spool -n "__fish_spool_using_subcommand man" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand man" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand man" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'

@@ -103,6 +103,11 @@ pub enum Error {
     #[error("{} already exists", path.display())]
     AlreadyExists { path: PathBuf },
 
+    /// A PostgreSQL spool of this name already exists in the database,
+    /// and the caller asked for a new spool; nothing was changed.
+    #[error("a spool named {name:?} already exists in database {database:?}; nothing was changed")]
+    SpoolNameTaken { name: String, database: String },
+
     /// The spool (or an output file) cannot be created where asked.
     #[error("cannot create {}: {detail}", path.display())]
     CannotCreate { path: PathBuf, detail: String },
@@ -165,6 +170,7 @@ impl Error {
             | Error::InvalidInput(_) => ErrorKind::Data,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::AlreadyExists { .. }
+            | Error::SpoolNameTaken { .. }
             | Error::CannotCreate { .. }
             | Error::NetworkFileSystem { .. }
             | Error::IdentityRefused(_) => ErrorKind::CannotCreate,

@@ -210,7 +210,12 @@ pub fn parse_retain(s: &str) -> std::result::Result<Option<std::time::Duration>,
     match s.trim() {
         "off" | "none" | "0" => Ok(None),
         t => {
-            let d = crate::units::parse_duration(t)?;
+            let d = crate::units::parse_duration(t).map_err(|_| {
+                format!(
+                    "invalid retention {s:?}: give off, or a window written as a number \
+                     and a unit (s, m, h, d), e.g. 7d, 12h, 1d12h"
+                )
+            })?;
             if d.is_zero() {
                 Ok(None)
             } else if d.as_millis() < 1000 {

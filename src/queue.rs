@@ -46,6 +46,17 @@ impl BackendKind {
             BackendKind::Postgres => "postgres",
         }
     }
+
+    /// The backend as prose names it: `SQLite`, `NDJSON`, `memory`,
+    /// `PostgreSQL`.
+    pub fn title(self) -> &'static str {
+        match self {
+            BackendKind::Sqlite => "SQLite",
+            BackendKind::File => "NDJSON",
+            BackendKind::Memory => "memory",
+            BackendKind::Postgres => "PostgreSQL",
+        }
+    }
 }
 
 /// Page size used by the provided [`Queue::drain`] and by callers that

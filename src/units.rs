@@ -6,31 +6,67 @@
 
 use std::time::Duration;
 
-/// Parse a duration (see the module docs).
+/// How a duration is written, for error messages.
+pub const DURATION_FORMS: &str =
+    "a number and a unit (ms, s, m, h, d), e.g. 500ms, 5s, 2m, 1h, 1h30m, 7d; a bare number is seconds";
+
+/// How a size is written, for error messages.
+pub const SIZE_FORMS: &str =
+    "a number of bytes, or a number and a unit (KiB, MiB, GiB, kB, MB, GB), e.g. 512, 64KiB, 16MiB";
+
+fn bad_duration(s: &str, why: &str) -> String {
+    format!("invalid duration {s:?}: {why}; write {DURATION_FORMS}")
+}
+
+/// Parse a duration (see the module docs). An error says what is wrong
+/// and how a duration is written, with examples.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
-        return Err("empty duration".into());
+        return Err(format!("empty duration; write {DURATION_FORMS}"));
     }
     if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        let secs: f64 = t.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-        return Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"));
+        let secs: f64 = t.parse().map_err(|_| bad_duration(s, "not a number"))?;
+        return Duration::try_from_secs_f64(secs).map_err(|_| bad_duration(s, "too large"));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("invalid duration {s:?}: {e} (write e.g. 500ms, 5s, 2m, 1h30m)"))
+    humantime::parse_duration(t).map_err(|e| {
+        use humantime::DurationError as E;
+        let why = match e {
+            E::NumberExpected(0) => "it does not start with a number".to_string(),
+            E::NumberExpected(at) => match t.get(at..) {
+                Some(rest) => format!("expected a number before {rest:?}"),
+                None => "expected a number".to_string(),
+            },
+            E::InvalidCharacter(at) => match t.get(at..).and_then(|r| r.chars().next()) {
+                Some(c) => format!("unexpected character {c:?}"),
+                None => "unexpected character".to_string(),
+            },
+            E::UnknownUnit { unit, .. } if unit.is_empty() => "a number without a unit".to_string(),
+            E::UnknownUnit { unit, .. } => format!("unknown unit {unit:?}"),
+            E::NumberOverflow => "too large".to_string(),
+            E::Empty => "empty".to_string(),
+        };
+        bad_duration(s, &why)
+    })
 }
 
-/// Parse a size in bytes (see the module docs).
+fn bad_size(s: &str, why: &str) -> String {
+    format!("invalid size {s:?}: {why}; write {SIZE_FORMS}")
+}
+
+/// Parse a size in bytes (see the module docs). An error says what is
+/// wrong and how a size is written, with examples.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
+    if t.is_empty() {
+        return Err(format!("empty size; write {SIZE_FORMS}"));
+    }
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!("invalid size {s:?} (write e.g. 512, 64KiB, 16MiB)"));
+        return Err(bad_size(s, "it does not start with a number"));
     }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let n: u64 = num.parse().map_err(|_| bad_size(s, "too large"))?;
     let mult: u64 = match unit.trim() {
         "" | "B" | "b" => 1,
         "KiB" | "K" | "k" => 1 << 10,
@@ -39,14 +75,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "kB" | "KB" => 1_000,
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, kB, MB, GB)"
+        other if other.starts_with('.') => {
+            return Err(bad_size(
+                s,
+                "a whole number is needed (1536KiB, not 1.5MiB)",
             ))
         }
+        other => return Err(bad_size(s, &format!("unknown unit {other:?}"))),
     };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid size {s:?}: too large"))
+    n.checked_mul(mult).ok_or_else(|| bad_size(s, "too large"))
 }
 
 /// Render a duration compactly for people: `850ms`, `12s`, `3m20s`,
@@ -98,6 +135,41 @@ mod tests {
         assert!(parse_size("12XB").is_err());
         assert!(parse_size("99999999999999999999").is_err());
         assert!(parse_size("99999999999GiB").is_err());
+    }
+
+    #[test]
+    fn errors_say_what_was_expected_with_examples() {
+        for (input, why) in [
+            ("forever", "it does not start with a number"),
+            ("7x", "unknown unit \"x\""),
+            ("5 parsecs", "unknown unit \"parsecs\""),
+            ("-3", "it does not start with a number"),
+            ("1h-", "unexpected character '-'"),
+            ("", "empty duration"),
+            ("99999999999999999999999999h", "too large"),
+        ] {
+            let e = parse_duration(input).unwrap_err();
+            assert!(e.contains(why), "{input:?}: {e}");
+            assert!(
+                e.contains("e.g. 500ms, 5s, 2m, 1h, 1h30m, 7d"),
+                "{input:?}: {e}"
+            );
+            assert!(
+                !e.contains(" at 0") && !e.contains("months"),
+                "{input:?}: {e}"
+            );
+        }
+        for (input, why) in [
+            ("MiB", "it does not start with a number"),
+            ("12XB", "unknown unit \"XB\""),
+            ("1.5MiB", "a whole number is needed"),
+            ("", "empty size"),
+            ("99999999999999999999", "too large"),
+        ] {
+            let e = parse_size(input).unwrap_err();
+            assert!(e.contains(why), "{input:?}: {e}");
+            assert!(e.contains("e.g. 512, 64KiB, 16MiB"), "{input:?}: {e}");
+        }
     }
 
     #[test]

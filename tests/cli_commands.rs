@@ -1067,3 +1067,177 @@ fn retry_times_last_errors_and_dead_letters_are_shown() {
         assert_eq!(env.size(), 2);
     });
 }
+
+/// `config --json` names settings in snake_case, as every JSON report
+/// does (`jq .max_depth`), listing all, reading one and setting one; the
+/// command line keeps its kebab-case keys.
+#[test]
+fn config_json_uses_snake_case_names() {
+    each_backend(|env| {
+        env.run(&["init", "--max-depth", "5"]).success();
+        let all = json_out(&env.run(&["--json", "config"]).success());
+        let names: Vec<&str> = all
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["max_depth", "on_full", "retain", "uuid"], "{all}");
+        assert_eq!(all["max_depth"], 5);
+        assert_eq!(all["on_full"], "reject");
+        let one = json_out(&env.run(&["--json", "config", "max-depth"]).success());
+        assert_eq!(one, serde_json::json!({"max_depth": 5}));
+        let set = json_out(
+            &env.run(&["--json", "config", "on-full", "drop-oldest"])
+                .success(),
+        );
+        assert_eq!(set, serde_json::json!({"on_full": "drop-oldest"}));
+        assert_eq!(
+            stdout(&env.run(&["config", "on-full"]).success()).trim(),
+            "drop-oldest"
+        );
+    });
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// An empty existing file takes its backend from its name, as a new path
+/// does: a `touch`ed `spool.db` is an empty SQLite spool to read-only
+/// commands (which write nothing) and becomes a SQLite database on the
+/// first write, keeping its mode; an empty `x.ndjson` is NDJSON.
+#[test]
+fn an_empty_file_takes_its_backend_from_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new("spool.db");
+    std::fs::write(&env.path, b"").unwrap();
+    std::fs::set_permissions(&env.path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let before = env.snapshot();
+    assert_eq!(env.size(), 0);
+    assert_eq!(env.drain(), Vec::<serde_json::Value>::new());
+    env.run(&["list"]).success();
+    let verify = env.run(&["verify"]).success();
+    assert!(
+        stdout(&verify).contains("no tables yet"),
+        "{}",
+        stdout(&verify)
+    );
+    assert!(
+        !stdout(&verify).contains("journal mode"),
+        "{}",
+        stdout(&verify)
+    );
+    env.run(&["export"]).success().stdout("");
+    env.run(&["dlq", "list"]).success();
+    let stats = json_out(&env.run(&["--json", "stats"]).success());
+    assert_eq!(stats["backend"], "sqlite", "{stats}");
+    assert!(env.snapshot() == before, "read-only commands wrote nothing");
+
+    env.enqueue("x");
+    let bytes = std::fs::read(&env.path).unwrap();
+    assert!(bytes.starts_with(b"SQLite format 3\0"), "{bytes:?}");
+    assert_eq!(mode_of(&env.path), 0o640, "an existing file keeps its mode");
+    assert_eq!(env.drain()[0]["payload"], "x");
+
+    // An empty .ndjson file is NDJSON; --backend chooses for an empty
+    // file as for a new path.
+    for (name, args, ndjson) in [
+        ("e.ndjson", &[][..], true),
+        ("chosen.db", &["--backend", "file"][..], true),
+        ("chosen.ndjson", &["--backend", "sqlite"][..], false),
+    ] {
+        let e = Env::new(name);
+        std::fs::write(&e.path, b"").unwrap();
+        if args.is_empty() {
+            e.enqueue("y");
+        } else {
+            e.run(&["init"]).code(73);
+            let mut all = vec!["enqueue"];
+            all.extend_from_slice(args);
+            all.push("y");
+            e.run(&all).success();
+        }
+        let bytes = std::fs::read(&e.path).unwrap();
+        assert_eq!(
+            bytes.starts_with(b"{\"op\":\"put\""),
+            ndjson,
+            "{name}: {bytes:?}"
+        );
+        assert_eq!(e.drain()[0]["payload"], "y", "{name}");
+    }
+
+    // An NDJSON spool whose main file is empty (as `init --backend file`
+    // leaves it) stays NDJSON.
+    let nd = Env::new("q.db");
+    nd.run(&["init", "--backend", "file"]).success();
+    assert_eq!(std::fs::metadata(&nd.path).unwrap().len(), 0);
+    nd.enqueue("z");
+    let bytes = std::fs::read(&nd.path).unwrap();
+    assert!(bytes.starts_with(b"{\"op\":\"put\""), "{bytes:?}");
+}
+
+/// With `SPOOL_PATH` set, a usage error does not show the optional global
+/// `--spool` as required; an empty `SPOOL_PATH` is a usage error that
+/// names it.
+#[test]
+fn spool_path_from_the_environment_keeps_usage_lines_honest() {
+    let env = Env::new("spool.db");
+    for args in [&["enqueue"][..], &["show"], &["attempts"]] {
+        let a = bin()
+            .env("SPOOL_PATH", &env.path)
+            .args(args)
+            .assert()
+            .code(64);
+        let err = stderr(&a);
+        let usage = err
+            .lines()
+            .find(|l| l.starts_with("Usage:"))
+            .unwrap_or_else(|| panic!("no usage line: {err}"));
+        assert!(!usage.contains("--spool <PATH>"), "{usage}");
+    }
+    let a = bin().env("SPOOL_PATH", "").arg("size").assert().code(64);
+    assert!(
+        stderr(&a).starts_with("spool: error: SPOOL_PATH: the spool path is empty"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(!env.path.exists());
+}
+
+/// `-v` says in words how the spool was opened — created, for writing,
+/// read-only — and names the backend as people do, never an internal
+/// enum's name (`(ReadWrite)`).
+#[test]
+fn verbose_open_messages_are_words() {
+    for (file, kind) in [("b.db", "SQLite"), ("b.ndjson", "NDJSON")] {
+        let env = Env::new(file);
+        let shown = env.path.display().to_string();
+        let says = |args: &[&str]| {
+            let mut all = vec!["-v"];
+            all.extend_from_slice(args);
+            stderr(&env.run(&all).success())
+        };
+        let created = says(&["enqueue", "a"]);
+        assert!(
+            created.contains(&format!("created {kind} spool {shown}\n")),
+            "{created}"
+        );
+        let wrote = says(&["enqueue", "b"]);
+        assert!(
+            wrote.contains(&format!("opened {kind} spool {shown} for writing\n")),
+            "{wrote}"
+        );
+        let read = says(&["size"]);
+        assert!(
+            read.contains(&format!("opened {kind} spool {shown} read-only\n")),
+            "{read}"
+        );
+        for said in [created, wrote, read] {
+            for internal in ["ReadWrite", "ReadOnly", "(Create", "CreateNew"] {
+                assert!(!said.contains(internal), "{said}");
+            }
+        }
+    }
+}

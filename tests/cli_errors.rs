@@ -5,7 +5,7 @@
 
 mod cli_common;
 
-use assert_cmd::assert::OutputAssertExt;
+use assert_cmd::assert::{Assert, OutputAssertExt};
 use cli_common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command as StdCommand, Stdio};
@@ -413,4 +413,118 @@ fn a_torn_ndjson_tail_is_left_alone_by_readers_and_cut_by_the_next_write() {
     assert!(!std::fs::read_to_string(&env.path)
         .unwrap()
         .contains("\"pay{"));
+}
+
+/// Parser errors say what was expected, with an example: durations,
+/// sizes, retention windows, `--ndjson` lines and import records. None
+/// shows a parser's internals (`expected number at 0`, `expected
+/// ident`), and none changes the spool.
+#[test]
+fn parse_errors_say_what_was_expected_with_an_example() {
+    each_backend(|env| {
+        env.enqueue("x");
+        // SQLite's shared-memory index changes under readers.
+        let data = || -> Vec<_> {
+            env.snapshot()
+                .into_iter()
+                .filter(|(p, _)| !p.to_string_lossy().ends_with("-shm"))
+                .collect()
+        };
+        let before = data();
+        let check = |a: Assert, code: i32, wants: &[&str]| {
+            let a = a.code(code).stdout("");
+            let err = stderr(&a);
+            for w in wants {
+                assert!(err.contains(w), "{w:?} not in {err}");
+            }
+            for internal in ["at 0", "ident", "supported units", "struct", "Header"] {
+                assert!(!err.contains(internal), "{internal:?} in {err}");
+            }
+        };
+        const DURATION: &str = "e.g. 500ms, 5s, 2m, 1h, 1h30m, 7d; a bare number is seconds";
+        check(
+            env.run(&["config", "retain", "forever"]),
+            64,
+            &["invalid retention \"forever\"", "e.g. 7d, 12h, 1d12h"],
+        );
+        check(
+            env.run(&["replay", "--exec", "true", "--timeout", "forever"]),
+            64,
+            &[
+                "invalid duration \"forever\": it does not start with a number",
+                DURATION,
+            ],
+        );
+        check(
+            env.run(&["replay", "--exec", "true", "--backoff-max", "7x"]),
+            64,
+            &["unknown unit \"x\"", DURATION],
+        );
+        check(
+            env.run(&["enqueue", "--max-payload", "16XB", "y"]),
+            64,
+            &["unknown unit \"XB\"", "e.g. 512, 64KiB, 16MiB"],
+        );
+        check(
+            env.run_in(&["enqueue", "--ndjson"], "{\"payload\":\"a\"}\nnot json\n"),
+            65,
+            &[
+                "stdin line 2: not a JSON object (column 2: this is not JSON)",
+                "e.g. {\"payload\": \"…\", \"key\": \"…\"}",
+            ],
+        );
+        check(
+            env.run_in(&["enqueue", "--ndjson"], "{\"payload\":\"a\""),
+            65,
+            &[
+                "stdin line 1: not a JSON object",
+                "the line ends before the JSON object does",
+            ],
+        );
+        check(
+            env.run_in(&["import", "-"], "{\"id\":1,\"payload\":\"a\"}\n{id: 2}\n"),
+            65,
+            &[
+                "stdin line 2: not a JSON object",
+                "e.g. {\"id\": 1, \"payload\": \"…\", \"state\": \"pending\"}",
+            ],
+        );
+        check(
+            env.run_in(&["import", "-"], "{\"spool\": 5}\n"),
+            65,
+            &[
+                "stdin line 1: spool header: column 11: invalid type: integer `5`, expected a JSON object",
+                "e.g. {\"spool\": {\"uuid\": \"…\"",
+            ],
+        );
+        assert!(data() == before, "nothing changed");
+    });
+}
+
+/// A libpq key/value string given as the spool is not looked for as a
+/// file: exit 64 with the equivalent `postgres://` URL, and the password
+/// appears nowhere; nothing is created.
+#[test]
+fn a_libpq_key_value_string_gets_the_equivalent_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let conninfo = "host=/run/postgresql user=app dbname=ops password=s3cret";
+    for args in [&["size"][..], &["enqueue", "x"], &["init"]] {
+        let a = bin()
+            .current_dir(dir.path())
+            .args(["-s", conninfo])
+            .args(args)
+            .assert()
+            .code(64)
+            .stdout("");
+        let err = stderr(&a);
+        assert!(
+            err.contains("libpq key/value connection string")
+                && err.contains("postgres://app@/ops?host=/run/postgresql&spool=default")
+                && err.contains("PGPASSWORD"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(!err.contains("no spool exists"), "{err}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -352,3 +352,144 @@ fn old_exports_without_a_header_still_import() {
         assert_ne!(uuid(env), uuid(&edge));
     });
 }
+
+/// `Idempotency-Key` of every request `sink` received, by body.
+fn keys_by_body(sink: &http_sink::Sink) -> std::collections::BTreeMap<String, String> {
+    sink.received()
+        .iter()
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.body).into_owned(),
+                r.header("Idempotency-Key").unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A key-less item keeps the key it was sent under across export and
+/// import into another spool (where it is renumbered): the receiver that
+/// took it before the move sees the same `Idempotency-Key` after it.
+/// Held and dead records get their stable key too; an explicit key is
+/// kept; importing the same export again is a dedup hit for every
+/// pending and held record.
+#[test]
+fn a_moved_key_less_item_keeps_its_idempotency_key() {
+    for (from, to) in MOVES {
+        eprintln!("--- {from} -> {to}");
+        let edge = Env::new(from);
+        let a = edge.enqueue("a");
+        edge.enqueue_key("b", "order-7");
+        let c = edge.enqueue("c");
+        let d = edge.enqueue("d");
+        edge.run(&["hold", &c.to_string()]).success();
+        // The receiver takes a and b but its answers are lost (503), and
+        // rejects d for good.
+        let before = http_sink::Sink::start(|r, _| {
+            http_sink::Answer::Status(if r.body == b"d" { 400 } else { 503 })
+        });
+        edge.run(&["replay", "--url", &before.url("/in")]).code(1);
+        let sent = keys_by_body(&before);
+        let edge_uuid = uuid(&edge);
+        assert_eq!(sent["a"], format!("{edge_uuid}:{a}"));
+        assert_eq!(sent["b"], "order-7");
+
+        let moved = Env::new(to);
+        // The target has issued ids of its own: every record is renumbered.
+        for p in ["t1", "t2", "t3", "t4"] {
+            moved.enqueue(p);
+        }
+        moved.run(&["done", "1", "2", "3", "4"]).success();
+        let (file, _) = export(&edge, "all.ndjson");
+        let r = json_out(
+            &moved
+                .cmd()
+                .args(["--json", "import"])
+                .arg(&file)
+                .assert()
+                .success(),
+        );
+        assert_eq!(r["renumbered"].as_array().unwrap().len(), 4, "{r}");
+        assert_eq!(r["deduplicated"], serde_json::json!([]));
+        let keys: Vec<(String, String)> =
+            ndjson(&moved.run(&["export"]).success().get_output().stdout)[1..]
+                .iter()
+                .map(|v| {
+                    (
+                        v["payload"].as_str().unwrap().to_string(),
+                        v["key"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+        assert_eq!(
+            keys,
+            [
+                ("a".to_string(), format!("{edge_uuid}:{a}")),
+                ("b".to_string(), "order-7".to_string()),
+                ("c".to_string(), format!("{edge_uuid}:{c}")),
+                ("d".to_string(), format!("{edge_uuid}:{d}")),
+            ]
+        );
+
+        // The same export again: nothing pending or held is added.
+        let again = moved
+            .cmd()
+            .args(["--json", "import"])
+            .arg(&file)
+            .assert()
+            .success();
+        let r = json_out(&again);
+        let hits: Vec<&str> = r["deduplicated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["key"].as_str().unwrap())
+            .collect();
+        let (ka, kc) = (format!("{edge_uuid}:{a}"), format!("{edge_uuid}:{c}"));
+        assert_eq!(hits, [ka.as_str(), "order-7", kc.as_str()]);
+        assert_eq!(
+            (r["pending"].as_u64(), r["held"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert!(
+            stderr(&again).contains("deduplicated"),
+            "{}",
+            stderr(&again)
+        );
+        assert_eq!(moved.size(), 3);
+
+        // After the move the receiver sees the keys it saw before.
+        moved
+            .run(&[
+                "release",
+                "--",
+                &r["deduplicated"][2]["existing"].to_string(),
+            ])
+            .success();
+        let after = http_sink::Sink::always(200);
+        moved
+            .run(&["replay", "--url", &after.url("/in"), "--ignore-backoff"])
+            .success();
+        let resent = keys_by_body(&after);
+        assert_eq!(resent["a"], sent["a"]);
+        assert_eq!(resent["b"], sent["b"]);
+        assert_eq!(resent["c"], format!("{edge_uuid}:{c}"));
+        assert_eq!(resent.len(), 3);
+    }
+}
+
+/// An export without a header names no source spool, so no key can be
+/// derived: a key-less record stays key-less (and is sent under the
+/// target's own `<uuid>:<id>`).
+#[test]
+fn a_headerless_export_leaves_key_less_records_key_less() {
+    each_backend(|env| {
+        let file = env.dir.path().join("hand.ndjson");
+        std::fs::write(&file, "{\"id\":7,\"payload\":\"x\"}\n").unwrap();
+        import(env, &file, &[]).success();
+        let items = env.drain();
+        assert_eq!(items[0]["key"], "");
+        let sink = http_sink::Sink::always(200);
+        env.run(&["replay", "--url", &sink.url("/in")]).success();
+        assert_eq!(keys_by_body(&sink)["x"], format!("{}:7", uuid(env)));
+    });
+}

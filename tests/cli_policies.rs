@@ -23,7 +23,7 @@ fn config_and_init_remember_on_full() {
         assert_eq!(stdout(&out).trim(), "drop-oldest", "{b}");
         env.run(&["config", "on-full", "reject"]).success();
         let all = json_out(&env.run(&["--json", "config"]).success());
-        assert_eq!(all["on-full"], "reject", "{b}: {all}");
+        assert_eq!(all["on_full"], "reject", "{b}: {all}");
         // A bad value changes nothing.
         let a = env.run(&["config", "on-full", "drop-newest"]).code(64);
         assert!(

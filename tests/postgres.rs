@@ -737,8 +737,83 @@ fn export_from_sqlite_imports_into_postgres() {
     assert!(imp.wait().unwrap().success());
     let a = open_with(db, OpenMode::ReadOnly, None);
     let b = open_with(&url, OpenMode::ReadOnly, None);
-    assert_eq!(a.drain().unwrap(), b.drain().unwrap());
+    let mut expected = a.drain().unwrap();
+    // The key-less item carries the key it was sent under from SQLite.
+    expected[1].key = format!("{}:2", a.uuid().unwrap());
+    assert_eq!(expected, b.drain().unwrap());
     assert_eq!(b.high_water().unwrap(), 3);
+}
+
+/// `Idempotency-Key` of every request `sink` received, by body.
+fn keys_by_body(sink: &Sink) -> BTreeMap<String, String> {
+    sink.received()
+        .iter()
+        .map(|r| {
+            (
+                String::from_utf8_lossy(&r.body).into_owned(),
+                r.header("Idempotency-Key").unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// SQLite → PostgreSQL: a key-less item that a receiver took before the
+/// move (its answer lost) is sent with the same `Idempotency-Key` after
+/// it, although PostgreSQL renumbered it; importing the export a second
+/// time adds nothing.
+#[test]
+fn a_key_less_item_keeps_its_idempotency_key_into_postgres() {
+    let Some(url) = new_spool("stable_key") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("edge.db");
+    let db = db.to_str().unwrap();
+    let run = |spool: &str, args: &[&str], stdin: &[u8]| {
+        let mut c = bin()
+            .args(["-q", "-s", spool])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(stdin).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    // PostgreSQL has issued ids 1 and 2 already: the import renumbers.
+    for p in ["t1", "t2"] {
+        assert!(run(&url, &["enqueue", p], b"").status.success());
+    }
+    assert!(run(&url, &["done", "1", "2"], b"").status.success());
+    for p in ["a", "b"] {
+        assert!(run(db, &["enqueue", p], b"").status.success());
+    }
+    let before = Sink::always(503);
+    let out = run(db, &["replay", "--url", &before.url("/in")], b"");
+    assert_eq!(out.status.code(), Some(75));
+    let sent = keys_by_body(&before);
+    let export = run(db, &["export"], b"");
+    assert!(export.status.success());
+    let out = run(&url, &["--json", "import", "-"], &export.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["renumbered"].as_array().unwrap().len(), 2);
+    let out = run(&url, &["--json", "import", "-"], &export.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["imported"], 0, "{report}");
+    assert_eq!(report["deduplicated"].as_array().unwrap().len(), 2);
+    let after = Sink::always(200);
+    let out = run(
+        &url,
+        &["replay", "--url", &after.url("/in"), "--ignore-backoff"],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(keys_by_body(&after), sent);
+    assert_eq!(sent.len(), 2);
 }
 
 /// `wait_for_enqueue` wakes on a NOTIFY from another process's enqueue,
@@ -1396,4 +1471,61 @@ fn follow_mode_is_woken_by_another_process_s_enqueue() {
         stderr.contains("woken by NOTIFY on spool_enqueue:"),
         "{stderr}"
     );
+}
+
+/// `init` of a spool name the database already has says so in
+/// PostgreSQL's words (exit 73, nothing changed), and `compact` reports
+/// the dead tuples and what became of the tables' size without calling
+/// growth "saved".
+#[test]
+fn init_and_compact_speak_of_postgresql() {
+    let Some(url) = new_spool("wording") else {
+        return;
+    };
+    let run = |args: &[&str]| bin().args(["-s", &url]).args(args).output().unwrap();
+    assert!(run(&["init"]).status.success());
+    assert!(run(&["enqueue", "a"]).status.success());
+    let out = run(&["init", "--max-depth", "5"]);
+    assert_eq!(out.status.code(), Some(73));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("a spool named \"wording")
+            && err.contains("already exists in database \"")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert!(!err.contains("path") && !err.contains("file"), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&run(&["config", "max-depth"]).stdout).trim(),
+        "none"
+    );
+    for p in ["b", "c", "d"] {
+        assert!(run(&["enqueue", p]).status.success());
+    }
+    assert!(run(&["done", "2", "3", "4"]).status.success());
+    let out = run(&["compact"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tables = text
+        .lines()
+        .find(|l| l.starts_with("tables"))
+        .unwrap_or_else(|| panic!("no tables line: {text}"));
+    let (before, after) = {
+        let json = run(&["--json", "compact"]);
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert!(
+            v["dead_tuples_before"].is_u64() && v["dead_tuples_after"].is_u64(),
+            "{v}"
+        );
+        (v["bytes_before"].as_u64(), v["bytes_after"].as_u64())
+    };
+    assert!(before.is_some() && after.is_some());
+    assert!(
+        ["saved", "grew by", "unchanged"]
+            .iter()
+            .any(|w| tables.contains(w)),
+        "{tables}"
+    );
+    assert!(!tables.contains("0 B saved"), "{tables}");
+    assert!(text.contains("dead tuples"), "{text}");
 }

@@ -130,11 +130,11 @@ impl SpoolHeader {
     /// fields are errors; `skips` may be left out.
     pub fn parse_line(line: &[u8]) -> std::result::Result<SpoolHeader, String> {
         let h: HeaderLine = serde_json::from_slice(line).map_err(|e| {
-            let msg = e.to_string();
-            match msg.rfind(" at line 1 column ") {
-                Some(i) => format!("spool header: {}", &msg[..i]),
-                None => format!("spool header: {msg}"),
-            }
+            let why = crate::ops::json::line_error(
+                &e,
+                r#"{"spool": {"uuid": "…", "push": {"last_assigned": 0, "acked": 0}}}"#,
+            );
+            format!("spool header: {why}")
         })?;
         let header = SpoolHeader {
             uuid: h.spool.uuid,

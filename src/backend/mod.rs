@@ -2,9 +2,13 @@
 //!
 //! A spool is one path. [`Spool::open`] decides the backend the way the
 //! spec's §2 table says: an existing file that starts with the SQLite
-//! header is SQLite, any other existing file is NDJSON; a new path is
-//! NDJSON when it ends in `.ndjson` or `.jsonl`, SQLite otherwise; an
-//! explicit backend wins for a new path and must match an existing one.
+//! header is SQLite, any other non-empty existing file is NDJSON; a new
+//! path — or an empty file, such as a `touch`ed `spool.db` — is NDJSON
+//! when it ends in `.ndjson` or `.jsonl`, SQLite otherwise; an explicit
+//! backend wins for a new or empty path and must match an existing one.
+//! An empty file beside an NDJSON spool's companion files (`.meta`,
+//! `.idx`, `.dead`, `.delivered`) is that NDJSON spool with no live
+//! record, as `init --backend file` leaves it.
 
 pub mod file;
 pub mod identity;
@@ -117,11 +121,22 @@ pub fn detect_existing(path: &Path) -> Result<BackendKind> {
         .try_exists()
         .map_err(|e| Error::io(path, "inspect spool", e))?;
     if !exists {
+        not_libpq(path)?;
         return Err(Error::NotFound {
             path: path.to_path_buf(),
         });
     }
     detect(path, None)
+}
+
+/// A missing `path` that is a libpq key/value string (`host=db
+/// dbname=ops`) is no file name: [`Error::Unsupported`] with the
+/// equivalent `postgres://` URL (see [`postgres::url::libpq_hint`]).
+fn not_libpq(path: &Path) -> Result<()> {
+    match path.to_str().and_then(postgres::url::libpq_hint) {
+        Some(msg) => Err(Error::Unsupported(msg)),
+        None => Ok(()),
+    }
 }
 
 /// Decide which backend `path` uses (see the module docs).
@@ -152,6 +167,10 @@ pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind
             }
             let found = if n == head.len() && &head == SQLITE_HEADER {
                 BackendKind::Sqlite
+            } else if n == 0 && !has_file_companion(path) {
+                // An empty file holds no spool yet: it takes its backend
+                // as a new path does (a `touch`ed `spool.db` is SQLite).
+                return Ok(requested.unwrap_or_else(|| by_name(path)));
             } else {
                 BackendKind::File
             };
@@ -166,15 +185,29 @@ pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(
-                requested.unwrap_or_else(|| match path.extension().and_then(|e| e.to_str()) {
-                    Some("ndjson") | Some("jsonl") => BackendKind::File,
-                    _ => BackendKind::Sqlite,
-                }),
-            )
+            Ok(requested.unwrap_or_else(|| by_name(path)))
         }
         Err(e) => Err(Error::io(path, "open spool", e)),
     }
+}
+
+/// The backend a new (or empty) path takes from its name: NDJSON for
+/// `.ndjson` and `.jsonl`, SQLite for any other.
+fn by_name(path: &Path) -> BackendKind {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("ndjson") | Some("jsonl") => BackendKind::File,
+        _ => BackendKind::Sqlite,
+    }
+}
+
+/// True when a companion file of an NDJSON spool at `path` exists
+/// (`.meta`, `.idx`, `.dead`, `.delivered`): an empty main file beside
+/// one is an NDJSON spool with no live record (as `init --backend file`
+/// leaves it), not a path to give a backend.
+fn has_file_companion(path: &Path) -> bool {
+    ["meta", "idx", "dead", "delivered"]
+        .iter()
+        .any(|s| companion(path, s).exists())
 }
 
 /// An open spool of any backend.
@@ -219,6 +252,9 @@ impl Spool {
         let exists = path
             .try_exists()
             .map_err(|e| Error::io(path, "inspect spool", e))?;
+        if !exists {
+            not_libpq(path)?;
+        }
         if exists && opts.mode == OpenMode::CreateNew {
             return Err(Error::AlreadyExists {
                 path: path.to_path_buf(),

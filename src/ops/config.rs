@@ -62,6 +62,26 @@ pub struct Setting {
     pub settable: bool,
 }
 
+impl Setting {
+    /// The key as JSON reports name it: snake_case (`max_depth`,
+    /// `on_full`), as every JSON report of `spool` does, while the command
+    /// line keeps its kebab-case key (`max-depth`).
+    pub fn json_key(&self) -> String {
+        self.key.replace('-', "_")
+    }
+}
+
+/// `settings` as one JSON object, `{"max_depth": N|null, "on_full":
+/// "…", …}`: each [`Setting::json_key`] with its value.
+pub fn to_json(settings: &[Setting]) -> serde_json::Value {
+    serde_json::Value::Object(
+        settings
+            .iter()
+            .map(|s| (s.json_key(), s.value.to_json()))
+            .collect(),
+    )
+}
+
 /// Reads a setting.
 type Getter = fn(&dyn Queue) -> Result<Value>;
 /// Parses a value as the command line writes it and stores it.
@@ -175,8 +195,7 @@ pub fn retain_name(window: Option<Duration>) -> String {
 }
 
 fn set_retain(q: &dyn Queue, value: &str) -> Result<()> {
-    let window = crate::item::parse_retain(value)
-        .map_err(|e| Error::Unsupported(format!("{e} (give off, or a window such as 7d)")))?;
+    let window = crate::item::parse_retain(value).map_err(Error::Unsupported)?;
     q.set_retain(window)
 }
 

@@ -8,6 +8,18 @@
 //! header on any other line is a malformed record. Exports without a
 //! header (older versions, `drain`, `dlq export`) import as before.
 //!
+//! A record without a key keeps its stable identity: with a header, it
+//! gets the key `<source-uuid>:<source-id>` ([`with_stable_key`]) — the
+//! `Idempotency-Key` that `replay` sent for it from the exporting spool —
+//! whatever its state, so a receiver that already took it deduplicates,
+//! and importing the same export twice is a dedup hit for every pending
+//! and held record the second time. Without a header there is no source
+//! uuid: key-less records stay key-less (and are sent under the target's
+//! `<uuid>:<id>`). An in-flight record (one with a `push_seq`) imported
+//! under the exporting spool's own identity keeps its empty key: its
+//! push number identifies it at the receiver, with the key it was sent
+//! with.
+//!
 //! [`read_records`] parses and checks the whole input before anything is
 //! changed: one malformed record anywhere is an error naming its line
 //! ([`crate::Error::InvalidInput`], exit 65), and nothing is imported.
@@ -87,12 +99,7 @@ fn time(field: &str, v: Option<String>) -> std::result::Result<Option<Timestamp>
 /// Parse one record (a line without its line ending).
 pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
     let r: RecordIn = serde_json::from_slice(line).map_err(|e| {
-        let msg = e.to_string();
-        // The position serde reports is within this one line.
-        match msg.rfind(" at line 1 column ") {
-            Some(i) => format!("{} (column {})", &msg[..i], &msg[i + 18..]),
-            None => msg,
-        }
+        super::json::line_error(&e, r#"{"id": 1, "payload": "…", "state": "pending"}"#)
     })?;
     if r.id == 0 {
         return Err("id must be a positive integer".into());
@@ -474,12 +481,40 @@ pub fn import_input_with(
     if adopt {
         input.check_identity()?;
     }
+    let source = input.header.as_ref().map(|h| h.uuid.as_str());
+    // Whether the spool is (or becomes) the exporting spool as a push
+    // client, so that records may keep their push numbers.
+    let same_client = match source {
+        Some(uuid) => adopt || queue.uuid().ok().as_deref() == Some(uuid),
+        None => false,
+    };
     import_records(
         queue,
         input.len(),
         input.header.as_ref().map(|h| (h, adopt)),
-        &mut input.records(),
+        &mut input
+            .records()
+            .map(|r| r.map(|r| with_stable_key(r, source, same_client))),
     )
+}
+
+/// `rec` with the stable key it was sent under by the exporting spool
+/// `source` (`<source-uuid>:<source-id>`, what `replay` sends for an item
+/// without a key) when it has no key of its own, so that a move keeps
+/// its identity at a receiver and importing the same export twice
+/// deduplicates. Without a source uuid (an export without a header) the
+/// record is left key-less: no key can be derived. With `same_client`
+/// (the import keeps the exporting spool's push identity) a record that
+/// carries a push number is left as it is too: the number is its
+/// identity at the push receiver, which knows it with its key as it was,
+/// and a new key would be new content under the same number.
+pub fn with_stable_key(mut rec: Record, source: Option<&str>, same_client: bool) -> Record {
+    if let Some(uuid) = source {
+        if rec.item.key.is_empty() && !(same_client && rec.item.push_seq.is_some()) {
+            rec.item.key = format!("{uuid}:{}", rec.item.id);
+        }
+    }
+    rec
 }
 
 fn import_records(
@@ -575,6 +610,27 @@ mod tests {
         let e = read_records(&mut input, "in.ndjson").unwrap_err();
         assert!(e.to_string().starts_with("in.ndjson line 3: "), "{e}");
         assert_eq!(e.kind(), crate::ErrorKind::Data);
+    }
+
+    #[test]
+    fn key_less_records_get_the_source_s_stable_key() {
+        let rec = |line: &[u8]| parse_record(line).unwrap();
+        let plain = rec(br#"{"id":4,"payload":"a"}"#);
+        let keyed = rec(br#"{"id":5,"payload":"b","key":"k"}"#);
+        let in_flight = rec(br#"{"id":6,"payload":"c","push_seq":2}"#);
+        let u = Some("3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10");
+        let key = |r: &Record, src, same| with_stable_key(r.clone(), src, same).item.key;
+        assert_eq!(
+            key(&plain, u, false),
+            "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10:4"
+        );
+        assert_eq!(key(&keyed, u, false), "k");
+        assert_eq!(key(&plain, None, false), "");
+        assert_eq!(key(&in_flight, u, true), "");
+        assert_eq!(
+            key(&in_flight, u, false),
+            "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10:6"
+        );
     }
 
     #[test]

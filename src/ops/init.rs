@@ -1,5 +1,6 @@
 //! `init`: create a new spool explicitly. An existing path is
-//! [`crate::Error::AlreadyExists`] and stays untouched.
+//! [`crate::Error::AlreadyExists`], a PostgreSQL spool name the database
+//! already has [`crate::Error::SpoolNameTaken`]; either stays untouched.
 
 use crate::backend::{OpenMode, OpenOptions, Spool};
 use crate::error::Result;

@@ -605,19 +605,8 @@ struct ParsedLine {
 }
 
 fn parse_ndjson_line(line: &[u8]) -> std::result::Result<ParsedLine, String> {
-    let obj: NdjsonLine = serde_json::from_slice(line).map_err(|e| {
-        let msg = e.to_string();
-        // serde_json appends " at line 1 column N"; the line is ours.
-        let msg = match msg.rsplit_once(" at line ") {
-            Some((m, _)) => m.to_string(),
-            None => msg,
-        };
-        if e.column() > 0 {
-            format!("column {}: {msg}", e.column())
-        } else {
-            msg
-        }
-    })?;
+    let obj: NdjsonLine = serde_json::from_slice(line)
+        .map_err(|e| super::json::line_error(&e, r#"{"payload": "…", "key": "…"}"#))?;
     let payload = match (obj.payload, obj.payload_base64) {
         (Some(p), None) => p.into_bytes(),
         (None, Some(b)) => base64::engine::general_purpose::STANDARD

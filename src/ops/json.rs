@@ -189,3 +189,78 @@ mod tests {
         assert!(v.get("dead_at").is_none());
     }
 }
+
+/// Why a line of JSON input was refused, in words and with an example of
+/// a good line (`example`): serde_json's own message says what its parser
+/// expected (`expected ident`, `EOF while parsing an object`) and names
+/// internal types, which tell a person nothing. The column is within the
+/// line.
+pub(crate) fn line_error(e: &serde_json::Error, example: &str) -> String {
+    let msg = e.to_string();
+    // serde_json appends " at line 1 column N"; the line is ours.
+    let msg = match msg.rsplit_once(" at line ") {
+        Some((m, _)) => m.to_string(),
+        None => msg,
+    };
+    let at = if e.column() > 0 {
+        format!("column {}: ", e.column())
+    } else {
+        String::new()
+    };
+    match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            let what = if msg.starts_with("EOF while parsing") {
+                "the line ends before the JSON object does".to_string()
+            } else if msg == "trailing characters" {
+                "more text after the JSON object".to_string()
+            } else if msg.starts_with("expected ident") || msg.starts_with("expected value") {
+                "this is not JSON".to_string()
+            } else {
+                msg
+            };
+            format!("not a JSON object ({at}{what}); write one object per line, e.g. {example}")
+        }
+        _ => {
+            // `invalid type: sequence, expected struct NdjsonLine`.
+            let what = match msg.find("expected struct ") {
+                Some(i) => format!("{}expected a JSON object", &msg[..i]),
+                None => msg,
+            };
+            format!("{at}{what}; e.g. {example}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod line_error_tests {
+    use super::line_error;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Obj {
+        payload: String,
+    }
+
+    fn err(line: &str) -> String {
+        line_error(
+            &serde_json::from_str::<Obj>(line).unwrap_err(),
+            r#"{"payload": "…"}"#,
+        )
+    }
+
+    #[test]
+    fn says_what_was_expected_with_an_example() {
+        for (line, want) in [
+            ("not json", "not a JSON object (column 2: this is not JSON); write one object per line, e.g. {\"payload\": \"…\"}"),
+            ("{\"payload\":\"a\"", "not a JSON object (column 14: the line ends before the JSON object does)"),
+            ("{\"payload\":\"a\"} x", "more text after the JSON object"),
+            ("1", "column 1: invalid type: integer `1`, expected a JSON object; e.g. {\"payload\": \"…\"}"),
+            ("{\"kee\":1}", "unknown field `kee`, expected `payload`"),
+        ] {
+            let e = err(line);
+            assert!(e.contains(want), "{line}: {e}");
+            assert!(!e.contains("ident") && !e.contains("Obj"), "{line}: {e}");
+        }
+    }
+}

@@ -216,11 +216,7 @@ impl PostgresQueue {
                     path: q.display.clone().into(),
                 })
             }
-            (true, OpenMode::CreateNew) => {
-                return Err(Error::AlreadyExists {
-                    path: q.display.clone().into(),
-                })
-            }
+            (true, OpenMode::CreateNew) => return Err(q.name_taken()),
             (true, _) => {
                 if found != Found::Version(schema::SCHEMA_VERSION) && opts.mode.writable() {
                     schema::migrate(&mut conn, &q.target, &q.display)?;
@@ -244,14 +240,20 @@ impl PostgresQueue {
                     )
                     .map_err(|e| pg_error(&q.target, &q.display, "create", e))?;
                 if created.is_none() && opts.mode == OpenMode::CreateNew {
-                    return Err(Error::AlreadyExists {
-                        path: q.display.clone().into(),
-                    });
+                    return Err(q.name_taken());
                 }
             }
         }
         *q.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
         Ok(q)
+    }
+
+    /// The refusal of a new spool whose name the database already has.
+    fn name_taken(&self) -> Error {
+        Error::SpoolNameTaken {
+            name: self.target.spool.clone(),
+            database: self.target.dbname.clone(),
+        }
     }
 
     /// Another handle on the same spool with a connection of its own

@@ -81,11 +81,22 @@ pub fn is_postgres_url(s: &str) -> bool {
     lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
-/// `s` with the password of a PostgreSQL URL replaced by `***`; any other
-/// string unchanged. For messages about a `--spool` value.
+/// `s` with the password of a PostgreSQL URL (or of a libpq key/value
+/// string, see [`libpq_key_values`]) replaced by `***`; any other string
+/// unchanged. For messages about a `--spool` value.
 pub fn redact(s: &str) -> String {
     if !is_postgres_url(s) {
-        return s.to_string();
+        return match libpq_key_values(s) {
+            Some(pairs) => pairs
+                .iter()
+                .map(|(k, v)| match k.as_str() {
+                    "password" => format!("{k}=***"),
+                    _ => format!("{k}={}", quote_libpq(v)),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => s.to_string(),
+        };
     }
     match PgTarget::parse_with_env(s, &|_| None) {
         Ok(t) => t.display(),
@@ -96,6 +107,154 @@ pub fn redact(s: &str) -> String {
             format!("{}…", &s[..scheme_end])
         }
     }
+}
+
+/// The keywords that make a string a libpq connection string
+/// (`host=db user=app dbname=ops`) rather than a file name.
+const LIBPQ_CONNECTION_KEYS: [&str; 6] = ["host", "hostaddr", "port", "dbname", "user", "password"];
+
+/// The `key=value` pairs of a libpq key/value connection string
+/// (`host=db.internal user=app dbname=ops`; values may be single-quoted),
+/// or `None` when `s` is not one: every word is `key=value` with a
+/// lowercase keyword, and one of them names a server, database, user or
+/// password. spool takes PostgreSQL spools only as `postgres://` URLs;
+/// this lets it say so (see [`libpq_hint`]) instead of looking for a file
+/// of that name.
+pub fn libpq_key_values(s: &str) -> Option<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    let mut rest = s.trim_start();
+    while !rest.is_empty() {
+        let key_len = rest
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(rest.len());
+        if key_len == 0 {
+            return None;
+        }
+        let key = &rest[..key_len];
+        rest = rest[key_len..].trim_start().strip_prefix('=')?.trim_start();
+        let mut value = String::new();
+        if let Some(quoted) = rest.strip_prefix('\'') {
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => value.push(chars.next()?.1),
+                    '\'' => {
+                        end = Some(i + 1);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            rest = &quoted[end?..];
+            if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+                return None;
+            }
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            value.push_str(&rest[..end]);
+            rest = &rest[end..];
+        }
+        pairs.push((key.to_string(), value));
+        rest = rest.trim_start();
+    }
+    pairs
+        .iter()
+        .any(|(k, _)| LIBPQ_CONNECTION_KEYS.contains(&k.as_str()))
+        .then_some(pairs)
+}
+
+fn quote_libpq(v: &str) -> String {
+    if !v.is_empty() && !v.contains(|c: char| c.is_whitespace() || c == '\'' || c == '\\') {
+        return v.to_string();
+    }
+    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// For a `--spool` value that is a libpq key/value string (see
+/// [`libpq_key_values`]): the message that says a `postgres://` URL is
+/// needed, with the URL equivalent to the given keys — never with the
+/// password, which goes in `PGPASSWORD` (or the URL) instead. `None` for
+/// any other string.
+pub fn libpq_hint(s: &str) -> Option<String> {
+    let pairs = libpq_key_values(s)?;
+    let get = |k: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let host = get("host").or(get("hostaddr")).unwrap_or("");
+    let mut url = String::from("postgres://");
+    if let Some(u) = get("user") {
+        url.push_str(&percent_encode(u));
+        url.push('@');
+    }
+    let mut params = Vec::new();
+    if host.starts_with('/') {
+        params.push(format!("host={}", percent_encode(host)));
+        if let Some(p) = get("port") {
+            params.push(format!("port={}", percent_encode(p)));
+        }
+    } else {
+        if host.contains(':') {
+            url.push_str(&format!("[{host}]"));
+        } else {
+            url.push_str(&percent_encode(host));
+        }
+        if let Some(p) = get("port") {
+            url.push(':');
+            url.push_str(&percent_encode(p));
+        }
+    }
+    url.push('/');
+    url.push_str(&percent_encode(get("dbname").unwrap_or("")));
+    for k in [
+        "sslmode",
+        "sslrootcert",
+        "connect_timeout",
+        "application_name",
+    ] {
+        if let Some(v) = get(k) {
+            params.push(format!("{k}={}", percent_encode(v)));
+        }
+    }
+    params.push("spool=default".to_string());
+    url.push('?');
+    url.push_str(&params.join("&"));
+    let known = |k: &str| {
+        LIBPQ_CONNECTION_KEYS.contains(&k)
+            || [
+                "sslmode",
+                "sslrootcert",
+                "connect_timeout",
+                "application_name",
+            ]
+            .contains(&k)
+    };
+    let mut unused: Vec<&str> = pairs
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !known(k))
+        .collect();
+    unused.dedup();
+    let mut msg = format!(
+        "this is a libpq key/value connection string; a PostgreSQL spool is given as a \
+         postgres:// URL: {url} (spool= names the spool in the database)"
+    );
+    if get("password").is_some() {
+        msg.push_str(
+            "; the password is left out: set PGPASSWORD, or write user:PASSWORD@ in the URL",
+        );
+    }
+    if !unused.is_empty() {
+        msg.push_str(&format!(
+            "; not carried over: {} (a spool URL does not take them)",
+            unused.join(", ")
+        ));
+    }
+    Some(msg)
 }
 
 fn percent_decode(s: &str, what: &str) -> Result<String> {
@@ -365,6 +524,45 @@ impl PgTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libpq_strings_are_recognised_and_given_as_urls() {
+        let s = "host=/tmp/pg user=postgres dbname=ops password='se cr\\'et'";
+        let pairs = libpq_key_values(s).unwrap();
+        assert_eq!(pairs[3], ("password".to_string(), "se cr'et".to_string()));
+        let hint = libpq_hint(s).unwrap();
+        assert!(
+            hint.contains("postgres://postgres@/ops?host=/tmp/pg&spool=default"),
+            "{hint}"
+        );
+        assert!(
+            !hint.contains("se cr") && hint.contains("PGPASSWORD"),
+            "{hint}"
+        );
+        assert_eq!(
+            redact(s),
+            "host=/tmp/pg user=postgres dbname=ops password=***"
+        );
+        let hint = libpq_hint(
+            "host = db.internal port=6432 user=app dbname=ops sslmode=require options=-cx",
+        )
+        .unwrap();
+        assert!(
+            hint.contains("postgres://app@db.internal:6432/ops?sslmode=require&spool=default"),
+            "{hint}"
+        );
+        assert!(hint.contains("not carried over: options"), "{hint}");
+        for not in [
+            "spool.db",
+            "a=b",
+            "x y",
+            "/var/spool/host=a.db",
+            "host='open",
+        ] {
+            assert!(libpq_hint(not).is_none(), "{not}");
+        }
+        assert_eq!(redact("spool.db"), "spool.db");
+    }
 
     fn no_env(_: &str) -> Option<String> {
         None

@@ -165,7 +165,9 @@ impl SqliteQueue {
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .map_err(err)?;
-        if !mode.eq_ignore_ascii_case("wal") {
+        // An empty database (a touched file) has no journal mode of its
+        // own yet: the first write sets WAL along with the tables.
+        if !mode.eq_ignore_ascii_case("wal") && self.layout != super::Layout::Empty {
             report.push(
                 Severity::Warning,
                 &self.path,
@@ -199,7 +201,14 @@ impl SqliteQueue {
                 None,
                 "schema version 4 (retained records all in a time index); the next write migrates it",
             ),
-            super::Layout::Reference | super::Layout::Empty => report.push(
+            super::Layout::Empty => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "no tables yet (an empty database, such as a touched spool.db): an empty spool; \
+                 the first write creates them",
+            ),
+            super::Layout::Reference => report.push(
                 Severity::Info,
                 &self.path,
                 None,

@@ -49,15 +49,15 @@ pub struct Cli {
 /// Options every subcommand accepts, before or after its name.
 #[derive(Args, Debug)]
 pub struct GlobalArgs {
-    /// The spool to use [default: ./spool.db]
+    /// The spool to use [default: $SPOOL_PATH, else ./spool.db]
     ///
     /// A path ending in .ndjson or .jsonl is an NDJSON spool when created;
-    /// any other new path is SQLite; an existing file keeps its format.
+    /// any other new path is SQLite; an existing file keeps its format. An
+    /// empty file (a touched spool.db) takes its format from its name,
+    /// like a new path.
     #[arg(
         short = 's',
         long = "spool",
-        env = "SPOOL_PATH",
-        hide_env_values = true,
         value_name = "PATH",
         global = true,
         help_heading = "Global options",
@@ -125,6 +125,24 @@ fn spool_path(s: OsString) -> Result<PathBuf, String> {
         return Ok(PathBuf::from(".").join(s));
     }
     Ok(PathBuf::from(s))
+}
+
+/// The spool when `--spool` is not given: `SPOOL_PATH`, else `./spool.db`.
+///
+/// Read here rather than through clap's `env`: clap counts a value from
+/// the environment as given on the command line, so its usage lines then
+/// show the optional global `--spool <PATH>` as if it were required
+/// (`Usage: spool enqueue --spool <PATH> <PAYLOAD|…>`).
+fn env_spool_path() -> Result<PathBuf, exit::CliError> {
+    match std::env::var_os("SPOOL_PATH") {
+        None => Ok(PathBuf::from("./spool.db")),
+        Some(v) => spool_path(v).map_err(|e| {
+            exit::CliError::new(
+                exit::USAGE,
+                format!("SPOOL_PATH: {e}; set it to a spool path or URL, or unset it"),
+            )
+        }),
+    }
 }
 
 /// The last line of defence: a panic becomes one line on stderr and exit
@@ -210,10 +228,15 @@ fn main() -> ExitCode {
     if cfg!(debug_assertions) && std::env::var_os("SPOOL_DEBUG_PANIC").is_some() {
         panic!("SPOOL_DEBUG_PANIC is set");
     }
+    let spool = match cli.global.spool {
+        Some(path) => path,
+        None => match env_spool_path() {
+            Ok(path) => path,
+            Err(e) => return e.report(),
+        },
+    };
     let mut ctx = commands::Ctx::new(
-        cli.global
-            .spool
-            .unwrap_or_else(|| PathBuf::from("./spool.db")),
+        spool,
         cli.global.backend.map(|b| match b {
             BackendArg::Sqlite => spool::BackendKind::Sqlite,
             BackendArg::File => spool::BackendKind::File,

@@ -7,8 +7,31 @@ use clap::Args;
 use spool::ops::checkpoint::CheckpointJson;
 use spool::ops::compact::{compact, CompactOptions};
 use spool::units::parse_duration;
-use spool::OpenMode;
+use spool::{BackendKind, OpenMode};
 use std::time::{Duration, Instant};
+
+/// The size line: what the files (or PostgreSQL's tables) measured
+/// before and after, and what changed — saved, grew, or unchanged.
+fn size_line(backend: BackendKind, before: u64, after: u64) -> (&'static str, String) {
+    let change = match after.cmp(&before) {
+        std::cmp::Ordering::Less => format!("{} saved", render::bytes(before - after)),
+        std::cmp::Ordering::Greater => format!("grew by {}", render::bytes(after - before)),
+        std::cmp::Ordering::Equal => "unchanged".to_string(),
+    };
+    let sizes = format!("{} -> {}", render::bytes(before), render::bytes(after));
+    match backend {
+        // VACUUM (without FULL) keeps the space it frees inside the
+        // tables for new rows and may add free-space and visibility maps.
+        BackendKind::Postgres => (
+            "tables",
+            format!(
+                "{sizes} ({change}; PostgreSQL keeps the space VACUUM frees for new rows \
+                 instead of returning it)"
+            ),
+        ),
+        _ => ("size", format!("{sizes} ({change})")),
+    }
+}
 
 /// Rewrite an NDJSON spool without dead records, or VACUUM a SQLite spool
 ///
@@ -27,12 +50,19 @@ use std::time::{Duration, Instant};
 /// truncating WAL checkpoint. A reader holding the WAL is reported, not
 /// an error (see `spool checkpoint`).
 ///
+/// PostgreSQL: VACUUM (ANALYZE) of the spool schema's tables, reporting
+/// the dead tuples before and after and the tables' size. That size need
+/// not shrink, and may grow: PostgreSQL keeps the space VACUUM frees for
+/// new rows, and the report says which it was (saved, grew, unchanged).
+///
 /// With --json one object: spool, backend, bytes_before, bytes_after,
 /// bytes_saved, records_before, records_after (NDJSON lines; null for
 /// SQLite), pending, dead_letters, pruned_delivered (delivered items
 /// whose retention window ended, deleted first), high_water, dropped_torn_tail
 /// ({line, offset, bytes, reason} or null), checkpoint (SQLite: the
-/// object `spool checkpoint --json` prints; null for NDJSON), notices
+/// object `spool checkpoint --json` prints; null for NDJSON and
+/// PostgreSQL), dead_tuples_before, dead_tuples_after (PostgreSQL; null
+/// for the files), notices
 /// (what was repaired on the way, such as a torn tail cut; also on
 /// stderr).
 ///
@@ -68,15 +98,7 @@ pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             "spool",
             format!("{} ({})", r.path.display(), r.backend.name()),
         ),
-        (
-            "size",
-            format!(
-                "{} -> {} ({} saved)",
-                render::bytes(r.bytes_before),
-                render::bytes(r.bytes_after),
-                render::bytes(r.bytes_saved())
-            ),
-        ),
+        size_line(r.backend, r.bytes_before, r.bytes_after),
     ];
     if let (Some(b), Some(a)) = (r.records_before, r.records_after) {
         lines.push(("records", format!("{b} -> {a} lines")));

@@ -4,7 +4,7 @@ use super::Ctx;
 use crate::exit::{self, CliError};
 use clap::builder::PossibleValuesParser;
 use clap::Args;
-use spool::ops::config::{self, Setting};
+use spool::ops::config;
 use spool::units::parse_duration;
 use spool::OpenMode;
 use std::time::Duration;
@@ -12,9 +12,10 @@ use std::time::Duration;
 /// Show or change the settings the spool remembers (max-depth, on-full, retain, uuid)
 ///
 /// Without KEY, every setting, one per line; with --json one object
-/// {"max-depth": N|null, "on-full": "…", "retain": "…", "uuid": "…"}.
-/// With KEY, its value alone (for
-/// scripts). With KEY VALUE, set it, durably, for every later command.
+/// {"max_depth": N|null, "on_full": "…", "retain": "…", "uuid": "…"}
+/// (snake_case names, as in every JSON report: `jq .max_depth`). With
+/// KEY, its value alone (for scripts); with --json an object of that one
+/// setting. With KEY VALUE, set it, durably, for every later command.
 ///
 /// Settings:
 ///   max-depth  the most pending items the spool accepts, or none
@@ -68,14 +69,6 @@ fn key_parser() -> PossibleValuesParser {
     PossibleValuesParser::new(config::keys())
 }
 
-fn json_of(settings: &[Setting]) -> serde_json::Value {
-    let map: serde_json::Map<String, serde_json::Value> = settings
-        .iter()
-        .map(|s| (s.key.to_string(), s.value.to_json()))
-        .collect();
-    serde_json::Value::Object(map)
-}
-
 pub fn run(args: ConfigArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     if args.regenerate {
         return regenerate(args, ctx);
@@ -86,7 +79,7 @@ pub fn run(args: ConfigArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             let spool = ctx.open(OpenMode::ReadOnly, ACTION)?;
             let all = config::list(&*spool).map_err(|e| ctx.fail(ACTION, e))?;
             if ctx.json {
-                return ctx.out.json(&json_of(&all));
+                return ctx.out.json(&config::to_json(&all));
             }
             let width = all.iter().map(|s| s.key.len()).max().unwrap_or(0);
             for s in &all {
@@ -99,7 +92,7 @@ pub fn run(args: ConfigArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             let spool = ctx.open(OpenMode::ReadOnly, ACTION)?;
             let s = config::get(&*spool, key).map_err(|e| ctx.fail(ACTION, e))?;
             if ctx.json {
-                return ctx.out.json(&json_of(std::slice::from_ref(&s)));
+                return ctx.out.json(&config::to_json(std::slice::from_ref(&s)));
             }
             ctx.out.line(&s.value.to_string())
         }
@@ -110,7 +103,7 @@ pub fn run(args: ConfigArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ctx.notices(&spool);
             ctx.note(&format!("{} set to {}", s.key, s.value));
             if ctx.json {
-                ctx.out.json(&json_of(std::slice::from_ref(&s)))?;
+                ctx.out.json(&config::to_json(std::slice::from_ref(&s)))?;
             }
             Ok(())
         }

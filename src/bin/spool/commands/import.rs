@@ -23,6 +23,17 @@ use std::path::PathBuf;
 /// too: with dead_at they are dead, with "held": true held, else pending
 /// (so `drain` and `dlq export` output can be imported).
 ///
+/// A record without a key keeps its identity: when the export has a
+/// spool header, it gets the key <source-uuid>:<source-id>, the
+/// Idempotency-Key (and SPOOL_IDEMPOTENCY_KEY) that replay sent for it
+/// from the exporting spool, whatever its state. So a receiver that
+/// already took an item before the move deduplicates it, and importing
+/// the same export twice stores no pending or held record twice (each is
+/// a dedup hit the second time). An export without a header (older
+/// versions, drain or dlq export output, hand-written NDJSON) names no
+/// source spool: its key-less records stay key-less and are sent under
+/// this spool's <uuid>:<id>, a new key.
+///
 /// The push identity: an export begins with a spool header (the
 /// exporting spool's uuid and push state, see `spool export`). A header
 /// is allowed only as the first line; anywhere else it is a malformed

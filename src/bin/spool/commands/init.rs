@@ -11,7 +11,8 @@ use spool::ops::init::{init, InitOptions};
 /// untouched) and its directory must exist (otherwise exit 73 too). The
 /// backend follows the path: .ndjson or .jsonl makes an NDJSON file, any
 /// other name a SQLite database; --backend overrides that. Other commands
-/// find the backend from the file itself.
+/// find the backend from the file itself; an empty file (a touched
+/// spool.db) takes it from its name, like a new path.
 ///
 /// A depth bound given here is remembered by the spool: every later
 /// enqueue that would take the number of pending items past it is refused

@@ -219,13 +219,25 @@ impl Ctx {
             allow_network_fs: self.allow_network_fs,
             ..OpenOptions::default()
         };
+        // Whether the open creates the spool (a path only: a PostgreSQL
+        // spool name is created, when missing, inside the open).
+        let url = spool::backend::postgres::is_postgres_url(&self.spool.to_string_lossy());
+        let missing = mode.creates() && !url && !self.spool.exists();
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
         self.fs_warning();
-        self.detail(&format!(
-            "opened {} spool {} ({mode:?})",
-            spool.kind().name(),
-            self.shown()
-        ));
+        let kind = spool.kind().title();
+        let shown = self.shown();
+        self.detail(&match mode {
+            _ if missing => format!("created {kind} spool {shown}"),
+            OpenMode::ReadOnly => format!("opened {kind} spool {shown} read-only"),
+            OpenMode::Create if url => {
+                format!("opened {kind} spool {shown} for writing (created if it was missing)")
+            }
+            OpenMode::CreateNew => format!("created {kind} spool {shown}"),
+            OpenMode::ReadWrite | OpenMode::Create => {
+                format!("opened {kind} spool {shown} for writing")
+            }
+        });
         Ok(spool)
     }
 
@@ -432,6 +444,9 @@ fn default_hint(e: &Error) -> Option<String> {
             "create it with `spool init` (enqueue creates it too), or point --spool or SPOOL_PATH at an existing spool"
         }
         Error::AlreadyExists { .. } => "choose another --spool path; the existing file was not changed",
+        Error::SpoolNameTaken { .. } => {
+            "use the existing spool as it is, or give the new one another name (?spool=NAME in the URL)"
+        }
         Error::CannotCreate { .. } => {
             "make sure the spool's directory exists (mkdir -p) and is writable"
         }
