@@ -452,11 +452,24 @@ impl fmt::Display for WatchEvent {
                 max,
                 reason,
             } => write!(f, "reconnect attempt {attempt}/{max} failed: {reason}"),
-            WatchEvent::Outcome { outcome, attempts } => write!(
-                f,
-                "reconnect: {outcome} after {}",
-                plural(u64::from(*attempts), "attempt", "attempts")
-            ),
+            WatchEvent::Outcome { outcome, attempts } => {
+                let tries = plural(u64::from(*attempts), "attempt", "attempts");
+                match outcome {
+                    ReconnectOutcome::Reconnected { replayed: true } => {
+                        write!(f, "reconnected after {tries}")
+                    }
+                    ReconnectOutcome::Reconnected { replayed: false } => write!(
+                        f,
+                        "reconnected after {tries}; replay skipped: the link went away again"
+                    ),
+                    ReconnectOutcome::GaveUp => write!(f, "gave up reconnecting after {tries}"),
+                    ReconnectOutcome::Aborted => write!(
+                        f,
+                        "aborted reconnecting after {tries}: the link went away again or the \
+                         daemon is stopping"
+                    ),
+                }
+            }
             WatchEvent::Hook {
                 which,
                 command,
@@ -1387,7 +1400,21 @@ mod tests {
             outcome: ReconnectOutcome::Reconnected { replayed: true },
             attempts: 1,
         };
-        assert_eq!(e.to_string(), "reconnect: Reconnected after 1 attempt");
+        assert_eq!(e.to_string(), "reconnected after 1 attempt");
+        let worded = |outcome, attempts| WatchEvent::Outcome { outcome, attempts }.to_string();
+        assert_eq!(
+            worded(ReconnectOutcome::Reconnected { replayed: false }, 2),
+            "reconnected after 2 attempts; replay skipped: the link went away again"
+        );
+        assert_eq!(
+            worded(ReconnectOutcome::GaveUp, 10),
+            "gave up reconnecting after 10 attempts"
+        );
+        assert_eq!(
+            worded(ReconnectOutcome::Aborted, 3),
+            "aborted reconnecting after 3 attempts: the link went away again or the daemon is \
+             stopping"
+        );
         let e = WatchEvent::Replay {
             trigger: Trigger::Periodic,
             round: Round::Ran(ReplayReport::default()),
