@@ -54,8 +54,10 @@ use std::time::Duration;
 /// errors and timeouts = failed; other 4xx = rejected for good; a 3xx is
 /// a failed attempt (redirects are not followed). https:// servers must
 /// present a certificate the system store trusts (SSL_CERT_FILE and
-/// SSL_CERT_DIR are honoured) or one from --cacert; a TLS failure names
-/// its cause (unknown issuer, name mismatch, expired) in the last error.
+/// SSL_CERT_DIR are honoured) or one from --cacert (a CA, or the server's
+/// own certificate, pinned); a TLS failure names its cause (unknown
+/// issuer, name mismatch, expired, a CA certificate presented as the
+/// server's own) in the last error.
 ///
 /// --push URL sends the items to a push receiver (`spool serve`, or any
 /// server speaking docs/push-protocol.md) in numbered batches: each item
@@ -215,11 +217,14 @@ pub struct TargetArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
 
-    /// Also trust the CA certificate(s) in FILE (PEM) for https://
+    /// Also trust the certificate(s) in FILE (PEM) for https://
     ///
     /// In addition to the system's certificate store (SSL_CERT_FILE and
-    /// SSL_CERT_DIR are honoured, as by curl): for a private CA, or the
-    /// certificate of a self-signed server. FILE holds one or more
+    /// SSL_CERT_DIR are honoured, as by curl): a private CA, or the very
+    /// certificate a server presents (a self-signed `spool serve`, such
+    /// as one made with `openssl req -x509`), which is then pinned:
+    /// accepted as that server's own while it is valid and names the
+    /// server, even when it is marked CA:TRUE. FILE holds one or more
     /// -----BEGIN CERTIFICATE----- blocks; a missing file is exit 66, an
     /// empty or non-PEM one exit 65, before anything is delivered.
     #[arg(long, value_name = "FILE")]
