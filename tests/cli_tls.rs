@@ -465,12 +465,12 @@ fn the_usual_openssl_self_signed_certificate_works_with_cacert_for_push_url_and_
     let by_ip = format!("https://127.0.0.1:{port}/v1/items");
     run(&edge, &["replay", "--url", &by_ip, "--cacert", cacert]).success();
 
-    // watch: its https probe is up with --cacert, and it delivers.
+    // watch: its https probe is up with --cacert, and it pushes.
     edge.enqueue("watched");
     let probe = format!("https://localhost:{port}/healthz");
     let log = watch_until(
         &edge,
-        &["--probe", &probe, "--url", &items_url, "--cacert", cacert],
+        &["--probe", &probe, "--push", &push_url, "--cacert", cacert],
         "delivered 1",
     );
     assert!(log.contains("link up"), "{log}");

@@ -221,8 +221,14 @@ impl Ctx {
         };
         let spool = Spool::open(&self.spool, &opts).map_err(|e| self.fail(action, e))?;
         self.fs_warning();
+        let how = match mode {
+            OpenMode::ReadOnly => "read-only",
+            OpenMode::ReadWrite => "read-write",
+            OpenMode::Create => "read-write, created if missing",
+            OpenMode::CreateNew => "new",
+        };
         self.detail(&format!(
-            "opened {} spool {} ({mode:?})",
+            "opened {} spool {} ({how})",
             spool.kind().name(),
             self.shown()
         ));
