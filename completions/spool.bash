@@ -1785,7 +1785,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__watch)
-            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --lease --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-H -s -q -v -h -V --probe --probe-expect --probe-timeout --interval --failure-threshold --online-threshold --reconnect-attempts --retry-delay --on-online --on-offline --replay-interval --metrics-file --exec --shell --reject-exit --url --method --content-type --header --retry-status --timeout --cacert --push --batch --batch-bytes --compress --max-attempts --backoff-base --backoff-max --ignore-backoff --ordered --limit --deadline --dry-run --wait --concurrency --commit-every --lease --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1876,6 +1876,18 @@ _spool() {
                     return 0
                     ;;
                 --cacert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --push)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --batch-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

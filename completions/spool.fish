@@ -213,7 +213,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l content-type -d '
 complete -c spool -n "__fish_spool_using_subcommand replay" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable; --url, --push)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l timeout -d 'Bound on one delivery attempt' -r
-complete -c spool -n "__fish_spool_using_subcommand replay" -l cacert -d 'Also trust the CA certificate(s) in FILE (PEM) for https://' -r -F
+complete -c spool -n "__fish_spool_using_subcommand replay" -l cacert -d 'Also trust the certificate(s) in FILE (PEM) for https://' -r -F
 complete -c spool -n "__fish_spool_using_subcommand replay" -l push -d 'Push the items to the push receiver at URL, in numbered batches' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l batch -d 'Entries per push request' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l batch-bytes -d 'Bytes per push request body, before compression (one entry may exceed it)' -r
@@ -263,7 +263,10 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l content-type -d 'C
 complete -c spool -n "__fish_spool_using_subcommand watch" -s H -l header -d 'Extra request header, \'Name: value\' (repeatable; --url, --push)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l retry-status -d '4xx statuses to retry instead of rejecting (comma-separated)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l timeout -d 'Bound on one delivery attempt' -r
-complete -c spool -n "__fish_spool_using_subcommand watch" -l cacert -d 'Also trust the CA certificate(s) in FILE (PEM) for https://' -r -F
+complete -c spool -n "__fish_spool_using_subcommand watch" -l cacert -d 'Also trust the certificate(s) in FILE (PEM) for https://' -r -F
+complete -c spool -n "__fish_spool_using_subcommand watch" -l push -d 'Push the items to the push receiver at URL, in numbered batches' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l batch -d 'Entries per push request' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l batch-bytes -d 'Bytes per push request body, before compression (one entry may exceed it)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r
@@ -277,6 +280,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand watch" -l shell -d 'Run the --exec command through /bin/sh -c (shell syntax allowed)'
+complete -c spool -n "__fish_spool_using_subcommand watch" -l compress -d 'Compress push request bodies with gzip (Content-Encoding: gzip)'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l ignore-backoff -d 'Attempt items even when their next retry time has not come'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l ordered -d 'Stop at the first item that fails and stays queued (nothing overtakes it)'
 complete -c spool -n "__fish_spool_using_subcommand watch" -l dry-run -d 'Show what would be attempted; deliver and change nothing'

@@ -1,7 +1,9 @@
 //! HTTPS end to end: the real binary against a real TLS server on
-//! 127.0.0.1 (rustls, certificates made by the test): which certificates
-//! `replay --url` and `watch` trust (the system store, `SSL_CERT_FILE`,
-//! `SSL_CERT_DIR`, `--cacert`), how a refused certificate is named in
+//! 127.0.0.1 (rustls with certificates made by the test, or `spool serve`
+//! with certificates made by `openssl` as users make them): which
+//! certificates `replay --url`, `replay --push` and `watch` trust (the
+//! system store, `SSL_CERT_FILE`, `SSL_CERT_DIR`, `--cacert`, a pinned
+//! self-signed certificate), how a refused certificate is named in
 //! `last_error` and the log, and how a bad `--cacert` file is refused
 //! before anything is delivered.
 //!
@@ -11,15 +13,17 @@
 
 mod cli_common;
 mod http_sink;
+mod serve_common;
 mod tls_pki;
 
 use assert_cmd::Command;
 use cli_common::*;
 use http_sink::{Answer, Sink};
+use serve_common::Serve;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tls_pki::{Ca, ServerCert};
+use tls_pki::{openssl, Ca, ServerCert};
 
 /// `spool --spool <path>` without the machine's SSL_CERT_* variables.
 fn cmd(env: &Env) -> Command {
@@ -374,4 +378,179 @@ fn watch_probes_and_delivers_over_https_with_cacert_and_names_the_cause_without(
         ["queued while the CA was unknown"]
     );
     assert_eq!(env.size(), 0);
+}
+
+/// Text that shows a TLS library's internal names (`Debug` output)
+/// instead of words.
+fn assert_worded(text: &str) {
+    for internal in [
+        "Other(",
+        "OtherError",
+        "CaUsedAsEndEntity",
+        "InvalidCertificate",
+        "NotValidForName",
+        "UnknownIssuer",
+        "BadEncoding",
+        "AlertReceived",
+    ] {
+        assert!(!text.contains(internal), "{internal} in: {text}");
+    }
+}
+
+/// The payloads of the receiving spool, in order.
+fn payloads(env: &Env) -> Vec<String> {
+    env.drain()
+        .iter()
+        .map(|v| v["payload"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_usual_openssl_self_signed_certificate_works_with_cacert_for_push_url_and_watch() {
+    let central = Env::new("central.db");
+    central.run(&["init"]).success();
+    let edge = Env::new("edge.db");
+    let certs = openssl::self_signed(
+        central.dir.path(),
+        "server",
+        "localhost",
+        "DNS:localhost,IP:127.0.0.1",
+    );
+    let serve = Serve::start(
+        &central,
+        &["--tls-cert", certs.cert_arg(), "--tls-key", certs.key_arg()],
+    );
+    let port = serve.addr.rsplit(':').next().unwrap().to_string();
+    let push_url = format!("https://localhost:{port}/v1/push");
+    let items_url = format!("https://localhost:{port}/v1/items");
+    let cacert = certs.cert_arg();
+
+    // Without --cacert: refused, and the cause and the two ways out are
+    // named in words.
+    edge.enqueue("pushed");
+    let a = run(
+        &edge,
+        &["replay", "--push", &push_url, "--max-attempts", "1"],
+    )
+    .code(75);
+    let err = last_error(&edge, 1);
+    let expected = format!(
+        "push request failed: TLS handshake with localhost:{port} failed: certificate is \
+         self-signed (unknown issuer) and is a CA certificate (CA:TRUE) presented as the \
+         server's own (trust that exact certificate by giving it to --cacert, or give the \
+         server a leaf certificate: openssl req -x509 "
+    );
+    assert!(err.starts_with(&expected), "last_error: {err}");
+    for text in [err.clone(), stdout(&a), stderr(&a)] {
+        assert_worded(&text);
+    }
+    assert!(stderr(&a).contains(&expected), "{}", stderr(&a));
+
+    // With it: pushed, and posted to /v1/items by name and by address.
+    run(
+        &edge,
+        &[
+            "replay",
+            "--push",
+            &push_url,
+            "--cacert",
+            cacert,
+            "--ignore-backoff",
+        ],
+    )
+    .success();
+    edge.enqueue("posted by name");
+    run(&edge, &["replay", "--url", &items_url, "--cacert", cacert]).success();
+    edge.enqueue("posted by address");
+    let by_ip = format!("https://127.0.0.1:{port}/v1/items");
+    run(&edge, &["replay", "--url", &by_ip, "--cacert", cacert]).success();
+
+    // watch: its https probe is up with --cacert, and it pushes.
+    edge.enqueue("watched");
+    let probe = format!("https://localhost:{port}/healthz");
+    let log = watch_until(
+        &edge,
+        &["--probe", &probe, "--push", &push_url, "--cacert", cacert],
+        "delivered 1",
+    );
+    assert!(log.contains("link up"), "{log}");
+    assert_worded(&log);
+    assert_eq!(edge.size(), 0);
+    assert_eq!(
+        payloads(&central),
+        ["pushed", "posted by name", "posted by address", "watched"]
+    );
+    assert_eq!(serve.stop().code, Some(0));
+
+    // The leaf certificate the message proposes works as it says, even
+    // where nothing is pinned (SSL_CERT_FILE).
+    let command = err
+        .split("give the server a leaf certificate: ")
+        .nth(1)
+        .and_then(|c| c.strip_suffix(')'))
+        .unwrap();
+    let leaf_dir = edge.dir.path().join("leaf");
+    std::fs::create_dir(&leaf_dir).unwrap();
+    let argv = shell_words::split(command).unwrap();
+    openssl::run(
+        &leaf_dir,
+        &argv.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let leaf = openssl::Files {
+        cert: leaf_dir.join("cert.pem"),
+        key: leaf_dir.join("key.pem"),
+    };
+    let sink = Sink::start_tls(leaf.server_config(), |_, _| Answer::Status(200));
+    edge.enqueue("to the leaf");
+    cmd(&edge)
+        .env("SSL_CERT_FILE", &leaf.cert)
+        .args(["replay", "--url", &sink.https_url("localhost", "/")])
+        .write_stdin("")
+        .assert()
+        .success();
+    assert_eq!(bodies(&sink), ["to the leaf"]);
+}
+
+#[test]
+fn a_pinned_certificate_is_still_checked_for_the_name_and_the_validity() {
+    let env = Env::new("spool.db");
+    let dir = env.dir.path();
+    let cases = [
+        (
+            openssl::self_signed(dir, "elsewhere", "elsewhere.example", "DNS:elsewhere.example"),
+            "certificate is not valid for this host name (name mismatch: it is for elsewhere.example)",
+        ),
+        (
+            openssl::expired(dir, "old", "localhost", "DNS:localhost,IP:127.0.0.1"),
+            "certificate has expired (valid until 2001-01-01T00:00:00Z)",
+        ),
+    ];
+    for (n, (certs, cause)) in cases.iter().enumerate() {
+        let sink = Sink::start_tls(certs.server_config(), |_, _| Answer::Status(200));
+        let id = env.enqueue(&format!("item {n}"));
+        let a = run(
+            &env,
+            &[
+                "-v",
+                "replay",
+                "--url",
+                &sink.https_url("localhost", "/"),
+                "--cacert",
+                certs.cert_arg(),
+                "--ignore-backoff",
+            ],
+        )
+        .code(75);
+        let err = last_error(&env, id);
+        assert_eq!(
+            err,
+            format!(
+                "TLS handshake with localhost:{} failed: {cause}",
+                sink.port()
+            )
+        );
+        assert_worded(&stderr(&a));
+        assert!(sink.received().is_empty());
+        env.run(&["done", &id.to_string()]).success();
+    }
 }

@@ -1,16 +1,18 @@
 //! `spool watch` end to end: the real binary as a daemon, real spools, a
 //! TCP listener on 127.0.0.1 that the test turns off and on as the
-//! probed link, a real HTTP sink as the target, real hook commands, real
-//! signals. Waits are bounded polls on observable effects (the sink's
+//! probed link, a real HTTP sink (or a real `spool serve` receiver, for
+//! `--push`) as the target, real hook commands, real signals. Waits are bounded polls on observable effects (the sink's
 //! record, the hooks file, the spool), never fixed sleeps that a test
 //! relies on for correctness — except where a test asserts that nothing
 //! happens for a while.
 
 mod cli_common;
 mod http_sink;
+mod serve_common;
 
 use cli_common::*;
 use http_sink::{Answer, Sink};
+use serve_common::Serve;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::net::TcpListener;
@@ -274,9 +276,23 @@ fn metric(m: &BTreeMap<String, f64>, name: &str, extra: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} {extra} in {m:?}"))
 }
 
-/// Every log line starts with an RFC 3339 time and a level.
+/// Every log line starts with an RFC 3339 time and a level, and its
+/// message is words: no name of a Rust value (`Reconnected`, `GaveUp`,
+/// `Some(…)`) shows through.
 fn check_log_lines(log: &str) {
     for line in log.lines() {
+        for internal in [
+            "Reconnected",
+            "GaveUp",
+            "Aborted",
+            "Some(",
+            "None",
+            "Ok(",
+            "Err(",
+            "OtherError",
+        ] {
+            assert!(!line.contains(internal), "{internal} in {line:?}");
+        }
         let (time, rest) = line.split_once(' ').unwrap_or((line, ""));
         assert!(
             time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
@@ -360,7 +376,7 @@ fn items_queued_offline_are_delivered_in_order_when_the_link_returns() {
             "link up",
             "info: link offline: cannot connect to 127.0.0.1",
             "info: link online",
-            "info: reconnect: Reconnected after 1 attempt",
+            "info: reconnected after 1 attempt",
             "info: replay (startup): delivered 2,",
             "info: replay (reconnect): delivered 3,",
             "info: stopping",
@@ -491,6 +507,27 @@ fn usage_errors_and_a_missing_spool() {
         args.extend(bad.iter().copied());
         let a = assert_error(env.run(&args), 64, &env.path);
         assert!(stderr(&a).contains("watch "), "{}", stderr(&a));
+    }
+    // --push takes the push options of replay and refuses the others.
+    let push_url = "http://127.0.0.1:9/v1/push";
+    for (bad, says) in [
+        (vec!["--push", push_url, "--url", sink_url], "--url"),
+        (
+            vec!["--push", push_url, "--method", "PUT"],
+            "--method does not apply to --push",
+        ),
+        (
+            vec!["--push", push_url, "--concurrency", "2"],
+            "--concurrency does not apply to --push",
+        ),
+        (vec!["--push", push_url, "--batch", "0"], "--batch"),
+        (vec!["--url", sink_url, "--compress"], "--compress"),
+        (vec!["--push", "ftp://h/v1/push"], "--push"),
+    ] {
+        let mut args = vec!["watch", "--probe", "tcp://127.0.0.1:9"];
+        args.extend(bad.iter().copied());
+        let a = env.run(&args).code(64).stdout("");
+        assert!(stderr(&a).contains(says), "{bad:?}: {}", stderr(&a));
     }
     for bad in [
         vec!["--failure-threshold", "0"],
@@ -718,7 +755,7 @@ fn soak(env: &Env) {
     assert_eq!(stats["dead_letters"], 0);
     check_log_lines(&log);
     let interrupted = log.matches("(link down or stopping)").count();
-    let aborted = log.matches("reconnect: Aborted").count();
+    let aborted = log.matches("aborted reconnecting").count();
     let skipped = log.matches("replay skipped: the link went away").count();
     eprintln!(
         "soak {}: {flaps} flaps ({offline} offline / {online} online transitions logged) in {:.1}s, \
@@ -762,4 +799,133 @@ fn new_items_are_replayed_at_once_not_at_the_next_interval() {
         let (status, log) = d.stop();
         assert_eq!(status.code(), Some(0), "{log}");
     });
+}
+
+#[test]
+fn push_delivers_to_a_spool_serve_receiver_and_stops_cleanly_on_sigterm() {
+    use std::os::unix::fs::PermissionsExt as _;
+    each_backend(|edge| {
+        let central = Env::new("central.db");
+        central.run(&["init"]).success();
+        let token = "watch-push-token-0123456789";
+        let tokens = central.dir.path().join("tokens");
+        std::fs::write(&tokens, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let serve = Serve::start(&central, &["--token-file", &tokens.to_string_lossy()]);
+        for i in 1..=5 {
+            edge.enqueue(&format!("item-{i}"));
+        }
+        let auth = format!("Authorization: Bearer {token}");
+        let d = Daemon::start(
+            edge,
+            &[
+                "-v",
+                "--probe",
+                &format!("tcp://{}", serve.addr),
+                "--push",
+                &serve.url("/v1/push"),
+                "-H",
+                &auth,
+                "--batch",
+                "2",
+                "--compress",
+                "--interval",
+                "50ms",
+                "--replay-interval",
+                "1h",
+            ],
+        );
+        assert!(
+            wait_until(Duration::from_secs(10), || edge.size() == 0),
+            "startup push: {}",
+            d.log()
+        );
+        // A new item goes out at once, as with --url.
+        edge.enqueue("item-6");
+        assert!(
+            wait_until(Duration::from_secs(10), || edge.size() == 0),
+            "woken by the new item: {}",
+            d.log()
+        );
+        let (status, log) = d.stop();
+        assert_eq!(status.code(), Some(0), "{log}");
+        // -v: the command line's own note comes before the daemon's log.
+        let (opened, daemon) = log.split_once('\n').unwrap();
+        assert!(
+            opened.starts_with("spool: opened ") && opened.ends_with(" for writing"),
+            "{opened}"
+        );
+        check_log_lines(daemon);
+        let target = format!("target push to {}): link up", serve.url("/v1/push"));
+        for needle in [
+            "(probe tcp://127.0.0.1:",
+            &target,
+            "info: reconnected after 1 attempt",
+            "detail: push: sending sequence 1..2 (2 items, 0 skips,",
+            "detail: push: sending sequence 5..5 (1 items, 0 skips,",
+            "info: push (startup): delivered 5, rejected 0, dead-lettered 0, in flight 0; 3 requests,",
+            "push (change): delivered 1,",
+            "info: stopped: delivered 6,",
+        ] {
+            assert!(log.contains(needle), "{needle:?} missing from:\n{log}");
+        }
+        assert!(!log.contains(token), "the token shows:\n{log}");
+        let got: Vec<String> = central
+            .drain()
+            .iter()
+            .map(|v| v["payload"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            got,
+            (1..=6).map(|i| format!("item-{i}")).collect::<Vec<_>>()
+        );
+        assert_eq!(serve.stop().code, Some(0));
+    });
+}
+
+/// A push round that used up its request budget holds the next rounds
+/// back for --backoff-max: a receiver that fails does not get a request
+/// every --replay-interval (nor one after every write of the round).
+#[test]
+fn a_push_round_out_of_budget_holds_the_next_rounds_back() {
+    let env = Env::new("spool.db");
+    let sink = Sink::always(503);
+    let link = Link::up();
+    env.enqueue("a");
+    let d = Daemon::start(
+        &env,
+        &[
+            "-v",
+            "--probe",
+            &link.probe(),
+            "--push",
+            &sink.url("/v1/push"),
+            "--max-attempts",
+            "1",
+            "--backoff-max",
+            "1h",
+            "--interval",
+            "50ms",
+            "--replay-interval",
+            "100ms",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !sink.received().is_empty()),
+        "{}",
+        d.log()
+    );
+    // Five replay intervals and more: no second request.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(sink.received().len(), 1, "{}", d.log());
+    let (status, log) = d.stop();
+    assert_eq!(status.code(), Some(0), "{log}");
+    for needle in [
+        "info: push (startup): delivered 0, rejected 0, dead-lettered 0, in flight 1; 1 requests, 1 failed,",
+        "gave up after --max-attempts failed requests, items left for retry; last error: push receiver answered HTTP 503",
+        "detail: replay (periodic) skipped: the last push round used up its request budget",
+    ] {
+        assert!(log.contains(needle), "{needle:?} missing from:\n{log}");
+    }
+    assert_eq!(env.size(), 1);
 }

@@ -516,11 +516,11 @@ fn https_with_a_certificate_from_a_private_ca() {
     );
     assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
     let roots = spool::tls::TlsTrust::with_cacert(&ca_file).load().unwrap();
-    let a: ureq::Agent = ureq::Agent::config_builder()
-        .tls_config(roots.ureq_tls_config())
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let a = roots.ureq_agent(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build(),
+    );
     let r = post(&a, &s.url("/v1/items"), &[], b"over tls");
     assert_eq!(r.status, 201, "{}", r.body);
     let r = push(&a, &s, &items_body("tls-edge", 0, 1, &["pushed over tls"]));
@@ -528,10 +528,7 @@ fn https_with_a_certificate_from_a_private_ca() {
     // A client that does not trust the CA fails the handshake, and plain
     // HTTP to the TLS port gets no answer; the server goes on.
     let untrusting = spool::tls::TlsTrust::system().load().unwrap();
-    let b: ureq::Agent = ureq::Agent::config_builder()
-        .tls_config(untrusting.ureq_tls_config())
-        .build()
-        .into();
+    let b = untrusting.ureq_agent(ureq::Agent::config_builder().build());
     assert!(b.get(&s.url("/healthz")).call().is_err());
     let answer = raw(&s.addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");

@@ -746,7 +746,7 @@ fn monitor_posts_to_worker_which_runs_the_coordinator() {
             "activate_primary",
             "bind_context",
             "replay",
-            "outcome Reconnected Some(Ok(2))",
+            "outcome reconnected Some(Ok(2))",
         ]
     );
     assert_eq!(*target.0.lock().unwrap(), ["a", "b"]);

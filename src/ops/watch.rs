@@ -38,9 +38,14 @@
 //!   [`ChangeCheck`] of the spool's marks) and posts a round at once
 //!   ([`Trigger::Change`]) when none is queued.
 //! * **Every replay round** holds the spool's [`ReplayLock`] for that
-//!   round only (via [`crate::ops::replay::replay`]), so a cron
+//!   round only (via [`crate::ops::replay::replay`], or
+//!   [`crate::ops::replay::push`] for a [`WatchTarget::Push`]), so a cron
 //!   `spool replay` and the daemon never overlap; a busy lock is logged
-//!   and the round skipped.
+//!   and the round skipped. A push round that used up its request budget
+//!   (or was told by the receiver to wait longer than the backoff cap)
+//!   holds periodic and change rounds back for the backoff cap (or that
+//!   wait), as `replay --push --follow` does; the online sequence still
+//!   pushes at once when the link comes back.
 //! * **Metrics** (`metrics_file`) are rewritten atomically at startup,
 //!   after every transition and every replay round, and once more at the
 //!   end. A failure to write them at startup is an error (a misconfigured
@@ -58,8 +63,11 @@
 use crate::backend::Spool;
 use crate::error::{Error, Result};
 use crate::item::Item;
-use crate::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
+use crate::ops::replay::{
+    check_options, push, push_options, replay, PushReplay, PushTarget, ReplayRequest, TargetSpec,
+};
 use crate::replay::follow::{ChangeCheck, Signal, SpoolWatcher, Woke};
+use crate::replay::push::{PushEvent, PushHalt, PushOptions, PushReport, PushTransport as _};
 use crate::replay::{ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, StopHandle};
 use crate::time::{SharedClock, Timestamp};
 use crate::tls::TlsTrust;
@@ -125,8 +133,9 @@ pub struct WatchConfig {
     /// `--metrics-file`: where to write the Prometheus text.
     pub metrics_file: Option<PathBuf>,
     /// Where to deliver.
-    pub target: TargetSpec,
-    /// How to replay (every round).
+    pub target: WatchTarget,
+    /// How to replay (every round). For a push, the options `replay
+    /// --push` takes of them (others are refused by [`Watch::new`]).
     pub options: ReplayOptions,
     /// How long a round waits for another replay's lock before skipping.
     pub wait: Duration,
@@ -136,7 +145,7 @@ pub struct WatchConfig {
 
 impl WatchConfig {
     /// The defaults of SPEC §5 for `probe` and `target`.
-    pub fn new(probe: impl Into<String>, target: TargetSpec) -> WatchConfig {
+    pub fn new(probe: impl Into<String>, target: impl Into<WatchTarget>) -> WatchConfig {
         WatchConfig {
             probe: probe.into(),
             probe_expect: None,
@@ -152,12 +161,49 @@ impl WatchConfig {
             hook_timeout: Duration::from_secs(30),
             replay_interval: Duration::from_secs(60),
             metrics_file: None,
-            target,
+            target: target.into(),
             options: ReplayOptions::default(),
             wait: Duration::ZERO,
             clock: crate::time::system_clock(),
         }
     }
+}
+
+/// Where `watch` delivers: item by item (`--exec`, `--url`: every round
+/// is a `replay`) or to a push receiver (`--push`: every round is a
+/// `replay --push` run).
+#[derive(Clone, Debug)]
+pub enum WatchTarget {
+    /// `--exec CMD` or `--url URL`.
+    Replay(TargetSpec),
+    /// `--push URL`.
+    Push {
+        /// The receiver.
+        target: PushTarget,
+        /// Entries per request (`--batch`).
+        batch: usize,
+        /// Body bytes per request (`--batch-bytes`).
+        batch_bytes: u64,
+    },
+}
+
+impl From<TargetSpec> for WatchTarget {
+    fn from(t: TargetSpec) -> WatchTarget {
+        WatchTarget::Replay(t)
+    }
+}
+
+/// A checked [`WatchTarget`] with the options of its rounds.
+#[derive(Clone, Debug)]
+enum Delivery {
+    Replay {
+        target: TargetSpec,
+        options: ReplayOptions,
+    },
+    Push {
+        target: PushTarget,
+        options: PushOptions,
+    },
 }
 
 /// Which hook.
@@ -216,6 +262,8 @@ impl Trigger {
 pub enum Round {
     /// The SyncWorker ran.
     Ran(ReplayReport),
+    /// The push sender ran (`--push`).
+    Pushed(PushReport),
     /// Another replay held the spool's lock; nothing was attempted.
     Locked {
         /// The lock holder, as it describes itself.
@@ -223,7 +271,8 @@ pub enum Round {
     },
     /// The round could not run (the target cannot work, an I/O error).
     Failed(String),
-    /// Not started: stopping, or the link went down just before.
+    /// Not started: stopping, the link went down just before, or the
+    /// last push round asked for a wait.
     Skipped(&'static str),
 }
 
@@ -316,6 +365,8 @@ pub enum WatchEvent {
         /// stopping) and did.
         interrupted: bool,
     },
+    /// Something a push round did besides settling items (`--push`).
+    Push(PushNote),
     /// One item was attempted in a round.
     Item {
         /// The item's id.
@@ -351,6 +402,7 @@ impl WatchEvent {
             WatchEvent::Outcome { .. } => "outcome",
             WatchEvent::Hook { .. } => "hook",
             WatchEvent::Replay { .. } => "replay",
+            WatchEvent::Push(_) => "push",
             WatchEvent::Item { .. } => "item",
             WatchEvent::MetricsFailed { .. } => "metrics_failed",
             WatchEvent::Stopping => "stopping",
@@ -390,9 +442,25 @@ impl WatchEvent {
                     Level::Detail
                 }
                 Round::Ran(_) => Level::Info,
+                Round::Pushed(r) if r.refusal().is_some() => Level::Error,
+                Round::Pushed(r) if r.dead_lettered() > 0 => Level::Warn,
+                Round::Pushed(r) if *trigger == Trigger::Periodic && is_idle_push(r) => {
+                    Level::Detail
+                }
+                Round::Pushed(r)
+                    if *trigger == Trigger::Change && r.requests == 0 && r.halt.is_none() =>
+                {
+                    Level::Detail
+                }
+                Round::Pushed(_) => Level::Info,
                 Round::Locked { .. } => Level::Warn,
                 Round::Failed(_) => Level::Error,
                 Round::Skipped(_) => Level::Detail,
+            },
+            WatchEvent::Push(note) => match note {
+                PushNote::OverAck { .. } => Level::Warn,
+                PushNote::Halved { .. } => Level::Info,
+                _ => Level::Detail,
             },
             WatchEvent::Item { outcome, .. } => match outcome {
                 ItemOutcome::DeadLettered { .. } | ItemOutcome::SinkFailed { .. } => Level::Warn,
@@ -412,6 +480,216 @@ fn is_idle(r: &ReplayReport) -> bool {
         && r.held == 0
         && r.would_attempt == 0
         && r.stopped.is_none()
+}
+
+/// A push round that found nothing to send, resend or wait for.
+fn is_idle_push(r: &PushReport) -> bool {
+    r.requests == 0
+        && r.in_flight == 0
+        && r.not_due == 0
+        && r.held == 0
+        && r.would_send == 0
+        && r.would_resend == 0
+        && r.halt.is_none()
+}
+
+/// A push round's events besides items, owned (see
+/// [`PushEvent`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PushNote {
+    /// A request goes out.
+    Sending {
+        /// Its first sequence number.
+        first: u64,
+        /// Its last sequence number.
+        last: u64,
+        /// Item entries in it.
+        items: usize,
+        /// Skip entries in it.
+        skips: usize,
+        /// Body bytes (before compression).
+        bytes: usize,
+    },
+    /// The receiver acknowledged up to `last_seq`.
+    Acked {
+        /// The new watermark.
+        last_seq: u64,
+        /// Entries applied now.
+        applied: u64,
+        /// Entries it had already.
+        duplicates: u64,
+    },
+    /// The receiver claimed more than was ever sent (ignored).
+    OverAck {
+        /// The receiver's `last_seq`.
+        claimed: u64,
+        /// The highest number this spool assigned.
+        highest: u64,
+    },
+    /// A request failed.
+    RequestFailed {
+        /// Why.
+        reason: String,
+        /// Consecutive failed requests so far.
+        failures: u32,
+        /// The bound on them.
+        max: u32,
+        /// The wait before the next try; `None` when the round gives up.
+        retry_in: Option<Duration>,
+    },
+    /// The receiver refused a body as too large: smaller ones follow.
+    Halved {
+        /// Entries per request from now on.
+        max_entries: usize,
+        /// Body bytes per request from now on.
+        max_bytes: u64,
+    },
+    /// The receiver asked to resend from `from`.
+    Resend {
+        /// The first number of the next request.
+        from: u64,
+    },
+    /// Dry run: this entry would be sent.
+    WouldSend {
+        /// Its number.
+        seq: u64,
+        /// The item's id; `None` for a skip entry.
+        item: Option<u64>,
+        /// True for an entry already in flight.
+        in_flight: bool,
+    },
+}
+
+impl PushNote {
+    /// The note for `e`.
+    pub fn of(e: &PushEvent<'_>) -> PushNote {
+        match e {
+            PushEvent::Sending {
+                first,
+                last,
+                items,
+                skips,
+                bytes,
+            } => PushNote::Sending {
+                first: *first,
+                last: *last,
+                items: *items,
+                skips: *skips,
+                bytes: *bytes,
+            },
+            PushEvent::Acked {
+                last_seq,
+                applied,
+                duplicates,
+            } => PushNote::Acked {
+                last_seq: *last_seq,
+                applied: *applied,
+                duplicates: *duplicates,
+            },
+            PushEvent::OverAck { claimed, highest } => PushNote::OverAck {
+                claimed: *claimed,
+                highest: *highest,
+            },
+            PushEvent::RequestFailed {
+                reason,
+                failures,
+                max,
+                retry_in,
+            } => PushNote::RequestFailed {
+                reason: (*reason).to_string(),
+                failures: *failures,
+                max: *max,
+                retry_in: *retry_in,
+            },
+            PushEvent::Halved {
+                max_entries,
+                max_bytes,
+            } => PushNote::Halved {
+                max_entries: *max_entries,
+                max_bytes: *max_bytes,
+            },
+            PushEvent::Resend { from } => PushNote::Resend { from: *from },
+            PushEvent::WouldSend {
+                seq,
+                item,
+                in_flight,
+            } => PushNote::WouldSend {
+                seq: *seq,
+                item: item.map(|i| i.id),
+                in_flight: *in_flight,
+            },
+        }
+    }
+}
+
+impl fmt::Display for PushNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PushNote::Sending {
+                first,
+                last,
+                items,
+                skips,
+                bytes,
+            } => write!(
+                f,
+                "push: sending sequence {first}..{last} ({items} items, {skips} skips, {bytes} bytes)"
+            ),
+            PushNote::Acked {
+                last_seq,
+                applied,
+                duplicates,
+            } => write!(
+                f,
+                "push: acknowledged up to {last_seq} ({applied} applied, {duplicates} duplicates)"
+            ),
+            PushNote::OverAck { claimed, highest } => write!(
+                f,
+                "push: the receiver acknowledged up to sequence {claimed}, but this spool has \
+                 assigned only up to {highest}; the excess is ignored (does the receiver hold \
+                 another client's history under this spool's uuid?)"
+            ),
+            PushNote::RequestFailed {
+                reason,
+                failures,
+                max,
+                retry_in,
+            } => match retry_in {
+                Some(d) => write!(
+                    f,
+                    "{reason} (failed request {failures} of {max}); resending in {}",
+                    format_duration(*d)
+                ),
+                None => write!(
+                    f,
+                    "{reason} (failed request {failures} of {max}); no more requests in this round"
+                ),
+            },
+            PushNote::Halved {
+                max_entries,
+                max_bytes,
+            } => write!(
+                f,
+                "push: the receiver refused a request as too large; at most {max_entries} \
+                 entries and {max_bytes} bytes per request from now on"
+            ),
+            PushNote::Resend { from } => {
+                write!(f, "push: the receiver asked to resend from sequence {from}")
+            }
+            PushNote::WouldSend {
+                seq,
+                item,
+                in_flight,
+            } => {
+                let verb = if *in_flight { "resend" } else { "send" };
+                match item {
+                    Some(id) => write!(f, "push: would {verb} item {id} as sequence {seq}"),
+                    None => write!(f, "push: would {verb} a skip entry as sequence {seq}"),
+                }
+            }
+        }
+    }
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -452,11 +730,24 @@ impl fmt::Display for WatchEvent {
                 max,
                 reason,
             } => write!(f, "reconnect attempt {attempt}/{max} failed: {reason}"),
-            WatchEvent::Outcome { outcome, attempts } => write!(
-                f,
-                "reconnect: {outcome} after {}",
-                plural(u64::from(*attempts), "attempt", "attempts")
-            ),
+            WatchEvent::Outcome { outcome, attempts } => {
+                let tries = plural(u64::from(*attempts), "attempt", "attempts");
+                match outcome {
+                    ReconnectOutcome::Reconnected { replayed: true } => {
+                        write!(f, "reconnected after {tries}")
+                    }
+                    ReconnectOutcome::Reconnected { replayed: false } => write!(
+                        f,
+                        "reconnected after {tries}; replay skipped: the link went away again"
+                    ),
+                    ReconnectOutcome::GaveUp => write!(f, "gave up reconnecting after {tries}"),
+                    ReconnectOutcome::Aborted => write!(
+                        f,
+                        "aborted reconnecting after {tries}: the link went away again or the \
+                         daemon is stopping"
+                    ),
+                }
+            }
             WatchEvent::Hook {
                 which,
                 command,
@@ -475,6 +766,18 @@ impl fmt::Display for WatchEvent {
                     Round::Ran(r) => {
                         write!(f, "replay ({t}): {}", r.summary(r.would_attempt > 0))?;
                         if *interrupted && r.stopped.is_some() {
+                            f.write_str(" (link down or stopping)")?;
+                        }
+                        Ok(())
+                    }
+                    Round::Pushed(r) => {
+                        write!(f, "push ({t}): {}", r.summary(r.would_send + r.would_resend > 0))?;
+                        if let Some(stop) = r.refusal() {
+                            write!(f, ": {}", stop.message)?;
+                        } else if let (Some(_), Some(e)) = (&r.halt, &r.last_error) {
+                            write!(f, "; last error: {e}")?;
+                        }
+                        if *interrupted && r.halt == Some(PushHalt::Signal) {
                             f.write_str(" (link down or stopping)")?;
                         }
                         Ok(())
@@ -517,6 +820,7 @@ impl fmt::Display for WatchEvent {
                     write!(f, "item {id}: would be attempted (attempt {attempt})")
                 }
             },
+            WatchEvent::Push(note) => note.fmt(f),
             WatchEvent::MetricsFailed { error } => {
                 write!(f, "cannot write the metrics file: {error}")
             }
@@ -758,9 +1062,8 @@ pub struct Watch {
     on_offline: Option<Hook>,
     replay_interval: Duration,
     metrics_file: Option<PathBuf>,
-    target: TargetSpec,
+    delivery: Delivery,
     target_shown: String,
-    options: ReplayOptions,
     wait: Duration,
     clock: SharedClock,
 }
@@ -798,8 +1101,23 @@ impl Watch {
                 "the hook timeout must be longer than zero".into(),
             ));
         }
-        check_options(&cfg.options)?;
-        let target_shown = cfg.target.build(cfg.options.concurrency)?.describe();
+        let (delivery, target_shown) = match cfg.target {
+            WatchTarget::Replay(target) => {
+                check_options(&cfg.options)?;
+                let shown = target.build(cfg.options.concurrency)?.describe();
+                let options = cfg.options;
+                (Delivery::Replay { target, options }, shown)
+            }
+            WatchTarget::Push {
+                target,
+                batch,
+                batch_bytes,
+            } => {
+                let options = push_options(&cfg.options, batch, batch_bytes)?;
+                let shown = target.build()?.describe();
+                (Delivery::Push { target, options }, shown)
+            }
+        };
         let on_online = cfg
             .on_online
             .as_deref()
@@ -829,9 +1147,8 @@ impl Watch {
             on_offline,
             replay_interval: cfg.replay_interval,
             metrics_file: cfg.metrics_file,
-            target: cfg.target,
+            delivery,
             target_shown,
-            options: cfg.options,
             wait: cfg.wait,
             clock: cfg.clock,
         })
@@ -864,8 +1181,7 @@ impl Watch {
             on_online: self.on_online,
             on_offline: self.on_offline,
             metrics_file: self.metrics_file,
-            target: self.target,
-            options: self.options,
+            delivery: self.delivery,
             wait: self.wait,
             clock: self.clock,
             log,
@@ -875,6 +1191,7 @@ impl Watch {
             bound_online: AtomicBool::new(false),
             gave_up: AtomicBool::new(false),
             last_probe_error: Mutex::new(None),
+            push_not_before: Mutex::new(None),
             attempt: AtomicU32::new(0),
             counters: Mutex::new(WatchCounters::default()),
             metrics_lock: Mutex::new(()),
@@ -1067,8 +1384,7 @@ struct Daemon {
     on_online: Option<Hook>,
     on_offline: Option<Hook>,
     metrics_file: Option<PathBuf>,
-    target: TargetSpec,
-    options: ReplayOptions,
+    delivery: Delivery,
     wait: Duration,
     clock: SharedClock,
     log: Arc<dyn WatchLog>,
@@ -1082,6 +1398,10 @@ struct Daemon {
     /// reports up: no transition will come to retry it, a tick does.
     gave_up: AtomicBool,
     last_probe_error: Mutex<Option<String>>,
+    /// No periodic or change push round before this time: the last push
+    /// round used up its request budget (wait `--backoff-max`) or the
+    /// receiver asked for a longer wait.
+    push_not_before: Mutex<Option<Timestamp>>,
     /// Reconnect attempts in the current online sequence.
     attempt: AtomicU32,
     counters: Mutex<WatchCounters>,
@@ -1188,28 +1508,56 @@ impl Daemon {
             return Round::Skipped("the link is down");
         }
         let observer = ItemLog(self);
-        let req = ReplayRequest {
-            target: self.target.clone(),
-            options: self.options.clone(),
-            wait: self.wait,
-            clock: self.clock.clone(),
-            stop: handle,
-            observer: Some(&observer),
+        let result = match &self.delivery {
+            Delivery::Replay { target, options } => {
+                let req = ReplayRequest {
+                    target: target.clone(),
+                    options: options.clone(),
+                    wait: self.wait,
+                    clock: self.clock.clone(),
+                    stop: handle,
+                    observer: Some(&observer),
+                };
+                replay(&self.spool, &req).map(|run| {
+                    lock(&self.counters).add_replay(&run.report);
+                    Round::Ran(run.report)
+                })
+            }
+            Delivery::Push { target, options } => {
+                let req = PushReplay {
+                    target: target.clone(),
+                    options: options.clone(),
+                    wait: self.wait,
+                    clock: self.clock.clone(),
+                    stop: handle,
+                    observer: Some(&observer),
+                };
+                push(&self.spool, &req).map(|run| {
+                    lock(&self.counters).add_push(&run.report);
+                    let now = self.clock.now();
+                    *lock(&self.push_not_before) = match &run.report.halt {
+                        Some(PushHalt::Budget) => Some(now.saturating_add(options.backoff.max)),
+                        Some(PushHalt::RetryAfter(d)) => Some(now.saturating_add(*d)),
+                        _ => None,
+                    };
+                    Round::Pushed(run.report)
+                })
+            }
         };
-        let result = replay(&self.spool, &req);
         self.stop.end_run();
         match result {
-            Ok(run) => {
-                lock(&self.counters).add_replay(&run.report);
-                Round::Ran(run.report)
-            }
+            Ok(round) => round,
             Err(Error::ReplayLocked { holder, .. }) => Round::Locked { holder },
             Err(e) => Round::Failed(e.to_string()),
         }
     }
 
     fn log_round(&self, trigger: Trigger, round: Round) {
-        let interrupted = matches!(&round, Round::Ran(r) if r.stopped == Some(crate::replay::StopReason::Stopped));
+        let interrupted = match &round {
+            Round::Ran(r) => r.stopped == Some(crate::replay::StopReason::Stopped),
+            Round::Pushed(r) => r.halt == Some(PushHalt::Signal),
+            _ => false,
+        };
         self.emit(WatchEvent::Replay {
             trigger,
             round,
@@ -1254,7 +1602,15 @@ impl Daemon {
         if !self.online() || !self.bound_online.load(Ordering::SeqCst) {
             return;
         }
-        let round = self.replay_round();
+        let waiting = lock(&self.push_not_before).is_some_and(|t| self.clock.now() < t);
+        let round = if waiting {
+            Round::Skipped(
+                "the last push round used up its request budget (or the receiver asked for a \
+                 longer wait): waiting --backoff-max (or the receiver's Retry-After)",
+            )
+        } else {
+            self.replay_round()
+        };
         self.log_round(trigger, round);
         self.write_metrics_logged(&c.counters());
     }
@@ -1301,6 +1657,10 @@ impl ReplayObserver for ItemLog<'_> {
             outcome: outcome.clone(),
         });
     }
+
+    fn push_event(&self, event: &PushEvent<'_>) {
+        self.0.emit(WatchEvent::Push(PushNote::of(event)));
+    }
 }
 
 #[cfg(test)]
@@ -1335,12 +1695,48 @@ mod tests {
         let mut bad = ok.clone();
         bad.on_offline = Some("  ".into());
         assert!(Watch::new(bad).is_err());
-        let mut bad = ok;
+        let mut bad = ok.clone();
         bad.target = TargetSpec::Exec {
             command: String::new(),
             shell: false,
             reject_exit: vec![],
             timeout: None,
+        }
+        .into();
+        assert!(Watch::new(bad).is_err());
+
+        // A push target: the options replay --push refuses are refused.
+        let push = |url: &str| WatchTarget::Push {
+            target: PushTarget {
+                url: url.into(),
+                http: Default::default(),
+            },
+            batch: 10,
+            batch_bytes: 1000,
+        };
+        let mut pushing = ok;
+        pushing.target = push("http://127.0.0.1:9/v1/push");
+        let w = Watch::new(pushing.clone()).unwrap();
+        assert_eq!(w.target_shown, "push to http://127.0.0.1:9/v1/push");
+        let mut bad = pushing.clone();
+        bad.target = push("ftp://h/v1/push");
+        assert!(matches!(Watch::new(bad), Err(Error::InvalidInput(_))));
+        let mut bad = pushing.clone();
+        bad.options.concurrency = 2;
+        let e = Watch::new(bad).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--concurrency does not apply to --push"),
+            "{e}"
+        );
+        let mut bad = pushing;
+        bad.target = WatchTarget::Push {
+            target: PushTarget {
+                url: "http://h/v1/push".into(),
+                http: Default::default(),
+            },
+            batch: 0,
+            batch_bytes: 1,
         };
         assert!(Watch::new(bad).is_err());
     }
@@ -1387,7 +1783,21 @@ mod tests {
             outcome: ReconnectOutcome::Reconnected { replayed: true },
             attempts: 1,
         };
-        assert_eq!(e.to_string(), "reconnect: Reconnected after 1 attempt");
+        assert_eq!(e.to_string(), "reconnected after 1 attempt");
+        let worded = |outcome, attempts| WatchEvent::Outcome { outcome, attempts }.to_string();
+        assert_eq!(
+            worded(ReconnectOutcome::Reconnected { replayed: false }, 2),
+            "reconnected after 2 attempts; replay skipped: the link went away again"
+        );
+        assert_eq!(
+            worded(ReconnectOutcome::GaveUp, 10),
+            "gave up reconnecting after 10 attempts"
+        );
+        assert_eq!(
+            worded(ReconnectOutcome::Aborted, 3),
+            "aborted reconnecting after 3 attempts: the link went away again or the daemon is \
+             stopping"
+        );
         let e = WatchEvent::Replay {
             trigger: Trigger::Periodic,
             round: Round::Ran(ReplayReport::default()),
@@ -1398,5 +1808,174 @@ mod tests {
             e.to_string(),
             "replay (periodic): delivered 0, failed 0, dead-lettered 0, not due 0, held 0"
         );
+    }
+
+    /// A word like `GaveUp` or `Reconnected`: an upper-case letter
+    /// after a lower-case one, or after the start of a message.
+    fn has_debug_name(text: &str) -> bool {
+        text.as_bytes()
+            .windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
+            || text.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+    }
+
+    #[test]
+    fn every_log_line_is_plain_words() {
+        use crate::push::sender::{Stop, StopCause};
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let refused = PushReport {
+            halt: Some(PushHalt::Refused(Stop {
+                kind: crate::error::ErrorKind::PermissionDenied,
+                cause: StopCause::Unauthorized,
+                message: "the receiver refused the token (HTTP 401)".into(),
+            })),
+            ..PushReport::default()
+        };
+        let budget = PushReport {
+            requests: 5,
+            failed_requests: 5,
+            in_flight: 2,
+            halt: Some(PushHalt::Budget),
+            left_due: true,
+            last_error: Some("push request failed: connection failed".into()),
+            ..PushReport::default()
+        };
+        let mut events = vec![
+            WatchEvent::Started {
+                spool: "/s/q.db".into(),
+                probe: "tcp://h:1".into(),
+                target: "push to https://h/v1/push".into(),
+                online: false,
+                reason: Some("cannot connect".into()),
+            },
+            WatchEvent::WentOffline { reason: None },
+            WatchEvent::WentOnline,
+            WatchEvent::Rebinding,
+            WatchEvent::AttemptFailed {
+                attempt: 1,
+                max: 3,
+                reason: "cannot connect".into(),
+            },
+            WatchEvent::Hook {
+                which: HookKind::Online,
+                command: "true".into(),
+                result: Ok(()),
+            },
+            WatchEvent::MetricsFailed {
+                error: "disk full".into(),
+            },
+            WatchEvent::Stopping,
+            WatchEvent::Stopped {
+                counters: WatchCounters::default(),
+            },
+        ];
+        for outcome in [
+            ReconnectOutcome::Reconnected { replayed: true },
+            ReconnectOutcome::Reconnected { replayed: false },
+            ReconnectOutcome::GaveUp,
+            ReconnectOutcome::Aborted,
+        ] {
+            events.push(WatchEvent::Outcome {
+                outcome,
+                attempts: 2,
+            });
+        }
+        for round in [
+            Round::Ran(ReplayReport::default()),
+            Round::Pushed(PushReport::default()),
+            Round::Pushed(refused),
+            Round::Pushed(budget.clone()),
+            Round::Locked {
+                holder: "pid 7".into(),
+            },
+            Round::Failed("no such command".into()),
+            Round::Skipped("stopping"),
+        ] {
+            events.push(WatchEvent::Replay {
+                trigger: Trigger::Change,
+                round,
+                interrupted: false,
+            });
+        }
+        for outcome in [
+            ItemOutcome::Delivered,
+            ItemOutcome::Failed {
+                error: "HTTP 503".into(),
+                next_retry_at: now,
+            },
+            ItemOutcome::DeadLettered {
+                error: "HTTP 400".into(),
+                rejected: true,
+            },
+            ItemOutcome::SinkFailed {
+                error: "HTTP 400".into(),
+                sink_error: "disk full".into(),
+            },
+            ItemOutcome::WouldAttempt,
+        ] {
+            events.push(WatchEvent::Item {
+                id: 1,
+                attempt: 1,
+                outcome,
+            });
+        }
+        for note in [
+            PushNote::Sending {
+                first: 1,
+                last: 2,
+                items: 2,
+                skips: 0,
+                bytes: 10,
+            },
+            PushNote::Acked {
+                last_seq: 2,
+                applied: 2,
+                duplicates: 0,
+            },
+            PushNote::OverAck {
+                claimed: 9,
+                highest: 2,
+            },
+            PushNote::RequestFailed {
+                reason: "push request failed: HTTP 503".into(),
+                failures: 1,
+                max: 5,
+                retry_in: Some(Duration::from_secs(2)),
+            },
+            PushNote::Halved {
+                max_entries: 1,
+                max_bytes: 100,
+            },
+            PushNote::Resend { from: 1 },
+            PushNote::WouldSend {
+                seq: 3,
+                item: None,
+                in_flight: false,
+            },
+        ] {
+            events.push(WatchEvent::Push(note));
+        }
+        for e in &events {
+            let text = e.to_string();
+            assert!(!has_debug_name(&text), "{}: {text}", e.name());
+        }
+        let e = WatchEvent::Replay {
+            trigger: Trigger::Periodic,
+            round: Round::Pushed(budget),
+            interrupted: false,
+        };
+        assert_eq!(e.level(), Level::Info);
+        assert!(
+            e.to_string().starts_with("push (periodic): delivered 0,")
+                && e.to_string()
+                    .ends_with("; last error: push request failed: connection failed"),
+            "{e}"
+        );
+        let idle = WatchEvent::Replay {
+            trigger: Trigger::Periodic,
+            round: Round::Pushed(PushReport::default()),
+            interrupted: false,
+        };
+        assert_eq!(idle.level(), Level::Detail);
     }
 }

@@ -276,20 +276,17 @@ impl Endpoint {
             trust.check()?;
             None
         };
-        let mut config = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(timeout)
             .max_idle_connections(connections.max(1))
             .max_idle_connections_per_host(connections.max(1))
-            .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")));
-        if let Some(r) = &roots {
-            config = config.tls_config(r.ureq_tls_config());
-        }
-        let config = config.build();
+            .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION")))
+            .build();
         let agent = ureq::Agent::with_parts(
             config,
-            ureq::unversioned::transport::DefaultConnector::new(),
+            crate::tls::ureq_connector(roots.as_ref()),
             CachedResolver::default(),
         );
         Ok(Endpoint {

@@ -317,12 +317,12 @@ impl ReconnectOutcome {
 impl fmt::Display for ReconnectOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReconnectOutcome::Reconnected { replayed: true } => f.write_str("Reconnected"),
+            ReconnectOutcome::Reconnected { replayed: true } => f.write_str("reconnected"),
             ReconnectOutcome::Reconnected { replayed: false } => {
-                f.write_str("Reconnected (replay skipped: the link went away again)")
+                f.write_str("reconnected (replay skipped: the link went away again)")
             }
-            ReconnectOutcome::GaveUp => f.write_str("GaveUp"),
-            ReconnectOutcome::Aborted => f.write_str("Aborted"),
+            ReconnectOutcome::GaveUp => f.write_str("gave up"),
+            ReconnectOutcome::Aborted => f.write_str("aborted"),
         }
     }
 }

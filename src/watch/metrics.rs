@@ -13,6 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::item::QueueStats;
+use crate::replay::push::PushReport;
 use crate::replay::ReplayReport;
 use crate::time::Timestamp;
 use crate::watch::coordinator::CoordinatorCounters;
@@ -67,7 +68,8 @@ impl SpoolGauges {
 pub struct WatchCounters {
     /// Items delivered (`spool_delivered_total`).
     pub delivered: u64,
-    /// Failed delivery attempts (`spool_failed_total`).
+    /// Failed delivery attempts, or failed push requests
+    /// (`spool_failed_total`).
     pub failed: u64,
     /// Items dead-lettered (`spool_dead_lettered_total`).
     pub dead_lettered: u64,
@@ -87,6 +89,15 @@ impl WatchCounters {
         self.delivered += r.delivered;
         self.failed += r.failed;
         self.dead_lettered += r.dead_lettered;
+    }
+
+    /// Add one push run's results: items the receiver applied, failed
+    /// requests (a push counts failures per request, not per item), items
+    /// dead-lettered (rejected or too large).
+    pub fn add_push(&mut self, r: &PushReport) {
+        self.delivered += r.delivered;
+        self.failed += r.failed_requests;
+        self.dead_lettered += r.dead_lettered();
     }
 
     /// Take the reconnect counters from the coordinator.

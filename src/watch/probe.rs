@@ -173,16 +173,18 @@ fn parse_http(
     } else {
         None
     };
-    let mut config = ureq::Agent::config_builder()
+    let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .timeout_global(Some(timeout))
         .max_idle_connections(0)
-        .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION"), " (probe)"));
-    if let Some(r) = &roots {
-        config = config.tls_config(r.ureq_tls_config());
-    }
-    let agent: ureq::Agent = config.build().into();
+        .user_agent(concat!("spool/", env!("CARGO_PKG_VERSION"), " (probe)"))
+        .build();
+    let agent = ureq::Agent::with_parts(
+        config,
+        crate::tls::ureq_connector(roots.as_ref()),
+        ureq::unversioned::resolver::DefaultResolver::default(),
+    );
     Ok((
         Kind::Http {
             agent,

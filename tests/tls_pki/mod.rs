@@ -134,3 +134,163 @@ pub fn self_signed(names: &[&str]) -> ServerCert {
         key: key.serialize_der(),
     }
 }
+
+/// Certificates made by the `openssl` binary, the way users make them
+/// (`openssl req -x509 …` marks its certificate `CA:TRUE`). The tests
+/// that use these need `openssl` (the Debian package of that name, part
+/// of every CI image; `.ci/run` installs it when it is missing): without
+/// it they fail, saying so, rather than pass untested.
+pub mod openssl {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::Arc;
+
+    /// A certificate and its key, as PEM files.
+    pub struct Files {
+        pub cert: PathBuf,
+        pub key: PathBuf,
+    }
+
+    impl Files {
+        /// The certificate file as an argument.
+        pub fn cert_arg(&self) -> &str {
+            self.cert.to_str().expect("UTF-8 path")
+        }
+
+        /// The key file as an argument.
+        pub fn key_arg(&self) -> &str {
+            self.key.to_str().expect("UTF-8 path")
+        }
+
+        /// A rustls server configuration presenting the certificate.
+        pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&self.cert)
+                .expect("read the certificate")
+                .map(|c| c.expect("PEM certificate"))
+                .collect();
+            let key = PrivateKeyDer::from_pem_file(&self.key).expect("read the key");
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("protocol versions")
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .expect("certificate and key match");
+            Arc::new(config)
+        }
+    }
+
+    /// Run `args` (an openssl command line, program first) in `dir`.
+    pub fn run(dir: &Path, args: &[&str]) {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {} (install the openssl package): {e}", args[0])
+            });
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `openssl req -x509 -newkey rsa:2048 -nodes -keyout <name>.key
+    /// -out <name>.pem -days 30 -subj /CN=<cn> -addext subjectAltName=<san>`
+    /// in `dir`: the usual self-signed certificate, `CA:TRUE`.
+    pub fn self_signed(dir: &Path, name: &str, cn: &str, san: &str) -> Files {
+        let files = Files {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+        };
+        run(
+            dir,
+            &[
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                files.key_arg(),
+                "-out",
+                files.cert_arg(),
+                "-days",
+                "30",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-addext",
+                &format!("subjectAltName={san}"),
+            ],
+        );
+        files
+    }
+
+    /// A self-signed `CA:TRUE` certificate valid in 2000 only, made as
+    /// OpenSSL 3.0 makes a back-dated one (its `req` has no start date):
+    /// a request signed by its own key with `openssl ca -selfsign
+    /// -startdate 20000101000000Z -enddate 20010101000000Z`.
+    pub fn expired(dir: &Path, name: &str, cn: &str, san: &str) -> Files {
+        let work = dir.join(format!("{name}-ca"));
+        std::fs::create_dir(&work).expect("mkdir");
+        std::fs::write(work.join("index.txt"), "").expect("index");
+        std::fs::write(
+            work.join("ca.cnf"),
+            "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n\
+             serial = serial\nrand_serial = yes\ndefault_md = sha256\npolicy = p\n\
+             copy_extensions = copy\nx509_extensions = e\n[p]\ncommonName = supplied\n\
+             [e]\nbasicConstraints = critical,CA:TRUE\n",
+        )
+        .expect("ca.cnf");
+        let files = Files {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+        };
+        run(
+            &work,
+            &[
+                "openssl",
+                "req",
+                "-new",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                files.key_arg(),
+                "-out",
+                "request.csr",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-addext",
+                &format!("subjectAltName={san}"),
+            ],
+        );
+        run(
+            &work,
+            &[
+                "openssl",
+                "ca",
+                "-config",
+                "ca.cnf",
+                "-selfsign",
+                "-keyfile",
+                files.key_arg(),
+                "-in",
+                "request.csr",
+                "-out",
+                files.cert_arg(),
+                "-startdate",
+                "20000101000000Z",
+                "-enddate",
+                "20010101000000Z",
+                "-batch",
+                "-notext",
+            ],
+        );
+        files
+    }
+}

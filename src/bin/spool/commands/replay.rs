@@ -54,8 +54,10 @@ use std::time::Duration;
 /// errors and timeouts = failed; other 4xx = rejected for good; a 3xx is
 /// a failed attempt (redirects are not followed). https:// servers must
 /// present a certificate the system store trusts (SSL_CERT_FILE and
-/// SSL_CERT_DIR are honoured) or one from --cacert; a TLS failure names
-/// its cause (unknown issuer, name mismatch, expired) in the last error.
+/// SSL_CERT_DIR are honoured) or one from --cacert (a CA, or the server's
+/// own certificate, pinned); a TLS failure names its cause (unknown
+/// issuer, name mismatch, expired, a CA certificate presented as the
+/// server's own) in the last error.
 ///
 /// --push URL sends the items to a push receiver (`spool serve`, or any
 /// server speaking docs/push-protocol.md) in numbered batches: each item
@@ -123,7 +125,7 @@ pub struct ReplayArgs {
     pub follow: super::follow::FollowArgs,
 }
 
-/// `--push` and the options only it takes.
+/// `--push` and the options only it takes (shared with `spool watch`).
 #[derive(Args, Debug, Clone)]
 pub struct PushArgs {
     /// Push the items to the push receiver at URL, in numbered batches
@@ -145,6 +147,44 @@ pub struct PushArgs {
     /// Compress push request bodies with gzip (Content-Encoding: gzip)
     #[arg(long, conflicts_with_all = ["exec", "url"])]
     pub compress: bool,
+}
+
+impl PushArgs {
+    /// The push receiver and how to reach it (`-H`, `--timeout`,
+    /// `--cacert`, `--compress`). The options of `--url` and `--exec`
+    /// are usage errors here: clap's `requires` is satisfied by any
+    /// member of the target group, so they are refused by hand.
+    pub fn target(&self, t: &TargetArgs, ctx: &Ctx, action: &str) -> Result<PushTarget, CliError> {
+        let foreign = [
+            (t.method != "POST", "--method"),
+            (
+                t.content_type != "application/octet-stream",
+                "--content-type",
+            ),
+            (t.retry_status.is_some(), "--retry-status"),
+            (t.shell, "--shell"),
+            (t.reject_exit.0 != [65], "--reject-exit"),
+        ];
+        if let Some((_, flag)) = foreign.iter().find(|(given, _)| *given) {
+            return Err(CliError::new(
+                exit::USAGE,
+                format!(
+                    "{action} {}: {flag} does not apply to --push (requests are POSTs of JSON; \
+                     the receiver's answers decide what is retried)",
+                    ctx.shown()
+                ),
+            ));
+        }
+        Ok(PushTarget {
+            url: self.push.clone().unwrap_or_default(),
+            http: HttpPushOptions {
+                headers: t.headers.clone(),
+                timeout: Some(t.timeout),
+                compress: self.compress,
+                trust: t.trust(),
+            },
+        })
+    }
 }
 
 /// A comma-separated list of codes (one flag value, many numbers).
@@ -215,11 +255,14 @@ pub struct TargetArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
 
-    /// Also trust the CA certificate(s) in FILE (PEM) for https://
+    /// Also trust the certificate(s) in FILE (PEM) for https://
     ///
     /// In addition to the system's certificate store (SSL_CERT_FILE and
-    /// SSL_CERT_DIR are honoured, as by curl): for a private CA, or the
-    /// certificate of a self-signed server. FILE holds one or more
+    /// SSL_CERT_DIR are honoured, as by curl): a private CA, or the very
+    /// certificate a server presents (a self-signed `spool serve`, such
+    /// as one made with `openssl req -x509`), which is then pinned:
+    /// accepted as that server's own while it is valid and names the
+    /// server, even when it is marked CA:TRUE. FILE holds one or more
     /// -----BEGIN CERTIFICATE----- blocks; a missing file is exit 66, an
     /// empty or non-PEM one exit 65, before anything is delivered.
     #[arg(long, value_name = "FILE")]
@@ -739,42 +782,11 @@ pub(super) fn push_hint(cause: StopCause) -> &'static str {
 /// `spool replay --push`.
 fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "push";
-    // clap's `requires` is satisfied by any member of the target group,
-    // so the options of --url and --exec are refused here.
-    let t = &args.target;
-    let foreign = [
-        (t.method != "POST", "--method"),
-        (
-            t.content_type != "application/octet-stream",
-            "--content-type",
-        ),
-        (t.retry_status.is_some(), "--retry-status"),
-        (t.shell, "--shell"),
-        (t.reject_exit.0 != [65], "--reject-exit"),
-    ];
-    if let Some((_, flag)) = foreign.iter().find(|(given, _)| *given) {
-        return Err(CliError::new(
-            exit::USAGE,
-            format!(
-                "{ACTION} {}: {flag} does not apply to --push (requests are POSTs of JSON; the \
-                 receiver's answers decide what is retried)",
-                ctx.shown()
-            ),
-        ));
-    }
+    let target = args.push.target(&args.target, ctx, ACTION)?;
     let flags = args.replay.options_for(args.target.timeout);
     let options = push_options(&flags, args.push.batch, args.push.batch_bytes)
         .map_err(|e| setup_error(ctx, ACTION, e))?;
     let dry_run = options.dry_run;
-    let target = PushTarget {
-        url: args.push.push.clone().unwrap_or_default(),
-        http: HttpPushOptions {
-            headers: args.target.headers.clone(),
-            timeout: Some(args.target.timeout),
-            compress: args.push.compress,
-            trust: args.target.trust(),
-        },
-    };
     // Refuse a bad URL, header or --cacert before touching the spool.
     target.build().map_err(|e| setup_error(ctx, ACTION, e))?;
     let mode = if dry_run {

@@ -1,10 +1,10 @@
 //! `spool watch`: probe the link and replay the spool when it comes back.
 
-use super::replay::{setup_error, ReplayFlags, TargetArgs};
+use super::replay::{setup_error, PushArgs, ReplayFlags, TargetArgs};
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
 use clap::{ArgGroup, Args};
-use spool::ops::watch::{Level, LogEntry, Watch, WatchConfig, WatchLog, WatchStop};
+use spool::ops::watch::{Level, LogEntry, Watch, WatchConfig, WatchLog, WatchStop, WatchTarget};
 use spool::units::parse_duration;
 use spool::OpenMode;
 use std::io::Write;
@@ -25,8 +25,11 @@ use std::time::{Duration, Instant};
 ///
 /// When the link comes back: up to --reconnect-attempts probes (waiting
 /// --retry-delay between them), then the --on-online hook, then a replay
-/// of the spool with the options of `spool replay` (--exec or --url and
-/// the rest), unless the link went away again meanwhile. When it goes
+/// of the spool with the options of `spool replay` (--exec, --url or
+/// --push, and the rest), unless the link went away again meanwhile. A
+/// --push round that used up its request budget holds the next periodic
+/// and change rounds back for --backoff-max (or the receiver's longer
+/// Retry-After); the link coming back pushes at once. When it goes
 /// away: the replay in flight stops after its current item and the
 /// --on-offline hook runs. At startup the link is probed at once: up, it
 /// runs the online sequence; down, it runs --on-offline once and delivers
@@ -54,9 +57,12 @@ use std::time::{Duration, Instant};
 ///       --url https://api.example.com/events --metrics-file /run/spool.prom
 ///   spool watch --probe https://api.example.com/health --probe-expect '"ok"' \
 ///       --exec ./deliver.sh --on-online 'systemctl start app-sync' --interval 10s
+///   spool watch --probe tcp://central.example.net:8787 \
+///       --push https://central.example.net:8787/v1/push -H 'Authorization: Bearer …' \
+///       --cacert /etc/spool/central.pem --compress
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
-#[command(group(ArgGroup::new("target").args(["exec", "url"]).required(true)))]
+#[command(group(ArgGroup::new("target").args(["exec", "url", "push"]).required(true)))]
 pub struct WatchArgs {
     /// What to probe: tcp://HOST:PORT, http(s)://URL or exec:CMD
     #[arg(long, value_name = "TARGET")]
@@ -108,6 +114,9 @@ pub struct WatchArgs {
 
     #[command(flatten, next_help_heading = "Delivery (as in spool replay)")]
     target: TargetArgs,
+
+    #[command(flatten, next_help_heading = "Delivery (as in spool replay)")]
+    push: PushArgs,
 
     #[command(flatten, next_help_heading = "Each replay round (as in spool replay)")]
     replay: ReplayFlags,
@@ -194,7 +203,15 @@ fn install_signals(stop: WatchStop, log: Arc<StderrLog>) -> Result<(), CliError>
 }
 
 pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
-    let mut cfg = WatchConfig::new(args.probe, args.target.spec());
+    let target = match &args.push.push {
+        Some(_) => WatchTarget::Push {
+            target: args.push.target(&args.target, ctx, "watch")?,
+            batch: args.push.batch,
+            batch_bytes: args.push.batch_bytes,
+        },
+        None => WatchTarget::Replay(args.target.spec()),
+    };
+    let mut cfg = WatchConfig::new(args.probe, target);
     cfg.probe_expect = args.probe_expect;
     cfg.probe_timeout = args.probe_timeout;
     cfg.probe_trust = args.target.trust();
