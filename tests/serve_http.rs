@@ -481,7 +481,12 @@ fn tokens_guard_every_write_and_never_show_up_in_logs() {
     assert_eq!(r.status, 401, "{}", r.body);
     assert!(!r.body.contains("spool_"), "{}", r.body);
     assert_eq!(
-        get(&a, &s.url("/metrics"), &[("Authorization", "Bearer wrong-token")]).status,
+        get(
+            &a,
+            &s.url("/metrics"),
+            &[("Authorization", "Bearer wrong-token")]
+        )
+        .status,
         401
     );
     let r = get(&a, &s.url("/metrics"), &[("Authorization", &bearer_b)]);
@@ -505,7 +510,11 @@ fn tokens_guard_every_write_and_never_show_up_in_logs() {
         "GET /metrics 200 ".to_string(),
         "GET /metrics 401 ".to_string(),
     ] {
-        assert!(stopped.stderr.contains(&want), "{want} not in\n{}", stopped.stderr);
+        assert!(
+            stopped.stderr.contains(&want),
+            "{want} not in\n{}",
+            stopped.stderr
+        );
     }
     for t in [TOKEN_A, TOKEN_B, "wrong-token"] {
         assert!(

@@ -304,7 +304,11 @@ fn refusals_and_exit_codes() {
         64,
         &env.path,
     );
-    assert!(stderr(&a).contains("over the memory budget"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("over the memory budget"),
+        "{}",
+        stderr(&a)
+    );
     assert!(!env.path.exists(), "no spool is created by a refused serve");
     // --insecure-no-auth allows it (talk to it on loopback only), with a
     // warning.
@@ -437,10 +441,7 @@ fn configuration_traps_refuse_to_start_with_78() {
         &env.path,
     );
     let err = stderr(&a);
-    assert!(
-        err.contains("line 3 repeats the token of line 1"),
-        "{err}"
-    );
+    assert!(err.contains("line 3 repeats the token of line 1"), "{err}");
     assert!(err.contains("\nhint: put the token on one line"), "{err}");
     assert!(!err.contains(TOKEN), "the token in an error: {err}");
     assert!(!env.path.exists(), "no spool is created by a refused serve");
@@ -520,11 +521,10 @@ fn one_peer_cannot_take_every_connection() {
     let stopped = s.stop();
     assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
     assert!(
-        stopped.stderr.contains(
-            "connection from 127.0.0.1:"
-        ) && stopped
-            .stderr
-            .contains("closed at once: 2 connections from this address are open already"),
+        stopped.stderr.contains("connection from 127.0.0.1:")
+            && stopped
+                .stderr
+                .contains("closed at once: 2 connections from this address are open already"),
         "{}",
         stopped.stderr
     );

@@ -407,7 +407,11 @@ mod tests {
                 "line 1: a name=",
                 ErrorKind::Data,
             ),
-            ("secret-token-0123456 name=\n", "line 1: a name=", ErrorKind::Data),
+            (
+                "secret-token-0123456 name=\n",
+                "line 1: a name=",
+                ErrorKind::Data,
+            ),
             (
                 "# one\nsecret\n",
                 "line 2: the token is 6 character(s) long; a token must have at least 16",

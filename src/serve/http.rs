@@ -250,7 +250,9 @@ fn append(
 ) -> Result<(), Refused> {
     let need = buf.len() + data.len();
     if need > buf.capacity() {
-        let want = need.max(buf.capacity().saturating_mul(2)).min(cap.max(need));
+        let want = need
+            .max(buf.capacity().saturating_mul(2))
+            .min(cap.max(need));
         res.take(want - buf.capacity())?;
         buf.reserve_exact(want - buf.len());
     }
@@ -537,8 +539,7 @@ async fn read_body(
                 seen.bytes_in = (buf.len() + data.len()) as u64;
                 return Err(over(wire, false));
             }
-            append(&mut buf, &data, wire_max, seen.reservation(shared))
-                .map_err(Refused::answer)?;
+            append(&mut buf, &data, wire_max, seen.reservation(shared)).map_err(Refused::answer)?;
         }
     }
     seen.bytes_in = buf.len() as u64;
@@ -547,27 +548,24 @@ async fn read_body(
         Encoding::Identity => Ok(buf),
         Encoding::Gzip => {
             let max = limit.bytes;
-            let mut res = seen
-                .held
-                .take()
-                .unwrap_or_else(|| Reservation::new(shared));
+            let mut res = seen.held.take().unwrap_or_else(|| Reservation::new(shared));
             let compressed = buf.capacity();
-            let (inflated, mut res) = if buf.len().saturating_mul(DEFLATE_MAX_RATIO) > BLOCKING_ABOVE
-            {
-                let back = tokio::task::spawn_blocking(move || {
+            let (inflated, mut res) =
+                if buf.len().saturating_mul(DEFLATE_MAX_RATIO) > BLOCKING_ABOVE {
+                    let back = tokio::task::spawn_blocking(move || {
+                        let r = gunzip(&buf, max, &mut res);
+                        (r, res)
+                    })
+                    .await;
+                    match back {
+                        Ok(b) => b,
+                        Err(_) => return Err(Answer::error(500, "the request was not processed")),
+                    }
+                } else {
                     let r = gunzip(&buf, max, &mut res);
+                    drop(buf);
                     (r, res)
-                })
-                .await;
-                match back {
-                    Ok(b) => b,
-                    Err(_) => return Err(Answer::error(500, "the request was not processed")),
-                }
-            } else {
-                let r = gunzip(&buf, max, &mut res);
-                drop(buf);
-                (r, res)
-            };
+                };
             // The compressed bytes are gone.
             res.release(compressed);
             seen.held = Some(res);
@@ -683,10 +681,10 @@ async fn push(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resul
     let entries = memchr::memmem::find_iter(&body, b"\"seq\"").count();
     seen.reservation(shared)
         .take(
-        body.len()
-            .saturating_add(entries.saturating_mul(ENTRY_COST)),
-    )
-    .map_err(Refused::answer)?;
+            body.len()
+                .saturating_add(entries.saturating_mul(ENTRY_COST)),
+        )
+        .map_err(Refused::answer)?;
     let parsed = if body.len() > BLOCKING_ABOVE {
         tokio::task::spawn_blocking(move || wire::parse_request(&body))
             .await
@@ -823,8 +821,11 @@ pub(crate) struct StateCache {
     /// A read-only handle of the spool, used on the blocking pool; `None`
     /// (a memory spool): the writer thread computes it.
     reader: Option<Arc<Spool>>,
-    last: tokio::sync::Mutex<Option<(Instant, Result<Arc<SpoolState>, ()>)>>,
+    last: tokio::sync::Mutex<Option<(Instant, Computed)>>,
 }
+
+/// A snapshot, or the failure to take one (logged when it happened).
+type Computed = Result<Arc<SpoolState>, ()>;
 
 impl StateCache {
     pub fn new(reader: Option<Arc<Spool>>) -> StateCache {
@@ -848,7 +849,7 @@ impl StateCache {
         state.map_err(|_| unreadable())
     }
 
-    async fn compute(&self, shared: &Shared) -> Result<Arc<SpoolState>, ()> {
+    async fn compute(&self, shared: &Shared) -> Computed {
         let Some(reader) = &self.reader else {
             let Snapshot { gauges, clients } = ask(shared, |reply| Job::Stats { reply }).await?;
             let depth = ask(shared, |reply| Job::Health { reply }).await?;
@@ -963,7 +964,11 @@ mod tests {
         let mut res = reservation(4 << 20);
         let out = gunzip(&bomb, 1 << 20, &mut res).ok().unwrap();
         assert_eq!(out.len(), 1 << 20);
-        assert_eq!(res.held(), out.capacity(), "the budget holds what was inflated");
+        assert_eq!(
+            res.held(),
+            out.capacity(),
+            "the budget holds what was inflated"
+        );
         assert!(matches!(
             gunzip(&bomb[..bomb.len() / 2], 1 << 20, &mut reservation(4 << 20)),
             Err(Gunzip::Failed(_))
@@ -1010,7 +1015,11 @@ mod tests {
             held: None,
         };
         assert!(matches!(b.take(500), Err(Refused::Busy)));
-        assert_eq!(budget.available_permits(), 400, "a refused take holds nothing");
+        assert_eq!(
+            budget.available_permits(),
+            400,
+            "a refused take holds nothing"
+        );
         a.set(100).unwrap();
         assert_eq!(budget.available_permits(), 900);
         b.take(500).unwrap();
