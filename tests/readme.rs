@@ -61,6 +61,7 @@ fn every_exit_code_is_in_the_table() {
         "74",
         "75",
         "77",
+        "78",
         "130 / 143",
     ] {
         assert!(

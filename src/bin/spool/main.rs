@@ -57,6 +57,7 @@ Exit status:
   74   I/O error: disk full, failed write or fsync
   75   temporary: the spool is full, locked by another replay, or busy
   77   permission denied on the spool, its directory or a file
+  78   configuration error: serve refuses an unsafe or broken configuration
   130  interrupted by SIGINT; 143 by SIGTERM
 
 Files:

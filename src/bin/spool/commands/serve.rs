@@ -62,10 +62,10 @@ use std::time::{Duration, Instant};
 /// Prints `listening on http(s)://ADDR` on stdout once ready (with the
 /// real port for --listen 127.0.0.1:0); nothing is created when the
 /// address cannot be bound. With -v, one access line per request on
-/// stderr, naming the token by its name. SIGTERM or SIGINT: stop accepting, finish and
-/// commit the requests in flight, exit 0. Only one serve may run on an
-/// NDJSON spool (a second exits 75 naming the holder); several may share
-/// a SQLite spool.
+/// stderr, naming the token by its name. SIGTERM or SIGINT: stop
+/// accepting, finish and commit the requests in flight, exit 0. Only one
+/// serve may run on an NDJSON spool (a second exits 75 naming the
+/// holder); several may share a SQLite spool.
 ///
 /// Examples:
 ///   spool -s /var/spool/central.db serve
