@@ -602,6 +602,10 @@ impl Server {
             .name("spool-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
+        // The reader is used on the blocking pool and must be dropped
+        // outside the runtime too (a PostgreSQL connection blocks on its
+        // own runtime when it closes): this clone outlives the runtime.
+        let reader = reader.map(Arc::new);
         let budget = usize::try_from(opts.memory_budget)
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
@@ -619,7 +623,7 @@ impl Server {
             spool: path,
             budget: Arc::new(Semaphore::new(budget)),
             budget_total: budget,
-            state: http::StateCache::new(reader.map(Arc::new)),
+            state: http::StateCache::new(reader.clone()),
         });
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -641,6 +645,7 @@ impl Server {
         // which drops the last senders: the writer commits the jobs it
         // already has and ends.
         runtime.shutdown_timeout(Duration::from_secs(1));
+        drop(reader);
         let connections = served?;
         let _spool = writer
             .join()
@@ -859,5 +864,49 @@ impl Conn {
             peer: self.peer,
             error,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_bounded_one_address_at_a_time() {
+        let peers = Arc::new(Peers::new(2));
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let b: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
+        let a1 = peers.take(a).unwrap();
+        let a2 = peers.take(a).unwrap();
+        assert!(peers.take(a).is_none(), "a third from one address");
+        // An IPv4-mapped address is the same peer as the IPv4 one.
+        let b1 = peers.take(b).unwrap();
+        let _b2 = peers.take("127.0.0.2".parse().unwrap()).unwrap();
+        assert!(peers.take(b).is_none());
+        drop(a1);
+        let _a3 = peers.take(a).unwrap();
+        drop(a2);
+        drop(b1);
+        assert_eq!(peers.lock().len(), 2);
+        drop(_a3);
+        drop(_b2);
+        assert!(peers.lock().is_empty(), "nothing kept for gone peers");
+    }
+
+    #[test]
+    fn the_body_limit_must_fit_the_memory_budget() {
+        let opts = ServeOptions {
+            max_body: 2 << 20,
+            memory_budget: 1 << 20,
+            ..ServeOptions::default()
+        };
+        let e = opts.check().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Usage);
+        assert!(e.to_string().contains("over the memory budget"), "{e}");
+        let opts = ServeOptions {
+            max_connections_per_peer: 0,
+            ..ServeOptions::default()
+        };
+        assert!(opts.check().is_err());
     }
 }
