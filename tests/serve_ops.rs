@@ -624,3 +624,38 @@ fn metrics_need_a_token_and_cost_one_snapshot_a_second_however_many_clients() {
         assert_eq!(s.stop().code, Some(0));
     }
 }
+
+/// Through the library, a memory spool (which has no second handle) is
+/// served too: its snapshot is taken by the writer thread.
+#[test]
+fn a_memory_spool_is_served_through_the_library() {
+    use spool::serve::{ServeEvent, ServeOptions, ServeStop, Server};
+    use std::sync::Arc;
+    let spool = spool::Spool::memory(&spool::OpenOptions::default());
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServeOptions::default()
+    };
+    let listening = Server::listen(opts).unwrap();
+    let addr = listening.local_addr();
+    let server = listening.attach(spool).unwrap();
+    let stop = ServeStop::new();
+    let running = {
+        let stop = stop.clone();
+        std::thread::spawn(move || server.run(&stop, Arc::new(|_: &ServeEvent<'_>| {})))
+    };
+    let a = agent();
+    let base = format!("http://{addr}");
+    let r = post(&a, &format!("{base}/v1/items"), &[], b"in memory");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = get(&a, &format!("{base}/metrics"), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(metric(&r.body, "spool_depth"), 1);
+    assert_eq!(metric(&r.body, "spool_serve_snapshots_total"), 1);
+    let r = get(&a, &format!("{base}/healthz"), &[]);
+    assert_eq!(r.json()["depth"], 1);
+    stop.stop();
+    let report = running.join().unwrap().unwrap();
+    assert_eq!(report.counters.items_stored, 1);
+    assert_eq!(report.counters.snapshots, 1, "/healthz used the snapshot");
+}
