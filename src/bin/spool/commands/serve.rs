@@ -261,10 +261,6 @@ fn install_signals(stop: ServeStop, log: Arc<StderrLog>) -> Result<(), CliError>
 
 fn failed(ctx: &Ctx, e: Error) -> CliError {
     let hint = match &e {
-        Error::Unsupported(m) if m.contains("without tokens") => Some(
-            "give --token-file FILE (one token per line), or --insecure-no-auth on a trusted network"
-                .to_string(),
-        ),
         Error::Config { hint, .. } => Some(hint.clone()),
         Error::ServeLocked { .. } => Some(
             "stop the other `spool serve` first; several servers may share a SQLite spool, not an NDJSON one"
@@ -326,7 +322,20 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     // Every option is checked, and the socket bound, before the spool is
     // created or opened: a server that cannot start leaves nothing.
     let warnings = opts.warnings();
-    let listening = Server::listen(opts).map_err(|e| failed(ctx, e))?;
+    let open_without_tokens = opts.tokens.is_none()
+        && !opts.insecure_no_auth
+        && !opts.listen.ip().to_canonical().is_loopback();
+    let listening = Server::listen(opts).map_err(|e| {
+        let refused = matches!(e, Error::Unsupported(_)) && open_without_tokens;
+        let err = failed(ctx, e);
+        if refused {
+            err.hint(
+                "give --token-file FILE (one token per line), or --insecure-no-auth on a trusted network",
+            )
+        } else {
+            err
+        }
+    })?;
     for w in warnings {
         ctx.note(&format!("warning: {w}"));
     }
