@@ -296,9 +296,12 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -l tls-cert -d 'Serve
 complete -c spool -n "__fish_spool_using_subcommand serve" -l tls-key -d 'The PEM private key for --tls-cert' -r -F
 complete -c spool -n "__fish_spool_using_subcommand serve" -l max-body -d 'Largest request body, as sent and once decompressed' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l max-payload -d 'Largest payload (a push entry over it is rejected; an item is 413)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l max-entries -d 'Most entries in one push request (more is 413: send smaller batches)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l memory-budget -d 'Memory that all requests may hold at once (over it: 503 + Retry-After)' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l header-timeout -d 'Time for a request head to arrive; also the keep-alive idle limit' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l request-timeout -d 'Time for a request body to arrive after its head' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l max-connections -d 'Most connections open at once (more wait to be accepted)' -r
+complete -c spool -n "__fish_spool_using_subcommand serve" -l max-connections-per-peer -d 'Most connections open at once from one IP address (more are closed)' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -l commit-delay -d 'Sleep this long in every commit (simulates a slow disk; tests, benchmarks)' -r
 complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'

@@ -34,6 +34,10 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A bug in spool.
     Internal,
+    /// A configuration that a long-running command (`spool serve`)
+    /// refuses because it is unsafe or broken: a token file that is not
+    /// there although systemd was asked to pass one, a guessable token.
+    Config,
 }
 
 /// Every error the library returns.
@@ -155,6 +159,13 @@ pub enum Error {
     /// was changed.
     #[error("{0}")]
     IdentityRefused(String),
+
+    /// `spool serve` refuses to start with this configuration: it would
+    /// run less safely than the operator asked for (no authentication
+    /// although a credential was expected) or with a token anyone could
+    /// guess. `hint` says what to change. Nothing was created.
+    #[error("{detail}")]
+    Config { detail: String, hint: String },
 }
 
 impl Error {
@@ -180,6 +191,7 @@ impl Error {
             | Error::Busy { .. } => ErrorKind::Temporary,
             Error::Unsupported(_) => ErrorKind::Usage,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::Config { .. } => ErrorKind::Config,
         }
     }
 

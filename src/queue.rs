@@ -407,6 +407,14 @@ pub trait Queue: Send + Sync {
     /// Every client that ever pushed to this spool, by id.
     fn push_clients(&self) -> Result<Vec<ClientSummary>>;
 
+    /// How many clients ever pushed to this spool: the length of
+    /// [`Queue::push_clients`], counted without reading each client and
+    /// its rejects (`spool serve`'s `/metrics`). The provided
+    /// implementation reads them; the durable backends count rows.
+    fn push_client_count(&self) -> Result<u64> {
+        Ok(self.push_clients()?.len() as u64)
+    }
+
     // --- Leased replay -------------------------------------------------
 
     /// The leased-replay operations, for a backend whose replay is not

@@ -328,6 +328,15 @@ fn every_reachable_exit_code_row() {
         );
         // 77: permission denied
         permission_denied(env);
+        // 78: a configuration serve refuses (a guessable token)
+        let short = env.dir.path().join("short-tokens");
+        std::fs::write(&short, "0123456789\n").unwrap();
+        let a = assert_error(
+            env.run(&["serve", "--token-file", short.to_str().unwrap()]),
+            78,
+            &env.path,
+        );
+        assert!(stderr(&a).contains("at least 16"), "{}", stderr(&a));
     });
 }
 

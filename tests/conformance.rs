@@ -183,6 +183,7 @@ conformance!(
         received_entries_are_enqueued_once_with_their_keys,
         received_rejects_are_reported_until_acknowledged,
         a_failed_receive_changes_nothing,
+        push_clients_are_counted_and_read_from_a_second_handle,
         a_full_receiving_spool_stops_the_batch,
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
@@ -2274,6 +2275,49 @@ fn a_failed_receive_changes_nothing(s: Setup) {
     assert!(h.q().push_clients().unwrap().is_empty());
     let r = accepted(receive(&h, &req, &limits));
     assert_eq!((r.last_seq, r.applied, r.duplicates), (2, 1, 0));
+}
+
+/// `push_client_count` is the number of clients `push_clients` lists
+/// (what `spool serve`'s `/metrics` shows), and a second, read-only
+/// handle (`Spool::reader`, where `/metrics` reads) sees what the first
+/// committed — but cannot write.
+fn push_clients_are_counted_and_read_from_a_second_handle(s: Setup) {
+    let mut h = s.open(None);
+    assert_eq!(h.q().push_client_count().unwrap(), 0);
+    let limits = ReceiveLimits {
+        max_payload: 4,
+        ..ReceiveLimits::default()
+    };
+    for (client, entries) in [
+        ("edge-a", &[(1, "", "one")][..]),
+        ("edge-b", &[(1, "", "far too large"), (2, "", "")][..]),
+        ("edge-c", &[(1, "", "")][..]),
+    ] {
+        accepted(receive(&h, &request(client, 0, entries), &limits));
+    }
+    // Again, and a client with nothing but an ack: no new clients twice.
+    accepted(receive(
+        &h,
+        &request("edge-a", 1, &[(2, "", "two")]),
+        &limits,
+    ));
+    h.step();
+    assert_eq!(h.q().push_clients().unwrap().len(), 3);
+    assert_eq!(h.q().push_client_count().unwrap(), 3);
+    let Some(reader) = h.spool().reader().unwrap() else {
+        assert_eq!(s.backend, Backend::Memory, "only a memory spool has none");
+        return;
+    };
+    assert_eq!(reader.push_client_count().unwrap(), 3);
+    accepted(receive(
+        &h,
+        &request("edge-d", 0, &[(1, "", "four")]),
+        &limits,
+    ));
+    assert_eq!(reader.push_client_count().unwrap(), 4, "sees later commits");
+    assert_eq!(reader.size().unwrap(), h.q().size().unwrap());
+    assert!(reader.enqueue(b"x", "").is_err(), "the reader is read-only");
+    assert_eq!(h.q().size().unwrap(), 3);
 }
 
 /// A full receiving spool stops the batch before the entry that does not

@@ -1529,3 +1529,76 @@ fn init_and_compact_speak_of_postgresql() {
     assert!(!tables.contains("0 B saved"), "{tables}");
     assert!(text.contains("dead tuples"), "{text}");
 }
+
+/// `spool serve` on a PostgreSQL spool answers `/metrics` and `/healthz`
+/// from a snapshot read on a second connection (not the one that
+/// commits pushes), with the client count from one count.
+#[test]
+fn serve_reads_its_metrics_on_a_second_connection() {
+    use std::io::{BufRead, BufReader};
+    let Some(url) = new_spool("serve_metrics") else {
+        return;
+    };
+    let mut child = bin()
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .args(["-s", &url, "serve", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start spool serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("listening line");
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not listening: {line:?}"))
+        .to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    for client in ["edge-1", "edge-2"] {
+        let body = spool::push::wire::encode_request(
+            client,
+            0,
+            &[spool::push::wire::OutEntry::Item {
+                seq: 1,
+                id: 1,
+                key: "",
+                payload: client.as_bytes(),
+                enqueued_at: None,
+            }],
+        );
+        let r = agent
+            .post(&format!("{base}/v1/push"))
+            .send(&body[..])
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let text = agent
+        .get(&format!("{base}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .to_string()
+    };
+    assert_eq!(value("spool_serve_clients"), "2");
+    assert_eq!(value("spool_depth"), "2");
+    assert_eq!(value("spool_serve_snapshots_total"), "1");
+    assert!(!text.contains("password"), "{text}");
+    let r = agent.get(&format!("{base}/healthz")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

@@ -276,7 +276,6 @@ fn malformed_oversized_and_compressed_bodies() {
 #[test]
 fn many_tiny_entries_in_one_body() {
     each_backend(|env| {
-        let s = Serve::start(env, &[]);
         // 300,000 skip entries: under the default 8 MiB.
         let mut b = String::from(r#"{"client_id":"tiny","acked":0,"entries":["#);
         let n = 300_000u64;
@@ -288,6 +287,22 @@ fn many_tiny_entries_in_one_body() {
         }
         b.push_str("]}");
         assert!(b.len() < 8 << 20);
+        // Over the default --max-entries: a clear 413 (a sender halves its
+        // batch), nothing applied, so that one request cannot hold the
+        // writer for long.
+        let s = Serve::start(env, &[]);
+        let r = push(&agent(), &s, b.as_bytes());
+        assert_eq!(r.status, 413, "{}", r.body);
+        assert_eq!(
+            r.error(),
+            "the request holds 300000 entries, over the limit of 10000 per request \
+             (--max-entries); send smaller batches"
+        );
+        let r = get(&agent(), &s.url("/v1/clients/tiny"), &[]);
+        assert_eq!(r.json()["last_seq"], 0);
+        assert_eq!(s.stop().code, Some(0));
+        // Allowed, they are applied without harm.
+        let s = Serve::start(env, &["--max-entries", "300000"]);
         let r = push(&agent(), &s, b.as_bytes());
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.json()["last_seq"], n);
@@ -388,6 +403,8 @@ fn metrics_name_the_series() {
         format!("spool_serve_entries_total{{{label},outcome=\"skipped\"}} 1\n"),
         format!("spool_serve_clients{{{label}}} 1\n"),
         format!("spool_serve_commits_total{{{label}}} 3\n"),
+        // This scrape's own snapshot.
+        format!("spool_serve_snapshots_total{{{label}}} 1\n"),
         "# TYPE spool_serve_request_duration_seconds histogram\n".into(),
         format!("spool_serve_request_duration_seconds_count{{{label},endpoint=\"push\"}} 2\n"),
     ] {
@@ -405,7 +422,7 @@ fn tokens_guard_every_write_and_never_show_up_in_logs() {
     let file = write_file(
         env.dir.path(),
         "tokens",
-        &format!("# edge boxes\n{TOKEN_A} edge-* site-?\n\n{TOKEN_B}\n"),
+        &format!("# edge boxes\n{TOKEN_A} edge-* name=edge-boxes site-?\n\n{TOKEN_B}\n"),
     );
     let s = Serve::start(&env, &["-v", "--token-file", file.to_str().unwrap()]);
     let a = agent();
@@ -452,7 +469,7 @@ fn tokens_guard_every_write_and_never_show_up_in_logs() {
     assert_eq!(get(&a, &c, &[]).status, 401);
     assert_eq!(get(&a, &c, &[("Authorization", &bearer_a)]).status, 403);
     assert_eq!(get(&a, &c, &[("Authorization", &bearer_b)]).status, 200);
-    // /v1/items needs a valid token; health and metrics need none.
+    // /v1/items and /metrics need a valid token; health needs none.
     let i = s.url("/v1/items");
     assert_eq!(post(&a, &i, &[], b"x").status, 401);
     assert_eq!(
@@ -460,15 +477,45 @@ fn tokens_guard_every_write_and_never_show_up_in_logs() {
         201
     );
     assert_eq!(get(&a, &s.url("/healthz"), &[]).status, 200);
-    assert_eq!(get(&a, &s.url("/metrics"), &[]).status, 200);
+    let r = get(&a, &s.url("/metrics"), &[]);
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert!(!r.body.contains("spool_"), "{}", r.body);
+    assert_eq!(
+        get(
+            &a,
+            &s.url("/metrics"),
+            &[("Authorization", "Bearer wrong-token")]
+        )
+        .status,
+        401
+    );
+    let r = get(&a, &s.url("/metrics"), &[("Authorization", &bearer_b)]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("spool_depth{"), "{}", r.body);
 
     let stopped = s.stop();
     assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
-    assert!(
-        stopped.stderr.contains("POST /v1/push 403"),
-        "{}",
-        stopped.stderr
-    );
+    // The access log names the token: by its name=, or by the first 8
+    // hex digits of its SHA-256.
+    use sha2::Digest as _;
+    let b_name: String = sha2::Sha256::digest(TOKEN_B.as_bytes())[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for want in [
+        "POST /v1/push 403".to_string(),
+        "POST /v1/push 200".to_string(),
+        "client=edge-1 token=edge-boxes\n".to_string(),
+        format!("client=other token={b_name}\n"),
+        "GET /metrics 200 ".to_string(),
+        "GET /metrics 401 ".to_string(),
+    ] {
+        assert!(
+            stopped.stderr.contains(&want),
+            "{want} not in\n{}",
+            stopped.stderr
+        );
+    }
     for t in [TOKEN_A, TOKEN_B, "wrong-token"] {
         assert!(
             !stopped.stderr.contains(t),
@@ -505,6 +552,31 @@ fn https_with_a_certificate_from_a_private_ca() {
     let cert_file = write_file(env.dir.path(), "cert.pem", &cert.pem);
     let key_file = write_file(env.dir.path(), "key.pem", &cert.key_pem());
     let ca_file = write_file(env.dir.path(), "ca.pem", &ca.pem);
+    {
+        // A key that group or others may read: served, with a warning.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let s = Serve::start(
+            &env,
+            &[
+                "--tls-cert",
+                cert_file.to_str().unwrap(),
+                "--tls-key",
+                key_file.to_str().unwrap(),
+            ],
+        );
+        let stopped = s.stop();
+        assert!(
+            stopped.stderr.contains(&format!(
+                "spool: warning: the TLS key {} is readable by its group (mode 0640): whoever \
+                 can read it can impersonate this server; chmod 600 it",
+                key_file.display()
+            )),
+            "{}",
+            stopped.stderr
+        );
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let s = Serve::start(
         &env,
         &[
@@ -535,5 +607,244 @@ fn https_with_a_certificate_from_a_private_ca() {
     assert_eq!(get(&a, &s.url("/healthz"), &[]).status, 200);
     let stopped = s.stop();
     assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(!stopped.stderr.contains("warning"), "{}", stopped.stderr);
     assert_eq!(payloads(&env), ["over tls", "pushed over tls"]);
+}
+
+#[test]
+fn head_is_get_without_the_body_and_odd_methods_are_logged_short() {
+    let env = Env::new("spool.db");
+    let s = Serve::start(&env, &["-v"]);
+    // Load balancers check health with HEAD.
+    let answer = raw(
+        &s.addr,
+        b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(raw_status(&answer), 200, "{answer}");
+    assert!(answer.ends_with("\r\n\r\n"), "no body: {answer:?}");
+    assert!(
+        answer.to_ascii_lowercase().contains("content-length: "),
+        "{answer}"
+    );
+    let r = post(&agent(), &s.url("/healthz"), &[], b"");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+    // A 5,000-byte method is answered and logged cut short.
+    let method = "X".repeat(5000);
+    let answer = raw(
+        &s.addr,
+        format!("{method} /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(raw_status(&answer), 405, "{answer}");
+    let stopped = s.stop();
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("HEAD /healthz 200 "),
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        stopped
+            .stderr
+            .contains(&format!(" {} /healthz 405 ", "X".repeat(32))),
+        "{}",
+        stopped.stderr
+    );
+    assert!(
+        !stopped.stderr.contains(&"X".repeat(33)),
+        "the method logged in full:\n{}",
+        stopped.stderr
+    );
+}
+
+/// A gzip body of `n` bytes of `b` (tiny on the wire).
+fn gzip_of(b: u8, n: usize) -> Vec<u8> {
+    gzip(&vec![b; n])
+}
+
+#[test]
+fn max_body_bounds_the_decompressed_size() {
+    each_backend(|env| {
+        let s = Serve::start(env, &["--max-body", "1MiB"]);
+        let a = agent();
+        let gz = [("Content-Encoding", "gzip")];
+        // A few KB on the wire, 3 MiB inflated: over --max-body.
+        let bomb = gzip_of(b'x', 3 << 20);
+        assert!(bomb.len() < 16 << 10);
+        let r = post(&a, &s.url("/v1/items"), &gz, &bomb);
+        assert_eq!(r.status, 413, "{}", r.body);
+        assert_eq!(
+            r.error(),
+            "request body is over the limit of 1048576 bytes (--max-body) once decompressed"
+        );
+        let r = post(&a, &s.url("/v1/push"), &gz, &bomb);
+        assert_eq!(r.status, 413, "{}", r.body);
+        // Just under it: stored.
+        let r = post(&a, &s.url("/v1/items"), &gz, &gzip_of(b'y', 1 << 20));
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(s.stop().code, Some(0));
+        assert_eq!(env.size(), 1);
+
+        // A payload limit over the memory budget no longer reserves
+        // itself up front: gzip items are served.
+        let s = Serve::start(env, &["--max-payload", "300MiB"]);
+        let r = post(&a, &s.url("/v1/items"), &gz, &gzip(b"small"));
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(s.stop().code, Some(0));
+    });
+}
+
+#[test]
+fn small_gzip_bodies_never_wait_for_the_budget() {
+    let env = Env::new("spool.db");
+    // 64 MiB bodies allowed: a gzip body that reserved its limit up front
+    // would leave room for four at a time. (All 40 come from one address.)
+    let s = Serve::start(
+        &env,
+        &["--max-body", "64MiB", "--max-connections-per-peer", "64"],
+    );
+    const CLIENTS: usize = 40;
+    let barrier = std::sync::Barrier::new(CLIENTS);
+    std::thread::scope(|scope| {
+        for c in 0..CLIENTS {
+            let (s, barrier) = (&s, &barrier);
+            scope.spawn(move || {
+                let payload = "p".repeat(150);
+                let body = gzip(&items_body(&format!("gz-{c}"), 0, 1, &[payload.as_str()]));
+                let a = agent();
+                barrier.wait();
+                let r = post(
+                    &a,
+                    &s.url("/v1/push"),
+                    &[("Content-Encoding", "gzip")],
+                    &body,
+                );
+                assert_eq!(r.status, 200, "client {c}: {}", r.body);
+            });
+        }
+    });
+    assert_eq!(s.stop().code, Some(0));
+    assert_eq!(env.size(), CLIENTS as u64);
+}
+
+/// A push body of `n` entries of `size`-byte payloads for `client`.
+fn big_push(client: &str, n: u64, size: usize) -> Vec<u8> {
+    let payloads: Vec<String> = (0..n)
+        .map(|i| format!("{i:08}{}", "z".repeat(size - 8)))
+        .collect();
+    let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    items_body(client, 0, 1, &refs)
+}
+
+/// Read from `s` until `needle` has arrived; panics on close.
+fn read_until(s: &mut std::net::TcpStream, needle: &str) -> String {
+    use std::io::Read;
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        let n = s.read(&mut buf).expect("read");
+        assert!(
+            n > 0,
+            "closed before {needle:?}: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn the_memory_budget_is_shared_and_nothing_is_lost() {
+    use std::io::Write;
+    each_backend(|env| {
+        let s = Serve::start(env, &["--memory-budget", "1MiB", "--max-body", "1MiB"]);
+        let a = agent();
+        // One request holds much of the budget while its body arrives (a
+        // declared length is held once the handler runs: 100 Continue).
+        let held = big_push("first", 130, 2900);
+        assert!(
+            held.len() > 380 << 10 && held.len() < 450 << 10,
+            "{}",
+            held.len()
+        );
+        let mut first = std::net::TcpStream::connect(&s.addr).unwrap();
+        write!(
+            first,
+            "POST /v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\
+             Expect: 100-continue\r\n\r\n",
+            held.len()
+        )
+        .unwrap();
+        read_until(&mut first, "100 Continue\r\n\r\n");
+        first.write_all(&held[..held.len() / 2]).unwrap();
+        // Another that does not fit beside it: 503 with Retry-After,
+        // nothing applied.
+        let second = big_push("second", 130, 2900);
+        let r = push(&a, &s, &second);
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert_eq!(r.header("retry-after"), Some("5"), "{}", r.body);
+        assert!(r.error().contains("--memory-budget"), "{}", r.body);
+        let r = get(&a, &s.url("/v1/clients/second"), &[]);
+        assert_eq!(r.json()["last_seq"], 0);
+        // The first finishes; then the second fits.
+        first.write_all(&held[held.len() / 2..]).unwrap();
+        let answer = read_until(&mut first, "\"duplicates\"");
+        assert_eq!(raw_status(&answer), 200, "{answer}");
+        drop(first);
+        let r = eventually_status(&a, &s, &second, 200);
+        assert_eq!(r.json()["last_seq"], 130);
+
+        // A request that alone needs more than the whole budget can never
+        // be served: 413 saying so (a sender halves its batch).
+        let r = push(&a, &s, &big_push("huge", 300, 3000));
+        assert_eq!(r.status, 413, "{}", r.body);
+        assert_eq!(
+            r.error(),
+            "the request needs more memory than the server's whole budget of 1048576 bytes \
+             (--memory-budget); send a smaller request"
+        );
+
+        // Many concurrent senders: every answer is 200, or 503 with
+        // Retry-After; resent, every entry lands exactly once.
+        const CLIENTS: usize = 8;
+        std::thread::scope(|scope| {
+            for c in 0..CLIENTS {
+                let s = &s;
+                scope.spawn(move || {
+                    let body = big_push(&format!("many-{c}"), 40, 3000);
+                    let a = agent();
+                    eventually_status(&a, s, &body, 200);
+                });
+            }
+        });
+        let stopped = s.stop();
+        assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+        assert_eq!(
+            payloads(env).len(),
+            260 + CLIENTS * 40,
+            "none lost, none twice"
+        );
+        env.run(&["verify"]).success();
+    });
+}
+
+/// Push `body` until the answer has `status`; every other answer must
+/// be 503 with `Retry-After` (the budget frees up as other requests
+/// finish). Panics after the deadline.
+fn eventually_status(a: &ureq::Agent, s: &Serve, body: &[u8], status: u16) -> Reply {
+    let start = std::time::Instant::now();
+    loop {
+        let r = push(a, s, body);
+        if r.status == status {
+            return r;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert_eq!(r.header("retry-after"), Some("5"), "{}", r.body);
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no {status}: {} {}",
+            r.status,
+            r.body
+        );
+    }
 }

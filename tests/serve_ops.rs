@@ -298,21 +298,364 @@ fn refusals_and_exit_codes() {
         &env.path,
     );
     assert!(!env.path.exists(), "no spool is created by a refused serve");
-    // A port in use.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let a = assert_error(env.run(&["serve", "--listen", &addr]), 74, &env.path);
-    assert!(stderr(&a).contains(&addr), "{}", stderr(&a));
-    // --insecure-no-auth allows it (talk to it on loopback only).
+    // A body limit over the memory budget could never be served.
+    let a = assert_error(
+        env.run(&["serve", "--max-body", "2MiB", "--memory-budget", "1MiB"]),
+        64,
+        &env.path,
+    );
+    assert!(
+        stderr(&a).contains("over the memory budget"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(!env.path.exists(), "no spool is created by a refused serve");
+    // --insecure-no-auth allows it (talk to it on loopback only), with a
+    // warning.
     let s = Serve::start(&env, &["--listen", "0.0.0.0:0", "--insecure-no-auth"]);
     let port = s.addr.rsplit(':').next().unwrap();
     let r = get(&agent(), &format!("http://127.0.0.1:{port}/healthz"), &[]);
     assert_eq!(r.status, 200);
-    assert_eq!(s.stop().code, Some(0));
+    let stopped = s.stop();
+    assert_eq!(stopped.code, Some(0));
+    assert!(
+        stopped.stderr.contains(
+            "spool: warning: serving 0.0.0.0:0 without authentication (--insecure-no-auth)"
+        ),
+        "{}",
+        stopped.stderr
+    );
+    // Loopback without tokens is the safe default: no warning.
+    let stopped = Serve::start(&env, &[]).stop();
+    assert!(!stopped.stderr.contains("warning"), "{}", stopped.stderr);
     // `spool clients`: a spool without clients; a missing spool.
     let a = env.run(&["clients"]).success().stdout("");
     assert!(stderr(&a).contains("no client"), "{}", stderr(&a));
     env.run(&["clients", "--json"]).success().stdout("");
     let missing = Env::new("missing.db");
     assert_error(missing.run(&["clients"]), 66, &missing.path);
+}
+
+#[test]
+fn a_busy_port_leaves_no_spool_behind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    each_backend(|env| {
+        let a = assert_error(env.run(&["serve", "--listen", &addr]), 74, &env.path);
+        let err = stderr(&a);
+        assert!(err.contains(&addr), "{err}");
+        assert!(err.contains("nothing was created"), "{err}");
+        assert_eq!(
+            env.files(),
+            Vec::<String>::new(),
+            "no spool, -wal, -shm, .serve.lock or index"
+        );
+        // An existing spool is left as it was.
+        env.enqueue("kept");
+        let before = env.snapshot();
+        assert_error(env.run(&["serve", "--listen", &addr]), 74, &env.path);
+        assert_eq!(env.snapshot(), before);
+    });
+}
+
+const TOKEN: &str = "tok-3f7c0d9be1c24b7e9a55";
+
+#[test]
+fn configuration_traps_refuse_to_start_with_78() {
+    use std::os::unix::fs::symlink;
+    let env = Env::new("spool.db");
+    let p = |s: &str| env.dir.path().join(s).to_string_lossy().into_owned();
+    // systemd passed credentials, but not the token file: serving without
+    // tokens would be serving without the authentication the unit meant.
+    let creds = tempfile::tempdir().unwrap();
+    let file = creds.path().join("spool-serve-tokens");
+    let with_creds = |want: &str| {
+        let a = env
+            .cmd()
+            .env("CREDENTIALS_DIRECTORY", creds.path())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .write_stdin("")
+            .assert();
+        let a = assert_error(a, 78, &env.path);
+        let err = stderr(&a);
+        assert!(
+            err.contains("$CREDENTIALS_DIRECTORY is set")
+                && err.contains(&file.display().to_string())
+                && err.contains(want),
+            "{err}"
+        );
+        assert!(
+            err.contains("\nhint: check the unit's LoadCredential=spool-serve-tokens:FILE"),
+            "{err}"
+        );
+    };
+    with_creds("it does not exist");
+    symlink(creds.path().join("gone"), &file).unwrap();
+    with_creds("it is a symbolic link to nothing");
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    with_creds("it is a directory");
+    // --token-file wins over the credentials directory.
+    std::fs::remove_dir(&file).unwrap();
+    write_file(env.dir.path(), "tokens", &format!("{TOKEN}\n"));
+    let s = Serve::start_with(&env, &["--token-file", &p("tokens")], |c| {
+        c.env("CREDENTIALS_DIRECTORY", creds.path());
+    });
+    assert_eq!(s.stop().code, Some(0));
+    std::fs::remove_file(&env.path).unwrap();
+    for side in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(env.side(side));
+    }
+
+    // A token anyone could guess.
+    write_file(env.dir.path(), "short", "# the ops team\nq!z\n");
+    let a = assert_error(
+        env.run(&["serve", "--token-file", &p("short")]),
+        78,
+        &env.path,
+    );
+    let err = stderr(&a);
+    assert!(
+        err.contains(&format!(
+            "the token file {}, line 2: the token is 3 character(s) long; a token must have at \
+             least 16",
+            p("short")
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("\nhint: generate tokens with `openssl rand -hex 32`"),
+        "{err}"
+    );
+    assert!(!err.contains("q!z"), "the token in an error: {err}");
+
+    // One token on two lines: only one line's globs could apply.
+    write_file(
+        env.dir.path(),
+        "twice",
+        &format!("{TOKEN} edge-*\n\n{TOKEN} site-*\n"),
+    );
+    let a = assert_error(
+        env.run(&["serve", "--token-file", &p("twice")]),
+        78,
+        &env.path,
+    );
+    let err = stderr(&a);
+    assert!(err.contains("line 3 repeats the token of line 1"), "{err}");
+    assert!(err.contains("\nhint: put the token on one line"), "{err}");
+    assert!(!err.contains(TOKEN), "the token in an error: {err}");
+    assert!(!env.path.exists(), "no spool is created by a refused serve");
+}
+
+#[test]
+fn a_loose_token_file_is_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new("spool.db");
+    let file = write_file(env.dir.path(), "tokens", &format!("{TOKEN}\n"));
+    let f = file.to_str().unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let stopped = Serve::start(&env, &["--token-file", f]).stop();
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains(&format!(
+            "spool: warning: the token file {f} is readable by group and others (mode 0644)"
+        )) && stopped.stderr.contains("chmod 600"),
+        "{}",
+        stopped.stderr
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let stopped = Serve::start(&env, &["--token-file", f]).stop();
+    assert!(!stopped.stderr.contains("warning"), "{}", stopped.stderr);
+}
+
+/// Open `n` idle connections from `from`; each is accepted before the
+/// next (the server answers a `HEAD /healthz` on it first).
+fn idle_connections(s: &Serve, from: &str, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut t = connect_from(from, &s.addr);
+            t.write_all(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            read_until(&mut t, "\r\n\r\n");
+            t
+        })
+        .collect()
+}
+
+/// True when the server closed `t` (EOF or reset), reading at most
+/// until the deadline.
+fn closed_by_server(t: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(t.read(&mut buf), Ok(0) | Err(_))
+}
+
+const HEALTH: &str = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+#[test]
+fn one_peer_cannot_take_every_connection() {
+    let env = Env::new("spool.db");
+    // Idle connections are not timed out here: only the limits act.
+    let s = Serve::start(
+        &env,
+        &[
+            "-v",
+            "--max-connections-per-peer",
+            "2",
+            "--header-timeout",
+            "10m",
+        ],
+    );
+    let mut mine = idle_connections(&s, "127.0.0.1", 2);
+    // A third from the same address is closed at once.
+    let mut third = connect_from("127.0.0.1", &s.addr);
+    assert!(closed_by_server(&mut third));
+    // Another peer is served meanwhile.
+    let answer = request_on(connect_from("127.0.0.2", &s.addr), HEALTH);
+    assert_eq!(raw_status(&answer), 200, "{answer}");
+    // A slot given back is a slot to use again.
+    drop(mine.pop());
+    eventually("a freed slot", || {
+        raw_status(&request_on(connect_from("127.0.0.1", &s.addr), HEALTH)) == 200
+    });
+    drop(mine);
+    let stopped = s.stop();
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("connection from 127.0.0.1:")
+            && stopped
+                .stderr
+                .contains("closed at once: 2 connections from this address are open already"),
+        "{}",
+        stopped.stderr
+    );
+}
+
+#[test]
+fn idle_connections_make_room_after_the_idle_timeout() {
+    let env = Env::new("spool.db");
+    let s = Serve::start(
+        &env,
+        &[
+            "--max-connections",
+            "3",
+            "--max-connections-per-peer",
+            "2",
+            "--header-timeout",
+            "300ms",
+        ],
+    );
+    // Every slot taken by idle kept-alive connections.
+    let mut idle = idle_connections(&s, "127.0.0.1", 2);
+    idle.extend(idle_connections(&s, "127.0.0.2", 1));
+    // A new peer waits in the backlog until the idle ones time out, then
+    // is served.
+    let answer = request_on(connect_from("127.0.0.3", &s.addr), HEALTH);
+    assert_eq!(raw_status(&answer), 200, "{answer}");
+    for t in &mut idle {
+        assert!(closed_by_server(t), "an idle connection was closed");
+    }
+    assert_eq!(s.stop().code, Some(0));
+}
+
+/// Make `n` push clients in `env`'s spool, in one transaction, through
+/// the library.
+fn make_clients(env: &Env, n: u64) {
+    use spool::push::receiver::{apply_push, ReceiveLimits};
+    use spool::push::wire::{Entry, PushRequest};
+    let q = env.lib(spool::OpenMode::Create);
+    q.receive(&mut |txn| {
+        for i in 0..n {
+            let req = PushRequest {
+                client_id: format!("client-{i:06}"),
+                acked: 0,
+                entries: vec![Entry::Skip { seq: 1 }],
+            };
+            apply_push(txn, &req, &ReceiveLimits::default())?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn metrics_need_a_token_and_cost_one_snapshot_a_second_however_many_clients() {
+    for clients in [10u64, 100_000] {
+        let env = Env::new("spool.db");
+        make_clients(&env, clients);
+        let file = write_file(env.dir.path(), "tokens", &format!("{TOKEN}\n"));
+        let s = Serve::start(&env, &["--token-file", file.to_str().unwrap()]);
+        let a = agent();
+        let bearer = format!("Bearer {TOKEN}");
+        let auth = [("Authorization", bearer.as_str())];
+        // Without a token: 401, and nothing computed for it.
+        let r = get(&a, &s.url("/metrics"), &[]);
+        assert_eq!(r.status, 401, "{}", r.body);
+        assert!(!r.body.contains("spool_depth"), "{}", r.body);
+        // /healthz needs none (load balancers).
+        assert_eq!(get(&a, &s.url("/healthz"), &[]).status, 200);
+        // Eight clients scraping as fast as they can: every answer comes
+        // from a snapshot computed at most once a second.
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    let a = agent();
+                    for _ in 0..25 {
+                        let r = get(&a, &s.url("/metrics"), &auth);
+                        assert_eq!(r.status, 200, "{}", r.body);
+                        assert_eq!(metric(&r.body, "spool_serve_clients"), clients);
+                    }
+                });
+            }
+        });
+        let seconds = start.elapsed().as_secs();
+        let text = get(&a, &s.url("/metrics"), &auth).body;
+        let snapshots = metric(&text, "spool_serve_snapshots_total");
+        assert!(
+            snapshots <= seconds + 2,
+            "{snapshots} snapshots for 200 scrapes in {seconds} whole second(s), {clients} clients"
+        );
+        let requests: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("spool_serve_requests_total{") && l.contains("\"metrics\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(requests, 201, "{text}");
+        assert_eq!(s.stop().code, Some(0));
+    }
+}
+
+/// Through the library, a memory spool (which has no second handle) is
+/// served too: its snapshot is taken by the writer thread.
+#[test]
+fn a_memory_spool_is_served_through_the_library() {
+    use spool::serve::{ServeEvent, ServeOptions, ServeStop, Server};
+    use std::sync::Arc;
+    let spool = spool::Spool::memory(&spool::OpenOptions::default());
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServeOptions::default()
+    };
+    let listening = Server::listen(opts).unwrap();
+    let addr = listening.local_addr();
+    let server = listening.attach(spool).unwrap();
+    let stop = ServeStop::new();
+    let running = {
+        let stop = stop.clone();
+        std::thread::spawn(move || server.run(&stop, Arc::new(|_: &ServeEvent<'_>| {})))
+    };
+    let a = agent();
+    let base = format!("http://{addr}");
+    let r = post(&a, &format!("{base}/v1/items"), &[], b"in memory");
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = get(&a, &format!("{base}/metrics"), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(metric(&r.body, "spool_depth"), 1);
+    assert_eq!(metric(&r.body, "spool_serve_snapshots_total"), 1);
+    let r = get(&a, &format!("{base}/healthz"), &[]);
+    assert_eq!(r.json()["depth"], 1);
+    stop.stop();
+    let report = running.join().unwrap().unwrap();
+    assert_eq!(report.counters.items_stored, 1);
+    assert_eq!(report.counters.snapshots, 1, "/healthz used the snapshot");
 }

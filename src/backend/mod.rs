@@ -329,6 +329,24 @@ impl Spool {
         }
     }
 
+    /// Another handle on this spool, for reading only, with a connection
+    /// of its own: reads through it never wait for, or hold up, work on
+    /// this handle in another thread (`spool serve` computes `/metrics`
+    /// on it, beside the thread that commits pushes). `None` for a memory
+    /// spool, which has no second handle.
+    pub fn reader(&self) -> Result<Option<Spool>> {
+        let read_only = OpenOptions::new(OpenMode::ReadOnly);
+        match self {
+            Spool::Memory(_) => Ok(None),
+            Spool::File(q) => Ok(Some(Spool::File(FileQueue::open(q.path(), &read_only)?))),
+            Spool::Sqlite(q) => Ok(Some(Spool::Sqlite(SqliteQueue::open(
+                q.path(),
+                &read_only,
+            )?))),
+            Spool::Postgres(q) => Ok(Some(Spool::Postgres(q.second_handle()))),
+        }
+    }
+
     /// The notification source of `replay --follow` and `watch`: block
     /// until another process commits an enqueue into this spool (`true`)
     /// or `timeout` passes (`false`). `None`, at once, for a backend with

@@ -1,24 +1,35 @@
 //! Bearer tokens for `spool serve`: which requests may do what.
 //!
 //! A token file holds one token per line, optionally followed by the
-//! client ids (globs) that the token may push as:
+//! token's name and the client ids (globs) that the token may push as:
 //!
 //! ```text
 //! # edge boxes of site A may push only as themselves
-//! 3f7c0d…e1  0a6e1c2d-*  7b9d4e10-1111-4c4c-9a9a-0123456789ab
+//! 3f7c0d…e1  name=site-a  0a6e1c2d-*  7b9d4e10-1111-4c4c-9a9a-0123456789ab
 //! # the webhook producer (POST /v1/items) and the operator: any client
-//! 9b1a22…0c
+//! 9b1a22…0c  name=webhooks
 //! ```
 //!
 //! * Blank lines and lines whose first non-blank character is `#` are
 //!   ignored. A token is the first word of its line (any run of
-//!   non-blank characters); the other words are globs over client ids,
-//!   where `*` matches any run of characters and `?` one character. A
-//!   line without globs lets the token act as every client.
+//!   non-blank characters, at least [`MIN_TOKEN_LEN`] of them); the other
+//!   words are `name=NAME` (at most one) and globs over client ids, where
+//!   `*` matches any run of characters and `?` one character. A line
+//!   without globs lets the token act as every client.
+//! * The name stands for the token wherever one must be shown or kept:
+//!   the access log, key scopes. Without `name=` it is the first 8 hex
+//!   digits of the token's SHA-256, which names the token without
+//!   revealing it. Two tokens may share a name (an old and a new token
+//!   while a client is switched over).
 //! * `POST /v1/push` needs a token that may act as the body's
 //!   `client_id` (403 otherwise, before anything is applied);
-//!   `GET /v1/clients/{id}` the same for `id`; `POST /v1/items` any valid
-//!   token. `GET /healthz` and `GET /metrics` need none.
+//!   `GET /v1/clients/{id}` the same for `id`; `POST /v1/items` and
+//!   `GET /metrics` any valid token. `GET /healthz` needs none.
+//! * Refused with [`Error::Config`] (exit 78), because they would make the
+//!   server less safe than the file's author believes: a token shorter
+//!   than [`MIN_TOKEN_LEN`] characters (guessable), and the same token on
+//!   two lines (only one line's globs could apply). A token file readable
+//!   by group or others is a warning ([`Tokens::warnings`]).
 //!
 //! Tokens are kept only as SHA-256 digests. A presented token is hashed
 //! and compared with every stored digest in constant time
@@ -39,22 +50,67 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 /// makes it `$CREDENTIALS_DIRECTORY/spool-serve-tokens`.
 pub const CREDENTIAL_NAME: &str = "spool-serve-tokens";
 
-/// The token file systemd passed as a credential, if there is one:
-/// `credentials_directory` is the value of `$CREDENTIALS_DIRECTORY`.
-pub fn credential_token_file(credentials_directory: Option<&Path>) -> Option<PathBuf> {
-    let file = credentials_directory?.join(CREDENTIAL_NAME);
-    file.is_file().then_some(file)
+/// The shortest token accepted: 16 characters. `openssl rand -hex 32`
+/// makes 64.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The longest `name=` accepted.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The token file systemd passed as a credential: `credentials_directory`
+/// is the value of `$CREDENTIALS_DIRECTORY`. `Ok(None)` when it is not
+/// set. When it is set, the service was started with credentials, and a
+/// tokens file that is missing, a dangling link, a directory or
+/// unreadable is [`Error::Config`]: serving without the tokens the unit
+/// meant to pass would serve without authentication.
+pub fn credential_token_file(credentials_directory: Option<&Path>) -> Result<Option<PathBuf>> {
+    let Some(dir) = credentials_directory else {
+        return Ok(None);
+    };
+    let file = dir.join(CREDENTIAL_NAME);
+    let why = match std::fs::metadata(&file) {
+        Ok(m) if m.is_file() => match std::fs::File::open(&file) {
+            Ok(_) => return Ok(Some(file)),
+            Err(e) => format!("it cannot be read ({e})"),
+        },
+        Ok(m) if m.is_dir() => "it is a directory".to_string(),
+        Ok(_) => "it is not a regular file".to_string(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(&file).is_ok() {
+                "it is a symbolic link to nothing".to_string()
+            } else {
+                "it does not exist".to_string()
+            }
+        }
+        Err(e) => format!("it cannot be read ({e})"),
+    };
+    Err(Error::Config {
+        detail: format!(
+            "$CREDENTIALS_DIRECTORY is set ({}) but its token file {}: {why}; refusing to \
+             serve without the tokens the service was meant to get",
+            dir.display(),
+            file.display()
+        ),
+        hint: format!(
+            "check the unit's LoadCredential={CREDENTIAL_NAME}:FILE (FILE must exist and be a \
+             token file), or give --token-file FILE; unset CREDENTIALS_DIRECTORY to serve \
+             without tokens"
+        ),
+    })
 }
 
 /// The tokens a server accepts, with what each may do.
 #[derive(Clone)]
 pub struct Tokens {
     entries: Vec<TokenEntry>,
+    warnings: Vec<String>,
 }
 
 #[derive(Clone)]
 struct TokenEntry {
     digest: [u8; 32],
+    /// What logs and key scopes call the token.
+    name: String,
     /// Globs over client ids; empty: every client.
     clients: Vec<String>,
 }
@@ -70,38 +126,98 @@ impl fmt::Debug for Tokens {
     }
 }
 
+/// The name of a token without `name=`: the first 8 hex digits of its
+/// SHA-256.
+fn default_name(digest: &[u8; 32]) -> String {
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Tokens {
     /// Parse a token file's text (see the module docs). `what` names the
     /// file in errors.
     pub fn parse(text: &str, what: &Path) -> Result<Tokens> {
-        let mut entries = Vec::new();
+        let mut entries: Vec<TokenEntry> = Vec::new();
+        // The line each entry came from, for the duplicate message.
+        let mut lines: Vec<usize> = Vec::new();
         for (n, line) in text.lines().enumerate() {
+            let n = n + 1;
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let mut words = line.split_whitespace();
             let Some(token) = words.next() else { continue };
+            let chars = token.chars().count();
+            if chars < MIN_TOKEN_LEN {
+                return Err(Error::Config {
+                    detail: format!(
+                        "the token file {}, line {n}: the token is {chars} character(s) long; a \
+                         token must have at least {MIN_TOKEN_LEN}, or it can be guessed",
+                        what.display()
+                    ),
+                    hint: "generate tokens with `openssl rand -hex 32`".into(),
+                });
+            }
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            let mut name = None;
             let mut clients = Vec::new();
-            for glob in words {
-                if !glob.bytes().all(|b| {
+            for word in words {
+                if let Some(v) = word.strip_prefix("name=") {
+                    if name.is_some() {
+                        return Err(bad_file(
+                            what,
+                            format!("line {n}: more than one name= on one line"),
+                        ));
+                    }
+                    if v.is_empty()
+                        || v.len() > MAX_NAME_LEN
+                        || !v
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                    {
+                        return Err(bad_file(
+                            what,
+                            format!(
+                                "line {n}: a name= holds 1 to {MAX_NAME_LEN} of A-Z a-z 0-9 . _ -"
+                            ),
+                        ));
+                    }
+                    name = Some(v.to_string());
+                    continue;
+                }
+                if !word.bytes().all(|b| {
                     b.is_ascii_alphanumeric()
                         || matches!(b, b'.' | b'_' | b':' | b'-' | b'*' | b'?')
                 }) {
                     return Err(bad_file(
                         what,
                         format!(
-                            "line {}: a client glob may hold only A-Z a-z 0-9 . _ : - * ?",
-                            n + 1
+                            "line {n}: a client glob may hold only A-Z a-z 0-9 . _ : - * ? \
+                             (and name=NAME names the token)"
                         ),
                     ));
                 }
-                clients.push(glob.to_string());
+                clients.push(word.to_string());
+            }
+            if let Some(i) = entries.iter().position(|e| e.digest == digest) {
+                return Err(Error::Config {
+                    detail: format!(
+                        "the token file {}: line {n} repeats the token of line {}; a token is \
+                         listed once, or only one line's client globs would apply",
+                        what.display(),
+                        lines[i]
+                    ),
+                    hint: "put the token on one line, followed by every client glob it may push \
+                           as"
+                    .into(),
+                });
             }
             entries.push(TokenEntry {
-                digest: Sha256::digest(token.as_bytes()).into(),
+                name: name.unwrap_or_else(|| default_name(&digest)),
+                digest,
                 clients,
             });
+            lines.push(n);
         }
         if entries.is_empty() {
             return Err(bad_file(
@@ -109,17 +225,34 @@ impl Tokens {
                 "it holds no token (one token per line, optionally followed by client globs)",
             ));
         }
-        Ok(Tokens { entries })
+        Ok(Tokens {
+            entries,
+            warnings: Vec::new(),
+        })
     }
 
-    /// Read and parse the token file at `path`.
+    /// Read and parse the token file at `path`; a file that group or
+    /// others may read gives a warning ([`Tokens::warnings`]).
     pub fn load(path: &Path) -> Result<Tokens> {
         if path.is_dir() {
             return Err(bad_file(path, "it is a directory"));
         }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read the token file", e))?;
         let text = String::from_utf8(bytes).map_err(|_| bad_file(path, "it is not UTF-8 text"))?;
-        Tokens::parse(&text, path)
+        let mut tokens = Tokens::parse(&text, path)?;
+        tokens.warnings.extend(loose_permissions(
+            path,
+            "token file",
+            "whoever can read it can use its tokens",
+        ));
+        Ok(tokens)
+    }
+
+    /// What is allowed but unwise about where the tokens came from (a
+    /// token file readable by group or others), one line each, for the
+    /// operator.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// How many tokens there are.
@@ -144,6 +277,12 @@ impl Tokens {
         (found != 0).then(|| Grant(found as usize - 1))
     }
 
+    /// The name of the token behind `grant` (its `name=`, or the first 8
+    /// hex digits of its SHA-256).
+    pub fn name(&self, grant: Grant) -> &str {
+        self.entries.get(grant.0).map_or("", |e| e.name.as_str())
+    }
+
     /// True when the token behind `grant` may act as `client`.
     pub fn may_act_as(&self, grant: Grant, client: &str) -> bool {
         match self.entries.get(grant.0) {
@@ -156,6 +295,27 @@ impl Tokens {
             }
         }
     }
+}
+
+/// A warning when the secret file at `path` (`what`: "token file", "TLS
+/// key"; `risk`: what a reader could do) may be read by group or others;
+/// `None` when it may not, or when its mode cannot be read (reading it
+/// will say why).
+pub fn loose_permissions(path: &Path, what: &str, risk: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "the {what} {} is readable by {} (mode {:04o}): {risk}; chmod 600 it",
+            path.display(),
+            match (mode & 0o040 != 0, mode & 0o004 != 0) {
+                (true, true) => "group and others",
+                (true, false) => "its group",
+                _ => "others",
+            },
+            mode & 0o7777
+        )
+    })
 }
 
 /// The token in an `Authorization` header value: `Bearer TOKEN` (the
@@ -206,6 +366,8 @@ fn bad_file(path: &Path, why: impl Into<String>) -> Error {
 mod tests {
     use super::*;
 
+    use crate::error::ErrorKind;
+
     fn parse(text: &str) -> Result<Tokens> {
         Tokens::parse(text, Path::new("tokens"))
     }
@@ -231,16 +393,117 @@ mod tests {
 
     #[test]
     fn bad_files_name_the_line_never_the_token() {
-        for (text, want) in [
-            ("", "holds no token"),
-            ("# only\n\n", "holds no token"),
-            ("secret-token edge/1\n", "line 1"),
+        for (text, want, kind) in [
+            ("", "holds no token", ErrorKind::Data),
+            ("# only\n\n", "holds no token", ErrorKind::Data),
+            ("secret-token-0123456 edge/1\n", "line 1", ErrorKind::Data),
+            (
+                "secret-token-0123456 name=a name=b\n",
+                "line 1: more than one name=",
+                ErrorKind::Data,
+            ),
+            (
+                "secret-token-0123456 name=a:b\n",
+                "line 1: a name=",
+                ErrorKind::Data,
+            ),
+            (
+                "secret-token-0123456 name=\n",
+                "line 1: a name=",
+                ErrorKind::Data,
+            ),
+            (
+                "# one\nsecret\n",
+                "line 2: the token is 6 character(s) long; a token must have at least 16",
+                ErrorKind::Config,
+            ),
+            (
+                "secret-token-0123456 edge-*\n\nsecret-token-0123456 site-*\n",
+                "line 3 repeats the token of line 1",
+                ErrorKind::Config,
+            ),
         ] {
-            let e = parse(text).unwrap_err().to_string();
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.kind(), kind, "{e}");
+            let e = e.to_string();
             assert!(e.contains(want), "{e}");
             assert!(!e.contains("secret"), "{e}");
         }
-        assert!(format!("{:?}", parse("secret-token").unwrap()).contains("1 tokens"));
+        assert!(format!("{:?}", parse("secret-token-0123456").unwrap()).contains("1 tokens"));
+        // Exactly the minimum length is enough.
+        parse(&"x".repeat(MIN_TOKEN_LEN)).unwrap();
+    }
+
+    #[test]
+    fn names_given_or_from_the_digest() {
+        let t = parse(
+            "alpha-token-0123456789 name=edge.site-a_1 edge-*\nbeta-token-0123456789\n\
+             gamma-token-0123456789 name=edge.site-a_1\n",
+        )
+        .unwrap();
+        let a = t.authenticate(b"alpha-token-0123456789").unwrap();
+        let b = t.authenticate(b"beta-token-0123456789").unwrap();
+        let c = t.authenticate(b"gamma-token-0123456789").unwrap();
+        assert_eq!(t.name(a), "edge.site-a_1");
+        assert_eq!(t.name(c), "edge.site-a_1", "two tokens may share a name");
+        let digest = Sha256::digest(b"beta-token-0123456789");
+        let want: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(t.name(b), want);
+        assert_eq!(t.name(b).len(), 8);
+        // name= is not a glob: the token still acts as edge-* only.
+        assert!(t.may_act_as(a, "edge-1"));
+        assert!(!t.may_act_as(a, "name=edge.site-a_1"));
+        assert!(t.may_act_as(c, "anything"));
+    }
+
+    #[test]
+    fn credentials_directory_without_a_readable_token_file_is_refused() {
+        use std::os::unix::fs::symlink;
+        assert!(credential_token_file(None).unwrap().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(CREDENTIAL_NAME);
+        let refused = |want: &str| {
+            let e = credential_token_file(Some(dir.path())).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+            assert!(e.to_string().contains(want), "{e}");
+        };
+        refused("it does not exist");
+        symlink(dir.path().join("nowhere"), &file).unwrap();
+        refused("a symbolic link to nothing");
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        refused("it is a directory");
+        std::fs::remove_dir(&file).unwrap();
+        std::fs::write(&file, "alpha-token-0123456789\n").unwrap();
+        assert_eq!(
+            credential_token_file(Some(dir.path())).unwrap().as_deref(),
+            Some(file.as_path())
+        );
+    }
+
+    #[test]
+    fn loose_modes_are_named() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "alpha-token-0123456789\n").unwrap();
+        for (mode, want) in [
+            (0o600, None),
+            (0o400, None),
+            (0o640, Some("readable by its group (mode 0640)")),
+            (0o604, Some("readable by others (mode 0604)")),
+            (0o644, Some("readable by group and others (mode 0644)")),
+        ] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let w = Tokens::load(&f).unwrap().warnings().first().cloned();
+            match want {
+                None => assert_eq!(w, None),
+                Some(want) => {
+                    let w = w.unwrap();
+                    assert!(w.contains(want) && w.contains("chmod 600"), "{w}");
+                }
+            }
+        }
     }
 
     #[test]

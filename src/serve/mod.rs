@@ -21,18 +21,38 @@
 //!   fsyncs.
 //! * **Limits while reading.** Bodies are read frame by frame and cut off
 //!   at [`ServeOptions::max_body`] (413); gzip bodies are inflated only
-//!   after authentication, into a buffer that stops one byte past the
-//!   limit; payloads are bounded by [`ServeOptions::max_payload`]. The
-//!   request head must arrive within [`ServeOptions::header_timeout`]
-//!   (this also closes idle keep-alive connections), the body within
+//!   after authentication, and cut off at `max_body` once inflated too;
+//!   payloads are bounded by [`ServeOptions::max_payload`], the entries
+//!   of one push by [`ServeOptions::max_entries`] (413), so that no single
+//!   request holds the writer for long. The request head must arrive
+//!   within [`ServeOptions::header_timeout`] (this also closes idle
+//!   keep-alive connections), the body within
 //!   [`ServeOptions::request_timeout`] (408), a TLS handshake within the
-//!   header timeout; at most [`ServeOptions::max_connections`] are open,
-//!   and the bodies held at once by all requests stay under a memory
-//!   budget (256 MiB, or four times `max_body`; 503 when over).
+//!   header timeout.
+//! * **Connections.** At most [`ServeOptions::max_connections`] are open
+//!   (more wait in the listen backlog), and at most
+//!   [`ServeOptions::max_connections_per_peer`] from one IP address (more
+//!   are closed at once), so that idle sockets of one peer cannot take
+//!   every slot.
+//! * **Memory.** What requests hold — bodies as received, as inflated,
+//!   and parsed push entries — counts against one budget shared by all
+//!   requests, [`ServeOptions::memory_budget`]: a request that would go
+//!   over it is answered 503 with `Retry-After` (413 when it alone needs
+//!   more than the whole budget). A gzip body reserves what it has
+//!   inflated so far, not its limit.
+//! * **The spool's state** for `/metrics` and `/healthz` is a snapshot
+//!   computed on a second, read-only handle of the spool
+//!   ([`Spool::reader`]), never on the writer thread, at most once per
+//!   [`SNAPSHOT_MAX_AGE`] however many requests ask for it.
 //! * **Authentication** ([`auth`]): bearer tokens compared in constant
-//!   time; a token may be limited to client-id globs. A non-loopback
-//!   address without tokens is refused unless
-//!   [`ServeOptions::insecure_no_auth`].
+//!   time; a token may be limited to client-id globs, and has a name for
+//!   the access log. A non-loopback address without tokens is refused
+//!   unless [`ServeOptions::insecure_no_auth`]; what is allowed but
+//!   unwise is listed by [`ServeOptions::warnings`].
+//! * **Binding first.** [`Server::listen`] checks the options and binds
+//!   the socket before any spool is opened, so that a server that cannot
+//!   start (a port in use) creates nothing; [`Listening::attach`] then
+//!   takes the spool.
 //! * **Stopping.** [`ServeStop::stop`] closes the listening socket, lets
 //!   every request in flight finish (its commit included) and closes idle
 //!   connections; [`Server::run`] returns once the writer has committed
@@ -49,10 +69,11 @@
 //! | `POST /v1/push` | §7: 200 with `last_seq`, `rejected`, `applied`, `duplicates`; 409 gap or reused number (with `last_seq`); 503 + `Retry-After` full |
 //! | `POST /v1/items` | body = payload, `Idempotency-Key` = key: 201 `{"id": N, "deduplicated": false}`, 200 on a dedup hit, 503 + `Retry-After` full, 413 over `max_payload` |
 //! | `GET /v1/clients/{id}` | `{"last_seq": N, "rejected": [...]}` (0 and `[]` for a client never seen; 400 for an invalid id) |
-//! | `GET /healthz` | 200 `{"status": "ok", "depth": N}` when the spool reads, 503 otherwise |
-//! | `GET /metrics` | Prometheus text ([`metrics`]) |
+//! | `GET /healthz` | 200 `{"status": "ok", "depth": N}` when the spool reads, 503 otherwise; no token needed |
+//! | `GET /metrics` | Prometheus text ([`metrics`]); a valid token when tokens are configured |
 //!
-//! Other paths are 404, other methods 405; every error body is
+//! `HEAD` is answered wherever `GET` is, without the body. Other paths
+//! are 404, other methods 405; every error body is
 //! `{"error": "…"}`. `Retry-After` is [`ServeOptions::retry_after`]
 //! (default 5 s).
 //!
@@ -89,6 +110,7 @@ use crate::ops::watch::Level;
 use crate::push::receiver::{ReceiveLimits, DEFAULT_MAX_KEY_LEN};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -102,20 +124,32 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCA
 /// decompressed.
 pub const DEFAULT_MAX_BODY: u64 = 8 << 20;
 
+/// The default `--memory-budget`: 256 MiB for what all requests hold at
+/// once (bodies as received and inflated, parsed entries).
+pub const DEFAULT_MEMORY_BUDGET: u64 = 256 << 20;
+
+/// The default `--max-entries`: entries in one push request. Five times
+/// the sender's default `--batch`; applying it takes the writer a few
+/// tens of milliseconds, so no request holds up the others for long.
+pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
+
+/// The default `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The default `--max-connections-per-peer`.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 32;
+
+/// The default `--header-timeout`, also the idle limit of a keep-alive
+/// connection.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The oldest a snapshot of the spool's state may be when `/metrics` or
+/// `/healthz` answers from it: at most one computation a second, however
+/// many requests ask.
+pub const SNAPSHOT_MAX_AGE: Duration = Duration::from_secs(1);
+
 /// How many jobs may wait for the writer before handlers wait to queue.
 const JOB_QUEUE: usize = 1024;
-
-/// Bytes of request bodies held at once, over all requests (as received,
-/// plus room for inflating gzip): 256 MiB, or four times `max_body` when
-/// that is more. A request that would go over is answered 503 with
-/// `Retry-After`, so memory stays bounded however many clients send
-/// large bodies at once.
-fn memory_budget(opts: &ServeOptions) -> usize {
-    let want = opts.max_body.saturating_mul(4).max(256 << 20);
-    usize::try_from(want)
-        .unwrap_or(usize::MAX)
-        .min(Semaphore::MAX_PERMITS)
-}
 
 /// How `spool serve` serves.
 #[derive(Clone, Debug)]
@@ -135,6 +169,11 @@ pub struct ServeOptions {
     pub max_payload: u64,
     /// Longest idempotency key, in bytes.
     pub max_key_len: usize,
+    /// Most entries in one push request (413 when over).
+    pub max_entries: usize,
+    /// Bytes that all requests together may hold at once: bodies as
+    /// received and inflated, parsed entries (503 when over).
+    pub memory_budget: u64,
     /// Time for a request head to arrive, also the longest a keep-alive
     /// connection may sit idle, and the TLS handshake's bound.
     pub header_timeout: Duration,
@@ -144,6 +183,9 @@ pub struct ServeOptions {
     pub retry_after: Duration,
     /// Most connections open at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Most connections open at once from one IP address; more are
+    /// closed as soon as they are accepted.
+    pub max_connections_per_peer: usize,
     /// Sleep this long inside every write transaction: a slow disk, for
     /// tests and benchmarks of group commit. Zero in production.
     pub commit_delay: Duration,
@@ -159,10 +201,13 @@ impl Default for ServeOptions {
             max_body: DEFAULT_MAX_BODY,
             max_payload: crate::ops::input::DEFAULT_MAX_PAYLOAD,
             max_key_len: DEFAULT_MAX_KEY_LEN,
-            header_timeout: Duration::from_secs(30),
+            max_entries: DEFAULT_MAX_ENTRIES,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             request_timeout: Duration::from_secs(60),
             retry_after: Duration::from_secs(5),
-            max_connections: 512,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             commit_delay: Duration::ZERO,
         }
     }
@@ -172,9 +217,10 @@ impl ServeOptions {
     /// Check the options without touching a spool or a socket, and load
     /// the TLS files: [`Error::Unsupported`] (a usage error) for a
     /// non-loopback `listen` without tokens and without
-    /// `insecure_no_auth`, or a zero limit; the TLS files' errors.
-    /// [`Server::bind`] calls it; a caller may call it first so that a
-    /// refused command creates no spool.
+    /// `insecure_no_auth`, a zero limit, or a `max_body` over the
+    /// `memory_budget` (such a body could never be served); the TLS
+    /// files' errors. [`Server::listen`] calls it; a caller may call it
+    /// first.
     pub fn check(&self) -> Result<Option<Arc<rustls::ServerConfig>>> {
         if !is_loopback(self.listen.ip()) && self.tokens.is_none() && !self.insecure_no_auth {
             return Err(Error::Unsupported(format!(
@@ -192,12 +238,51 @@ impl ServeOptions {
             ("the body limit", self.max_body),
             ("the payload limit", self.max_payload),
             ("the connection limit", self.max_connections as u64),
+            (
+                "the per-peer connection limit",
+                self.max_connections_per_peer as u64,
+            ),
+            ("the entry limit", self.max_entries as u64),
+            ("the memory budget", self.memory_budget),
         ] {
             if v == 0 {
                 return Err(Error::Unsupported(format!("{what} must be at least 1")));
             }
         }
+        if self.max_body > self.memory_budget {
+            return Err(Error::Unsupported(format!(
+                "the body limit ({} bytes) is over the memory budget ({} bytes): a body that \
+                 large could never be served; raise --memory-budget or lower --max-body",
+                self.max_body, self.memory_budget
+            )));
+        }
         self.tls.as_ref().map(tls::server_config).transpose()
+    }
+
+    /// What these options allow but an operator should know is unwise,
+    /// one line each: a token file or TLS key that group or others may
+    /// read, a non-loopback address served without authentication.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .tokens
+            .as_ref()
+            .map(|t| t.warnings().to_vec())
+            .unwrap_or_default();
+        if let Some(t) = &self.tls {
+            out.extend(auth::loose_permissions(
+                &t.key,
+                "TLS key",
+                "whoever can read it can impersonate this server",
+            ));
+        }
+        if self.tokens.is_none() && !is_loopback(self.listen.ip()) {
+            out.push(format!(
+                "serving {} without authentication (--insecure-no-auth): anyone who can reach \
+                 it can push into the spool and read its metrics",
+                self.listen
+            ));
+        }
+        out
     }
 }
 
@@ -239,7 +324,7 @@ impl ServeStop {
 pub struct Access<'a> {
     /// The peer's address.
     pub peer: SocketAddr,
-    /// The request method.
+    /// The request method, cut at 32 bytes.
     pub method: &'a str,
     /// The request path (without the query), cut at 200 bytes.
     pub path: &'a str,
@@ -251,6 +336,8 @@ pub struct Access<'a> {
     pub bytes_in: u64,
     /// The client id the request named, if any.
     pub client: Option<&'a str>,
+    /// The name of the token the request presented, when it was valid.
+    pub token: Option<&'a str>,
     /// The error the answer carried, if any.
     pub error: Option<&'a str>,
 }
@@ -330,6 +417,9 @@ impl fmt::Display for ServeEvent<'_> {
                 if let Some(c) = a.client {
                     write!(f, " client={c}")?;
                 }
+                if let Some(t) = a.token {
+                    write!(f, " token={t}")?;
+                }
                 if let Some(e) = a.error {
                     write!(f, " error={e:?}")?;
                 }
@@ -375,9 +465,55 @@ pub struct ServeReport {
     pub connections: u64,
 }
 
+/// A listening socket that has no spool yet ([`Server::listen`]).
+pub struct Listening {
+    opts: ServeOptions,
+    listener: std::net::TcpListener,
+    local: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl fmt::Debug for Listening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listening")
+            .field("local", &self.local)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Listening {
+    /// The address the socket is bound to (the real port for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serve `spool` on this socket: take the NDJSON serve lock
+    /// ([`Error::ServeLocked`] when another server holds it) and open the
+    /// second, read-only handle for `/metrics` and `/healthz`
+    /// ([`Spool::reader`]).
+    pub fn attach(self, spool: Spool) -> Result<Server> {
+        let lock = match &spool {
+            Spool::File(q) => Some(ServeLock::acquire(q.path())?),
+            _ => None,
+        };
+        let reader = spool.reader()?;
+        Ok(Server {
+            spool,
+            reader,
+            opts: self.opts,
+            listener: self.listener,
+            local: self.local,
+            tls: self.tls,
+            _lock: lock,
+        })
+    }
+}
+
 /// A bound, not yet running server.
 pub struct Server {
     spool: Spool,
+    reader: Option<Spool>,
     opts: ServeOptions,
     listener: std::net::TcpListener,
     local: SocketAddr,
@@ -401,29 +537,28 @@ fn is_loopback(ip: IpAddr) -> bool {
 }
 
 impl Server {
-    /// Check `opts`, load the TLS files, take the NDJSON serve lock and
-    /// bind the listening socket. Fails, before binding, with
-    /// [`Error::Unsupported`] (a usage error) for a non-loopback address
-    /// without tokens and without `insecure_no_auth`, with
-    /// [`Error::ServeLocked`] when another server holds an NDJSON spool.
-    pub fn bind(spool: Spool, opts: ServeOptions) -> Result<Server> {
+    /// Check `opts` ([`ServeOptions::check`]: [`Error::Unsupported`] for a
+    /// non-loopback address without tokens and without
+    /// `insecure_no_auth`, the TLS files' errors) and bind the listening
+    /// socket, before any spool is opened: a server that cannot listen
+    /// creates nothing.
+    pub fn listen(opts: ServeOptions) -> Result<Listening> {
         let tls = opts.check()?;
-        let lock = match &spool {
-            Spool::File(q) => Some(ServeLock::acquire(q.path())?),
-            _ => None,
-        };
         let listen_error = |e: std::io::Error| Error::io(opts.listen.to_string(), "listen on", e);
         let listener = std::net::TcpListener::bind(opts.listen).map_err(listen_error)?;
         listener.set_nonblocking(true).map_err(listen_error)?;
         let local = listener.local_addr().map_err(listen_error)?;
-        Ok(Server {
-            spool,
+        Ok(Listening {
             opts,
             listener,
             local,
             tls,
-            _lock: lock,
         })
+    }
+
+    /// [`Server::listen`], then [`Listening::attach`] `spool`.
+    pub fn bind(spool: Spool, opts: ServeOptions) -> Result<Server> {
+        Server::listen(opts)?.attach(spool)
     }
 
     /// The address the socket is bound to (the real port for port 0).
@@ -443,6 +578,7 @@ impl Server {
     pub fn run(self, stop: &ServeStop, log: Arc<dyn ServeLog>) -> Result<ServeReport> {
         let Server {
             spool,
+            reader,
             opts,
             listener,
             tls,
@@ -450,7 +586,7 @@ impl Server {
             ..
         } = self;
         let metrics = Arc::new(metrics::Metrics::default());
-        let path = spool.path().map(|p| p.to_path_buf()).unwrap_or_default();
+        let path = spool.location();
         let (jobs, rx) = mpsc::channel(JOB_QUEUE);
         let writer = writer::Writer {
             spool,
@@ -466,18 +602,28 @@ impl Server {
             .name("spool-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
+        // The reader is used on the blocking pool and must be dropped
+        // outside the runtime too (a PostgreSQL connection blocks on its
+        // own runtime when it closes): this clone outlives the runtime.
+        let reader = reader.map(Arc::new);
+        let budget = usize::try_from(opts.memory_budget)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
         let shared = Arc::new(http::Shared {
             tokens: opts.tokens.clone(),
             max_body: opts.max_body,
             max_payload: opts.max_payload,
             max_key_len: opts.max_key_len,
+            max_entries: opts.max_entries,
             request_timeout: opts.request_timeout,
             retry_after: opts.retry_after,
             jobs,
             metrics: metrics.clone(),
             log: log.clone(),
             spool: path,
-            budget: Arc::new(Semaphore::new(memory_budget(&opts))),
+            budget: Arc::new(Semaphore::new(budget)),
+            budget_total: budget,
+            state: http::StateCache::new(reader.clone()),
         });
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -499,6 +645,7 @@ impl Server {
         // which drops the last senders: the writer commits the jobs it
         // already has and ends.
         runtime.shutdown_timeout(Duration::from_secs(1));
+        drop(reader);
         let connections = served?;
         let _spool = writer
             .join()
@@ -538,6 +685,7 @@ async fn accept_loop(
     let graceful = GracefulShutdown::new();
     let max_connections = opts.max_connections.min(Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max_connections));
+    let peers = Arc::new(Peers::new(opts.max_connections_per_peer));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -565,6 +713,19 @@ async fn accept_loop(
             },
         };
         accepted += 1;
+        let Some(peer_slot) = peers.take(peer.ip()) else {
+            // Closed at once: its slot goes back with `permit`.
+            drop(stream);
+            log.log(&ServeEvent::Connection {
+                peer,
+                error: format!(
+                    "closed at once: {} connections from this address are open already \
+                     (--max-connections-per-peer)",
+                    opts.max_connections_per_peer
+                ),
+            });
+            continue;
+        };
         let conn = Conn {
             peer,
             shared: shared.clone(),
@@ -576,6 +737,7 @@ async fn accept_loop(
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _peer_slot = peer_slot;
             let _ = stream.set_nodelay(true);
             match tls {
                 None => conn.serve(TokioIo::new(stream)).await,
@@ -607,6 +769,59 @@ async fn accept_loop(
         });
     }
     Ok(accepted)
+}
+
+/// Open connections per peer address, bounded.
+struct Peers {
+    max: usize,
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One open connection of a peer; dropping it gives the slot back.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Peers {
+    fn new(max: usize) -> Peers {
+        Peers {
+            max,
+            open: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for one more connection from `ip`; `None` when it has
+    /// `max` open already.
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let ip = ip.to_canonical();
+        let mut open = self.lock();
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.lock();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// One accepted connection.
@@ -649,5 +864,49 @@ impl Conn {
             peer: self.peer,
             error,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_bounded_one_address_at_a_time() {
+        let peers = Arc::new(Peers::new(2));
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let b: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
+        let a1 = peers.take(a).unwrap();
+        let a2 = peers.take(a).unwrap();
+        assert!(peers.take(a).is_none(), "a third from one address");
+        // An IPv4-mapped address is the same peer as the IPv4 one.
+        let b1 = peers.take(b).unwrap();
+        let _b2 = peers.take("127.0.0.2".parse().unwrap()).unwrap();
+        assert!(peers.take(b).is_none());
+        drop(a1);
+        let _a3 = peers.take(a).unwrap();
+        drop(a2);
+        drop(b1);
+        assert_eq!(peers.lock().len(), 2);
+        drop(_a3);
+        drop(_b2);
+        assert!(peers.lock().is_empty(), "nothing kept for gone peers");
+    }
+
+    #[test]
+    fn the_body_limit_must_fit_the_memory_budget() {
+        let opts = ServeOptions {
+            max_body: 2 << 20,
+            memory_budget: 1 << 20,
+            ..ServeOptions::default()
+        };
+        let e = opts.check().unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Usage);
+        assert!(e.to_string().contains("over the memory budget"), "{e}");
+        let opts = ServeOptions {
+            max_connections_per_peer: 0,
+            ..ServeOptions::default()
+        };
+        assert!(opts.check().is_err());
     }
 }

@@ -17,6 +17,7 @@ pub fn bin() -> Command {
     c.env_remove("SPOOL_PATH")
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
+        .env_remove("CREDENTIALS_DIRECTORY")
         .env("LC_ALL", "C")
         .timeout(std::time::Duration::from_secs(60));
     c
@@ -57,6 +58,7 @@ impl Env {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_spool"));
         c.env_remove("SPOOL_PATH")
             .env_remove("RUST_BACKTRACE")
+            .env_remove("CREDENTIALS_DIRECTORY")
             .current_dir(self.dir.path())
             .stdin(std::process::Stdio::null())
             .arg("--spool")

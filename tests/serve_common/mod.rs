@@ -250,6 +250,47 @@ pub fn raw(addr: &str, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A TCP connection to `addr` from the local address `from` (another
+/// loopback address, `127.0.0.2`, is another peer to the server).
+pub fn connect_from(from: &str, addr: &str) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let from: std::net::Ipv4Addr = from.parse().expect("an IPv4 address");
+    let to: std::net::SocketAddrV4 = addr.parse().expect("an IPv4 socket address");
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor this function owns until
+    // it is handed to the TcpStream; the addresses live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(from, 0);
+        let rc = libc::bind(fd, &local as *const _ as *const libc::sockaddr, len);
+        assert_eq!(rc, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let remote = sockaddr(*to.ip(), to.port());
+        let rc = libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len);
+        assert_eq!(rc, 0, "connect {to}: {}", std::io::Error::last_os_error());
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        stream
+    }
+}
+
+/// Send one request on `s` (`Connection: close`) and read the answer
+/// until the server closes the connection.
+pub fn request_on(mut s: TcpStream, request: &str) -> String {
+    s.write_all(request.as_bytes()).expect("send");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The status code of a raw HTTP answer (`0` for none).
 pub fn raw_status(answer: &str) -> u16 {
     answer

@@ -1396,6 +1396,15 @@ impl Index {
     }
 
     /// Every client, as `spool clients` shows it.
+    /// How many clients are known, from one count.
+    pub fn client_count(&self) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT count(*) FROM clients WHERE known")
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))
+    }
+
     pub fn client_summaries(&self) -> Result<Vec<ClientSummary>> {
         let clients: Vec<(String, i64, Option<i64>)> = self
             .conn

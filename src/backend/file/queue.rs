@@ -589,6 +589,12 @@ impl Queue for FileQueue {
         })
     }
 
+    fn push_client_count(&self) -> Result<u64> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.client_count()
+        })
+    }
+
     fn import_with_identity(
         &self,
         header: &SpoolHeader,

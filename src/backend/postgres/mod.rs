@@ -1489,6 +1489,16 @@ impl Queue for PostgresQueue {
         })
     }
 
+    fn push_client_count(&self) -> Result<u64> {
+        self.txn("count the push clients of", false, |tx| {
+            let row = tx.query_one(
+                "SELECT count(*) FROM {s}.push_clients WHERE spool = $1",
+                &[self.spool()],
+            )?;
+            Ok(u64_of(row.get(0)))
+        })
+    }
+
     fn leasing(&self) -> Option<&dyn Leasing> {
         Some(self)
     }

@@ -1012,6 +1012,10 @@ impl Queue for SqliteQueue {
         self.snapshot("read the push clients of", receive::clients)
     }
 
+    fn push_client_count(&self) -> Result<u64> {
+        self.snapshot("count the push clients of", receive::client_count)
+    }
+
     fn import_with_identity(
         &self,
         header: &SpoolHeader,

@@ -181,6 +181,18 @@ fn client_rejects(db: &Db<'_>, client: &str, after: u64) -> Result<Vec<Rejected>
 }
 
 /// Every client of the receiving spool, by id.
+/// How many clients ever pushed, from one count over the clients table.
+pub(super) fn client_count(db: &Db<'_>) -> Result<u64> {
+    if !db.layout.has_push() {
+        return Ok(0);
+    }
+    db.conn
+        .prepare_cached("SELECT count(*) FROM spool_push_clients")
+        .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+        .map(|n| u64::try_from(n).unwrap_or(0))
+        .map_err(|e| db.err(e))
+}
+
 pub(super) fn clients(db: &Db<'_>) -> Result<Vec<ClientSummary>> {
     if !db.layout.has_push() {
         return Ok(Vec::new());

@@ -13,6 +13,7 @@
 //! | 74 | I/O error |
 //! | 75 | temporary: spool full, locked or busy |
 //! | 77 | permission denied |
+//! | 78 | configuration error: `serve` refuses an unsafe or broken configuration |
 //! | 130 / 143 | interrupted by SIGINT / SIGTERM (replay, watch) |
 
 use spool::ErrorKind;
@@ -38,6 +39,9 @@ pub const IO: u8 = 74;
 pub const TEMP_FAIL: u8 = 75;
 /// Permission denied (`EX_NOPERM`).
 pub const NO_PERM: u8 = 77;
+/// Configuration error (`EX_CONFIG`): `serve` refuses an unsafe or
+/// broken configuration.
+pub const CONFIG: u8 = 78;
 /// Stopped by SIGINT (used by `replay` and `watch`).
 pub const INTERRUPTED: u8 = 130;
 /// Stopped by SIGTERM (used by `replay` and `watch`).
@@ -54,6 +58,7 @@ pub fn for_kind(kind: ErrorKind) -> u8 {
         ErrorKind::Temporary => TEMP_FAIL,
         ErrorKind::PermissionDenied => NO_PERM,
         ErrorKind::Internal => SOFTWARE,
+        ErrorKind::Config => CONFIG,
         _ => SOFTWARE,
     }
 }
@@ -145,5 +150,6 @@ mod tests {
         assert_eq!(for_kind(ErrorKind::Io), 74);
         assert_eq!(for_kind(ErrorKind::Temporary), 75);
         assert_eq!(for_kind(ErrorKind::PermissionDenied), 77);
+        assert_eq!(for_kind(ErrorKind::Config), 78);
     }
 }

@@ -30,27 +30,42 @@ use std::time::{Duration, Instant};
 /// share one commit. 503 answers carry Retry-After: 5.
 ///
 /// Security: without --listen it serves 127.0.0.1:8787 only. A
-/// non-loopback address needs --token-file (or --insecure-no-auth). A
-/// token file has one token per line, optionally followed by the client
-/// ids (globs with * and ?) it may push as; # starts a comment line.
-/// Requests send `Authorization: Bearer TOKEN`: a missing or wrong token
-/// is 401, pushing as a client the token may not is 403. /healthz and
-/// /metrics need no token. Without --token-file, the systemd credential
-/// spool-serve-tokens ($CREDENTIALS_DIRECTORY/spool-serve-tokens, from
-/// LoadCredential=) is used when present. Tokens never appear in logs.
+/// non-loopback address needs --token-file (or --insecure-no-auth, with
+/// a warning). A token file has one token per line (at least 16
+/// characters), optionally followed by name=NAME (for the access log;
+/// default: the first 8 hex digits of the token's SHA-256) and the
+/// client ids (globs with * and ?) it may push as; # starts a comment
+/// line. Requests send `Authorization: Bearer TOKEN`: a missing or wrong
+/// token is 401, pushing as a client the token may not is 403. Every
+/// endpoint but /healthz needs a token when a token file is in use.
+/// Without --token-file, the systemd credential spool-serve-tokens
+/// ($CREDENTIALS_DIRECTORY/spool-serve-tokens, from LoadCredential=) is
+/// used. Tokens never appear in logs.
+///
+/// Refused with exit 78: $CREDENTIALS_DIRECTORY set without a readable
+/// spool-serve-tokens in it, a token shorter than 16 characters, the same
+/// token on two lines. A token file or TLS key readable by group or
+/// others is a warning.
 ///
 /// Limits: --max-body bounds a body as received and once decompressed
-/// (Content-Encoding: gzip), --max-payload one payload; over either is
-/// 413. A request head must arrive within --header-timeout (also how
-/// long an idle keep-alive connection stays open), its body within
-/// --request-timeout (408).
+/// (Content-Encoding: gzip), --max-payload one payload, --max-entries
+/// the entries of one push; over any is 413. What all requests hold at
+/// once (bodies, inflated bodies, parsed entries) stays under
+/// --memory-budget: a request that would go over it is 503 with
+/// Retry-After. A request head must arrive within --header-timeout
+/// (also how long an idle keep-alive connection stays open), its body
+/// within --request-timeout (408). At most --max-connections are open,
+/// at most --max-connections-per-peer from one address (more are closed
+/// at once). /metrics and /healthz answer from a snapshot of the
+/// spool's state taken at most once a second.
 ///
 /// Prints `listening on http(s)://ADDR` on stdout once ready (with the
-/// real port for --listen 127.0.0.1:0). With -v, one access line per
-/// request on stderr. SIGTERM or SIGINT: stop accepting, finish and
-/// commit the requests in flight, exit 0. Only one serve may run on an
-/// NDJSON spool (a second exits 75 naming the holder); several may share
-/// a SQLite spool.
+/// real port for --listen 127.0.0.1:0); nothing is created when the
+/// address cannot be bound. With -v, one access line per request on
+/// stderr, naming the token by its name. SIGTERM or SIGINT: stop
+/// accepting, finish and commit the requests in flight, exit 0. Only one
+/// serve may run on an NDJSON spool (a second exits 75 naming the
+/// holder); several may share a SQLite spool.
 ///
 /// Examples:
 ///   spool -s /var/spool/central.db serve
@@ -86,12 +101,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     max_payload: u64,
 
+    /// Most entries in one push request (more is 413: send smaller batches)
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    max_entries: u32,
+
+    /// Memory that all requests may hold at once (over it: 503 + Retry-After)
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    memory_budget: u64,
+
     /// Listen on a non-loopback address without tokens (trusted networks only)
     #[arg(long)]
     insecure_no_auth: bool,
 
     /// Time for a request head to arrive; also the keep-alive idle limit
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     header_timeout: Duration,
 
     /// Time for a request body to arrive after its head
@@ -101,6 +124,10 @@ pub struct ServeArgs {
     /// Most connections open at once (more wait to be accepted)
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+
+    /// Most connections open at once from one IP address (more are closed)
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_peer: u32,
 
     /// Sleep this long in every commit (simulates a slow disk; tests, benchmarks)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, hide = true)]
@@ -172,6 +199,7 @@ impl ServeLog for StderrLog {
                     "ms": a.took.as_secs_f64() * 1000.0,
                     "bytes_in": a.bytes_in,
                     "client": a.client,
+                    "token": a.token,
                     "error": a.error,
                 });
                 let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -233,15 +261,15 @@ fn install_signals(stop: ServeStop, log: Arc<StderrLog>) -> Result<(), CliError>
 
 fn failed(ctx: &Ctx, e: Error) -> CliError {
     let hint = match &e {
-        Error::Unsupported(_) => Some(
-            "give --token-file FILE (one token per line), or --insecure-no-auth on a trusted network",
-        ),
+        Error::Config { hint, .. } => Some(hint.clone()),
         Error::ServeLocked { .. } => Some(
-            "stop the other `spool serve` first; several servers may share a SQLite spool, not an NDJSON one",
+            "stop the other `spool serve` first; several servers may share a SQLite spool, not an NDJSON one"
+                .to_string(),
         ),
-        Error::Io { action, .. } if *action == "listen on" => {
-            Some("another process may be listening there; choose another --listen address")
-        }
+        Error::Io { action, .. } if *action == "listen on" => Some(
+            "another process may be listening there; choose another --listen address (nothing was created)"
+                .to_string(),
+        ),
         _ => None,
     };
     let err = ctx.fail("serve", e);
@@ -252,13 +280,15 @@ fn failed(ctx: &Ctx, e: Error) -> CliError {
 }
 
 pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
-    let token_file = args.token_file.or_else(|| {
-        auth::credential_token_file(
+    let token_file = match args.token_file {
+        Some(f) => Some(f),
+        None => auth::credential_token_file(
             std::env::var_os("CREDENTIALS_DIRECTORY")
                 .as_deref()
                 .map(std::path::Path::new),
         )
-    });
+        .map_err(|e| failed(ctx, e))?,
+    };
     let tokens = match &token_file {
         Some(f) => Some(Tokens::load(f).map_err(|e| failed(ctx, e))?),
         None => None,
@@ -273,20 +303,41 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         },
         max_body: args.max_body,
         max_payload: args.max_payload,
+        max_entries: args.max_entries as usize,
+        memory_budget: args.memory_budget,
         header_timeout: args.header_timeout,
         request_timeout: args.request_timeout,
         max_connections: args.max_connections as usize,
+        max_connections_per_peer: args.max_connections_per_peer as usize,
         commit_delay: args.commit_delay.unwrap_or_default(),
         ..ServeOptions::default()
     };
-    // Every option is checked before the spool is created or opened.
-    opts.check().map_err(|e| failed(ctx, e))?;
     if let Some(f) = &token_file {
         ctx.detail(&format!(
             "{} token(s) from {}",
             opts.tokens.as_ref().map_or(0, Tokens::len),
             f.display()
         ));
+    }
+    // Every option is checked, and the socket bound, before the spool is
+    // created or opened: a server that cannot start leaves nothing.
+    let warnings = opts.warnings();
+    let open_without_tokens = opts.tokens.is_none()
+        && !opts.insecure_no_auth
+        && !opts.listen.ip().to_canonical().is_loopback();
+    let listening = Server::listen(opts).map_err(|e| {
+        let refused = matches!(e, Error::Unsupported(_)) && open_without_tokens;
+        let err = failed(ctx, e);
+        if refused {
+            err.hint(
+                "give --token-file FILE (one token per line), or --insecure-no-auth on a trusted network",
+            )
+        } else {
+            err
+        }
+    })?;
+    for w in warnings {
+        ctx.note(&format!("warning: {w}"));
     }
     let log = Arc::new(StderrLog {
         verbosity: ctx.verbosity,
@@ -295,7 +346,7 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let stop = ServeStop::new();
     install_signals(stop.clone(), log.clone())?;
     let spool = ctx.open(OpenMode::Create, "serve")?;
-    let server = Server::bind(spool, opts).map_err(|e| failed(ctx, e))?;
+    let server = listening.attach(spool).map_err(|e| failed(ctx, e))?;
     if ctx.json {
         ctx.out
             .json(&serde_json::json!({"listening_on": server.url()}))?;
