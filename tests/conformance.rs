@@ -186,6 +186,7 @@ conformance!(
         a_full_receiving_spool_stops_the_batch,
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
+        received_skips_store_nothing,
         a_streamed_batch_is_enqueue_batch_without_the_memory,
         a_streamed_batch_that_fails_stores_nothing,
         a_streamed_import_that_fails_stores_nothing,
@@ -2214,6 +2215,103 @@ fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
     assert_eq!((c.last_seq, c.rejected.len()), (4, 0));
     assert_eq!(c.updated_at, Some(h.now()));
     assert!(client(&h, "edge-b").is_none());
+}
+
+/// SPEC §7: "A skip entry stores nothing but the advanced last_seq". Three
+/// pushes of many skips leave no per-number record in the backend's
+/// storage, while the number still counts as processed.
+fn received_skips_store_nothing(s: Setup) {
+    let mut h = s.open(Some(10));
+    let limits = ReceiveLimits::default();
+    let mut next = 1u64;
+    for round in 0..3u64 {
+        let skips: Vec<(u64, &str, &str)> = (next..next + 3000).map(|seq| (seq, "", "")).collect();
+        next += 3000;
+        let r = accepted(receive(&h, &request("edge", round * 3000, &skips), &limits));
+        assert_eq!((r.last_seq, r.applied), (next - 1, 0));
+        h.step();
+    }
+    assert_eq!(client(&h, "edge").unwrap().last_seq, 9000);
+    assert_eq!(receiver_records(&h, "edge"), 0, "skips left records behind");
+    // An item and a refusal are recorded (digests, the reject); a skipped
+    // number sent again is a duplicate.
+    let tight = ReceiveLimits {
+        max_payload: 4,
+        ..ReceiveLimits::default()
+    };
+    let r = accepted(receive(
+        &h,
+        &request(
+            "edge",
+            9000,
+            &[
+                (9000, "", "late"),
+                (9001, "", "one"),
+                (9002, "", "too large"),
+            ],
+        ),
+        &tight,
+    ));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (9002, 1, 1));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1);
+    assert_eq!(receiver_records(&h, "edge"), 2);
+}
+
+/// How many per-number records the backend's storage holds for `client`
+/// as a push receiver, read from the storage itself.
+fn receiver_records(h: &Harness, client: &str) -> u64 {
+    match h.spool() {
+        Spool::Memory(q) => q
+            .push_ledger()
+            .client(client)
+            .map_or(0, |c| c.entries.len() as u64),
+        Spool::Sqlite(_) => {
+            let db = rusqlite::Connection::open(&h.path).unwrap();
+            db.query_row(
+                "SELECT count(*) FROM spool_push_entries WHERE client_id = ?1",
+                [client],
+                |r| r.get(0),
+            )
+            .unwrap()
+        }
+        Spool::File(_) => {
+            // Numbers in the client lines of the main file.
+            let text = std::fs::read_to_string(&h.path).unwrap();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v["client"]["id"] == client)
+                .map(|v| {
+                    ["applied", "rejected", "skipped"]
+                        .iter()
+                        .map(|f| v["client"][f].as_array().map_or(0, |a| a.len() as u64))
+                        .sum::<u64>()
+                })
+                .sum()
+        }
+        Spool::Postgres(_) => {
+            let url = h.path.to_str().unwrap();
+            let (base, spool) = url.rsplit_once("spool=").unwrap();
+            let base = base.trim_end_matches(['?', '&']);
+            let out = std::process::Command::new("psql")
+                .args([
+                    base,
+                    "-XAtqc",
+                    &format!(
+                        "SELECT count(*) FROM spool.push_entries \
+                         WHERE spool = '{spool}' AND client_id = '{client}'"
+                    ),
+                ])
+                .output()
+                .expect("run psql");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        }
+    }
 }
 
 /// A refused entry advances `last_seq`, is remembered with its reason and

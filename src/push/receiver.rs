@@ -20,7 +20,7 @@
 //!    the batch is applied. All duplicates are checked before any new
 //!    entry is applied.
 //! 3. **New entries**, in order, each moving `last_seq` to its number: a
-//!    skip entry applies nothing; an item entry is refused — recorded as
+//!    skip entry applies and records nothing; an item entry is refused — recorded as
 //!    rejected with a one-line reason — when its payload does not decode,
 //!    its digest does not match its key and payload, its key is longer
 //!    than [`ReceiveLimits::max_key_len`] or its payload larger than
@@ -32,7 +32,8 @@
 //!    `Retry-After`), else a normal 200 with the `last_seq` reached.
 //! 5. **Acked.** The request's `acked`, clamped to the `last_seq` the
 //!    client had *before* this request, lets the receiver forget the
-//!    rejects at or below it.
+//!    rejects at or below it (and the whole record of a refused number
+//!    that has no digest).
 //! 6. **Answer.** `last_seq`, every remembered reject above the clamped
 //!    `acked` (so a reject whose answer was lost is reported again until
 //!    the client acknowledges it), and the counts.
@@ -55,10 +56,17 @@
 //! * [`PushOutcome::Full`] and [`PushOutcome::Conflict`] write nothing,
 //!   not even the `acked` pruning; the caller may commit or roll back.
 //!
-//! What a backend stores, per client: `last_seq`; per processed number,
-//! its digest when there is one (kept while the client's state is kept:
-//! it is what catches a copied spool); and the rejects not yet
-//! acknowledged, with their reasons.
+//! What a backend stores, per client: `last_seq`; per applied number, and
+//! per refused number whose digest was verified, that digest — kept while
+//! the client's state is kept, because it is what catches a copied spool,
+//! whose numbers collide with numbers the original client may have had
+//! acknowledged long ago (so the digests of acknowledged numbers cannot
+//! be dropped without blinding that check); and the rejects not yet
+//! acknowledged, with their reasons. A skip entry stores nothing but the
+//! advanced `last_seq`, and a refused number without a digest is
+//! forgotten once acknowledged: what a client can make the receiver keep
+//! beyond its unacknowledged entries is one digest per entry it had
+//! applied or verifiably refused.
 
 use super::wire::{self, ClientState, Entry, ErrorBody, Payload, PushRequest, Rejected};
 use crate::error::{Error, Result};
@@ -89,19 +97,21 @@ pub trait ReceiveTxn: ReceiveRead {
     /// nothing was stored.
     fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>>;
 
-    /// Record what became of a new entry. Called at most once per number
-    /// and client, in ascending order.
+    /// Record what became of a new item entry. Called at most once per
+    /// number and client, in ascending order; never for a skip entry
+    /// (skipped numbers leave no record but `last_seq`).
     fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()>;
 
     /// Set the client's `last_seq` (never lower than before).
     fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()>;
 
     /// Forget the client's rejects with `seq <= upto` (the client has
-    /// acknowledged them). Digests stay.
+    /// acknowledged them): their reasons, and the whole record of a
+    /// refused number without a digest. Digests stay.
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()>;
 }
 
-/// What became of one new entry.
+/// What became of one new item entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryRecord<'a> {
     /// Enqueued (or a dedup hit); keep the digest.
@@ -117,9 +127,6 @@ pub enum EntryRecord<'a> {
         /// Why, one line.
         reason: &'a str,
     },
-    /// A skip entry: nothing to keep but the number (a backend may store
-    /// nothing at all; `last_seq` already covers it).
-    Skipped,
 }
 
 /// The receiver's per-entry policy.
@@ -259,10 +266,7 @@ pub fn apply_push<T: ReceiveTxn + ?Sized>(
     for entry in &req.entries[duplicates as usize..] {
         let seq = entry.seq();
         match entry {
-            Entry::Skip { .. } => {
-                txn.record(client, seq, EntryRecord::Skipped)?;
-                skipped += 1;
-            }
+            Entry::Skip { .. } => skipped += 1,
             Entry::Item(item) => match check(item, limits) {
                 Err(refusal) => {
                     txn.record(
@@ -629,6 +633,42 @@ mod tests {
         assert_eq!(a.response.last_seq, 3);
         assert_eq!((a.response.applied, a.skipped), (2, 1));
         assert_eq!(payloads(&rx), ["p1", "p3"]);
+    }
+
+    #[test]
+    fn skip_entries_store_nothing_but_last_seq() {
+        let mut rx = MemoryReceiver::new(None);
+        let skips: Vec<Entry> = (1..=1000).map(|seq| Entry::Skip { seq }).collect();
+        let a = accepted(push(&mut rx, &req(0, skips)));
+        assert_eq!((a.response.last_seq, a.skipped), (1000, 1000));
+        let c = rx.ledger.client(C).unwrap();
+        assert_eq!(c.last_seq, 1000);
+        assert!(c.entries.is_empty(), "{} numbers recorded", c.entries.len());
+        // A skipped number sent again, as an item, is a duplicate.
+        let a = accepted(push(&mut rx, &req(1000, vec![text(1000), text(1001)])));
+        assert_eq!((a.response.duplicates, a.response.applied), (1, 1));
+        assert_eq!(rx.ledger.client(C).unwrap().entries.len(), 1);
+    }
+
+    #[test]
+    fn acknowledged_refusals_without_a_digest_are_forgotten() {
+        let mut rx = MemoryReceiver::new(None);
+        let mut bad = item(1, "", b"x");
+        if let Entry::Item(e) = &mut bad {
+            e.digest = wire::digest("", b"y");
+        }
+        // 1: no verifiable digest; 2: verified, refused (too large).
+        push(&mut rx, &req(0, vec![bad, item(2, "", &[0; 11]), text(3)]));
+        assert_eq!(rx.ledger.client(C).unwrap().entries.len(), 3);
+        let a = accepted(push(&mut rx, &req(3, vec![])));
+        assert!(a.response.rejected.is_empty());
+        let c = rx.ledger.client(C).unwrap();
+        assert_eq!(
+            c.entries.keys().copied().collect::<Vec<_>>(),
+            [2, 3],
+            "what has a digest stays, the rest goes once acknowledged"
+        );
+        assert_eq!(c.last_seq, 3);
     }
 
     #[test]

@@ -120,14 +120,21 @@ impl SqliteQueue {
     }
 
     /// Rebuild the database file without free pages (`VACUUM`), then
-    /// checkpoint and truncate the WAL.
+    /// checkpoint and truncate the WAL. Rows that older versions wrote
+    /// for skipped push numbers (a skip now records nothing but the
+    /// client's `last_seq`) are deleted first.
     pub fn vacuum(&self, wait: Duration) -> Result<VacuumReport> {
         let wal = self.wal_path();
         let bytes_before = size_of(&self.path) + size_of(&wal);
         {
             let conn = self.lock();
+            let purge = if self.layout.has_push() {
+                "DELETE FROM spool_push_entries WHERE outcome = 'skipped';"
+            } else {
+                ""
+            };
             conn.busy_timeout(wait)
-                .and_then(|()| conn.execute_batch("VACUUM"))
+                .and_then(|()| conn.execute_batch(&format!("{purge}VACUUM")))
                 .map_err(|e| Error::sqlite(&self.path, "vacuum", e))?;
             let _ = conn.busy_timeout(self.busy_timeout);
         }
