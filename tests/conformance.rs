@@ -186,6 +186,7 @@ conformance!(
         a_full_receiving_spool_stops_the_batch,
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
+        received_keys_are_scoped_per_sender,
         received_skips_store_nothing,
         a_streamed_batch_is_enqueue_batch_without_the_memory,
         a_streamed_batch_that_fails_stores_nothing,
@@ -2124,7 +2125,7 @@ fn import_drops_push_numbers(s: Setup) {
 // -------------------------------------------------------------- receiving
 
 use spool::push::wire::{self, OutEntry};
-use spool::push::{apply_push, PushOutcome, ReceiveLimits};
+use spool::push::{apply_item, apply_push, ItemOutcome, PushOutcome, ReceiveLimits};
 
 /// A push request from `client`, with `acked`, of items `(seq, key,
 /// payload)` and skip entries (an empty payload marks a skip).
@@ -2175,12 +2176,14 @@ fn client(h: &Harness, id: &str) -> Option<spool::ClientSummary> {
         .find(|c| c.client_id == id)
 }
 
-/// Entries are enqueued once, in order, with their keys (a key a pending
-/// item carries is a dedup hit that counts as applied); a resent request
-/// is all duplicates; `last_seq` is per client and remembered.
+/// Entries are enqueued once, in order, with their keys scoped by the
+/// client (`<client_id>:<key>`; a key a pending item carries is a dedup
+/// hit that counts as applied); a resent request is all duplicates;
+/// `last_seq` is per client and remembered.
 fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
     let mut h = s.open(None);
     let local = add(&h, "local", "shared");
+    add(&h, "pushed before", "edge-a:mine");
     let limits = ReceiveLimits::default();
     let req = request(
         "edge-a",
@@ -2190,31 +2193,119 @@ fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
             (2, "shared", "two"),
             (3, "", ""),
             (4, "", "four"),
+            (5, "mine", "five"),
         ],
     );
     let r = accepted(receive(&h, &req, &limits));
-    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 3, 0));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (5, 4, 0));
     h.step();
     let items = drain(&h);
     assert_eq!(
         payloads(&items),
-        vec![b"local".to_vec(), b"one".to_vec(), b"four".to_vec()]
+        ["local", "pushed before", "one", "two", "four"]
+            .map(|p| p.as_bytes().to_vec())
+            .to_vec()
     );
     assert_eq!(items[0].id, local);
-    assert_eq!(items[1].key, "k1");
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(
-        items[1].enqueued_at,
+        keys,
+        ["shared", "edge-a:mine", "edge-a:k1", "edge-a:shared", ""],
+        "a pushed key never dedups a key it was not sent with"
+    );
+    assert_eq!(
+        items[2].enqueued_at,
         Some(T0),
         "enqueued now, by the receiver's clock"
     );
     let r = accepted(receive(&h, &req, &limits));
-    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 0, 4));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (5, 0, 5));
     h.step();
-    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(h.q().size().unwrap(), 5);
     let c = client(&h, "edge-a").expect("the client is known");
-    assert_eq!((c.last_seq, c.rejected.len()), (4, 0));
+    assert_eq!((c.last_seq, c.rejected.len()), (5, 0));
     assert_eq!(c.updated_at, Some(h.now()));
     assert!(client(&h, "edge-b").is_none());
+}
+
+/// SPEC §7 "Keys are scoped per sender": a key from push client A never
+/// deduplicates an item from client B (nor a `/v1/items` key of one token
+/// another token's item), unless the receiver shares one key space.
+fn received_keys_are_scoped_per_sender(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let r = accepted(receive(
+        &h,
+        &request("edge-evil", 0, &[(1, "order-42", "FORGED")]),
+        &limits,
+    ));
+    assert_eq!(r.applied, 1);
+    let r = accepted(receive(
+        &h,
+        &request("billing", 0, &[(1, "order-42", "REAL")]),
+        &limits,
+    ));
+    assert_eq!((r.applied, r.duplicates), (1, 0));
+    let mut outcomes = Vec::new();
+    h.q()
+        .receive(&mut |txn| {
+            outcomes.clear();
+            for (payload, sender) in [
+                ("FORGED", Some("evil")),
+                ("REAL", Some("billing")),
+                ("AGAIN", Some("billing")),
+                ("LOCAL", None),
+            ] {
+                outcomes.push(apply_item(
+                    txn,
+                    payload.as_bytes(),
+                    "invoice-7",
+                    sender,
+                    &limits,
+                )?);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let dedup: Vec<bool> = outcomes
+        .iter()
+        .map(|o| match o {
+            ItemOutcome::Enqueued(e) => e.deduplicated,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(dedup, [false, false, true, false]);
+    h.step();
+    let items = drain(&h);
+    let got: Vec<(&str, &[u8])> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.payload.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("edge-evil:order-42", &b"FORGED"[..]),
+            ("billing:order-42", b"REAL"),
+            ("evil:invoice-7", b"FORGED"),
+            ("billing:invoice-7", b"REAL"),
+            ("invoice-7", b"LOCAL"),
+        ]
+    );
+    // One key space on request (serve --shared-keys).
+    let shared = ReceiveLimits {
+        shared_keys: true,
+        ..ReceiveLimits::default()
+    };
+    accepted(receive(&h, &request("x", 0, &[(1, "k", "X")]), &shared));
+    let r = accepted(receive(&h, &request("y", 0, &[(1, "k", "Y")]), &shared));
+    assert_eq!(r.applied, 1);
+    h.step();
+    let items = drain(&h);
+    assert_eq!(items.len(), 6, "Y was a dedup hit on X's key");
+    assert_eq!(
+        (items[5].key.as_str(), &items[5].payload[..]),
+        ("k", &b"X"[..])
+    );
 }
 
 /// SPEC §7: "A skip entry stores nothing but the advanced last_seq". Three
@@ -2379,7 +2470,8 @@ fn a_failed_receive_changes_nothing(s: Setup) {
 /// a dedup hit still goes through.
 fn a_full_receiving_spool_stops_the_batch(s: Setup) {
     let mut h = s.open(Some(2));
-    add(&h, "local", "k-local");
+    // As if pushed by "edge" earlier: its key in edge's scope.
+    add(&h, "local", "edge:k-local");
     let limits = ReceiveLimits::default();
     let r = accepted(receive(
         &h,

@@ -1,33 +1,260 @@
 //! Keys and bookkeeping at a receiving spool, through the real binaries
-//! on loopback (SPEC §7 "Security"): skip entries store nothing but the
+//! on loopback (SPEC §7 "Security"): keys are scoped per sender, so one
+//! client can never make another client's item vanish by sending its key
+//! first (by push or through `/v1/items`), unless `serve --shared-keys`
+//! asks for one key space; and skip entries store nothing but the
 //! advanced `last_seq`.
 
 mod cli_common;
 mod common;
+mod http_sink;
 mod serve_common;
 
 use cli_common::*;
 use serve_common::*;
+use sha2::{Digest as _, Sha256};
 use spool::push::wire::OutEntry;
 use std::path::{Path, PathBuf};
 
-/// POST a push body (no token).
-fn push(s: &Serve, body: &[u8]) -> Reply {
+/// Limited to `edge-*` (and named `evil` where a name is given).
+const EDGE_TOKEN: &str = "edge-token-5c1e0f7a9b3d4e21";
+const BILLING_TOKEN: &str = "billing-token-8a2f6c4e0d1b3957";
+const PLAIN_TOKEN: &str = "plain-token-0e4d2c7b9f1a6358";
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn item(seq: u64, key: &'static str, payload: &'static str) -> OutEntry<'static> {
+    OutEntry::Item {
+        seq,
+        id: seq,
+        key,
+        payload: payload.as_bytes(),
+        enqueued_at: None,
+    }
+}
+
+/// POST a push body as `token`.
+fn push_as(a: &ureq::Agent, s: &Serve, token: Option<&str>, body: &[u8]) -> Reply {
+    let auth = token.map(bearer);
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(b) = &auth {
+        headers.push(("Authorization", b));
+    }
+    post(a, &s.url("/v1/push"), &headers, body)
+}
+
+/// POST one item with `key` as `token`.
+fn item_as(a: &ureq::Agent, s: &Serve, token: &str, key: &str, payload: &[u8]) -> Reply {
     post(
-        &agent(),
-        &s.url("/v1/push"),
-        &[("Content-Type", "application/json")],
-        body,
+        a,
+        &s.url("/v1/items"),
+        &[("Authorization", &bearer(token)), ("Idempotency-Key", key)],
+        payload,
     )
+}
+
+/// The pending items of `env` as (key, payload).
+fn keyed(env: &Env) -> Vec<(String, String)> {
+    env.drain()
+        .iter()
+        .map(|v| {
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["payload"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+        .collect()
+}
+
+/// An edge spool next to the centre's, and its uuid (its push client id).
+fn edge(centre: &Env) -> (Env, String) {
+    let file = if centre.is_ndjson() {
+        "edge.ndjson"
+    } else {
+        "edge.db"
+    };
+    let e = Env::new(file);
+    e.run(&["init"]).success();
+    let uuid = stdout(&e.run(&["config", "uuid"]).success())
+        .trim()
+        .to_string();
+    (e, uuid)
+}
+
+#[test]
+fn a_pushing_client_cannot_make_another_clients_item_vanish() {
+    each_backend(|centre| {
+        let (billing, uuid) = edge(centre);
+        let tokens = write_file(
+            centre.dir.path(),
+            "tokens",
+            &format!("{EDGE_TOKEN} edge-*\n{BILLING_TOKEN} {uuid}\n"),
+        );
+        let s = Serve::start(centre, &["--token-file", tokens.to_str().unwrap()]);
+        let a = agent();
+        // A token allowed only as edge-* pushes billing's key first.
+        let r = push_as(
+            &a,
+            &s,
+            Some(EDGE_TOKEN),
+            &body("edge-evil", 0, &[item(1, "order-42", "FORGED")]),
+        );
+        assert_eq!(
+            (r.status, &r.json()["applied"]),
+            (200, &1.into()),
+            "{}",
+            r.body
+        );
+        // The billing spool pushes its real order-42 and lets it go.
+        billing.enqueue_key("REAL", "order-42");
+        let auth = format!("Authorization: {}", bearer(BILLING_TOKEN));
+        let out = billing
+            .run(&[
+                "replay",
+                "--push",
+                &s.url("/v1/push"),
+                "-H",
+                &auth,
+                "--json",
+            ])
+            .code(0);
+        assert_eq!(json_out(&out)["delivered"], 1, "{}", stdout(&out));
+        assert_eq!(billing.size(), 0);
+        assert_eq!(s.stop().code, Some(0));
+        // Both items are at the centre, each under its client's scope.
+        let billing_key = format!("{uuid}:order-42");
+        assert_eq!(
+            keyed(centre),
+            pairs(&[("edge-evil:order-42", "FORGED"), (&billing_key, "REAL")])
+        );
+        // Downstream, the scoped key is the item's Idempotency-Key.
+        let sink = http_sink::Sink::always(200);
+        centre.run(&["replay", "--url", &sink.url("/in")]).code(0);
+        let sent: Vec<(String, String)> = sink
+            .received()
+            .iter()
+            .map(|r| {
+                (
+                    r.header("idempotency-key").unwrap_or_default().to_string(),
+                    String::from_utf8_lossy(&r.body).into_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            sent,
+            pairs(&[("edge-evil:order-42", "FORGED"), (&billing_key, "REAL")])
+        );
+    });
+}
+
+#[test]
+fn a_token_cannot_make_another_tokens_item_vanish_through_items() {
+    each_backend(|centre| {
+        let tokens = write_file(
+            centre.dir.path(),
+            "tokens",
+            &format!(
+                "{EDGE_TOKEN} edge-* name=evil\n{BILLING_TOKEN} name=billing\n{PLAIN_TOKEN}\n"
+            ),
+        );
+        let s = Serve::start(centre, &["--token-file", tokens.to_str().unwrap()]);
+        let a = agent();
+        let r = item_as(&a, &s, EDGE_TOKEN, "invoice-7", b"FORGED");
+        assert_eq!(r.status, 201, "{}", r.body);
+        let r = item_as(&a, &s, BILLING_TOKEN, "invoice-7", b"REAL");
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(r.json()["deduplicated"], false);
+        let id = r.json()["id"].clone();
+        // The same token's retry is a dedup hit on its own item.
+        let r = item_as(&a, &s, BILLING_TOKEN, "invoice-7", b"RETRY");
+        assert_eq!((r.status, &r.json()["id"]), (200, &id), "{}", r.body);
+        // A token without name= is named by its SHA-256's first 8 hex digits.
+        let r = item_as(&a, &s, PLAIN_TOKEN, "invoice-7", b"PLAIN");
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(s.stop().code, Some(0));
+        let plain: String = Sha256::digest(PLAIN_TOKEN.as_bytes())[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let plain_key = format!("{plain}:invoice-7");
+        assert_eq!(
+            keyed(centre),
+            pairs(&[
+                ("evil:invoice-7", "FORGED"),
+                ("billing:invoice-7", "REAL"),
+                (&plain_key, "PLAIN")
+            ])
+        );
+    });
+}
+
+#[test]
+fn shared_keys_keep_one_key_space_for_every_sender() {
+    each_backend(|centre| {
+        let (billing, _) = edge(centre);
+        let tokens = write_file(
+            centre.dir.path(),
+            "tokens",
+            &format!("{EDGE_TOKEN} edge-* name=evil\n{BILLING_TOKEN} name=billing\n"),
+        );
+        let s = Serve::start(
+            centre,
+            &["--shared-keys", "--token-file", tokens.to_str().unwrap()],
+        );
+        let a = agent();
+        let r = push_as(
+            &a,
+            &s,
+            Some(EDGE_TOKEN),
+            &body("edge-evil", 0, &[item(1, "order-42", "FORGED")]),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        billing.enqueue_key("REAL", "order-42");
+        let auth = format!("Authorization: {}", bearer(BILLING_TOKEN));
+        let out = billing
+            .run(&[
+                "replay",
+                "--push",
+                &s.url("/v1/push"),
+                "-H",
+                &auth,
+                "--json",
+            ])
+            .code(0);
+        assert_eq!(
+            json_out(&out)["delivered"],
+            1,
+            "a dedup hit counts as applied"
+        );
+        let r = item_as(&a, &s, EDGE_TOKEN, "invoice-7", b"FORGED");
+        assert_eq!(r.status, 201, "{}", r.body);
+        let r = item_as(&a, &s, BILLING_TOKEN, "invoice-7", b"REAL");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["deduplicated"], true);
+        assert_eq!(s.stop().code, Some(0));
+        assert_eq!(
+            keyed(centre),
+            pairs(&[("order-42", "FORGED"), ("invoice-7", "FORGED")])
+        );
+    });
 }
 
 /// Three pushes of `n` skip entries each from client `edge`.
 fn push_skips(s: &Serve, n: u64) {
+    let a = agent();
     for round in 0..3 {
         let entries: Vec<OutEntry<'_>> = (round * n + 1..=(round + 1) * n)
             .map(|seq| OutEntry::Skip { seq })
             .collect();
-        let r = push(s, &body("edge", round * n, &entries));
+        let r = push_as(&a, s, None, &body("edge", round * n, &entries));
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.json()["last_seq"], (round + 1) * n);
     }

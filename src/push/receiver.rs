@@ -20,12 +20,14 @@
 //!    the batch is applied. All duplicates are checked before any new
 //!    entry is applied.
 //! 3. **New entries**, in order, each moving `last_seq` to its number: a
-//!    skip entry applies and records nothing; an item entry is refused — recorded as
-//!    rejected with a one-line reason — when its payload does not decode,
-//!    its digest does not match its key and payload, its key is longer
-//!    than [`ReceiveLimits::max_key_len`] or its payload larger than
-//!    [`ReceiveLimits::max_payload`]; otherwise it is enqueued with its
-//!    key (a dedup hit counts as applied) and its digest recorded.
+//!    skip entry applies and records nothing; an item entry is refused —
+//!    recorded as rejected with a one-line reason — when its payload does
+//!    not decode, its digest does not match its key and payload, its key
+//!    is longer than [`ReceiveLimits::max_key_len`], or its payload is
+//!    larger than
+//!    [`ReceiveLimits::max_payload`]; otherwise it is enqueued under the
+//!    key [`ReceiveLimits::stored_key`] gives it (the client's scope, a
+//!    dedup hit counts as applied) and its digest recorded.
 //! 4. **Full.** When the spool has no room for an item, processing stops
 //!    before that entry and nothing about it is recorded. If no new entry
 //!    was processed at all the answer is [`PushOutcome::Full`] (503 with
@@ -55,6 +57,17 @@
 //!   conflict like for an applied one.
 //! * [`PushOutcome::Full`] and [`PushOutcome::Conflict`] write nothing,
 //!   not even the `acked` pruning; the caller may commit or roll back.
+//!
+//! * **Keys are scoped per sender.** A pushed key is stored as
+//!   `<client_id>:<key>` ([`scoped_key`]), so a client can never make
+//!   another client's item vanish by sending its key first: a key from
+//!   client A never deduplicates an item from client B. `/v1/items`
+//!   scopes by the token's name the same way ([`apply_item`]).
+//!   [`ReceiveLimits::shared_keys`] (`serve --shared-keys`) keeps one key
+//!   space for deployments that want cross-client dedup. An empty key
+//!   stays empty: the item's identity downstream is then the receiving
+//!   spool's own `<uuid>:<id>`. The digest is always over the key as
+//!   sent.
 //!
 //! What a backend stores, per client: `last_seq`; per applied number, and
 //! per refused number whose digest was verified, that digest — kept while
@@ -134,8 +147,13 @@ pub enum EntryRecord<'a> {
 pub struct ReceiveLimits {
     /// Largest payload accepted, in bytes (`serve --max-payload`).
     pub max_payload: u64,
-    /// Longest key accepted, in bytes.
+    /// Longest key accepted, in bytes (of the key as sent).
     pub max_key_len: usize,
+    /// Store keys as they come instead of qualifying each with its
+    /// sender (`serve --shared-keys`): one key space for all clients and
+    /// tokens, so that a key from one deduplicates an item from another.
+    /// Off by default (see [`ReceiveLimits::stored_key`]).
+    pub shared_keys: bool,
 }
 
 /// The default longest key: 1 KiB, far above any uuid-based key.
@@ -146,8 +164,84 @@ impl Default for ReceiveLimits {
         ReceiveLimits {
             max_payload: crate::ops::input::DEFAULT_MAX_PAYLOAD,
             max_key_len: DEFAULT_MAX_KEY_LEN,
+            shared_keys: false,
         }
     }
+}
+
+impl ReceiveLimits {
+    /// The key the receiving spool stores for `key` sent by `sender` (a
+    /// push client id, or a token's name on `/v1/items`; `None`: no
+    /// sender to scope by): [`scoped_key`], or `key` itself with
+    /// [`ReceiveLimits::shared_keys`] or without a sender.
+    pub fn stored_key(&self, sender: Option<&str>, key: &str) -> String {
+        match sender {
+            Some(sender) if !self.shared_keys => scoped_key(sender, key),
+            _ => key.to_string(),
+        }
+    }
+}
+
+/// `key` qualified by its sender: `<sender>:<key>`, the key a receiving
+/// spool stores for a pushed key (the sender is the client id) or a
+/// `/v1/items` key (the token's name), and so also the `Idempotency-Key`
+/// it sends downstream. An empty key stays empty (the item has no key;
+/// downstream it is identified by the receiving spool's `<uuid>:<id>`).
+///
+/// The scope always ends at the first `:`: a `%` or `:` in the sender is
+/// written `%25` or `%3A` (client ids may hold `:`; ids in the usual
+/// forms — spool uuids, host names — come out unchanged), so no two
+/// senders can ever produce the same stored key.
+///
+/// ```
+/// use spool::push::receiver::scoped_key;
+/// assert_eq!(scoped_key("edge-1", "order-42"), "edge-1:order-42");
+/// assert_eq!(scoped_key("edge-1", ""), "");
+/// assert_eq!(scoped_key("a:b", "c"), "a%3Ab:c");
+/// assert_ne!(scoped_key("a:b", "c"), scoped_key("a", "b:c"));
+/// ```
+pub fn scoped_key(sender: &str, key: &str) -> String {
+    if key.is_empty() {
+        return String::new();
+    }
+    let mut out = String::with_capacity(sender.len() + 1 + key.len());
+    for c in sender.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out.push(':');
+    out.push_str(key);
+    out
+}
+
+/// What [`apply_item`] did with one `POST /v1/items` payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Stored, or a dedup hit (`201` / `200`).
+    Enqueued(Enqueued),
+    /// The spool is full; nothing was stored (`503` with `Retry-After`).
+    Full,
+}
+
+/// Enqueue one `POST /v1/items` payload inside the caller's transaction:
+/// its key is stored as [`ReceiveLimits::stored_key`] gives it for
+/// `sender` (the token's name when a token file is in use, `None`
+/// without one).
+pub fn apply_item<T: ReceiveTxn + ?Sized>(
+    txn: &mut T,
+    payload: &[u8],
+    key: &str,
+    sender: Option<&str>,
+    limits: &ReceiveLimits,
+) -> Result<ItemOutcome> {
+    let stored = limits.stored_key(sender, key);
+    Ok(match txn.enqueue(payload, &stored)? {
+        Some(e) => ItemOutcome::Enqueued(e),
+        None => ItemOutcome::Full,
+    })
 }
 
 /// The result of one push request.
@@ -279,23 +373,25 @@ pub fn apply_push<T: ReceiveTxn + ?Sized>(
                     )?;
                     rejected += 1;
                 }
-                Ok(payload) => match txn.enqueue(payload, &item.key)? {
-                    Some(e) => {
-                        txn.record(
-                            client,
-                            seq,
-                            EntryRecord::Applied {
-                                digest: &item.digest,
-                            },
-                        )?;
-                        applied += 1;
-                        deduplicated += u64::from(e.deduplicated);
+                Ok(payload) => {
+                    match txn.enqueue(payload, &limits.stored_key(Some(client), &item.key))? {
+                        Some(e) => {
+                            txn.record(
+                                client,
+                                seq,
+                                EntryRecord::Applied {
+                                    digest: &item.digest,
+                                },
+                            )?;
+                            applied += 1;
+                            deduplicated += u64::from(e.deduplicated);
+                        }
+                        None => {
+                            full = true;
+                            break;
+                        }
                     }
-                    None => {
-                        full = true;
-                        break;
-                    }
-                },
+                }
             },
         }
         last = seq;
@@ -439,6 +535,27 @@ mod tests {
         ReceiveLimits {
             max_payload: 10,
             max_key_len: 4,
+            shared_keys: false,
+        }
+    }
+
+    fn keys(rx: &MemoryReceiver) -> Vec<(String, String)> {
+        rx.pending()
+            .iter()
+            .map(|(_, it)| {
+                (
+                    it.key.clone(),
+                    String::from_utf8(it.payload.clone()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn from(client: &str, entries: Vec<Entry>) -> PushRequest {
+        PushRequest {
+            client_id: client.into(),
+            acked: 0,
+            entries,
         }
     }
 
@@ -669,6 +786,91 @@ mod tests {
             "what has a digest stays, the rest goes once acknowledged"
         );
         assert_eq!(c.last_seq, 3);
+    }
+
+    #[test]
+    fn keys_are_scoped_per_client() {
+        let mut rx = MemoryReceiver::new(None);
+        // A client that may push only as edge-* sends billing's key first.
+        let a = accepted(push(
+            &mut rx,
+            &from("edge-evil", vec![item(1, "o-42", b"FORGED")]),
+        ));
+        assert_eq!(a.response.applied, 1);
+        let a = accepted(push(
+            &mut rx,
+            &from("billing", vec![item(1, "o-42", b"REAL")]),
+        ));
+        assert_eq!((a.response.applied, a.deduplicated), (1, 0));
+        assert_eq!(
+            keys(&rx),
+            [
+                ("edge-evil:o-42".to_string(), "FORGED".to_string()),
+                ("billing:o-42".to_string(), "REAL".to_string())
+            ]
+        );
+        // The same client's key still dedups; an empty key stays empty.
+        let a = accepted(push(
+            &mut rx,
+            &from(
+                "billing",
+                vec![item(2, "o-42", b"AGAIN"), item(3, "", b"nokey")],
+            ),
+        ));
+        assert_eq!((a.response.applied, a.deduplicated), (2, 1));
+        assert_eq!(keys(&rx)[2], (String::new(), "nokey".to_string()));
+        // Client ids with ':' cannot borrow another client's scope.
+        push(&mut rx, &from("a:b", vec![item(1, "c", b"1")]));
+        let a = accepted(push(&mut rx, &from("a", vec![item(1, "b:c", b"2")])));
+        assert_eq!(a.deduplicated, 0);
+        assert_eq!(keys(&rx)[3].0, "a%3Ab:c");
+        assert_eq!(keys(&rx)[4].0, "a:b:c");
+    }
+
+    #[test]
+    fn shared_keys_keep_one_key_space() {
+        let mut rx = MemoryReceiver::new(None);
+        let shared = ReceiveLimits {
+            shared_keys: true,
+            ..limits()
+        };
+        apply_push(&mut rx, &from("x", vec![item(1, "k", b"X")]), &shared).unwrap();
+        let o = apply_push(&mut rx, &from("y", vec![item(1, "k", b"Y")]), &shared).unwrap();
+        assert_eq!(accepted(o).deduplicated, 1);
+        assert_eq!(keys(&rx), [("k".to_string(), "X".to_string())]);
+    }
+
+    #[test]
+    fn items_are_scoped_by_the_token_name() {
+        let mut rx = MemoryReceiver::new(None);
+        let l = limits();
+        let stored = |o: ItemOutcome| match o {
+            ItemOutcome::Enqueued(e) => e,
+            other => panic!("{other:?}"),
+        };
+        let e = stored(apply_item(&mut rx, b"FORGED", "inv-7", Some("evil"), &l).unwrap());
+        assert!(!e.deduplicated);
+        let e = stored(apply_item(&mut rx, b"REAL", "inv-7", Some("billing"), &l).unwrap());
+        assert!(!e.deduplicated, "another token's key does not dedup");
+        let e = stored(apply_item(&mut rx, b"AGAIN", "inv-7", Some("billing"), &l).unwrap());
+        assert!(e.deduplicated);
+        // Without a token file there is no name: the key as given.
+        stored(apply_item(&mut rx, b"LOCAL", "inv-7", None, &l).unwrap());
+        let shared = ReceiveLimits {
+            shared_keys: true,
+            ..l
+        };
+        let e = stored(apply_item(&mut rx, b"SHARED", "inv-7", Some("other"), &shared).unwrap());
+        assert!(e.deduplicated, "--shared-keys: the key as given");
+        assert_eq!(
+            keys(&rx).into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["evil:inv-7", "billing:inv-7", "inv-7"]
+        );
+        rx.set_max_depth(Some(3));
+        assert_eq!(
+            apply_item(&mut rx, b"x", "new", Some("billing"), &l).unwrap(),
+            ItemOutcome::Full
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! # edge boxes of site A may push only as themselves
 //! 3f7c0d…e1  0a6e1c2d-*  7b9d4e10-1111-4c4c-9a9a-0123456789ab
 //! # the webhook producer (POST /v1/items) and the operator: any client
-//! 9b1a22…0c
+//! 9b1a22…0c  name=billing
 //! ```
 //!
 //! * Blank lines and lines whose first non-blank character is `#` are
@@ -15,6 +15,12 @@
 //!   non-blank characters); the other words are globs over client ids,
 //!   where `*` matches any run of characters and `?` one character. A
 //!   line without globs lets the token act as every client.
+//! * A word `name=NAME` (1 to 64 of `A-Z a-z 0-9 . _ -`) names the
+//!   token; without it the name is the first 8 hex digits of the token's
+//!   SHA-256. The name is the scope of the keys the token posts to
+//!   `POST /v1/items` (`<name>:<key>`, see
+//!   [`crate::push::receiver::scoped_key`]): tokens that share a name
+//!   share a key space (a rotated token keeps its producer's keys).
 //! * `POST /v1/push` needs a token that may act as the body's
 //!   `client_id` (403 otherwise, before anything is applied);
 //!   `GET /v1/clients/{id}` the same for `id`; `POST /v1/items` any valid
@@ -57,7 +63,13 @@ struct TokenEntry {
     digest: [u8; 32],
     /// Globs over client ids; empty: every client.
     clients: Vec<String>,
+    /// The token's name (`name=`, or the first 8 hex digits of its
+    /// SHA-256).
+    name: String,
 }
+
+/// The longest token name.
+const MAX_NAME_LEN: usize = 64;
 
 /// A token that was presented and found: what the request may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +95,27 @@ impl Tokens {
             let mut words = line.split_whitespace();
             let Some(token) = words.next() else { continue };
             let mut clients = Vec::new();
+            let mut name = None;
             for glob in words {
+                if let Some(value) = glob.strip_prefix("name=") {
+                    let valid = !value.is_empty()
+                        && value.len() <= MAX_NAME_LEN
+                        && value
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                    if !valid || name.is_some() {
+                        return Err(bad_file(
+                            what,
+                            format!(
+                                "line {}: a token has at most one name=NAME, of 1 to \
+                                 {MAX_NAME_LEN} characters of A-Z a-z 0-9 . _ -",
+                                n + 1
+                            ),
+                        ));
+                    }
+                    name = Some(value.to_string());
+                    continue;
+                }
                 if !glob.bytes().all(|b| {
                     b.is_ascii_alphanumeric()
                         || matches!(b, b'.' | b'_' | b':' | b'-' | b'*' | b'?')
@@ -98,9 +130,13 @@ impl Tokens {
                 }
                 clients.push(glob.to_string());
             }
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            let name =
+                name.unwrap_or_else(|| digest[..4].iter().map(|b| format!("{b:02x}")).collect());
             entries.push(TokenEntry {
-                digest: Sha256::digest(token.as_bytes()).into(),
+                digest,
                 clients,
+                name,
             });
         }
         if entries.is_empty() {
@@ -142,6 +178,11 @@ impl Tokens {
             found = u64::conditional_select(&found, &(i as u64 + 1), hit);
         }
         (found != 0).then(|| Grant(found as usize - 1))
+    }
+
+    /// The name of the token behind `grant` (see the module docs).
+    pub fn name(&self, grant: Grant) -> &str {
+        self.entries.get(grant.0).map_or("", |e| e.name.as_str())
     }
 
     /// True when the token behind `grant` may act as `client`.
@@ -227,6 +268,37 @@ mod tests {
         assert_eq!(t.authenticate(b"alpha-token-012345678"), None);
         assert_eq!(t.authenticate(b""), None);
         assert_eq!(t.authenticate(b"# comment"), None);
+    }
+
+    #[test]
+    fn names_are_given_or_derived_from_the_token() {
+        let t =
+            parse("alpha-token-0123456789 edge-* name=billing\nbeta-token-0123456789\n").unwrap();
+        let a = t.authenticate(b"alpha-token-0123456789").unwrap();
+        let b = t.authenticate(b"beta-token-0123456789").unwrap();
+        assert_eq!(t.name(a), "billing");
+        assert!(t.may_act_as(a, "edge-1"), "name= is not a glob");
+        assert!(!t.may_act_as(a, "name=billing"));
+        // The first 8 hex digits of the token's SHA-256.
+        let want: String = Sha256::digest(b"beta-token-0123456789")[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(t.name(b), want);
+        assert_eq!(t.name(b).len(), 8);
+        for bad in [
+            "secret-token name=",
+            "secret-token name=a:b",
+            "secret-token name=a name=b",
+            &format!("secret-token name={}", "n".repeat(65)),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("line 1: a token has at most one name=NAME"),
+                "{e}"
+            );
+            assert!(!e.contains("secret"), "{e}");
+        }
     }
 
     #[test]

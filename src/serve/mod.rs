@@ -135,6 +135,10 @@ pub struct ServeOptions {
     pub max_payload: u64,
     /// Longest idempotency key, in bytes.
     pub max_key_len: usize,
+    /// Keep one key space for all senders (`--shared-keys`) instead of
+    /// storing a pushed key as `<client_id>:<key>` and a `/v1/items` key
+    /// as `<token name>:<key>` (see [`crate::push::receiver::scoped_key`]).
+    pub shared_keys: bool,
     /// Time for a request head to arrive, also the longest a keep-alive
     /// connection may sit idle, and the TLS handshake's bound.
     pub header_timeout: Duration,
@@ -159,6 +163,7 @@ impl Default for ServeOptions {
             max_body: DEFAULT_MAX_BODY,
             max_payload: crate::ops::input::DEFAULT_MAX_PAYLOAD,
             max_key_len: DEFAULT_MAX_KEY_LEN,
+            shared_keys: false,
             header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(60),
             retry_after: Duration::from_secs(5),
@@ -457,6 +462,7 @@ impl Server {
             limits: ReceiveLimits {
                 max_payload: opts.max_payload,
                 max_key_len: opts.max_key_len,
+                shared_keys: opts.shared_keys,
             },
             metrics: metrics.clone(),
             log: log.clone(),
