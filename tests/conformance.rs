@@ -166,6 +166,7 @@ conformance!(
         import_keeps_ids_above_high_water,
         import_dedups_pending_keys,
         import_with_a_malformed_record_changes_nothing,
+        keys_with_a_nul_byte_are_refused,
         stats_numbers,
         due_count_leaves_out_held_and_waiting_items,
         next_retry_after_is_the_earliest_waiting_item_not_held,
@@ -840,7 +841,8 @@ fn dedup_hit_succeeds_on_a_full_spool(s: Setup) {
 }
 
 /// The queue stores the key verbatim and never interprets it: keys that
-/// differ in any byte are different keys.
+/// differ in any byte are different keys. (A NUL byte is the one byte no
+/// key may hold: `keys_with_a_nul_byte_are_refused`.)
 fn keys_are_stored_verbatim(s: Setup) {
     let mut h = s.open(None);
     let long = "k".repeat(10_000);
@@ -854,7 +856,6 @@ fn keys_are_stored_verbatim(s: Setup) {
         "line\nbreak",
         "tab\tcr\r",
         "ctl\u{1}\u{1f}\u{7f}",
-        "nul\0byte",
         "sep\u{2028}\u{2029}",
         "ünïcødé ☃ 🦀",
         "{\"op\":\"done\",\"id\":1}",
@@ -2403,6 +2404,71 @@ fn receiver_records(h: &Harness, client: &str) -> u64 {
             String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
         }
     }
+}
+
+/// SPEC §7: "keys containing a NUL byte are refused everywhere". Every
+/// way into a spool refuses such a key and stores nothing; a push entry
+/// that carries one is recorded as rejected with the reason.
+fn keys_with_a_nul_byte_are_refused(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "before", "k");
+    let bad = "a\0b";
+    let invalid = |r: Result<(), Error>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Data, "{what}: {e}");
+        assert!(e.to_string().contains("NUL byte"), "{what}: {e}");
+    };
+    invalid(h.q().enqueue(b"x", bad).map(drop), "enqueue");
+    invalid(
+        h.q()
+            .enqueue_batch(
+                &[NewItem::new("ok", "fine"), NewItem::new("x", bad)],
+                &EnqueueOptions::default(),
+            )
+            .map(drop),
+        "enqueue_batch",
+    );
+    invalid(
+        h.q()
+            .enqueue_stream(
+                &mut [NewItem::new("ok", "fine"), NewItem::new("x", bad)]
+                    .into_iter()
+                    .map(Ok),
+                &EnqueueOptions::default(),
+            )
+            .map(drop),
+        "enqueue_stream",
+    );
+    invalid(
+        h.q()
+            .import(&[
+                record(50, "ok", "fine", RecordState::Pending),
+                record(51, "x", bad, RecordState::Dead),
+            ])
+            .map(drop),
+        "import",
+    );
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a]);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert_eq!(h.q().high_water().unwrap(), a);
+    assert!(
+        !enq(&h, b"y", "fine").deduplicated,
+        "nothing of the batches stayed"
+    );
+    // Pushed: a rejected entry, with its reason, nothing stored.
+    let r = accepted(receive(
+        &h,
+        &request("edge", 0, &[(1, bad, "x"), (2, "a", "b\0x")]),
+        &ReceiveLimits::default(),
+    ));
+    assert_eq!((r.last_seq, r.applied), (2, 1));
+    assert_eq!(r.rejected.len(), 1);
+    assert_eq!(r.rejected[0].seq, 1);
+    assert!(r.rejected[0].error.contains("NUL byte"), "{:?}", r.rejected);
+    h.step();
+    let keys: Vec<String> = drain(&h).into_iter().map(|i| i.key).collect();
+    assert_eq!(keys, ["k", "fine", "edge:a"]);
 }
 
 /// A refused entry advances `last_seq`, is remembered with its reason and

@@ -1,9 +1,9 @@
-//! Keys and bookkeeping at a receiving spool, through the real binaries
-//! on loopback (SPEC §7 "Security"): keys are scoped per sender, so one
-//! client can never make another client's item vanish by sending its key
-//! first (by push or through `/v1/items`), unless `serve --shared-keys`
-//! asks for one key space; and skip entries store nothing but the
-//! advanced `last_seq`.
+//! Keys at a receiving spool, through the real binaries on loopback (SPEC
+//! §7 "Security"): keys are scoped per sender, so one client can never
+//! make another client's item vanish by sending its key first (by push or
+//! through `/v1/items`), unless `serve --shared-keys` asks for one key
+//! space; keys holding a NUL byte are refused on every way in; and skip
+//! entries store nothing but the advanced `last_seq`.
 
 mod cli_common;
 mod common;
@@ -244,6 +244,140 @@ fn shared_keys_keep_one_key_space_for_every_sender() {
             keyed(centre),
             pairs(&[("order-42", "FORGED"), ("invoice-7", "FORGED")])
         );
+    });
+}
+
+/// An item with key `a\0b` written the way an older version (or the
+/// reference) could write it, below what `spool` itself accepts now.
+fn legacy_nul_key_item(env: &Env, payload: &str) {
+    if env.is_ndjson() {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&env.path)
+            .unwrap();
+        writeln!(
+            f,
+            r#"{{"op":"put","id":1,"payload":"{payload}","idempotencyKey":"a\u0000b","attempts":0}}"#
+        )
+        .unwrap();
+    } else {
+        let db = rusqlite::Connection::open(&env.path).unwrap();
+        db.execute(
+            "INSERT INTO morph_offline_queue (payload, idempotency_key, enqueued_at) \
+             VALUES (?1, 'a' || char(0) || 'b', 1700000000)",
+            [payload],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn keys_with_a_nul_byte_are_refused_on_every_way_in() {
+    each_backend(|env| {
+        env.enqueue("before");
+        // enqueue --ndjson: exit 65 naming the line, nothing enqueued.
+        let a = env
+            .run_in(
+                &["enqueue", "--ndjson"],
+                "{\"payload\":\"ok\",\"key\":\"fine\"}\n{\"payload\":\"x\",\"key\":\"a\\u0000b\"}\n",
+            )
+            .code(65);
+        let err = stderr(&a);
+        assert!(err.starts_with("spool: error: "), "{err}");
+        assert!(err.contains("stdin line 2"), "{err}");
+        assert!(err.contains("NUL byte"), "{err}");
+        // import: exit 65 naming the line, nothing imported.
+        let export = write_file(
+            env.dir.path(),
+            "export.ndjson",
+            "{\"id\":50,\"payload\":\"ok\",\"key\":\"fine\"}\n{\"id\":51,\"payload\":\"x\",\"key\":\"a\\u0000b\"}\n",
+        );
+        let a = env.run(&["import", export.to_str().unwrap()]).code(65);
+        let err = stderr(&a);
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("NUL byte"), "{err}");
+        assert!(err.contains("nothing was imported"), "{err}");
+        assert_eq!(payloads(env), ["before"]);
+
+        // At a receiver: a pushed entry is rejected with the reason, a
+        // posted item is 400; nothing is stored.
+        let s = Serve::start(env, &[]);
+        let a = agent();
+        let r = push_as(
+            &a,
+            &s,
+            None,
+            &body("edge-1", 0, &[item(1, "a\0b", "x"), item(2, "a", "b\0x")]),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        assert_eq!((&v["last_seq"], &v["applied"]), (&2.into(), &1.into()));
+        assert_eq!(v["rejected"][0]["seq"], 1);
+        assert!(
+            v["rejected"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("NUL byte"),
+            "{v}"
+        );
+        let head = format!(
+            "POST /v1/items HTTP/1.1\r\nHost: {}\r\nIdempotency-Key: a\0b\r\n\
+             Content-Length: 1\r\nConnection: close\r\n\r\nx",
+            s.addr
+        );
+        let answer = raw(&s.addr, head.as_bytes());
+        assert_eq!(raw_status(&answer), 400, "{answer}");
+        assert_eq!(s.stop().code, Some(0));
+        assert_eq!(keyed(env), pairs(&[("", "before"), ("edge-1:a", "b\0x")]));
+        let clients = ndjson(
+            &env.run(&["clients", "--json"])
+                .success()
+                .get_output()
+                .stdout,
+        );
+        assert_eq!(clients[0]["rejected"][0]["seq"], 1);
+    });
+}
+
+#[test]
+fn a_spool_that_holds_a_nul_key_from_before_keeps_it_and_never_pushes_it() {
+    each_backend(|centre| {
+        let (old, _) = edge(centre);
+        legacy_nul_key_item(&old, "legacy");
+        old.enqueue("fine");
+        // verify reports it, as a warning: the spool is healthy.
+        let a = old.run(&["verify"]).code(0);
+        assert!(stdout(&a).contains("NUL byte"), "{}", stdout(&a));
+        // A push dead-letters it without sending it; the rest goes.
+        let s = Serve::start(centre, &[]);
+        let out = old
+            .run(&["replay", "--push", &s.url("/v1/push"), "--json"])
+            .code(1);
+        let r = json_out(&out);
+        assert_eq!(
+            (&r["delivered"], &r["unsendable"]),
+            (&1.into(), &1.into()),
+            "{r}"
+        );
+        assert_eq!(s.stop().code, Some(0));
+        assert_eq!(payloads(centre), ["fine"]);
+        let dead = ndjson(
+            &old.run(&["dlq", "list", "--json"])
+                .success()
+                .get_output()
+                .stdout,
+        );
+        assert_eq!(dead.len(), 1);
+        assert!(
+            dead[0]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("not pushed: the idempotency key contains a NUL byte"),
+            "{:?}",
+            dead[0]
+        );
+        assert_eq!(old.size(), 0);
     });
 }
 

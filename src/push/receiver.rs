@@ -23,8 +23,8 @@
 //!    skip entry applies and records nothing; an item entry is refused —
 //!    recorded as rejected with a one-line reason — when its payload does
 //!    not decode, its digest does not match its key and payload, its key
-//!    is longer than [`ReceiveLimits::max_key_len`], or its payload is
-//!    larger than
+//!    holds a NUL byte ([`crate::item::key_problem`]) or is longer than
+//!    [`ReceiveLimits::max_key_len`], or its payload is larger than
 //!    [`ReceiveLimits::max_payload`]; otherwise it is enqueued under the
 //!    key [`ReceiveLimits::stored_key`] gives it (the client's scope, a
 //!    dedup hit counts as applied) and its digest recorded.
@@ -224,12 +224,14 @@ pub enum ItemOutcome {
     Enqueued(Enqueued),
     /// The spool is full; nothing was stored (`503` with `Retry-After`).
     Full,
+    /// The key cannot be stored (`400`); nothing was stored. One line.
+    Refused(String),
 }
 
 /// Enqueue one `POST /v1/items` payload inside the caller's transaction:
-/// its key is stored as [`ReceiveLimits::stored_key`] gives it for
-/// `sender` (the token's name when a token file is in use, `None`
-/// without one).
+/// its key is refused when it holds a NUL byte, else stored as
+/// [`ReceiveLimits::stored_key`] gives it for `sender` (the token's name
+/// when a token file is in use, `None` without one).
 pub fn apply_item<T: ReceiveTxn + ?Sized>(
     txn: &mut T,
     payload: &[u8],
@@ -237,6 +239,11 @@ pub fn apply_item<T: ReceiveTxn + ?Sized>(
     sender: Option<&str>,
     limits: &ReceiveLimits,
 ) -> Result<ItemOutcome> {
+    if let Some(problem) = crate::item::key_problem(key) {
+        return Ok(ItemOutcome::Refused(format!(
+            "the Idempotency-Key header is refused: {problem}"
+        )));
+    }
     let stored = limits.stored_key(sender, key);
     Ok(match txn.enqueue(payload, &stored)? {
         Some(e) => ItemOutcome::Enqueued(e),
@@ -474,6 +481,13 @@ fn check<'a>(item: &'a wire::ItemEntry, limits: &ReceiveLimits) -> Result<&'a [u
                 "digest {} does not match the key and payload (computed {computed})",
                 item.digest
             ),
+            verified: false,
+        });
+    }
+    if let Some(problem) = crate::item::key_problem(&item.key) {
+        // Its digest cannot tell its key from its payload: none is kept.
+        return Err(Refusal {
+            reason: problem.to_string(),
             verified: false,
         });
     }
@@ -841,6 +855,37 @@ mod tests {
     }
 
     #[test]
+    fn a_key_with_a_nul_byte_is_refused_and_keeps_no_digest() {
+        let mut rx = MemoryReceiver::new(None);
+        let limits = ReceiveLimits {
+            max_key_len: 64,
+            ..limits()
+        };
+        // The two entries the NUL byte would make indistinguishable.
+        assert_eq!(wire::digest("a\0b", b"x"), wire::digest("a", b"b\0x"));
+        let o = apply_push(
+            &mut rx,
+            &req(0, vec![item(1, "a\0b", b"x"), item(2, "a", b"b\0x")]),
+            &limits,
+        )
+        .unwrap();
+        let a = accepted(o);
+        assert_eq!(
+            (a.response.last_seq, a.response.applied, a.rejected),
+            (2, 1, 1)
+        );
+        assert_eq!(
+            a.response.rejected,
+            vec![Rejected {
+                seq: 1,
+                error: "the idempotency key contains a NUL byte, which no key may contain".into()
+            }]
+        );
+        assert_eq!(keys(&rx), [("edge-1:a".to_string(), "b\0x".to_string())]);
+        assert_eq!(rx.ledger.digest(C, 1), None);
+    }
+
+    #[test]
     fn items_are_scoped_by_the_token_name() {
         let mut rx = MemoryReceiver::new(None);
         let l = limits();
@@ -866,6 +911,16 @@ mod tests {
             keys(&rx).into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
             ["evil:inv-7", "billing:inv-7", "inv-7"]
         );
+        let before = rx.clone();
+        assert_eq!(
+            apply_item(&mut rx, b"x", "a\0b", Some("billing"), &l).unwrap(),
+            ItemOutcome::Refused(
+                "the Idempotency-Key header is refused: the idempotency key contains a NUL \
+                 byte, which no key may contain"
+                    .into()
+            )
+        );
+        assert_eq!(rx, before);
         rx.set_max_depth(Some(3));
         assert_eq!(
             apply_item(&mut rx, b"x", "new", Some("billing"), &l).unwrap(),

@@ -509,6 +509,7 @@ async fn items(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resu
         Done::Item(ItemOutcome::Full) => {
             Ok(Answer::error(503, "the receiving spool is full; retry later").retry())
         }
+        Done::Item(ItemOutcome::Refused(why)) => Err(Answer::error(400, why)),
         _ => Err(Answer::error(500, "internal error: wrong answer")),
     }
 }

@@ -213,6 +213,37 @@ impl SqliteQueue {
                 "reference schema (user_version 0); the next write migrates it",
             ),
         }
+        if !damaged {
+            let tables: &[&str] = match self.layout {
+                super::Layout::Reference | super::Layout::Empty => &["morph_offline_queue"],
+                _ => &["morph_offline_queue", "spool_dead_letters"],
+            };
+            for table in tables {
+                // Through a BLOB: text functions may stop at a NUL byte.
+                let (count, first): (i64, Option<i64>) = conn
+                    .query_row(
+                        &format!(
+                            "SELECT count(*), min(id) FROM {table} \
+                             WHERE instr(CAST(idempotency_key AS BLOB), x'00') > 0"
+                        ),
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(err)?;
+                if let (Some(first), true) = (first, count > 0) {
+                    let what = crate::backend::file::verify::nul_key_finding(
+                        u64::try_from(count).unwrap_or(0),
+                        u64::try_from(first).unwrap_or(0),
+                    );
+                    report.push(
+                        Severity::Warning,
+                        &self.path,
+                        None,
+                        format!("{table}: {what}"),
+                    );
+                }
+            }
+        }
         drop(conn);
         if !damaged {
             use crate::queue::Queue;

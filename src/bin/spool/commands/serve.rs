@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 /// key as given without --token-file), so one client can never make
 /// another's item vanish by sending its key first. The stored key is
 /// also the Idempotency-Key the receiving spool sends downstream.
-/// --shared-keys keeps one key space for every sender.
+/// --shared-keys keeps one key space for every sender. A key holding a
+/// NUL byte is refused (a rejected entry; 400 on /v1/items).
 ///
 /// Limits: --max-body bounds a body as received and once decompressed
 /// (Content-Encoding: gzip), --max-payload one payload; over either is
