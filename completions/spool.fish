@@ -307,6 +307,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The
 complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
 complete -c spool -n "__fish_spool_using_subcommand serve" -l insecure-no-auth -d 'Listen on a non-loopback address without tokens (trusted networks only)'
+complete -c spool -n "__fish_spool_using_subcommand serve" -l shared-keys -d 'One key space for every client and token: keys are stored as sent'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l json -d 'Print JSON: one object, or NDJSON for streams of items'
 complete -c spool -n "__fish_spool_using_subcommand serve" -s q -l quiet -d 'Print less on stderr: only errors'

@@ -266,6 +266,39 @@ impl NewItem {
     }
 }
 
+/// Why `key` cannot be an idempotency key, or `None` when it can.
+///
+/// A key must not contain a NUL byte (SPEC §7): the push digest is taken
+/// over the key, one `0x00` byte and the payload, so a key holding a NUL
+/// would let two different entries (`"a\0b"` + `x`, `"a"` + `b\0x`) share
+/// a digest. Every way into a spool refuses such a key — `enqueue` and
+/// `import` (exit 65), a push entry (rejected with this reason),
+/// `POST /v1/items` (400) — and the backends refuse it too. Items that
+/// older versions stored with such a key stay as they are; `verify`
+/// reports them.
+pub fn key_problem(key: &str) -> Option<&'static str> {
+    key.contains('\0')
+        .then_some("the idempotency key contains a NUL byte, which no key may contain")
+}
+
+/// [`key_problem`] as the backends' error: every backend refuses to
+/// store an item or record whose key no key may be, so that the rule
+/// holds for library callers as it does for the command line.
+pub(crate) fn check_key(key: &str) -> crate::Result<()> {
+    match key_problem(key) {
+        None => Ok(()),
+        Some(problem) => Err(crate::Error::InvalidInput(format!(
+            "cannot store the key {key:?}: {problem}"
+        ))),
+    }
+}
+
+/// `item`, or [`check_key`]'s error.
+pub(crate) fn checked_item(item: NewItem) -> crate::Result<NewItem> {
+    check_key(&item.key)?;
+    Ok(item)
+}
+
 /// What one enqueue did.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Enqueued {

@@ -60,8 +60,17 @@ fn every_item_is_delivered_once_in_batches_with_contiguous_numbers() {
         let mut want = numbers(12);
         want.push("keyed".into());
         assert_eq!(rx.payloads(), want);
-        assert_eq!(rx.keys()[12], "order-7", "the key travels with the item");
         let reqs = rx.requests();
+        let sent = reqs[2].req.as_ref().unwrap();
+        let Some(spool::push::Entry::Item(keyed)) = sent.entries.last() else {
+            panic!("{sent:?}")
+        };
+        assert_eq!(keyed.key, "order-7", "the key travels with the item");
+        assert_eq!(
+            rx.keys()[12],
+            format!("{}:order-7", uuid(env)),
+            "the receiver scopes it by the client"
+        );
         let first = &reqs[0];
         assert_eq!(first.header("content-type"), Some("application/json"));
         assert_eq!(first.req.as_ref().unwrap().client_id, uuid(env));

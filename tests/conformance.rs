@@ -166,6 +166,7 @@ conformance!(
         import_keeps_ids_above_high_water,
         import_dedups_pending_keys,
         import_with_a_malformed_record_changes_nothing,
+        keys_with_a_nul_byte_are_refused,
         stats_numbers,
         due_count_leaves_out_held_and_waiting_items,
         next_retry_after_is_the_earliest_waiting_item_not_held,
@@ -187,6 +188,8 @@ conformance!(
         a_full_receiving_spool_stops_the_batch,
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
+        received_keys_are_scoped_per_sender,
+        received_skips_store_nothing,
         a_streamed_batch_is_enqueue_batch_without_the_memory,
         a_streamed_batch_that_fails_stores_nothing,
         a_streamed_import_that_fails_stores_nothing,
@@ -839,7 +842,8 @@ fn dedup_hit_succeeds_on_a_full_spool(s: Setup) {
 }
 
 /// The queue stores the key verbatim and never interprets it: keys that
-/// differ in any byte are different keys.
+/// differ in any byte are different keys. (A NUL byte is the one byte no
+/// key may hold: `keys_with_a_nul_byte_are_refused`.)
 fn keys_are_stored_verbatim(s: Setup) {
     let mut h = s.open(None);
     let long = "k".repeat(10_000);
@@ -853,7 +857,6 @@ fn keys_are_stored_verbatim(s: Setup) {
         "line\nbreak",
         "tab\tcr\r",
         "ctl\u{1}\u{1f}\u{7f}",
-        "nul\0byte",
         "sep\u{2028}\u{2029}",
         "ünïcødé ☃ 🦀",
         "{\"op\":\"done\",\"id\":1}",
@@ -2124,7 +2127,7 @@ fn import_drops_push_numbers(s: Setup) {
 // -------------------------------------------------------------- receiving
 
 use spool::push::wire::{self, OutEntry};
-use spool::push::{apply_push, PushOutcome, ReceiveLimits};
+use spool::push::{apply_item, apply_push, ItemOutcome, PushOutcome, ReceiveLimits};
 
 /// A push request from `client`, with `acked`, of items `(seq, key,
 /// payload)` and skip entries (an empty payload marks a skip).
@@ -2175,12 +2178,14 @@ fn client(h: &Harness, id: &str) -> Option<spool::ClientSummary> {
         .find(|c| c.client_id == id)
 }
 
-/// Entries are enqueued once, in order, with their keys (a key a pending
-/// item carries is a dedup hit that counts as applied); a resent request
-/// is all duplicates; `last_seq` is per client and remembered.
+/// Entries are enqueued once, in order, with their keys scoped by the
+/// client (`<client_id>:<key>`; a key a pending item carries is a dedup
+/// hit that counts as applied); a resent request is all duplicates;
+/// `last_seq` is per client and remembered.
 fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
     let mut h = s.open(None);
     let local = add(&h, "local", "shared");
+    add(&h, "pushed before", "edge-a:mine");
     let limits = ReceiveLimits::default();
     let req = request(
         "edge-a",
@@ -2190,31 +2195,281 @@ fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
             (2, "shared", "two"),
             (3, "", ""),
             (4, "", "four"),
+            (5, "mine", "five"),
         ],
     );
     let r = accepted(receive(&h, &req, &limits));
-    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 3, 0));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (5, 4, 0));
     h.step();
     let items = drain(&h);
     assert_eq!(
         payloads(&items),
-        vec![b"local".to_vec(), b"one".to_vec(), b"four".to_vec()]
+        ["local", "pushed before", "one", "two", "four"]
+            .map(|p| p.as_bytes().to_vec())
+            .to_vec()
     );
     assert_eq!(items[0].id, local);
-    assert_eq!(items[1].key, "k1");
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(
-        items[1].enqueued_at,
+        keys,
+        ["shared", "edge-a:mine", "edge-a:k1", "edge-a:shared", ""],
+        "a pushed key never dedups a key it was not sent with"
+    );
+    assert_eq!(
+        items[2].enqueued_at,
         Some(T0),
         "enqueued now, by the receiver's clock"
     );
     let r = accepted(receive(&h, &req, &limits));
-    assert_eq!((r.last_seq, r.applied, r.duplicates), (4, 0, 4));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (5, 0, 5));
     h.step();
-    assert_eq!(h.q().size().unwrap(), 3);
+    assert_eq!(h.q().size().unwrap(), 5);
     let c = client(&h, "edge-a").expect("the client is known");
-    assert_eq!((c.last_seq, c.rejected.len()), (4, 0));
+    assert_eq!((c.last_seq, c.rejected.len()), (5, 0));
     assert_eq!(c.updated_at, Some(h.now()));
     assert!(client(&h, "edge-b").is_none());
+}
+
+/// SPEC §7 "Keys are scoped per sender": a key from push client A never
+/// deduplicates an item from client B (nor a `/v1/items` key of one token
+/// another token's item), unless the receiver shares one key space.
+fn received_keys_are_scoped_per_sender(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let r = accepted(receive(
+        &h,
+        &request("edge-evil", 0, &[(1, "order-42", "FORGED")]),
+        &limits,
+    ));
+    assert_eq!(r.applied, 1);
+    let r = accepted(receive(
+        &h,
+        &request("billing", 0, &[(1, "order-42", "REAL")]),
+        &limits,
+    ));
+    assert_eq!((r.applied, r.duplicates), (1, 0));
+    let mut outcomes = Vec::new();
+    h.q()
+        .receive(&mut |txn| {
+            outcomes.clear();
+            for (payload, sender) in [
+                ("FORGED", Some("evil")),
+                ("REAL", Some("billing")),
+                ("AGAIN", Some("billing")),
+                ("LOCAL", None),
+            ] {
+                outcomes.push(apply_item(
+                    txn,
+                    payload.as_bytes(),
+                    "invoice-7",
+                    sender,
+                    &limits,
+                )?);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let dedup: Vec<bool> = outcomes
+        .iter()
+        .map(|o| match o {
+            ItemOutcome::Enqueued(e) => e.deduplicated,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(dedup, [false, false, true, false]);
+    h.step();
+    let items = drain(&h);
+    let got: Vec<(&str, &[u8])> = items
+        .iter()
+        .map(|i| (i.key.as_str(), i.payload.as_slice()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("edge-evil:order-42", &b"FORGED"[..]),
+            ("billing:order-42", b"REAL"),
+            ("evil:invoice-7", b"FORGED"),
+            ("billing:invoice-7", b"REAL"),
+            ("invoice-7", b"LOCAL"),
+        ]
+    );
+    // One key space on request (serve --shared-keys).
+    let shared = ReceiveLimits {
+        shared_keys: true,
+        ..ReceiveLimits::default()
+    };
+    accepted(receive(&h, &request("x", 0, &[(1, "k", "X")]), &shared));
+    let r = accepted(receive(&h, &request("y", 0, &[(1, "k", "Y")]), &shared));
+    assert_eq!(r.applied, 1);
+    h.step();
+    let items = drain(&h);
+    assert_eq!(items.len(), 6, "Y was a dedup hit on X's key");
+    assert_eq!(
+        (items[5].key.as_str(), &items[5].payload[..]),
+        ("k", &b"X"[..])
+    );
+}
+
+/// SPEC §7: "A skip entry stores nothing but the advanced last_seq". Three
+/// pushes of many skips leave no per-number record in the backend's
+/// storage, while the number still counts as processed.
+fn received_skips_store_nothing(s: Setup) {
+    let mut h = s.open(Some(10));
+    let limits = ReceiveLimits::default();
+    let mut next = 1u64;
+    for round in 0..3u64 {
+        let skips: Vec<(u64, &str, &str)> = (next..next + 3000).map(|seq| (seq, "", "")).collect();
+        next += 3000;
+        let r = accepted(receive(&h, &request("edge", round * 3000, &skips), &limits));
+        assert_eq!((r.last_seq, r.applied), (next - 1, 0));
+        h.step();
+    }
+    assert_eq!(client(&h, "edge").unwrap().last_seq, 9000);
+    assert_eq!(receiver_records(&h, "edge"), 0, "skips left records behind");
+    // An item and a refusal are recorded (digests, the reject); a skipped
+    // number sent again is a duplicate.
+    let tight = ReceiveLimits {
+        max_payload: 4,
+        ..ReceiveLimits::default()
+    };
+    let r = accepted(receive(
+        &h,
+        &request(
+            "edge",
+            9000,
+            &[
+                (9000, "", "late"),
+                (9001, "", "one"),
+                (9002, "", "too large"),
+            ],
+        ),
+        &tight,
+    ));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (9002, 1, 1));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 1);
+    assert_eq!(receiver_records(&h, "edge"), 2);
+}
+
+/// How many per-number records the backend's storage holds for `client`
+/// as a push receiver, read from the storage itself.
+fn receiver_records(h: &Harness, client: &str) -> u64 {
+    match h.spool() {
+        Spool::Memory(q) => q
+            .push_ledger()
+            .client(client)
+            .map_or(0, |c| c.entries.len() as u64),
+        Spool::Sqlite(_) => {
+            let db = rusqlite::Connection::open(&h.path).unwrap();
+            db.query_row(
+                "SELECT count(*) FROM spool_push_entries WHERE client_id = ?1",
+                [client],
+                |r| r.get(0),
+            )
+            .unwrap()
+        }
+        Spool::File(_) => {
+            // Numbers in the client lines of the main file.
+            let text = std::fs::read_to_string(&h.path).unwrap();
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v["client"]["id"] == client)
+                .map(|v| {
+                    ["applied", "rejected", "skipped"]
+                        .iter()
+                        .map(|f| v["client"][f].as_array().map_or(0, |a| a.len() as u64))
+                        .sum::<u64>()
+                })
+                .sum()
+        }
+        Spool::Postgres(_) => {
+            let url = h.path.to_str().unwrap();
+            let (base, spool) = url.rsplit_once("spool=").unwrap();
+            let base = base.trim_end_matches(['?', '&']);
+            let out = std::process::Command::new("psql")
+                .args([
+                    base,
+                    "-XAtqc",
+                    &format!(
+                        "SELECT count(*) FROM spool.push_entries \
+                         WHERE spool = '{spool}' AND client_id = '{client}'"
+                    ),
+                ])
+                .output()
+                .expect("run psql");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+        }
+    }
+}
+
+/// SPEC §7: "keys containing a NUL byte are refused everywhere". Every
+/// way into a spool refuses such a key and stores nothing; a push entry
+/// that carries one is recorded as rejected with the reason.
+fn keys_with_a_nul_byte_are_refused(s: Setup) {
+    let mut h = s.open(None);
+    let a = add(&h, "before", "k");
+    let bad = "a\0b";
+    let invalid = |r: Result<(), Error>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Data, "{what}: {e}");
+        assert!(e.to_string().contains("NUL byte"), "{what}: {e}");
+    };
+    invalid(h.q().enqueue(b"x", bad).map(drop), "enqueue");
+    invalid(
+        h.q()
+            .enqueue_batch(
+                &[NewItem::new("ok", "fine"), NewItem::new("x", bad)],
+                &EnqueueOptions::default(),
+            )
+            .map(drop),
+        "enqueue_batch",
+    );
+    invalid(
+        h.q()
+            .enqueue_stream(
+                &mut [NewItem::new("ok", "fine"), NewItem::new("x", bad)]
+                    .into_iter()
+                    .map(Ok),
+                &EnqueueOptions::default(),
+            )
+            .map(drop),
+        "enqueue_stream",
+    );
+    invalid(
+        h.q()
+            .import(&[
+                record(50, "ok", "fine", RecordState::Pending),
+                record(51, "x", bad, RecordState::Dead),
+            ])
+            .map(drop),
+        "import",
+    );
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![a]);
+    assert_eq!(h.q().dead_count().unwrap(), 0);
+    assert_eq!(h.q().high_water().unwrap(), a);
+    assert!(
+        !enq(&h, b"y", "fine").deduplicated,
+        "nothing of the batches stayed"
+    );
+    // Pushed: a rejected entry, with its reason, nothing stored.
+    let r = accepted(receive(
+        &h,
+        &request("edge", 0, &[(1, bad, "x"), (2, "a", "b\0x")]),
+        &ReceiveLimits::default(),
+    ));
+    assert_eq!((r.last_seq, r.applied), (2, 1));
+    assert_eq!(r.rejected.len(), 1);
+    assert_eq!(r.rejected[0].seq, 1);
+    assert!(r.rejected[0].error.contains("NUL byte"), "{:?}", r.rejected);
+    h.step();
+    let keys: Vec<String> = drain(&h).into_iter().map(|i| i.key).collect();
+    assert_eq!(keys, ["k", "fine", "edge:a"]);
 }
 
 /// A refused entry advances `last_seq`, is remembered with its reason and
@@ -2325,7 +2580,8 @@ fn push_clients_are_counted_and_read_from_a_second_handle(s: Setup) {
 /// a dedup hit still goes through.
 fn a_full_receiving_spool_stops_the_batch(s: Setup) {
     let mut h = s.open(Some(2));
-    add(&h, "local", "k-local");
+    // As if pushed by "edge" earlier: its key in edge's scope.
+    add(&h, "local", "edge:k-local");
     let limits = ReceiveLimits::default();
     let r = accepted(receive(
         &h,

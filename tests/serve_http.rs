@@ -121,11 +121,15 @@ fn the_push_protocol_over_http() {
             r.body
         );
 
-        // Dedup by key across two clients: the first payload wins.
+        // Keys are scoped per client: the same key from another client is
+        // another item; from the same client, a dedup hit (counted as
+        // applied).
         let r = push(&a, &s, &body("edge-a", 0, &[item(1, "order-7", "from a")]));
         assert_eq!(r.status, 200);
         let r = push(&a, &s, &body("edge-b", 0, &[item(1, "order-7", "from b")]));
         assert_eq!(r.status, 200);
+        assert_eq!(r.json()["applied"], 1);
+        let r = push(&a, &s, &body("edge-a", 1, &[item(2, "order-7", "again")]));
         assert_eq!(r.json()["applied"], 1, "a dedup hit counts as applied");
 
         // Reconciliation: unknown clients are at 0; invalid ids are 400.
@@ -134,11 +138,19 @@ fn the_push_protocol_over_http() {
         let r = get(&a, &s.url("/v1/clients/bad%20id"), &[]);
         assert_eq!(r.status, 400, "{}", r.body);
         let r = get(&a, &s.url("/v1/clients/edge-a"), &[]);
-        assert_eq!(r.json()["last_seq"], 1);
+        assert_eq!(r.json()["last_seq"], 2);
 
         let stopped = s.stop();
         assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
-        assert_eq!(payloads(env), ["p1", "p2", "p3", "p6", "p7", "from a"]);
+        assert_eq!(
+            payloads(env),
+            ["p1", "p2", "p3", "p6", "p7", "from a", "from b"]
+        );
+        let keys: Vec<String> = env.drain()[5..]
+            .iter()
+            .map(|v| v["key"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(keys, ["edge-a:order-7", "edge-b:order-7"]);
 
         // `spool clients` shows the three clients.
         let a = env.run(&["clients", "--json"]).success();

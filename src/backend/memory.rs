@@ -56,6 +56,12 @@ impl MemoryQueue {
         q
     }
 
+    /// What this spool keeps as a push receiver, per client (a copy):
+    /// for tests and embedders that look at the receiver's bookkeeping.
+    pub fn push_ledger(&self) -> crate::push::PushLedger {
+        self.lock().receiver.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

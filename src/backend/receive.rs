@@ -82,7 +82,6 @@ fn digest_of(r: &Recorded) -> Option<String> {
     match r {
         Recorded::Applied { digest } => Some(digest.clone()),
         Recorded::Rejected { digest, .. } => digest.clone(),
-        Recorded::Skipped => None,
     }
 }
 
@@ -183,7 +182,6 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
                 digest: digest.map(str::to_string),
                 reason: reason.to_string(),
             },
-            EntryRecord::Skipped => Recorded::Skipped,
         };
         d.entries.insert(seq, r);
         Ok(())
@@ -235,7 +233,6 @@ impl State {
                     digest: digest.as_deref(),
                     reason,
                 },
-                Recorded::Skipped => EntryRecord::Skipped,
             };
             // Cannot fail: the number is not recorded yet.
             let _ = self.receiver.record(client, seq, rec);

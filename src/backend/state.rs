@@ -525,6 +525,9 @@ impl State {
         opts: &EnqueueOptions,
         now: Timestamp,
     ) -> Result<Vec<Enqueued>> {
+        for it in items {
+            crate::item::check_key(&it.key)?;
+        }
         // Work on a copy only when an item can remove others.
         let simple =
             self.on_full == OnFull::Reject && items.iter().all(|i| i.coalesce_key.is_none());
@@ -837,6 +840,7 @@ impl State {
         let mut hw = self.high_water;
         let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
         for r in records {
+            crate::item::check_key(&r.item.key)?;
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(&id) = self

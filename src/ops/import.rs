@@ -35,8 +35,10 @@
 //! `id` and the payload are required. Without `state`, a record with
 //! `dead_at` is dead, one with `"held": true` is held, any other pending —
 //! so the output of `drain`, `list --json` and `dlq export --format
-//! ndjson` imports too. Unknown fields, and a `state` that contradicts
-//! `held` or `dead_at`, are errors. Blank lines are skipped.
+//! ndjson` imports too. Unknown fields, a `state` that contradicts
+//! `held` or `dead_at`, and a key holding a NUL byte
+//! ([`crate::item::key_problem`]; an export of a spool that older
+//! versions let store one) are errors. Blank lines are skipped.
 
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::{Error, Result};
@@ -106,6 +108,10 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
     }
     if r.push_seq == Some(0) {
         return Err("push_seq must be a positive integer (or null)".into());
+    }
+    let key = r.key.unwrap_or_default();
+    if let Some(problem) = crate::item::key_problem(&key) {
+        return Err(problem.into());
     }
     let payload = match (r.payload, r.payload_base64) {
         (Some(p), None) => p.into_bytes(),
@@ -181,7 +187,7 @@ pub fn parse_record(line: &[u8]) -> std::result::Result<Record, String> {
         item: Item {
             id: r.id,
             payload,
-            key: r.key.unwrap_or_default(),
+            key,
             attempts: r.attempts.unwrap_or(0),
             enqueued_at: time("enqueued_at", r.enqueued_at)?,
             next_retry_at: time("next_retry_at", r.next_retry_at)?,

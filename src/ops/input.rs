@@ -143,7 +143,7 @@ pub fn read_items(source: Source<'_>, opts: &InputOptions) -> Result<Vec<NewItem
         // endless pipe is refused without being read whole.
         let bytes = read_source(source, Some(opts.max_payload))?;
         check_size(&bytes, opts.max_payload, || label.clone())?;
-        let key = key_for(&opts.key, &bytes, None);
+        let key = check_key(key_for(&opts.key, &bytes, None), || label.clone())?;
         return Ok(vec![opts.with_policies(NewItem::new(bytes, key))]);
     }
     let mut items = Vec::new();
@@ -209,7 +209,7 @@ fn for_each_item(
                 let item = parse_ndjson_line(line)
                     .map_err(|e| Error::InvalidInput(format!("{}: {e}", at())))?;
                 check_size(&item.payload, opts.max_payload, at)?;
-                let key = key_for(&opts.key, &item.payload, item.key);
+                let key = check_key(key_for(&opts.key, &item.payload, item.key), at)?;
                 let mut new = NewItem::new(item.payload, key);
                 new.group = item.group;
                 new.coalesce_key = item.coalesce_key;
@@ -569,6 +569,15 @@ fn check_size(payload: &[u8], max: u64, at: impl FnOnce() -> String) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// `key`, or an error naming where it came from when no key may be it
+/// ([`crate::item::key_problem`]: a NUL byte).
+fn check_key(key: String, at: impl FnOnce() -> String) -> Result<String> {
+    match crate::item::key_problem(&key) {
+        None => Ok(key),
+        Some(problem) => Err(Error::InvalidInput(format!("{}: {problem}", at()))),
+    }
 }
 
 fn key_for(policy: &KeyPolicy, payload: &[u8], own: Option<String>) -> String {

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::item::{Enqueued, ItemId, NewItem};
 use std::collections::BTreeMap;
 
-/// What a receiver keeps about one processed number.
+/// What a receiver keeps about one processed item entry (a skip entry
+/// leaves nothing).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recorded {
     /// Applied, with its digest.
@@ -28,8 +29,6 @@ pub enum Recorded {
         /// Why.
         reason: String,
     },
-    /// Skipped.
-    Skipped,
 }
 
 /// One client's push state.
@@ -37,7 +36,8 @@ pub enum Recorded {
 pub struct ClientLedger {
     /// The highest number processed.
     pub last_seq: u64,
-    /// Every processed number.
+    /// The processed item entries: every applied number, and every
+    /// refused one with a digest or not acknowledged yet.
     pub entries: BTreeMap<u64, Recorded>,
     /// Rejects not yet acknowledged: number → reason.
     pub rejects: BTreeMap<u64, String>,
@@ -79,7 +79,6 @@ impl PushLedger {
         match self.clients.get(client)?.entries.get(&seq)? {
             Recorded::Applied { digest } => Some(digest.clone()),
             Recorded::Rejected { digest, .. } => digest.clone(),
-            Recorded::Skipped => None,
         }
     }
 
@@ -116,7 +115,6 @@ impl PushLedger {
                     reason: reason.to_string(),
                 }
             }
-            EntryRecord::Skipped => Recorded::Skipped,
         };
         c.entries.insert(seq, rec);
         Ok(())
@@ -138,7 +136,15 @@ impl PushLedger {
     /// See [`ReceiveTxn::prune_rejects`].
     pub fn prune_rejects(&mut self, client: &str, upto: u64) {
         if let Some(c) = self.clients.get_mut(client) {
-            c.rejects = c.rejects.split_off(&upto.saturating_add(1));
+            let kept = c.rejects.split_off(&upto.saturating_add(1));
+            for seq in std::mem::replace(&mut c.rejects, kept).into_keys() {
+                if matches!(
+                    c.entries.get(&seq),
+                    Some(Recorded::Rejected { digest: None, .. })
+                ) {
+                    c.entries.remove(&seq);
+                }
+            }
         }
     }
 }

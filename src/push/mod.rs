@@ -15,7 +15,8 @@
 //!   entry [`wire::digest`].
 //! * [`receiver`] — the receiver's per-entry rule, [`apply_push`], over a
 //!   small storage trait, [`ReceiveTxn`], that a backend implements inside
-//!   one write transaction; [`client_state`] for reconciliation.
+//!   one write transaction; [`apply_item`] for `/v1/items`; keys scoped
+//!   per sender ([`scoped_key`]); [`client_state`] for reconciliation.
 //! * [`sender`] — the sender's [`Outbox`] (numbers from 1 without gaps,
 //!   in-flight map, clamped cumulative acks, retransmission with the
 //!   original numbers) and [`decide`], which turns each answer into a
@@ -89,8 +90,8 @@ pub mod wire;
 
 pub use self::memory::{MemoryReceiver, PushLedger};
 pub use self::receiver::{
-    apply_push, client_state, Accepted, EntryRecord, PushOutcome, ReceiveLimits, ReceiveRead,
-    ReceiveTxn,
+    apply_item, apply_push, client_state, scoped_key, Accepted, EntryRecord, ItemOutcome,
+    PushOutcome, ReceiveLimits, ReceiveRead, ReceiveTxn,
 };
 pub use self::sender::{
     decide, Ack, Decision, Outbox, Reply, Sent, Settled, Slot, Stop, StopCause,

@@ -20,19 +20,22 @@
 //!    the batch is applied. All duplicates are checked before any new
 //!    entry is applied.
 //! 3. **New entries**, in order, each moving `last_seq` to its number: a
-//!    skip entry applies nothing; an item entry is refused — recorded as
-//!    rejected with a one-line reason — when its payload does not decode,
-//!    its digest does not match its key and payload, its key is longer
-//!    than [`ReceiveLimits::max_key_len`] or its payload larger than
-//!    [`ReceiveLimits::max_payload`]; otherwise it is enqueued with its
-//!    key (a dedup hit counts as applied) and its digest recorded.
+//!    skip entry applies and records nothing; an item entry is refused —
+//!    recorded as rejected with a one-line reason — when its payload does
+//!    not decode, its digest does not match its key and payload, its key
+//!    holds a NUL byte ([`crate::item::key_problem`]) or is longer than
+//!    [`ReceiveLimits::max_key_len`], or its payload is larger than
+//!    [`ReceiveLimits::max_payload`]; otherwise it is enqueued under the
+//!    key [`ReceiveLimits::stored_key`] gives it (the client's scope, a
+//!    dedup hit counts as applied) and its digest recorded.
 //! 4. **Full.** When the spool has no room for an item, processing stops
 //!    before that entry and nothing about it is recorded. If no new entry
 //!    was processed at all the answer is [`PushOutcome::Full`] (503 with
 //!    `Retry-After`), else a normal 200 with the `last_seq` reached.
 //! 5. **Acked.** The request's `acked`, clamped to the `last_seq` the
 //!    client had *before* this request, lets the receiver forget the
-//!    rejects at or below it.
+//!    rejects at or below it (and the whole record of a refused number
+//!    that has no digest).
 //! 6. **Answer.** `last_seq`, every remembered reject above the clamped
 //!    `acked` (so a reject whose answer was lost is reported again until
 //!    the client acknowledges it), and the counts.
@@ -55,10 +58,28 @@
 //! * [`PushOutcome::Full`] and [`PushOutcome::Conflict`] write nothing,
 //!   not even the `acked` pruning; the caller may commit or roll back.
 //!
-//! What a backend stores, per client: `last_seq`; per processed number,
-//! its digest when there is one (kept while the client's state is kept:
-//! it is what catches a copied spool); and the rejects not yet
-//! acknowledged, with their reasons.
+//! * **Keys are scoped per sender.** A pushed key is stored as
+//!   `<client_id>:<key>` ([`scoped_key`]), so a client can never make
+//!   another client's item vanish by sending its key first: a key from
+//!   client A never deduplicates an item from client B. `/v1/items`
+//!   scopes by the token's name the same way ([`apply_item`]).
+//!   [`ReceiveLimits::shared_keys`] (`serve --shared-keys`) keeps one key
+//!   space for deployments that want cross-client dedup. An empty key
+//!   stays empty: the item's identity downstream is then the receiving
+//!   spool's own `<uuid>:<id>`. The digest is always over the key as
+//!   sent.
+//!
+//! What a backend stores, per client: `last_seq`; per applied number, and
+//! per refused number whose digest was verified, that digest — kept while
+//! the client's state is kept, because it is what catches a copied spool,
+//! whose numbers collide with numbers the original client may have had
+//! acknowledged long ago (so the digests of acknowledged numbers cannot
+//! be dropped without blinding that check); and the rejects not yet
+//! acknowledged, with their reasons. A skip entry stores nothing but the
+//! advanced `last_seq`, and a refused number without a digest is
+//! forgotten once acknowledged: what a client can make the receiver keep
+//! beyond its unacknowledged entries is one digest per entry it had
+//! applied or verifiably refused.
 
 use super::wire::{self, ClientState, Entry, ErrorBody, Payload, PushRequest, Rejected};
 use crate::error::{Error, Result};
@@ -89,19 +110,21 @@ pub trait ReceiveTxn: ReceiveRead {
     /// nothing was stored.
     fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>>;
 
-    /// Record what became of a new entry. Called at most once per number
-    /// and client, in ascending order.
+    /// Record what became of a new item entry. Called at most once per
+    /// number and client, in ascending order; never for a skip entry
+    /// (skipped numbers leave no record but `last_seq`).
     fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()>;
 
     /// Set the client's `last_seq` (never lower than before).
     fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()>;
 
     /// Forget the client's rejects with `seq <= upto` (the client has
-    /// acknowledged them). Digests stay.
+    /// acknowledged them): their reasons, and the whole record of a
+    /// refused number without a digest. Digests stay.
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()>;
 }
 
-/// What became of one new entry.
+/// What became of one new item entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryRecord<'a> {
     /// Enqueued (or a dedup hit); keep the digest.
@@ -117,9 +140,6 @@ pub enum EntryRecord<'a> {
         /// Why, one line.
         reason: &'a str,
     },
-    /// A skip entry: nothing to keep but the number (a backend may store
-    /// nothing at all; `last_seq` already covers it).
-    Skipped,
 }
 
 /// The receiver's per-entry policy.
@@ -127,8 +147,13 @@ pub enum EntryRecord<'a> {
 pub struct ReceiveLimits {
     /// Largest payload accepted, in bytes (`serve --max-payload`).
     pub max_payload: u64,
-    /// Longest key accepted, in bytes.
+    /// Longest key accepted, in bytes (of the key as sent).
     pub max_key_len: usize,
+    /// Store keys as they come instead of qualifying each with its
+    /// sender (`serve --shared-keys`): one key space for all clients and
+    /// tokens, so that a key from one deduplicates an item from another.
+    /// Off by default (see [`ReceiveLimits::stored_key`]).
+    pub shared_keys: bool,
 }
 
 /// The default longest key: 1 KiB, far above any uuid-based key.
@@ -139,8 +164,91 @@ impl Default for ReceiveLimits {
         ReceiveLimits {
             max_payload: crate::ops::input::DEFAULT_MAX_PAYLOAD,
             max_key_len: DEFAULT_MAX_KEY_LEN,
+            shared_keys: false,
         }
     }
+}
+
+impl ReceiveLimits {
+    /// The key the receiving spool stores for `key` sent by `sender` (a
+    /// push client id, or a token's name on `/v1/items`; `None`: no
+    /// sender to scope by): [`scoped_key`], or `key` itself with
+    /// [`ReceiveLimits::shared_keys`] or without a sender.
+    pub fn stored_key(&self, sender: Option<&str>, key: &str) -> String {
+        match sender {
+            Some(sender) if !self.shared_keys => scoped_key(sender, key),
+            _ => key.to_string(),
+        }
+    }
+}
+
+/// `key` qualified by its sender: `<sender>:<key>`, the key a receiving
+/// spool stores for a pushed key (the sender is the client id) or a
+/// `/v1/items` key (the token's name), and so also the `Idempotency-Key`
+/// it sends downstream. An empty key stays empty (the item has no key;
+/// downstream it is identified by the receiving spool's `<uuid>:<id>`).
+///
+/// The scope always ends at the first `:`: a `%` or `:` in the sender is
+/// written `%25` or `%3A` (client ids may hold `:`; ids in the usual
+/// forms — spool uuids, host names — come out unchanged), so no two
+/// senders can ever produce the same stored key.
+///
+/// ```
+/// use spool::push::receiver::scoped_key;
+/// assert_eq!(scoped_key("edge-1", "order-42"), "edge-1:order-42");
+/// assert_eq!(scoped_key("edge-1", ""), "");
+/// assert_eq!(scoped_key("a:b", "c"), "a%3Ab:c");
+/// assert_ne!(scoped_key("a:b", "c"), scoped_key("a", "b:c"));
+/// ```
+pub fn scoped_key(sender: &str, key: &str) -> String {
+    if key.is_empty() {
+        return String::new();
+    }
+    let mut out = String::with_capacity(sender.len() + 1 + key.len());
+    for c in sender.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out.push(':');
+    out.push_str(key);
+    out
+}
+
+/// What [`apply_item`] did with one `POST /v1/items` payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// Stored, or a dedup hit (`201` / `200`).
+    Enqueued(Enqueued),
+    /// The spool is full; nothing was stored (`503` with `Retry-After`).
+    Full,
+    /// The key cannot be stored (`400`); nothing was stored. One line.
+    Refused(String),
+}
+
+/// Enqueue one `POST /v1/items` payload inside the caller's transaction:
+/// its key is refused when it holds a NUL byte, else stored as
+/// [`ReceiveLimits::stored_key`] gives it for `sender` (the token's name
+/// when a token file is in use, `None` without one).
+pub fn apply_item<T: ReceiveTxn + ?Sized>(
+    txn: &mut T,
+    payload: &[u8],
+    key: &str,
+    sender: Option<&str>,
+    limits: &ReceiveLimits,
+) -> Result<ItemOutcome> {
+    if let Some(problem) = crate::item::key_problem(key) {
+        return Ok(ItemOutcome::Refused(format!(
+            "the Idempotency-Key header is refused: {problem}"
+        )));
+    }
+    let stored = limits.stored_key(sender, key);
+    Ok(match txn.enqueue(payload, &stored)? {
+        Some(e) => ItemOutcome::Enqueued(e),
+        None => ItemOutcome::Full,
+    })
 }
 
 /// The result of one push request.
@@ -259,10 +367,7 @@ pub fn apply_push<T: ReceiveTxn + ?Sized>(
     for entry in &req.entries[duplicates as usize..] {
         let seq = entry.seq();
         match entry {
-            Entry::Skip { .. } => {
-                txn.record(client, seq, EntryRecord::Skipped)?;
-                skipped += 1;
-            }
+            Entry::Skip { .. } => skipped += 1,
             Entry::Item(item) => match check(item, limits) {
                 Err(refusal) => {
                     txn.record(
@@ -275,23 +380,25 @@ pub fn apply_push<T: ReceiveTxn + ?Sized>(
                     )?;
                     rejected += 1;
                 }
-                Ok(payload) => match txn.enqueue(payload, &item.key)? {
-                    Some(e) => {
-                        txn.record(
-                            client,
-                            seq,
-                            EntryRecord::Applied {
-                                digest: &item.digest,
-                            },
-                        )?;
-                        applied += 1;
-                        deduplicated += u64::from(e.deduplicated);
+                Ok(payload) => {
+                    match txn.enqueue(payload, &limits.stored_key(Some(client), &item.key))? {
+                        Some(e) => {
+                            txn.record(
+                                client,
+                                seq,
+                                EntryRecord::Applied {
+                                    digest: &item.digest,
+                                },
+                            )?;
+                            applied += 1;
+                            deduplicated += u64::from(e.deduplicated);
+                        }
+                        None => {
+                            full = true;
+                            break;
+                        }
                     }
-                    None => {
-                        full = true;
-                        break;
-                    }
-                },
+                }
             },
         }
         last = seq;
@@ -377,6 +484,13 @@ fn check<'a>(item: &'a wire::ItemEntry, limits: &ReceiveLimits) -> Result<&'a [u
             verified: false,
         });
     }
+    if let Some(problem) = crate::item::key_problem(&item.key) {
+        // Its digest cannot tell its key from its payload: none is kept.
+        return Err(Refusal {
+            reason: problem.to_string(),
+            verified: false,
+        });
+    }
     if item.key.len() > limits.max_key_len {
         return Err(Refusal {
             reason: format!(
@@ -435,6 +549,27 @@ mod tests {
         ReceiveLimits {
             max_payload: 10,
             max_key_len: 4,
+            shared_keys: false,
+        }
+    }
+
+    fn keys(rx: &MemoryReceiver) -> Vec<(String, String)> {
+        rx.pending()
+            .iter()
+            .map(|(_, it)| {
+                (
+                    it.key.clone(),
+                    String::from_utf8(it.payload.clone()).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn from(client: &str, entries: Vec<Entry>) -> PushRequest {
+        PushRequest {
+            client_id: client.into(),
+            acked: 0,
+            entries,
         }
     }
 
@@ -629,6 +764,168 @@ mod tests {
         assert_eq!(a.response.last_seq, 3);
         assert_eq!((a.response.applied, a.skipped), (2, 1));
         assert_eq!(payloads(&rx), ["p1", "p3"]);
+    }
+
+    #[test]
+    fn skip_entries_store_nothing_but_last_seq() {
+        let mut rx = MemoryReceiver::new(None);
+        let skips: Vec<Entry> = (1..=1000).map(|seq| Entry::Skip { seq }).collect();
+        let a = accepted(push(&mut rx, &req(0, skips)));
+        assert_eq!((a.response.last_seq, a.skipped), (1000, 1000));
+        let c = rx.ledger.client(C).unwrap();
+        assert_eq!(c.last_seq, 1000);
+        assert!(c.entries.is_empty(), "{} numbers recorded", c.entries.len());
+        // A skipped number sent again, as an item, is a duplicate.
+        let a = accepted(push(&mut rx, &req(1000, vec![text(1000), text(1001)])));
+        assert_eq!((a.response.duplicates, a.response.applied), (1, 1));
+        assert_eq!(rx.ledger.client(C).unwrap().entries.len(), 1);
+    }
+
+    #[test]
+    fn acknowledged_refusals_without_a_digest_are_forgotten() {
+        let mut rx = MemoryReceiver::new(None);
+        let mut bad = item(1, "", b"x");
+        if let Entry::Item(e) = &mut bad {
+            e.digest = wire::digest("", b"y");
+        }
+        // 1: no verifiable digest; 2: verified, refused (too large).
+        push(&mut rx, &req(0, vec![bad, item(2, "", &[0; 11]), text(3)]));
+        assert_eq!(rx.ledger.client(C).unwrap().entries.len(), 3);
+        let a = accepted(push(&mut rx, &req(3, vec![])));
+        assert!(a.response.rejected.is_empty());
+        let c = rx.ledger.client(C).unwrap();
+        assert_eq!(
+            c.entries.keys().copied().collect::<Vec<_>>(),
+            [2, 3],
+            "what has a digest stays, the rest goes once acknowledged"
+        );
+        assert_eq!(c.last_seq, 3);
+    }
+
+    #[test]
+    fn keys_are_scoped_per_client() {
+        let mut rx = MemoryReceiver::new(None);
+        // A client that may push only as edge-* sends billing's key first.
+        let a = accepted(push(
+            &mut rx,
+            &from("edge-evil", vec![item(1, "o-42", b"FORGED")]),
+        ));
+        assert_eq!(a.response.applied, 1);
+        let a = accepted(push(
+            &mut rx,
+            &from("billing", vec![item(1, "o-42", b"REAL")]),
+        ));
+        assert_eq!((a.response.applied, a.deduplicated), (1, 0));
+        assert_eq!(
+            keys(&rx),
+            [
+                ("edge-evil:o-42".to_string(), "FORGED".to_string()),
+                ("billing:o-42".to_string(), "REAL".to_string())
+            ]
+        );
+        // The same client's key still dedups; an empty key stays empty.
+        let a = accepted(push(
+            &mut rx,
+            &from(
+                "billing",
+                vec![item(2, "o-42", b"AGAIN"), item(3, "", b"nokey")],
+            ),
+        ));
+        assert_eq!((a.response.applied, a.deduplicated), (2, 1));
+        assert_eq!(keys(&rx)[2], (String::new(), "nokey".to_string()));
+        // Client ids with ':' cannot borrow another client's scope.
+        push(&mut rx, &from("a:b", vec![item(1, "c", b"1")]));
+        let a = accepted(push(&mut rx, &from("a", vec![item(1, "b:c", b"2")])));
+        assert_eq!(a.deduplicated, 0);
+        assert_eq!(keys(&rx)[3].0, "a%3Ab:c");
+        assert_eq!(keys(&rx)[4].0, "a:b:c");
+    }
+
+    #[test]
+    fn shared_keys_keep_one_key_space() {
+        let mut rx = MemoryReceiver::new(None);
+        let shared = ReceiveLimits {
+            shared_keys: true,
+            ..limits()
+        };
+        apply_push(&mut rx, &from("x", vec![item(1, "k", b"X")]), &shared).unwrap();
+        let o = apply_push(&mut rx, &from("y", vec![item(1, "k", b"Y")]), &shared).unwrap();
+        assert_eq!(accepted(o).deduplicated, 1);
+        assert_eq!(keys(&rx), [("k".to_string(), "X".to_string())]);
+    }
+
+    #[test]
+    fn a_key_with_a_nul_byte_is_refused_and_keeps_no_digest() {
+        let mut rx = MemoryReceiver::new(None);
+        let limits = ReceiveLimits {
+            max_key_len: 64,
+            ..limits()
+        };
+        // The two entries the NUL byte would make indistinguishable.
+        assert_eq!(wire::digest("a\0b", b"x"), wire::digest("a", b"b\0x"));
+        let o = apply_push(
+            &mut rx,
+            &req(0, vec![item(1, "a\0b", b"x"), item(2, "a", b"b\0x")]),
+            &limits,
+        )
+        .unwrap();
+        let a = accepted(o);
+        assert_eq!(
+            (a.response.last_seq, a.response.applied, a.rejected),
+            (2, 1, 1)
+        );
+        assert_eq!(
+            a.response.rejected,
+            vec![Rejected {
+                seq: 1,
+                error: "the idempotency key contains a NUL byte, which no key may contain".into()
+            }]
+        );
+        assert_eq!(keys(&rx), [("edge-1:a".to_string(), "b\0x".to_string())]);
+        assert_eq!(rx.ledger.digest(C, 1), None);
+    }
+
+    #[test]
+    fn items_are_scoped_by_the_token_name() {
+        let mut rx = MemoryReceiver::new(None);
+        let l = limits();
+        let stored = |o: ItemOutcome| match o {
+            ItemOutcome::Enqueued(e) => e,
+            other => panic!("{other:?}"),
+        };
+        let e = stored(apply_item(&mut rx, b"FORGED", "inv-7", Some("evil"), &l).unwrap());
+        assert!(!e.deduplicated);
+        let e = stored(apply_item(&mut rx, b"REAL", "inv-7", Some("billing"), &l).unwrap());
+        assert!(!e.deduplicated, "another token's key does not dedup");
+        let e = stored(apply_item(&mut rx, b"AGAIN", "inv-7", Some("billing"), &l).unwrap());
+        assert!(e.deduplicated);
+        // Without a token file there is no name: the key as given.
+        stored(apply_item(&mut rx, b"LOCAL", "inv-7", None, &l).unwrap());
+        let shared = ReceiveLimits {
+            shared_keys: true,
+            ..l
+        };
+        let e = stored(apply_item(&mut rx, b"SHARED", "inv-7", Some("other"), &shared).unwrap());
+        assert!(e.deduplicated, "--shared-keys: the key as given");
+        assert_eq!(
+            keys(&rx).into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["evil:inv-7", "billing:inv-7", "inv-7"]
+        );
+        let before = rx.clone();
+        assert_eq!(
+            apply_item(&mut rx, b"x", "a\0b", Some("billing"), &l).unwrap(),
+            ItemOutcome::Refused(
+                "the Idempotency-Key header is refused: the idempotency key contains a NUL \
+                 byte, which no key may contain"
+                    .into()
+            )
+        );
+        assert_eq!(rx, before);
+        rx.set_max_depth(Some(3));
+        assert_eq!(
+            apply_item(&mut rx, b"x", "new", Some("billing"), &l).unwrap(),
+            ItemOutcome::Full
+        );
     }
 
     #[test]

@@ -36,8 +36,8 @@
 //! is well-formed and the entry has a sequence number, so the receiver
 //! refuses that one entry (it is recorded as rejected and `last_seq`
 //! moves past it); [`Payload::Undecodable`] keeps the text for that.
-//! Whether a key or payload is too large is the receiver's policy, not
-//! the format's; see [`super::receiver`].
+//! Whether a key or payload is too large, or a key holds a NUL byte, is
+//! the receiver's policy, not the format's; see [`super::receiver`].
 //!
 //! Decisions this module makes where §7 is silent:
 //!
@@ -84,7 +84,10 @@ const DIGEST_LEN: usize = 7 + 64;
 /// payload bytes.
 ///
 /// The zero byte keeps key and payload apart: `("ab", "c")` and
-/// `("a", "bc")` have different digests.
+/// `("a", "bc")` have different digests. It can do so because no key
+/// holds a NUL byte ([`crate::item::key_problem`]): the receiver refuses
+/// an entry whose key does, since `("a\0b", "x")` and `("a", "b\0x")`
+/// would share a digest.
 ///
 /// ```
 /// assert_eq!(

@@ -246,6 +246,9 @@ pub struct PushReport {
     /// Items too large for the receiver on their own (413):
     /// dead-lettered.
     pub too_large: u64,
+    /// Items never sent because no spool may store their key (a NUL byte,
+    /// which older versions let in): dead-lettered with the reason.
+    pub unsendable: u64,
     /// Skip entries acknowledged.
     pub skipped: u64,
     /// Entries the receiver reported as duplicates (it had them already).
@@ -288,9 +291,10 @@ pub enum PushStatus {
 }
 
 impl PushReport {
-    /// Items dead-lettered in this run (rejected or too large).
+    /// Items dead-lettered in this run (rejected, too large or
+    /// unsendable).
     pub fn dead_lettered(&self) -> u64 {
-        self.rejected + self.too_large
+        self.rejected + self.too_large + self.unsendable
     }
 
     /// The receiver's refusal, if the run ended with one.
@@ -313,6 +317,7 @@ impl PushReport {
         self.delivered += later.delivered;
         self.rejected += later.rejected;
         self.too_large += later.too_large;
+        self.unsendable += later.unsendable;
         self.skipped += later.skipped;
         self.duplicates += later.duplicates;
         self.sent += later.sent;
@@ -945,6 +950,26 @@ impl<'a> PushSender<'a> {
                         run.cursor = item.id;
                         continue;
                     }
+                    if let Some(problem) = crate::item::key_problem(&item.key) {
+                        // Never numbered, never sent: a receiver would
+                        // refuse it, and its digest would be ambiguous.
+                        run.cursor = item.id;
+                        let reason = format!("not pushed: {problem}");
+                        if self.queue.dead_letter(item.id, &reason)? {
+                            report.unsendable += 1;
+                            if let Some(o) = self.observer {
+                                o.attempted(
+                                    &item,
+                                    item.attempts,
+                                    &ItemOutcome::DeadLettered {
+                                        error: reason,
+                                        rejected: true,
+                                    },
+                                );
+                            }
+                        }
+                        continue;
+                    }
                     if entries.len() + picked.len() >= run.max_entries {
                         break 'walk;
                     }
@@ -1061,6 +1086,8 @@ impl<'a> PushSender<'a> {
                 if item.push_seq.is_some()
                     || item.held
                     || (!self.opts.ignore_backoff && !item.is_due(now))
+                    // Never sent: a real run dead-letters it (unsendable).
+                    || crate::item::key_problem(&item.key).is_some()
                 {
                     continue;
                 }

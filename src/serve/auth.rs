@@ -115,6 +115,7 @@ struct TokenEntry {
     clients: Vec<String>,
 }
 
+
 /// A token that was presented and found: what the request may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant(usize);
@@ -389,6 +390,34 @@ mod tests {
         assert_eq!(t.authenticate(b"alpha-token-012345678"), None);
         assert_eq!(t.authenticate(b""), None);
         assert_eq!(t.authenticate(b"# comment"), None);
+    }
+
+    #[test]
+    fn names_are_given_or_derived_from_the_token() {
+        let t =
+            parse("alpha-token-0123456789 edge-* name=billing\nbeta-token-0123456789\n").unwrap();
+        let a = t.authenticate(b"alpha-token-0123456789").unwrap();
+        let b = t.authenticate(b"beta-token-0123456789").unwrap();
+        assert_eq!(t.name(a), "billing");
+        assert!(t.may_act_as(a, "edge-1"), "name= is not a glob");
+        assert!(!t.may_act_as(a, "name=billing"));
+        // The first 8 hex digits of the token's SHA-256.
+        let want: String = Sha256::digest(b"beta-token-0123456789")[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(t.name(b), want);
+        assert_eq!(t.name(b).len(), 8);
+        for bad in [
+            "secret-token-0123456 name=",
+            "secret-token-0123456 name=a:b",
+            "secret-token-0123456 name=a name=b",
+            &format!("secret-token-0123456 name={}", "n".repeat(65)),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("line 1: ") && e.contains("name="), "{e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use super::metrics::{self, Metrics, SpoolState};
 use super::writer::{Done, Failure, Job, Snapshot, Work};
 use super::{Access, ServeEvent, ServeLog, SNAPSHOT_MAX_AGE};
 use crate::backend::Spool;
-use crate::push::receiver::PushOutcome;
+use crate::push::receiver::{ItemOutcome, PushOutcome};
 use crate::push::wire::{self, Entry, ErrorBody, Payload, PushRequest};
 use crate::time::Timestamp;
 use http_body_util::{BodyExt as _, Full};
@@ -728,7 +728,12 @@ async fn push(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resul
 }
 
 async fn items(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Result<Answer, Answer> {
-    authenticate(shared, req.headers(), seen)?;
+    let grant = authenticate(shared, req.headers(), seen)?;
+    // The key's scope: the token's name (none without a token file).
+    let sender = match (&shared.tokens, grant) {
+        (Some(tokens), Some(g)) => Some(tokens.name(g).to_string()),
+        _ => None,
+    };
     let key = match req.headers().get("idempotency-key") {
         None => String::new(),
         Some(v) => {
@@ -767,14 +772,20 @@ async fn items(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resu
         .take(ENTRY_COST)
         .map_err(Refused::answer)?;
     let weight = payload.len();
-    match submit(shared, Work::Item { payload, key }, weight).await? {
-        Done::Item(Some(e)) => Ok(Answer::json(
+    let work = Work::Item {
+        payload,
+        key,
+        sender,
+    };
+    match submit(shared, work, weight).await? {
+        Done::Item(ItemOutcome::Enqueued(e)) => Ok(Answer::json(
             if e.deduplicated { 200 } else { 201 },
             format!("{{\"id\":{},\"deduplicated\":{}}}", e.id, e.deduplicated).into_bytes(),
         )),
-        Done::Item(None) => {
+        Done::Item(ItemOutcome::Full) => {
             Ok(Answer::error(503, "the receiving spool is full; retry later").retry())
         }
+        Done::Item(ItemOutcome::Refused(why)) => Err(Answer::error(400, why)),
         _ => Err(Answer::error(500, "internal error: wrong answer")),
     }
 }

@@ -174,6 +174,10 @@ pub struct ServeOptions {
     /// Bytes that all requests together may hold at once: bodies as
     /// received and inflated, parsed entries (503 when over).
     pub memory_budget: u64,
+    /// Keep one key space for all senders (`--shared-keys`) instead of
+    /// storing a pushed key as `<client_id>:<key>` and a `/v1/items` key
+    /// as `<token name>:<key>` (see [`crate::push::receiver::scoped_key`]).
+    pub shared_keys: bool,
     /// Time for a request head to arrive, also the longest a keep-alive
     /// connection may sit idle, and the TLS handshake's bound.
     pub header_timeout: Duration,
@@ -203,6 +207,7 @@ impl Default for ServeOptions {
             max_key_len: DEFAULT_MAX_KEY_LEN,
             max_entries: DEFAULT_MAX_ENTRIES,
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            shared_keys: false,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             request_timeout: Duration::from_secs(60),
             retry_after: Duration::from_secs(5),
@@ -593,6 +598,7 @@ impl Server {
             limits: ReceiveLimits {
                 max_payload: opts.max_payload,
                 max_key_len: opts.max_key_len,
+                shared_keys: opts.shared_keys,
             },
             metrics: metrics.clone(),
             log: log.clone(),

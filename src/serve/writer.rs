@@ -19,8 +19,9 @@ use super::metrics::Metrics;
 use super::{ServeEvent, ServeLog};
 use crate::backend::Spool;
 use crate::error::{Error, ErrorKind};
-use crate::item::Enqueued;
-use crate::push::receiver::{apply_push, client_state, PushOutcome, ReceiveLimits};
+use crate::push::receiver::{
+    apply_item, apply_push, client_state, ItemOutcome, PushOutcome, ReceiveLimits,
+};
 use crate::push::wire::{ClientState, PushRequest};
 use crate::time::Timestamp;
 use std::sync::Arc;
@@ -39,8 +40,13 @@ pub const MAX_GROUP_BYTES: usize = 64 << 20;
 pub(crate) enum Work {
     /// `POST /v1/push`.
     Push(PushRequest),
-    /// `POST /v1/items`.
-    Item { payload: Vec<u8>, key: String },
+    /// `POST /v1/items`; `sender` is the token's name when a token file
+    /// is in use (the key's scope).
+    Item {
+        payload: Vec<u8>,
+        key: String,
+        sender: Option<String>,
+    },
     /// `GET /v1/clients/{id}`.
     Client(String),
 }
@@ -49,8 +55,7 @@ pub(crate) enum Work {
 #[derive(Debug)]
 pub(crate) enum Done {
     Push(PushOutcome),
-    /// `None`: the spool is full.
-    Item(Option<Enqueued>),
+    Item(ItemOutcome),
     Client(ClientState),
 }
 
@@ -166,7 +171,11 @@ impl Writer {
             for (work, _) in &writes {
                 done.push(match work {
                     Work::Push(req) => Done::Push(apply_push(txn, req, &limits)?),
-                    Work::Item { payload, key } => Done::Item(txn.enqueue(payload, key)?),
+                    Work::Item {
+                        payload,
+                        key,
+                        sender,
+                    } => Done::Item(apply_item(txn, payload, key, sender.as_deref(), &limits)?),
                     Work::Client(id) => Done::Client(client_state(txn, id)?),
                 });
             }
@@ -187,7 +196,7 @@ impl Writer {
                             a.rejected,
                             a.skipped,
                         ),
-                        Done::Item(Some(e)) => self.metrics.item(e.deduplicated),
+                        Done::Item(ItemOutcome::Enqueued(e)) => self.metrics.item(e.deduplicated),
                         _ => {}
                     }
                     // The requester may have gone away; what it sent is

@@ -98,7 +98,8 @@ pub(crate) struct ClientLine {
     /// Refused numbers, their digests (when verified) and reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<(u64, Option<String>, String)>,
-    /// Skipped numbers.
+    /// Skipped numbers: written by older versions, read and ignored (a
+    /// skip is recorded by `last` alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<u64>,
 }

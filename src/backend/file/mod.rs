@@ -1235,9 +1235,8 @@ fn client_delta(c: format::ClientLine) -> ClientDelta {
     for (seq, digest, reason) in c.rejected {
         entries.insert(seq, Recorded::Rejected { digest, reason });
     }
-    for seq in c.skipped {
-        entries.insert(seq, Recorded::Skipped);
-    }
+    // Skipped numbers (written by older versions) need no record:
+    // `last_seq` covers them.
     ClientDelta {
         last_seq: c.last,
         entries,
@@ -1272,7 +1271,6 @@ fn client_lines(out: &mut Vec<u8>, id: &str, delta: &ClientDelta) {
             Recorded::Rejected { digest, reason } => {
                 line.rejected.push((*seq, digest.clone(), reason.clone()))
             }
-            Recorded::Skipped => line.skipped.push(*seq),
         }
         count += 1;
         if count == CLIENT_LINE_ENTRIES {

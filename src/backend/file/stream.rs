@@ -496,6 +496,7 @@ impl FileQueue {
         items: &mut dyn Iterator<Item = Result<NewItem>>,
         opts: &EnqueueOptions,
     ) -> Result<BatchResults> {
+        let items = &mut items.map(|r| r.and_then(crate::item::checked_item));
         let now = self.clock.now();
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
             let bound = match opts.depth_limit {
@@ -833,6 +834,7 @@ impl FileQueue {
         let mut hw = ix.high_water()?;
         for r in records {
             let r = r?;
+            crate::item::check_key(&r.item.key)?;
             // Only pending and held records dedup (SPEC §2, as
             // `State::plan_import`).
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);

@@ -9,7 +9,7 @@ use super::{meta, scan};
 use crate::backend::companion;
 use crate::error::{Error, Result};
 use crate::verify::{Finding, Severity, VerifyReport};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -28,6 +28,9 @@ struct FileScan {
     records: u64,
     /// The last eviction count line's count.
     evicted: Option<u64>,
+    /// Live items whose key holds a NUL byte (stored by an older
+    /// version): id → line.
+    nul_keys: BTreeMap<u64, u64>,
 }
 
 fn scan_file(
@@ -63,6 +66,7 @@ fn scan_file(
         high_water: 0,
         records: 0,
         evicted: None,
+        nul_keys: BTreeMap::new(),
     };
     // Malformed lines: line number, reason, whether the line had its
     // newline.
@@ -112,10 +116,16 @@ fn scan_file(
                 out.seen.insert(id);
                 out.live.insert(id);
                 out.high_water = out.high_water.max(id);
+                if crate::item::key_problem(&item.key).is_some() {
+                    out.nul_keys.insert(id, line_no);
+                } else {
+                    out.nul_keys.remove(&id);
+                }
             }
             Ok(Line::Done { id, .. }) => {
                 out.records += 1;
                 out.live.remove(&id);
+                out.nul_keys.remove(&id);
                 out.high_water = out.high_water.max(id);
             }
             Ok(Line::Push(_)) | Ok(Line::Client(_)) => out.records += 1,
@@ -127,6 +137,14 @@ fn scan_file(
         }
     }
     let _ = file.unlock();
+    if let Some((id, line)) = out.nul_keys.iter().next() {
+        report.push(
+            Severity::Warning,
+            path,
+            Some(*line),
+            nul_key_finding(out.nul_keys.len() as u64, *id),
+        );
+    }
     // Only a last line without its newline, or NUL bytes at the end, can
     // be a torn write; a complete malformed line never is.
     let torn_line = |line: u64, has_newline: bool| line == last_content_line && !has_newline;
@@ -205,6 +223,17 @@ fn scan_file(
         });
     }
     Ok(Some(out))
+}
+
+/// The warning about `count` items whose key holds a NUL byte, the first
+/// being `first` (shared with the SQLite backend's check).
+pub(crate) fn nul_key_finding(count: u64, first: u64) -> String {
+    format!(
+        "{count} item(s) carry an idempotency key with a NUL byte (first: id {first}), stored by \
+         an older version; no key may hold one any more: they stay and dedup as before, but \
+         `replay --push` dead-letters them unsent and `import` refuses them (to keep one, \
+         re-enqueue its payload under a new key)"
+    )
 }
 
 /// Check the NDJSON spool at `path` without changing anything.

@@ -39,6 +39,9 @@ impl PostgresQueue {
         let mut chunk_bytes = 0usize;
         loop {
             let item = items.next().transpose()?;
+            if let Some(it) = &item {
+                crate::item::check_key(&it.key)?;
+            }
             let end = item.is_none();
             let mut alone = None;
             if let Some(it) = item {

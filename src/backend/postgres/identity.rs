@@ -28,6 +28,7 @@ impl PostgresQueue {
         let (mut pending, mut dead, mut delivered) = (0i64, 0i64, 0i64);
         for r in records {
             let r = r?;
+            crate::item::check_key(&r.item.key)?;
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(id) = self.key_owner(tx, &r.item.key)? {

@@ -726,7 +726,9 @@ impl PostgresQueue {
     }
 
     /// `VACUUM (ANALYZE)` every table of the spool's schema (shared by all
-    /// its spools); returns the tables vacuumed.
+    /// its spools); returns the tables vacuumed. Rows that older versions
+    /// wrote for this spool's skipped push numbers (a skip now records
+    /// nothing but the client's `last_seq`) are deleted first.
     pub fn vacuum(&self) -> Result<Vec<String>> {
         if self.read_only {
             return Err(Error::Unsupported(format!(
@@ -748,6 +750,14 @@ impl PostgresQueue {
             .as_mut()
             .ok_or_else(|| Error::Internal("no connection".into()))?;
         let schema_q = conn.schema_q().to_string();
+        conn.client
+            .execute(
+                &format!(
+                    "DELETE FROM {schema_q}.push_entries WHERE spool = $1 AND outcome = 'skipped'"
+                ),
+                &[&self.target.spool],
+            )
+            .map_err(|e| pg_error(&self.target, &self.display, "vacuum", e))?;
         for t in tables {
             conn.client
                 .batch_execute(&format!("VACUUM (ANALYZE) {schema_q}.{t}"))

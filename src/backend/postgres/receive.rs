@@ -97,7 +97,6 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
         let (outcome, digest, reason) = match record {
             EntryRecord::Applied { digest } => ("applied", Some(digest), None),
             EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
-            EntryRecord::Skipped => ("skipped", None, None),
         };
         self.tx.execute(
             "INSERT INTO {s}.push_entries (spool, client_id, seq, outcome, digest, reason) \
@@ -128,11 +127,18 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
-        self.tx.execute(
+        // Both statements walk push_entries_unacked: what is not
+        // acknowledged yet, never the client's whole history.
+        for sql in [
+            "DELETE FROM {s}.push_entries \
+             WHERE spool = $1 AND client_id = $2 AND seq <= $3 AND reason IS NOT NULL \
+               AND digest IS NULL",
             "UPDATE {s}.push_entries SET reason = NULL \
              WHERE spool = $1 AND client_id = $2 AND seq <= $3 AND reason IS NOT NULL",
-            &[self.q.spool(), &text(client), &id_param(upto)],
-        )?;
+        ] {
+            self.tx
+                .execute(sql, &[self.q.spool(), &text(client), &id_param(upto)])?;
+        }
         Ok(())
     }
 }

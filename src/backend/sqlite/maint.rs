@@ -120,14 +120,21 @@ impl SqliteQueue {
     }
 
     /// Rebuild the database file without free pages (`VACUUM`), then
-    /// checkpoint and truncate the WAL.
+    /// checkpoint and truncate the WAL. Rows that older versions wrote
+    /// for skipped push numbers (a skip now records nothing but the
+    /// client's `last_seq`) are deleted first.
     pub fn vacuum(&self, wait: Duration) -> Result<VacuumReport> {
         let wal = self.wal_path();
         let bytes_before = size_of(&self.path) + size_of(&wal);
         {
             let conn = self.lock();
+            let purge = if self.layout.has_push() {
+                "DELETE FROM spool_push_entries WHERE outcome = 'skipped';"
+            } else {
+                ""
+            };
             conn.busy_timeout(wait)
-                .and_then(|()| conn.execute_batch("VACUUM"))
+                .and_then(|()| conn.execute_batch(&format!("{purge}VACUUM")))
                 .map_err(|e| Error::sqlite(&self.path, "vacuum", e))?;
             let _ = conn.busy_timeout(self.busy_timeout);
         }
@@ -214,6 +221,37 @@ impl SqliteQueue {
                 None,
                 "reference schema (user_version 0); the next write migrates it",
             ),
+        }
+        if !damaged {
+            let tables: &[&str] = match self.layout {
+                super::Layout::Reference | super::Layout::Empty => &["morph_offline_queue"],
+                _ => &["morph_offline_queue", "spool_dead_letters"],
+            };
+            for table in tables {
+                // Through a BLOB: text functions may stop at a NUL byte.
+                let (count, first): (i64, Option<i64>) = conn
+                    .query_row(
+                        &format!(
+                            "SELECT count(*), min(id) FROM {table} \
+                             WHERE instr(CAST(idempotency_key AS BLOB), x'00') > 0"
+                        ),
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .map_err(err)?;
+                if let (Some(first), true) = (first, count > 0) {
+                    let what = crate::backend::file::verify::nul_key_finding(
+                        u64::try_from(count).unwrap_or(0),
+                        u64::try_from(first).unwrap_or(0),
+                    );
+                    report.push(
+                        Severity::Warning,
+                        &self.path,
+                        None,
+                        format!("{table}: {what}"),
+                    );
+                }
+            }
         }
         drop(conn);
         if !damaged {

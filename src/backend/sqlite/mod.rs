@@ -465,6 +465,9 @@ impl Queue for SqliteQueue {
     }
 
     fn enqueue_batch(&self, items: &[NewItem], opts: &EnqueueOptions) -> Result<Vec<Enqueued>> {
+        for it in items {
+            crate::item::check_key(&it.key)?;
+        }
         let now = self.clock.now();
         self.write("enqueue into", |db| {
             let policy = Policy::read(db, opts)?;
@@ -583,7 +586,7 @@ impl Queue for SqliteQueue {
                 Ok(())
             };
             for item in items {
-                let item = item?;
+                let item = crate::item::checked_item(item?)?;
                 if evicting || item.coalesce_key.is_some() {
                     // Coalescing and eviction look at what is stored: store
                     // what came before first.
@@ -1071,6 +1074,7 @@ fn import_records(
     let mut stored_dead = false;
     for r in records {
         let r = r?;
+        crate::item::check_key(&r.item.key)?;
         let live = matches!(r.state, RecordState::Pending | RecordState::Held);
         if live && !r.item.key.is_empty() {
             // Keys stored earlier in this batch are in the table

@@ -108,7 +108,6 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
         let (outcome, digest, reason) = match record {
             EntryRecord::Applied { digest } => ("applied", Some(digest), None),
             EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
-            EntryRecord::Skipped => ("skipped", None, None),
         };
         self.db
             .conn
@@ -135,14 +134,20 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
-        self.db
-            .conn
-            .prepare_cached(
-                "UPDATE spool_push_entries SET reason = NULL \
-                 WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL",
-            )
-            .and_then(|mut s| s.execute(params![client, seq_param(upto)]))
-            .map_err(|e| self.db.err(e))?;
+        // Both statements walk ix_push_unacked_rejects: what is not
+        // acknowledged yet, never the client's whole history.
+        for sql in [
+            "DELETE FROM spool_push_entries \
+             WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL AND digest IS NULL",
+            "UPDATE spool_push_entries SET reason = NULL \
+             WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL",
+        ] {
+            self.db
+                .conn
+                .prepare_cached(sql)
+                .and_then(|mut s| s.execute(params![client, seq_param(upto)]))
+                .map_err(|e| self.db.err(e))?;
+        }
         Ok(())
     }
 }

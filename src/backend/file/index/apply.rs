@@ -671,9 +671,8 @@ impl<'a> Applier<'a> {
         for (seq, digest, reason) in &c.rejected {
             add(*seq, 1, digest.as_deref(), Some(reason))?;
         }
-        for seq in &c.skipped {
-            add(*seq, 2, None, None)?;
-        }
+        // Skipped numbers (in lines of older versions) need no entry:
+        // `last_seq` covers them.
         if let Some(last) = c.last {
             let last = to_i64(last, "push number")?;
             ix.conn

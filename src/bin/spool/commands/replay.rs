@@ -734,6 +734,7 @@ pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
         "delivered": r.delivered,
         "rejected": r.rejected,
         "too_large": r.too_large,
+        "unsendable": r.unsendable,
         "dead_lettered": r.dead_lettered(),
         "skipped": r.skipped,
         "duplicates": r.duplicates,

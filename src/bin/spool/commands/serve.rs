@@ -47,6 +47,15 @@ use std::time::{Duration, Instant};
 /// token on two lines. A token file or TLS key readable by group or
 /// others is a warning.
 ///
+/// Keys are scoped per sender: a pushed key is stored as
+/// CLIENT_ID:KEY, a /v1/items key as TOKEN_NAME:KEY (name=NAME on the
+/// token's line, else the first 8 hex digits of the token's SHA-256; the
+/// key as given without --token-file), so one client can never make
+/// another's item vanish by sending its key first. The stored key is
+/// also the Idempotency-Key the receiving spool sends downstream.
+/// --shared-keys keeps one key space for every sender. A key holding a
+/// NUL byte is refused (a rejected entry; 400 on /v1/items).
+///
 /// Limits: --max-body bounds a body as received and once decompressed
 /// (Content-Encoding: gzip), --max-payload one payload, --max-entries
 /// the entries of one push; over any is 413. What all requests hold at
@@ -112,6 +121,16 @@ pub struct ServeArgs {
     /// Listen on a non-loopback address without tokens (trusted networks only)
     #[arg(long)]
     insecure_no_auth: bool,
+
+    /// One key space for every client and token: keys are stored as sent
+    ///
+    /// By default a pushed key is stored as CLIENT_ID:KEY and a /v1/items
+    /// key as TOKEN_NAME:KEY, so that a key from one sender never
+    /// deduplicates another sender's item. With --shared-keys they are
+    /// stored as sent: any sender's key deduplicates any other's (for
+    /// deployments that want cross-client dedup and trust every sender).
+    #[arg(long)]
+    shared_keys: bool,
 
     /// Time for a request head to arrive; also the keep-alive idle limit
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -297,6 +316,7 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         listen: args.listen,
         tokens,
         insecure_no_auth: args.insecure_no_auth,
+        shared_keys: args.shared_keys,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
             _ => None,
