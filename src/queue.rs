@@ -465,14 +465,40 @@ pub struct Claimed {
 /// not waiting for a retry time — unless `ignore_backoff` — and not
 /// leased by anyone whose lease is still running), counts the attempt on
 /// each (so a replayer that dies mid-delivery still spends the item's
-/// budget), and leases them until `now + lease` under a fresh token.
-/// Every outcome must present the token: once a lease ran out and another
-/// replayer claimed the item, the first replayer's outcome is refused
-/// (`false`, "lease lost") and changes nothing. An item whose lease ran
-/// out without an outcome is due again (at-least-once delivery).
+/// budget), and leases them until `now + lease` under the token of the
+/// replay run that claims ([`Leasing::run_token`]: one per run, shared by
+/// all its claims). Every outcome must present the token: once a lease
+/// ran out and another replayer claimed the item, the first replayer's
+/// outcome is refused (`false`, "lease lost") and changes nothing. An
+/// item whose lease ran out without an outcome is due again
+/// (at-least-once delivery).
+///
+/// One run attempts an item at most once (SPEC §4): a claim under a run's
+/// token never takes an item that carries that token — one the run
+/// claimed before and failed (even with `ignore_backoff`, or a retry time
+/// already past) — unless the run gave it back ([`Leasing::release`]).
 pub trait Leasing: Send + Sync {
-    /// Claim up to `limit` due items, oldest first, leased for `lease`.
-    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>>;
+    /// A new token for one replay run: every claim of the run
+    /// ([`Leasing::claim_for`]) leases under it. Tokens are never reused.
+    fn run_token(&self) -> Result<LeaseToken>;
+
+    /// Claim up to `limit` due items, oldest first, leased for `lease`
+    /// under the run's token `run`, leaving out the items that already
+    /// carry `run` (attempted in this run).
+    fn claim_for(
+        &self,
+        run: LeaseToken,
+        limit: usize,
+        lease: Duration,
+        ignore_backoff: bool,
+    ) -> Result<Vec<Claimed>>;
+
+    /// One claim as a run of its own: [`Leasing::claim_for`] under a new
+    /// [`Leasing::run_token`].
+    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>> {
+        let run = self.run_token()?;
+        self.claim_for(run, limit, lease, ignore_backoff)
+    }
 
     /// Record delivered items as done (removed, or retained with their
     /// evidence as [`Queue::deliver`] does), in one commit. Returns, per
@@ -494,8 +520,20 @@ pub trait Leasing: Send + Sync {
     /// still ours.
     fn dead_letter_claimed(&self, id: ItemId, token: LeaseToken, last_error: &str) -> Result<bool>;
 
+    /// Move a claimed item to the dead-letter set without delivering it
+    /// (its attempts already reached the budget): as
+    /// [`Leasing::dead_letter_claimed`], with the attempt counted at the
+    /// claim taken back. Whether the lease was still ours.
+    fn dead_letter_unattempted(
+        &self,
+        id: ItemId,
+        token: LeaseToken,
+        last_error: &str,
+    ) -> Result<bool>;
+
     /// Give claimed items back undelivered (a stop, a deadline): the lease
-    /// ends and the attempt counted at the claim is taken back.
+    /// ends, the attempt counted at the claim is taken back, and the item
+    /// no longer carries the run's token (the run may claim it again).
     fn release(&self, claims: &[(ItemId, LeaseToken)]) -> Result<()>;
 
     /// Pending items a replay skips now: `(held, waiting)` where waiting

@@ -715,3 +715,114 @@ fn group_commit_after_a_kill_redelivers_at_most_a_group() {
         assert!(redelivered <= 8, "{redelivered} redelivered");
     });
 }
+
+/// SPEC §4: an item whose attempts already reach `--max-attempts` (set by
+/// an operator, or a lowered budget) is dead-lettered by the next replay
+/// without another attempt, the reason saying so and keeping the last
+/// error; the run exits 1. On every backend.
+#[test]
+fn an_item_at_its_budget_is_dead_lettered_without_another_attempt() {
+    each_backend_and_postgres("an item at its budget", |env| {
+        let sink = Sink::start(|_, _| Answer::Full(503, vec![], "{\"error\": \"busy\"}".into()));
+        let tried = env.enqueue("tried");
+        let fresh = env.enqueue("fresh");
+        env.run(&["replay", "--url", &sink.url("/"), "--limit", "1"])
+            .code(75);
+        assert_eq!(sink.received().len(), 1);
+        let before = item(env, tried)["last_error"].as_str().unwrap().to_string();
+        env.run(&["attempts", &tried.to_string(), "--set", "2"])
+            .success();
+        env.run(&["attempts", &fresh.to_string(), "--set", "3"])
+            .success();
+        let a = env
+            .run(&[
+                "replay",
+                "--url",
+                &sink.url("/"),
+                "--max-attempts",
+                "2",
+                "--ignore-backoff",
+            ])
+            .code(1);
+        assert!(
+            stdout(&a).starts_with("delivered 0, failed 0, dead-lettered 2"),
+            "{}",
+            stdout(&a)
+        );
+        assert_eq!(sink.received().len(), 1, "no further attempt");
+        let dead = |id: u64| {
+            json_of(
+                &env.run(&["dlq", "show", &id.to_string(), "--json"])
+                    .success(),
+            )
+        };
+        let d = dead(tried);
+        assert_eq!(d["attempts"], 2, "{d}");
+        assert_eq!(
+            d["last_error"],
+            format!(
+                "attempts (2) already reach --max-attempts 2; dead-lettered without another \
+                 attempt (last error: {before})"
+            )
+        );
+        let d = dead(fresh);
+        assert_eq!(d["attempts"], 3, "{d}");
+        assert_eq!(
+            d["last_error"],
+            "attempts (3) already reach --max-attempts 2; dead-lettered without another attempt"
+        );
+        assert!(
+            stderr(&a).contains("already reach --max-attempts 2"),
+            "{}",
+            stderr(&a)
+        );
+    });
+}
+
+/// SPEC §4: one run attempts an item at most once — with
+/// `--ignore-backoff`, with a backoff of zero, with `--concurrency` — on
+/// every backend, PostgreSQL's leased replay included: an always-failing
+/// item with `--max-attempts 2` fails in the first run (75) and is
+/// dead-lettered in the second (1).
+#[test]
+fn one_run_attempts_an_item_at_most_once_on_every_backend() {
+    each_backend_and_postgres("one attempt per run", |env| {
+        let sink = Sink::always(500);
+        let ids = [env.enqueue("a"), env.enqueue("b")];
+        let runs: [&[&str]; 3] = [
+            &["--ignore-backoff"],
+            &["--backoff-base", "0s", "--backoff-max", "0s"],
+            &["--ignore-backoff", "--concurrency", "2"],
+        ];
+        for (i, extra) in runs.iter().enumerate() {
+            let url = sink.url("/");
+            let mut args = vec!["replay", "--url", &url, "--max-attempts", "2"];
+            args.extend_from_slice(extra);
+            let received = sink.received().len();
+            let a = env.run(&args).code(75);
+            assert!(
+                stdout(&a).starts_with("delivered 0, failed 2, dead-lettered 0"),
+                "{extra:?}: {}",
+                stdout(&a)
+            );
+            assert_eq!(sink.received().len(), received + 2, "{extra:?}");
+            let a = env.run(&args).code(1);
+            assert!(
+                stdout(&a).starts_with("delivered 0, failed 0, dead-lettered 2"),
+                "{extra:?}: {}",
+                stdout(&a)
+            );
+            assert_eq!(sink.received().len(), received + 4, "{extra:?}");
+            for id in ids {
+                let d = json_of(
+                    &env.run(&["dlq", "show", &id.to_string(), "--json"])
+                        .success(),
+                );
+                assert_eq!(d["attempts"], 2, "{extra:?}: {d}");
+            }
+            if i + 1 < runs.len() {
+                env.run(&["dlq", "requeue", "--all"]).success();
+            }
+        }
+    });
+}

@@ -1088,3 +1088,60 @@ fn concurrent_replay_keeps_one_item_per_group_in_flight() {
         }
     }
 }
+
+/// SPEC §4: an item whose attempts already reach the budget is
+/// dead-lettered without another delivery — sequentially and with
+/// `--concurrency` — the reason saying so and keeping the last error; the
+/// run's status is "dead-lettered".
+#[test]
+fn an_item_at_its_budget_is_dead_lettered_without_a_delivery() {
+    for concurrency in [1, 3] {
+        let (_m, shared) = clock();
+        let s = Spool::memory(&OpenOptions {
+            clock: shared.clone(),
+            ..OpenOptions::default()
+        });
+        let tried = s.enqueue(b"tried", "").unwrap().id;
+        let set = s.enqueue(b"set", "").unwrap().id;
+        let fresh = s.enqueue(b"fresh", "").unwrap().id;
+        s.record_attempt(
+            tried,
+            &spool::AttemptUpdate {
+                attempts: 2,
+                next_retry_at: None,
+                last_error: Some("HTTP 503: busy".into()),
+            },
+        )
+        .unwrap();
+        s.set_attempts(set, 5).unwrap();
+        let target = Scripted::new(fail);
+        let opts = ReplayOptions {
+            max_attempts: 2,
+            concurrency,
+            ..fixed_opts()
+        };
+        let r = SyncWorker::new(&*s, &target, opts, shared.clone())
+            .unwrap()
+            .run()
+            .unwrap();
+        assert_eq!((r.dead_lettered, r.failed), (2, 1), "{concurrency}");
+        assert_eq!(r.status(), ReplayStatus::DeadLettered);
+        let delivered: Vec<u64> = target.deliveries().iter().map(|d| d.0).collect();
+        assert_eq!(delivered, [fresh], "only the item under its budget");
+        let dead = |id| s.dead_get(id).unwrap().unwrap().item;
+        assert_eq!(dead(tried).attempts, 2);
+        assert_eq!(
+            dead(tried).last_error.as_deref(),
+            Some(
+                "attempts (2) already reach --max-attempts 2; dead-lettered without another \
+                 attempt (last error: HTTP 503: busy)"
+            )
+        );
+        assert_eq!(dead(set).attempts, 5);
+        assert_eq!(
+            dead(set).last_error.as_deref(),
+            Some("attempts (5) already reach --max-attempts 2; dead-lettered without another attempt")
+        );
+        assert_eq!(s.get(fresh).unwrap().unwrap().attempts, 1);
+    }
+}

@@ -1,15 +1,19 @@
 //! Leased replay on a PostgreSQL spool ([`Leasing`]): the claim
 //! statements (`FOR UPDATE SKIP LOCKED`, the attempt counted at the
-//! claim, one fencing token per claim, only the heads of ordering
-//! groups), outcomes fenced on the token, the exclusive advisory lock of
-//! ordered and push replays, and `LISTEN` for enqueues.
+//! claim, one fencing token per replay run, never an item the run already
+//! attempted, only the heads of ordering groups), outcomes fenced on the
+//! token, the exclusive advisory lock of ordered and push replays, and
+//! `LISTEN` for enqueues.
 
 use super::*;
 
 /// The claim: due fresh items by id and due waiting items by the time they
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers
 /// pass each other instead of queueing; the oldest `$2` of both are
-/// leased under one new token and their attempt counted.
+/// leased under the run's token `$5` and their attempt counted. An item
+/// that carries `$5` already was claimed by this run before (and failed:
+/// its outcome keeps the token), and is left out: one run attempts an
+/// item at most once.
 ///
 /// Ordering groups (SPEC §9): only the head of a group — no pending item
 /// of the group with a smaller id, whether held, waiting or leased — and
@@ -24,29 +28,30 @@ pub(super) const CLAIM: &str = concat!(
     "WITH fresh AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND c.next_retry_at IS NULL AND c.lease_until IS NULL \
-          AND c.push_seq IS NULL AND ",
+          AND c.push_seq IS NULL AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
     " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      waiting AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND (c.next_retry_at IS NOT NULL OR c.lease_until IS NOT NULL) \
           AND c.push_seq IS NULL AND greatest(c.next_retry_at, c.lease_until) <= COALESCE($3::int8, {now}) \
-          AND ",
+          AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
     " ORDER BY greatest(c.next_retry_at, c.lease_until), c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2), ",
+     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2) ",
     claim_update!()
 );
 
-/// The claim of `--ignore-backoff`: retry times do not count, leases and
-/// ordering groups do.
+/// The claim of `--ignore-backoff`: retry times do not count, leases,
+/// ordering groups and the run's own earlier attempts do.
 const CLAIM_IGNORING_BACKOFF: &str = concat!(
     "WITH picked AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND c.push_seq IS NULL \
-          AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now})) AND ",
+          AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now})) \
+          AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
-    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), ",
+    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED) ",
     claim_update!()
 );
 
@@ -63,13 +68,12 @@ macro_rules! group_head {
 }
 use group_head;
 
-/// The end of a claim: lease what `picked` holds under one new token.
+/// The end of a claim: lease what `picked` holds under the run's token.
 macro_rules! claim_update {
     () => {
-        "tok AS (SELECT nextval('{s}.lease_tokens') AS t) \
-         UPDATE {s}.items i SET attempts = i.attempts + 1, \
-            lease_until = COALESCE($3::int8, {now}) + $4, lease_token = tok.t \
-         FROM picked, tok WHERE i.spool = $1 AND i.id = picked.id \
+        "UPDATE {s}.items i SET attempts = i.attempts + 1, \
+            lease_until = COALESCE($3::int8, {now}) + $4, lease_token = $5 \
+         FROM picked WHERE i.spool = $1 AND i.id = picked.id \
          RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.next_retry_at, i.last_error, \
             i.held, i.push_seq, i.grp, i.coalesce_key, i.lease_token, i.lease_until"
     };
@@ -81,7 +85,20 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Leasing for PostgresQueue {
-    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>> {
+    fn run_token(&self) -> Result<LeaseToken> {
+        self.txn("start a replay run of", true, |tx| {
+            let row = tx.query_one("SELECT nextval('{s}.lease_tokens')", &[])?;
+            Ok(row.get(0))
+        })
+    }
+
+    fn claim_for(
+        &self,
+        run: LeaseToken,
+        limit: usize,
+        lease: Duration,
+        ignore_backoff: bool,
+    ) -> Result<Vec<Claimed>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -94,7 +111,13 @@ impl Leasing for PostgresQueue {
             };
             let rows = tx.query(
                 sql,
-                &[self.spool(), &limit, &self.now_param(), &millis(lease)],
+                &[
+                    self.spool(),
+                    &limit,
+                    &self.now_param(),
+                    &millis(lease),
+                    &run,
+                ],
             )?;
             let mut out: Vec<Claimed> = rows
                 .iter()
@@ -161,7 +184,19 @@ impl Leasing for PostgresQueue {
     fn dead_letter_claimed(&self, id: ItemId, token: LeaseToken, last_error: &str) -> Result<bool> {
         self.txn("dead-letter an item in", true, |tx| {
             self.lock_spool(tx)?;
-            self.kill(tx, id, last_error, true, Some(token))
+            self.kill(tx, id, last_error, true, Some(token), false)
+        })
+    }
+
+    fn dead_letter_unattempted(
+        &self,
+        id: ItemId,
+        token: LeaseToken,
+        last_error: &str,
+    ) -> Result<bool> {
+        self.txn("dead-letter an item in", true, |tx| {
+            self.lock_spool(tx)?;
+            self.kill(tx, id, last_error, true, Some(token), true)
         })
     }
 
@@ -173,7 +208,8 @@ impl Leasing for PostgresQueue {
             let ids: Vec<i64> = claims.iter().map(|(i, _)| id_param(*i)).collect();
             let tokens: Vec<i64> = claims.iter().map(|(_, t)| *t).collect();
             tx.execute(
-                "UPDATE {s}.items i SET lease_until = NULL, attempts = greatest(i.attempts - 1, 0) \
+                "UPDATE {s}.items i SET lease_until = NULL, lease_token = NULL, \
+                    attempts = greatest(i.attempts - 1, 0) \
                  FROM unnest($2::int8[], $3::int8[]) AS t(id, tok) \
                  WHERE i.spool = $1 AND i.id = t.id AND i.lease_token = t.tok",
                 &[self.spool(), &ids, &tokens],

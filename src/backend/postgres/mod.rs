@@ -578,7 +578,9 @@ impl PostgresQueue {
 
     /// Move pending item `id` to the dead letters (when `token` is given,
     /// only while it carries it). A push number becomes a skip when
-    /// `skip`. Counts are adjusted. Whether it moved.
+    /// `skip`; with `uncount`, the dead letter keeps one attempt fewer
+    /// (the one a claim counted for a delivery that was never made).
+    /// Counts are adjusted. Whether it moved.
     fn kill(
         &self,
         tx: &mut Tx<'_>,
@@ -586,6 +588,7 @@ impl PostgresQueue {
         last_error: &str,
         skip: bool,
         token: Option<LeaseToken>,
+        uncount: bool,
     ) -> Result<bool> {
         let row = tx.query_one(
             "WITH d AS (DELETE FROM {s}.items WHERE spool = $1 AND id = $2 \
@@ -593,7 +596,9 @@ impl PostgresQueue {
              ins AS (INSERT INTO {s}.dead_letters \
                  (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   grp, coalesce_key, dead_at) \
-                 SELECT spool, id, payload, key, attempts, enqueued_at, next_retry_at, $3, false, push_seq, \
+                 SELECT spool, id, payload, key, \
+                 CASE WHEN $7 THEN greatest(attempts - 1, 0) ELSE attempts END, \
+                 enqueued_at, next_retry_at, $3, false, push_seq, \
                  grp, coalesce_key, COALESCE($4::int8, {now}) FROM d RETURNING push_seq), \
              sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM ins \
                  WHERE push_seq IS NOT NULL AND $5 ON CONFLICT DO NOTHING) \
@@ -605,6 +610,7 @@ impl PostgresQueue {
                 &self.now_param(),
                 &skip,
                 &token,
+                &uncount,
             ],
         )?;
         let n: i64 = row.get(0);
@@ -1163,7 +1169,7 @@ impl Queue for PostgresQueue {
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         self.txn("dead-letter an item in", true, |tx| {
             self.lock_spool(tx)?;
-            self.kill(tx, id, last_error, true, None)
+            self.kill(tx, id, last_error, true, None, false)
         })
     }
 
@@ -1427,7 +1433,7 @@ impl Queue for PostgresQueue {
             for (id, seq) in self.in_flight_ids(tx, push.acked, last)? {
                 match rejected.iter().find(|(s, _)| *s == seq) {
                     Some((_, reason)) => {
-                        self.kill(tx, id, reason, false, None)?;
+                        self.kill(tx, id, reason, false, None, false)?;
                         ack.rejected.push(id);
                     }
                     None => {
