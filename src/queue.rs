@@ -173,28 +173,105 @@ pub trait Queue: Send + Sync {
     /// Number of pending items, held ones included.
     fn size(&self) -> Result<u64>;
 
-    /// Number of pending items a replay at `now` would attempt, counted
-    /// up to `at_most`: items not held and, unless `ignore_backoff`,
-    /// without a next retry time after `now`. Sizes a replay's progress
-    /// report.
+    /// The first pending item of ordering group `group` (held, waiting and
+    /// in-flight items included; dead letters do not count), or `None`
+    /// when the group has no pending item. Only that item of a group is
+    /// due (SPEC §9).
     ///
-    /// The provided implementation walks the pending items in enqueue
-    /// order, page by page, and stops once it has counted `at_most`: it
-    /// reads no more than a replay limited to `at_most` items walks
-    /// anyway. Backends that can count from indexes override it.
+    /// The provided implementation walks the pending items page by page.
+    /// Backends with an index on the group override it.
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        let mut after = 0;
+        loop {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else {
+                return Ok(None);
+            };
+            after = last.id;
+            if let Some(head) = page.iter().find(|it| it.group.as_deref() == Some(group)) {
+                return Ok(Some(head.id));
+            }
+            if page.len() < PAGE_SIZE {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Up to `limit` pending items with `id > after` that a replay at
+    /// `now` would attempt, in enqueue (id) order: the one definition of
+    /// *due* (SPEC §3) that `list --due`, [`Queue::due_count`] (`stats`,
+    /// replay's progress) and replay itself share. An item is due when it
+    /// is not held, not waiting for its next retry time (unless
+    /// `ignore_backoff`), and not waiting behind its ordering group (it is
+    /// the first pending item of its group, [`Queue::group_head`]). On a
+    /// spool with leased replay ([`Queue::leasing`]) an item is not due
+    /// either while another replayer's lease on it, or on another item of
+    /// its group, runs, or while it is in flight to a push receiver: what
+    /// a claim would take.
+    ///
+    /// The provided implementation reads pages and asks
+    /// [`Queue::group_head`] once per group met in a page.
+    fn due_page(
+        &self,
+        now: Timestamp,
+        ignore_backoff: bool,
+        after: ItemId,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        let mut due = Vec::new();
+        let mut after = after;
+        while due.len() < limit {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            let full = page.len() == PAGE_SIZE;
+            let mut heads = std::collections::HashMap::new();
+            for item in page {
+                if !item.is_due_unless(now, ignore_backoff) {
+                    continue;
+                }
+                if let Some(g) = &item.group {
+                    let head = match heads.get(g) {
+                        Some(h) => *h,
+                        None => {
+                            let h = self.group_head(g)?;
+                            heads.insert(g.clone(), h);
+                            h
+                        }
+                    };
+                    if head != Some(item.id) {
+                        continue;
+                    }
+                }
+                due.push(item);
+                if due.len() >= limit {
+                    break;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(due)
+    }
+
+    /// Number of pending items a replay at `now` would attempt — the items
+    /// of [`Queue::due_page`] — counted up to `at_most`. Sizes a replay's
+    /// progress report and `stats`' due count.
+    ///
+    /// The provided implementation reads [`Queue::due_page`] and stops
+    /// once it has counted `at_most`: it reads no more than a replay
+    /// limited to `at_most` items walks anyway. Backends that can count
+    /// from indexes override it.
     fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
         let at_most = at_most.unwrap_or(u64::MAX);
         let mut due = 0u64;
         let mut after = 0;
         while due < at_most {
-            let page = self.page(after, PAGE_SIZE)?;
+            let page = self.due_page(now, ignore_backoff, after, PAGE_SIZE)?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            let n = page
-                .iter()
-                .filter(|it| !it.held && (ignore_backoff || it.is_due(now)))
-                .count();
-            due = due.saturating_add(n as u64);
+            due = due.saturating_add(page.len() as u64);
             if page.len() < PAGE_SIZE {
                 break;
             }

@@ -826,3 +826,74 @@ fn one_run_attempts_an_item_at_most_once_on_every_backend() {
         }
     });
 }
+
+/// SPEC §3: `list --due`, the due count of `stats` and a replay agree on
+/// what is due now — not held, not backing off, not waiting behind an
+/// earlier pending item of its ordering group (a held or backing-off head
+/// holds its group back; a dead letter does not). On every backend.
+#[test]
+fn list_due_and_stats_are_what_replay_attempts() {
+    each_backend_and_postgres("the due rule", |env| {
+        let fail = Sink::always(500);
+        let later = ["--backoff-base", "1h", "--backoff-max", "1h"];
+        let add = |payload: &str, group: Option<&str>| -> u64 {
+            let mut args = vec!["enqueue"];
+            if let Some(g) = group {
+                args.extend(["--group", g]);
+            }
+            args.extend(["--", payload]);
+            parse_id(&env.run(&args).success().get_output().stdout)
+        };
+        // The head of group "dead" is rejected for good first.
+        add("x1", Some("dead"));
+        let reject = Sink::always(400);
+        env.run(&["replay", "--url", &reject.url("/")]).code(1);
+        let held_head = add("h1", Some("held"));
+        add("h2", Some("held"));
+        add("w1", Some("waiting"));
+        add("w2", Some("waiting"));
+        let head = add("d1", Some("due"));
+        add("d2", Some("due"));
+        let plain = add("p", None);
+        let after_dead = add("x2", Some("dead"));
+        let held = add("ph", None);
+        env.run(&["hold", &held_head.to_string(), &held.to_string()])
+            .success();
+        // The head of group "waiting" fails and waits an hour.
+        let fail_url = fail.url("/");
+        let mut args = vec!["replay", "--url", &fail_url, "--limit", "1"];
+        args.extend(later);
+        env.run(&args).code(75);
+        let bodies = |sink: &Sink| -> Vec<String> {
+            sink.received()
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+                .collect()
+        };
+        assert_eq!(bodies(&fail), ["w1"]);
+        let listed = |args: &[&str]| -> Vec<u64> {
+            let mut all = vec!["--json", "list", "--due"];
+            all.extend(args);
+            ndjson(&env.run(&all).success().get_output().stdout)
+                .iter()
+                .map(|v| v["id"].as_u64().unwrap())
+                .collect()
+        };
+        let due = vec![head, plain, after_dead];
+        assert_eq!(listed(&[]), due);
+        assert_eq!(listed(&["--limit", "2"]), due[..2]);
+        assert!(listed(&["--group", "held"]).is_empty());
+        assert!(listed(&["--group", "waiting"]).is_empty());
+        let stats = json_of(&env.run(&["stats", "--json"]).success());
+        assert_eq!(stats["due"], due.len(), "{stats}");
+        // A replay attempts exactly those.
+        let mut args = vec!["replay", "--url", &fail_url];
+        args.extend(later);
+        let r = json_of(&env.run(&[&args[..], &["--json"]].concat()).code(75));
+        assert_eq!(r["failed"], 3, "{r}");
+        assert_eq!(bodies(&fail), ["w1", "d1", "p", "x2"]);
+        assert!(listed(&[]).is_empty());
+        let stats = json_of(&env.run(&["stats", "--json"]).success());
+        assert_eq!(stats["due"], 0, "{stats}");
+    });
+}

@@ -1145,3 +1145,50 @@ fn an_item_at_its_budget_is_dead_lettered_without_a_delivery() {
         assert_eq!(s.get(fresh).unwrap().unwrap().attempts, 1);
     }
 }
+
+/// The progress total leaves out the items that wait behind their
+/// ordering group (here behind a held head and behind a due one): it is
+/// what the run attempts, on every local backend.
+#[test]
+fn the_progress_total_leaves_out_items_waiting_behind_their_group() {
+    for name in ["memory", "q.ndjson", "q.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_m, shared) = clock();
+        let mut o = OpenOptions::new(OpenMode::Create);
+        o.clock = shared.clone();
+        let s = if name == "memory" {
+            Spool::memory(&o)
+        } else {
+            Spool::open(&dir.path().join(name), &o).unwrap()
+        };
+        for (p, g) in [
+            ("a1", Some("a")),
+            ("a2", Some("a")),
+            ("b1", Some("b")),
+            ("b2", Some("b")),
+            ("p", None),
+        ] {
+            let mut n = spool::NewItem::new(p.as_bytes(), "");
+            n.group = g.map(str::to_string);
+            s.enqueue_batch(&[n], &spool::EnqueueOptions::default())
+                .unwrap();
+        }
+        s.set_held(&[1], true).unwrap();
+        let target = Scripted::new(fail);
+        let observer = Totals {
+            wants: true,
+            ..Totals::default()
+        };
+        let opts = ReplayOptions {
+            dry_run: true,
+            ..fixed_opts()
+        };
+        SyncWorker::new(&*s, &target, opts, shared.clone())
+            .unwrap()
+            .with_observer(&observer)
+            .run()
+            .unwrap();
+        assert_eq!(*observer.started.lock().unwrap(), [Some(2)], "{name}");
+        assert_eq!(observer.attempted.load(AtomicOrdering::SeqCst), 2, "{name}");
+    }
+}

@@ -1062,29 +1062,32 @@ impl Queue for PostgresQueue {
         })
     }
 
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        if self.v1 {
+            return Ok(None);
+        }
+        self.txn("read", false, |tx| {
+            let row = tx.query_opt(
+                "SELECT id FROM {s}.items WHERE spool = $1 AND grp = $2 AND grp IS NOT NULL \
+                 ORDER BY id LIMIT 1",
+                &[self.spool(), &group],
+            )?;
+            Ok(row.map(|r| u64_of(r.get(0))))
+        })
+    }
+
+    fn due_page(
+        &self,
+        now: Timestamp,
+        ignore_backoff: bool,
+        after: ItemId,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        self.due_items(now, ignore_backoff, after, limit)
+    }
+
     fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
-        let now = self.clock.as_ref().map(|_| now.as_millis());
-        let due = self.txn("count due items in", false, |tx| {
-            let row = if ignore_backoff {
-                tx.query_one(
-                    "SELECT s.depth - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held) \
-                       - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND NOT held \
-                          AND lease_until > COALESCE($2::int8, {now})) \
-                     FROM {s}.spools s WHERE s.name = $1",
-                    &[self.spool(), &now],
-                )?
-            } else {
-                tx.query_one(
-                    "SELECT s.depth - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held) \
-                       - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND NOT held \
-                          AND (next_retry_at IS NOT NULL OR lease_until IS NOT NULL) \
-                          AND greatest(next_retry_at, lease_until) > COALESCE($2::int8, {now})) \
-                     FROM {s}.spools s WHERE s.name = $1",
-                    &[self.spool(), &now],
-                )?
-            };
-            Ok(u64_of(row.get(0)))
-        })?;
+        let due = self.count_due(now, ignore_backoff)?;
         Ok(at_most.map_or(due, |m| due.min(m)))
     }
 
