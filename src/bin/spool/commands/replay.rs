@@ -707,32 +707,48 @@ pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
             PushHalt::Deadline => "deadline",
             PushHalt::Budget => "budget",
             PushHalt::RetryAfter(_) => "retry_after",
+            PushHalt::NotBefore(_) => "not_before",
             PushHalt::Refused(_) => "refused",
         }),
         "left_due": r.left_due,
         "last_error": r.last_error,
+        "not_before": r.not_before.map(|t| t.to_string()),
         "error": r.refusal().map(|s| s.message.clone()),
     })
 }
 
-/// The next step after the receiver stopped a push.
-pub(super) fn push_hint(cause: StopCause) -> &'static str {
+/// The next step after the receiver stopped a push that left `in_flight`
+/// sequence numbers unacknowledged. The items of the refused request were
+/// numbered (committed before it was sent): they stay in flight, and the
+/// next run resends them with the same numbers; `done --force` abandons
+/// one. Only a stop with nothing in flight changed no item.
+pub(super) fn push_hint(cause: StopCause, in_flight: u64) -> String {
+    let stays = match in_flight {
+        0 => "no item was changed".to_string(),
+        1 => "1 entry stays in flight with its sequence number, and the next run resends it \
+              with the same number (`spool list` shows it; `spool done --force ID` abandons it)"
+            .to_string(),
+        n => format!(
+            "{n} entries stay in flight with their sequence numbers, and the next run resends \
+             them with the same numbers (`spool list` shows them; `spool done --force ID` \
+             abandons one)"
+        ),
+    };
     match cause {
-        StopCause::LostState => {
+        StopCause::LostState => format!(
             "the receiver went back to an older state (a restored backup?); nothing was resent or \
              dropped: find out what it lost (GET /v1/clients/<spool uuid> on spool serve) before \
-             pushing again"
-        }
-        StopCause::ContentConflict => {
-            "if this spool is a copy of another one (a cloned disk or VM image, a restored \
-             backup), give it its own identity with `spool config uuid --regenerate`, then push \
-             again"
-        }
-        StopCause::Unauthorized => {
+             pushing again; {stays}"
+        ),
+        StopCause::ContentConflict => "if this spool is a copy of another one (a cloned disk \
+             or VM image, a restored backup), give it its own identity with `spool config uuid \
+             --regenerate` (which renumbers what is in flight), then push again"
+            .to_string(),
+        StopCause::Unauthorized => format!(
             "check the credentials sent with -H (e.g. 'Authorization: Bearer …') against the \
-             receiver's tokens; no item was changed"
-        }
-        StopCause::Refused => "the receiver's answer is quoted above; no item was changed",
+             receiver's tokens; {stays}"
+        ),
+        StopCause::Refused => format!("the receiver's answer is quoted above; {stays}"),
     }
 }
 
@@ -825,7 +841,7 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                 exit::for_kind(kind),
                 format!("{ACTION} {}: {message}", ctx.shown()),
             )
-            .hint(push_hint(cause)))
+            .hint(push_hint(cause, r.in_flight)))
         }
     }
 }
