@@ -707,3 +707,31 @@ fn a_refused_push_says_its_entries_stay_in_flight() {
         assert_eq!(rx.payloads(), numbers(2));
     });
 }
+
+/// A failed push request tells its cause on stderr even with `-q`, once
+/// (the first); the summary stays on stdout.
+#[test]
+fn a_failed_push_tells_the_first_cause_with_q_too() {
+    each_backend(|env| {
+        let rx = PushReceiver::start();
+        rx.script(vec![
+            Act::Status(
+                503,
+                r#"{"error":"maintenance"}"#.into(),
+                None
+            );
+            2
+        ]);
+        enqueue_lines(env, 1);
+        let a = push(env, &rx.url(), &["-q", "--max-attempts", "2"]).code(75);
+        let err = stderr(&a);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(
+                "spool: push receiver answered HTTP 503: maintenance (failed request 1 of 2)"
+            ),
+            "{err}"
+        );
+        assert_eq!(stdout(&a).lines().count(), 1);
+    });
+}

@@ -897,3 +897,75 @@ fn list_due_and_stats_are_what_replay_attempts() {
         assert_eq!(stats["due"], 0, "{stats}");
     });
 }
+
+/// A replay that fails tells why on stderr, one line for the first failed
+/// item (with `-q` too: a cron mail must say why), while stdout keeps its
+/// one summary line; `-v` tells every failure instead.
+#[test]
+fn a_failed_run_tells_the_first_failure_s_cause_on_stderr() {
+    each_backend(|env| {
+        let port = http_sink::quiet_port();
+        let url = format!("http://127.0.0.1:{port}/");
+        let first = env.enqueue("a");
+        env.enqueue("b");
+        for quiet in [&[][..], &["-q"][..]] {
+            let mut args = quiet.to_vec();
+            args.extend(["replay", "--url", &url, "--ignore-backoff"]);
+            let a = env.run(&args).code(75);
+            assert_eq!(
+                stdout(&a),
+                "delivered 0, failed 2, dead-lettered 0, not due 0, held 0\n"
+            );
+            assert_eq!(
+                stderr(&a),
+                format!(
+                    "spool: item {first} failed: connection error: connection refused \
+                     (127.0.0.1:{port})\n"
+                ),
+                "{quiet:?}"
+            );
+        }
+        let a = env
+            .run(&["-v", "replay", "--url", &url, "--ignore-backoff"])
+            .code(75);
+        let err = stderr(&a);
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("failed: connection"))
+                .count(),
+            2,
+            "{err}"
+        );
+        // --exec: the command's last stderr lines.
+        let a = env
+            .run(&[
+                "-q",
+                "replay",
+                "--ignore-backoff",
+                "--exec",
+                "sh -c 'echo upstream said no >&2; exit 3'",
+            ])
+            .code(75);
+        assert_eq!(
+            stderr(&a),
+            format!("spool: item {first} failed: command exited with 3: upstream said no\n")
+        );
+        // The first dead letter is told as well, also with -q.
+        let a = env
+            .run(&[
+                "-q",
+                "replay",
+                "--ignore-backoff",
+                "--exec",
+                "sh -c 'echo gone >&2; exit 65'",
+            ])
+            .code(1);
+        assert_eq!(
+            stderr(&a),
+            format!(
+                "spool: item {first}: dead-lettered after attempt 5 (rejected by the target): \
+                 command rejected the item (exit 65): gone\n"
+            )
+        );
+    });
+}
