@@ -74,9 +74,21 @@ impl Item {
     }
 
     /// True when replay may attempt the item at `now`: not held and not
-    /// waiting for a backoff to expire.
+    /// waiting for a backoff to expire. That is the item's own part of the
+    /// rule; whether it waits behind its ordering group is the spool's
+    /// ([`crate::Queue::due_page`]).
     pub fn is_due(&self, now: Timestamp) -> bool {
         !self.held && self.next_retry_at.is_none_or(|t| t <= now)
+    }
+
+    /// [`Item::is_due`], where with `ignore_backoff` a retry time does not
+    /// count (`replay --ignore-backoff`): only a hold keeps it back.
+    pub fn is_due_unless(&self, now: Timestamp, ignore_backoff: bool) -> bool {
+        if ignore_backoff {
+            !self.held
+        } else {
+            self.is_due(now)
+        }
     }
 }
 

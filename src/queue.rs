@@ -184,28 +184,105 @@ pub trait Queue: Send + Sync {
     /// Number of pending items, held ones included.
     fn size(&self) -> Result<u64>;
 
-    /// Number of pending items a replay at `now` would attempt, counted
-    /// up to `at_most`: items not held and, unless `ignore_backoff`,
-    /// without a next retry time after `now`. Sizes a replay's progress
-    /// report.
+    /// The first pending item of ordering group `group` (held, waiting and
+    /// in-flight items included; dead letters do not count), or `None`
+    /// when the group has no pending item. Only that item of a group is
+    /// due (SPEC §9).
     ///
-    /// The provided implementation walks the pending items in enqueue
-    /// order, page by page, and stops once it has counted `at_most`: it
-    /// reads no more than a replay limited to `at_most` items walks
-    /// anyway. Backends that can count from indexes override it.
+    /// The provided implementation walks the pending items page by page.
+    /// Backends with an index on the group override it.
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        let mut after = 0;
+        loop {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else {
+                return Ok(None);
+            };
+            after = last.id;
+            if let Some(head) = page.iter().find(|it| it.group.as_deref() == Some(group)) {
+                return Ok(Some(head.id));
+            }
+            if page.len() < PAGE_SIZE {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Up to `limit` pending items with `id > after` that a replay at
+    /// `now` would attempt, in enqueue (id) order: the one definition of
+    /// *due* (SPEC §3) that `list --due`, [`Queue::due_count`] (`stats`,
+    /// replay's progress) and replay itself share. An item is due when it
+    /// is not held, not waiting for its next retry time (unless
+    /// `ignore_backoff`), and not waiting behind its ordering group (it is
+    /// the first pending item of its group, [`Queue::group_head`]). On a
+    /// spool with leased replay ([`Queue::leasing`]) an item is not due
+    /// either while another replayer's lease on it, or on another item of
+    /// its group, runs, or while it is in flight to a push receiver: what
+    /// a claim would take.
+    ///
+    /// The provided implementation reads pages and asks
+    /// [`Queue::group_head`] once per group met in a page.
+    fn due_page(
+        &self,
+        now: Timestamp,
+        ignore_backoff: bool,
+        after: ItemId,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        let mut due = Vec::new();
+        let mut after = after;
+        while due.len() < limit {
+            let page = self.page(after, PAGE_SIZE)?;
+            let Some(last) = page.last() else { break };
+            after = last.id;
+            let full = page.len() == PAGE_SIZE;
+            let mut heads = std::collections::HashMap::new();
+            for item in page {
+                if !item.is_due_unless(now, ignore_backoff) {
+                    continue;
+                }
+                if let Some(g) = &item.group {
+                    let head = match heads.get(g) {
+                        Some(h) => *h,
+                        None => {
+                            let h = self.group_head(g)?;
+                            heads.insert(g.clone(), h);
+                            h
+                        }
+                    };
+                    if head != Some(item.id) {
+                        continue;
+                    }
+                }
+                due.push(item);
+                if due.len() >= limit {
+                    break;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(due)
+    }
+
+    /// Number of pending items a replay at `now` would attempt — the items
+    /// of [`Queue::due_page`] — counted up to `at_most`. Sizes a replay's
+    /// progress report and `stats`' due count.
+    ///
+    /// The provided implementation reads [`Queue::due_page`] and stops
+    /// once it has counted `at_most`: it reads no more than a replay
+    /// limited to `at_most` items walks anyway. Backends that can count
+    /// from indexes override it.
     fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
         let at_most = at_most.unwrap_or(u64::MAX);
         let mut due = 0u64;
         let mut after = 0;
         while due < at_most {
-            let page = self.page(after, PAGE_SIZE)?;
+            let page = self.due_page(now, ignore_backoff, after, PAGE_SIZE)?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            let n = page
-                .iter()
-                .filter(|it| !it.held && (ignore_backoff || it.is_due(now)))
-                .count();
-            due = due.saturating_add(n as u64);
+            due = due.saturating_add(page.len() as u64);
             if page.len() < PAGE_SIZE {
                 break;
             }
@@ -484,14 +561,40 @@ pub struct Claimed {
 /// not waiting for a retry time — unless `ignore_backoff` — and not
 /// leased by anyone whose lease is still running), counts the attempt on
 /// each (so a replayer that dies mid-delivery still spends the item's
-/// budget), and leases them until `now + lease` under a fresh token.
-/// Every outcome must present the token: once a lease ran out and another
-/// replayer claimed the item, the first replayer's outcome is refused
-/// (`false`, "lease lost") and changes nothing. An item whose lease ran
-/// out without an outcome is due again (at-least-once delivery).
+/// budget), and leases them until `now + lease` under the token of the
+/// replay run that claims ([`Leasing::run_token`]: one per run, shared by
+/// all its claims). Every outcome must present the token: once a lease
+/// ran out and another replayer claimed the item, the first replayer's
+/// outcome is refused (`false`, "lease lost") and changes nothing. An
+/// item whose lease ran out without an outcome is due again
+/// (at-least-once delivery).
+///
+/// One run attempts an item at most once (SPEC §4): a claim under a run's
+/// token never takes an item that carries that token — one the run
+/// claimed before and failed (even with `ignore_backoff`, or a retry time
+/// already past) — unless the run gave it back ([`Leasing::release`]).
 pub trait Leasing: Send + Sync {
-    /// Claim up to `limit` due items, oldest first, leased for `lease`.
-    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>>;
+    /// A new token for one replay run: every claim of the run
+    /// ([`Leasing::claim_for`]) leases under it. Tokens are never reused.
+    fn run_token(&self) -> Result<LeaseToken>;
+
+    /// Claim up to `limit` due items, oldest first, leased for `lease`
+    /// under the run's token `run`, leaving out the items that already
+    /// carry `run` (attempted in this run).
+    fn claim_for(
+        &self,
+        run: LeaseToken,
+        limit: usize,
+        lease: Duration,
+        ignore_backoff: bool,
+    ) -> Result<Vec<Claimed>>;
+
+    /// One claim as a run of its own: [`Leasing::claim_for`] under a new
+    /// [`Leasing::run_token`].
+    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>> {
+        let run = self.run_token()?;
+        self.claim_for(run, limit, lease, ignore_backoff)
+    }
 
     /// Record delivered items as done (removed, or retained with their
     /// evidence as [`Queue::deliver`] does), in one commit. Returns, per
@@ -513,8 +616,20 @@ pub trait Leasing: Send + Sync {
     /// still ours.
     fn dead_letter_claimed(&self, id: ItemId, token: LeaseToken, last_error: &str) -> Result<bool>;
 
+    /// Move a claimed item to the dead-letter set without delivering it
+    /// (its attempts already reached the budget): as
+    /// [`Leasing::dead_letter_claimed`], with the attempt counted at the
+    /// claim taken back. Whether the lease was still ours.
+    fn dead_letter_unattempted(
+        &self,
+        id: ItemId,
+        token: LeaseToken,
+        last_error: &str,
+    ) -> Result<bool>;
+
     /// Give claimed items back undelivered (a stop, a deadline): the lease
-    /// ends and the attempt counted at the claim is taken back.
+    /// ends, the attempt counted at the claim is taken back, and the item
+    /// no longer carries the run's token (the run may claim it again).
     fn release(&self, claims: &[(ItemId, LeaseToken)]) -> Result<()>;
 
     /// Pending items a replay skips now: `(held, waiting)` where waiting

@@ -614,3 +614,133 @@ fn options_that_do_not_apply_to_push_are_usage_errors() {
         "nothing numbered"
     );
 }
+
+/// SPEC §7: a `Retry-After` longer than `--backoff-max` ends the run with
+/// 75, and the next run — a cron run or `--follow` — does not send before
+/// that time: the items in flight keep it as their next retry time
+/// (`show`, `list`); `--ignore-backoff` sends anyway.
+#[test]
+fn a_retry_after_holds_back_later_runs_until_its_time() {
+    each_backend(|env| {
+        let rx = PushReceiver::start();
+        rx.script([Act::Status(503, r#"{"error":"full"}"#.into(), Some(120))]);
+        enqueue_lines(env, 2);
+        let a = push(env, &rx.url(), &["--backoff-max", "1m", "--json"]).code(75);
+        let r = json_out(&a);
+        assert_eq!(r["stopped"], "retry_after", "{r}");
+        assert!(r["not_before"].is_string(), "{r}");
+        assert_eq!(rx.requests().len(), 1);
+        for id in 1..=2 {
+            let it = item(env, id);
+            assert_eq!(it["next_retry_at"], r["not_before"], "{it}");
+        }
+        let listed = stdout(&env.run(&["list"]).success());
+        for row in listed.lines() {
+            let retry = row.split('\t').nth(4).unwrap();
+            assert!(retry.starts_with("in 1m"), "next retry: {row}");
+        }
+        // The next run sends nothing, and says why.
+        let a = push(env, &rx.url(), &[]).code(75);
+        assert!(
+            stdout(&a).contains("asked (Retry-After) not to be sent to before"),
+            "{}",
+            stdout(&a)
+        );
+        let r = json_out(&push(env, &rx.url(), &["--json"]).code(75));
+        assert_eq!(r["stopped"], "not_before", "{r}");
+        assert_eq!(r["requests"], 0, "{r}");
+        // Nor does a follower before the time comes.
+        push(env, &rx.url(), &["--follow", "--idle-exit", "1s"]).code(75);
+        assert_eq!(rx.requests().len(), 1, "nothing sent before the time");
+        // --ignore-backoff overrides it.
+        push(env, &rx.url(), &["--ignore-backoff"]).code(0);
+        assert_eq!(rx.payloads(), numbers(2));
+        assert_eq!(rx.seqs().last().unwrap(), &[1, 2], "the same numbers");
+    });
+}
+
+/// A push the receiver refuses (401/403, another 4xx) leaves the items of
+/// the refused request in flight with their numbers: the hint says so
+/// (and that the next run resends them), never that nothing changed.
+#[test]
+fn a_refused_push_says_its_entries_stay_in_flight() {
+    each_backend(|env| {
+        let rx = PushReceiver::start();
+        rx.require_token("right-token-0123456789");
+        enqueue_lines(env, 2);
+        let a = push(
+            env,
+            &rx.url(),
+            &["-H", "Authorization: Bearer wrong-token-9876543210"],
+        )
+        .code(77);
+        let hint = stderr(&a)
+            .lines()
+            .find_map(|l| l.strip_prefix("hint: ").map(str::to_string))
+            .unwrap_or_default();
+        assert!(
+            hint.ends_with(
+                "2 entries stay in flight with their sequence numbers, and the next run resends \
+                 them with the same numbers (`spool list` shows them; `spool done --force ID` \
+                 abandons one)"
+            ),
+            "{hint}"
+        );
+        assert!(
+            !stderr(&a).contains("no item was changed"),
+            "{}",
+            stderr(&a)
+        );
+        assert_eq!(item(env, 1)["push_seq"], 1);
+        assert_eq!(item(env, 2)["push_seq"], 2);
+        // Another 4xx: the same truth.
+        rx.script([Act::Status(422, r#"{"error":"no"}"#.into(), None)]);
+        let a = push(
+            env,
+            &rx.url(),
+            &["-H", "Authorization: Bearer right-token-0123456789"],
+        )
+        .code(65);
+        assert!(
+            stderr(&a).contains("hint: the receiver's answer is quoted above; 2 entries stay"),
+            "{}",
+            stderr(&a)
+        );
+        push(
+            env,
+            &rx.url(),
+            &["-H", "Authorization: Bearer right-token-0123456789"],
+        )
+        .code(0);
+        assert_eq!(rx.seqs().last().unwrap(), &[1, 2], "resent as they were");
+        assert_eq!(rx.payloads(), numbers(2));
+    });
+}
+
+/// A failed push request tells its cause on stderr even with `-q`, once
+/// (the first); the summary stays on stdout.
+#[test]
+fn a_failed_push_tells_the_first_cause_with_q_too() {
+    each_backend(|env| {
+        let rx = PushReceiver::start();
+        rx.script(vec![
+            Act::Status(
+                503,
+                r#"{"error":"maintenance"}"#.into(),
+                None
+            );
+            2
+        ]);
+        enqueue_lines(env, 1);
+        let a = push(env, &rx.url(), &["-q", "--max-attempts", "2"]).code(75);
+        let err = stderr(&a);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(
+                "spool: push receiver answered HTTP 503: maintenance (failed request 1 of 2)"
+            ),
+            "{err}"
+        );
+        assert_eq!(stdout(&a).lines().count(), 1);
+    });
+}

@@ -715,3 +715,257 @@ fn group_commit_after_a_kill_redelivers_at_most_a_group() {
         assert!(redelivered <= 8, "{redelivered} redelivered");
     });
 }
+
+/// SPEC §4: an item whose attempts already reach `--max-attempts` (set by
+/// an operator, or a lowered budget) is dead-lettered by the next replay
+/// without another attempt, the reason saying so and keeping the last
+/// error; the run exits 1. On every backend.
+#[test]
+fn an_item_at_its_budget_is_dead_lettered_without_another_attempt() {
+    each_backend_and_postgres("an item at its budget", |env| {
+        let sink = Sink::start(|_, _| Answer::Full(503, vec![], "{\"error\": \"busy\"}".into()));
+        let tried = env.enqueue("tried");
+        let fresh = env.enqueue("fresh");
+        env.run(&["replay", "--url", &sink.url("/"), "--limit", "1"])
+            .code(75);
+        assert_eq!(sink.received().len(), 1);
+        let before = item(env, tried)["last_error"].as_str().unwrap().to_string();
+        env.run(&["attempts", &tried.to_string(), "--set", "2"])
+            .success();
+        env.run(&["attempts", &fresh.to_string(), "--set", "3"])
+            .success();
+        let a = env
+            .run(&[
+                "replay",
+                "--url",
+                &sink.url("/"),
+                "--max-attempts",
+                "2",
+                "--ignore-backoff",
+            ])
+            .code(1);
+        assert!(
+            stdout(&a).starts_with("delivered 0, failed 0, dead-lettered 2"),
+            "{}",
+            stdout(&a)
+        );
+        assert_eq!(sink.received().len(), 1, "no further attempt");
+        let dead = |id: u64| {
+            json_of(
+                &env.run(&["dlq", "show", &id.to_string(), "--json"])
+                    .success(),
+            )
+        };
+        let d = dead(tried);
+        assert_eq!(d["attempts"], 2, "{d}");
+        assert_eq!(
+            d["last_error"],
+            format!(
+                "attempts (2) already reach --max-attempts 2; dead-lettered without another \
+                 attempt (last error: {before})"
+            )
+        );
+        let d = dead(fresh);
+        assert_eq!(d["attempts"], 3, "{d}");
+        assert_eq!(
+            d["last_error"],
+            "attempts (3) already reach --max-attempts 2; dead-lettered without another attempt"
+        );
+        assert!(
+            stderr(&a).contains("already reach --max-attempts 2"),
+            "{}",
+            stderr(&a)
+        );
+    });
+}
+
+/// SPEC §4: one run attempts an item at most once — with
+/// `--ignore-backoff`, with a backoff of zero, with `--concurrency` — on
+/// every backend, PostgreSQL's leased replay included: an always-failing
+/// item with `--max-attempts 2` fails in the first run (75) and is
+/// dead-lettered in the second (1).
+#[test]
+fn one_run_attempts_an_item_at_most_once_on_every_backend() {
+    each_backend_and_postgres("one attempt per run", |env| {
+        let sink = Sink::always(500);
+        let ids = [env.enqueue("a"), env.enqueue("b")];
+        let runs: [&[&str]; 3] = [
+            &["--ignore-backoff"],
+            &["--backoff-base", "0s", "--backoff-max", "0s"],
+            &["--ignore-backoff", "--concurrency", "2"],
+        ];
+        for (i, extra) in runs.iter().enumerate() {
+            let url = sink.url("/");
+            let mut args = vec!["replay", "--url", &url, "--max-attempts", "2"];
+            args.extend_from_slice(extra);
+            let received = sink.received().len();
+            let a = env.run(&args).code(75);
+            assert!(
+                stdout(&a).starts_with("delivered 0, failed 2, dead-lettered 0"),
+                "{extra:?}: {}",
+                stdout(&a)
+            );
+            assert_eq!(sink.received().len(), received + 2, "{extra:?}");
+            let a = env.run(&args).code(1);
+            assert!(
+                stdout(&a).starts_with("delivered 0, failed 0, dead-lettered 2"),
+                "{extra:?}: {}",
+                stdout(&a)
+            );
+            assert_eq!(sink.received().len(), received + 4, "{extra:?}");
+            for id in ids {
+                let d = json_of(
+                    &env.run(&["dlq", "show", &id.to_string(), "--json"])
+                        .success(),
+                );
+                assert_eq!(d["attempts"], 2, "{extra:?}: {d}");
+            }
+            if i + 1 < runs.len() {
+                env.run(&["dlq", "requeue", "--all"]).success();
+            }
+        }
+    });
+}
+
+/// SPEC §3: `list --due`, the due count of `stats` and a replay agree on
+/// what is due now — not held, not backing off, not waiting behind an
+/// earlier pending item of its ordering group (a held or backing-off head
+/// holds its group back; a dead letter does not). On every backend.
+#[test]
+fn list_due_and_stats_are_what_replay_attempts() {
+    each_backend_and_postgres("the due rule", |env| {
+        let fail = Sink::always(500);
+        let later = ["--backoff-base", "1h", "--backoff-max", "1h"];
+        let add = |payload: &str, group: Option<&str>| -> u64 {
+            let mut args = vec!["enqueue"];
+            if let Some(g) = group {
+                args.extend(["--group", g]);
+            }
+            args.extend(["--", payload]);
+            parse_id(&env.run(&args).success().get_output().stdout)
+        };
+        // The head of group "dead" is rejected for good first.
+        add("x1", Some("dead"));
+        let reject = Sink::always(400);
+        env.run(&["replay", "--url", &reject.url("/")]).code(1);
+        let held_head = add("h1", Some("held"));
+        add("h2", Some("held"));
+        add("w1", Some("waiting"));
+        add("w2", Some("waiting"));
+        let head = add("d1", Some("due"));
+        add("d2", Some("due"));
+        let plain = add("p", None);
+        let after_dead = add("x2", Some("dead"));
+        let held = add("ph", None);
+        env.run(&["hold", &held_head.to_string(), &held.to_string()])
+            .success();
+        // The head of group "waiting" fails and waits an hour.
+        let fail_url = fail.url("/");
+        let mut args = vec!["replay", "--url", &fail_url, "--limit", "1"];
+        args.extend(later);
+        env.run(&args).code(75);
+        let bodies = |sink: &Sink| -> Vec<String> {
+            sink.received()
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+                .collect()
+        };
+        assert_eq!(bodies(&fail), ["w1"]);
+        let listed = |args: &[&str]| -> Vec<u64> {
+            let mut all = vec!["--json", "list", "--due"];
+            all.extend(args);
+            ndjson(&env.run(&all).success().get_output().stdout)
+                .iter()
+                .map(|v| v["id"].as_u64().unwrap())
+                .collect()
+        };
+        let due = vec![head, plain, after_dead];
+        assert_eq!(listed(&[]), due);
+        assert_eq!(listed(&["--limit", "2"]), due[..2]);
+        assert!(listed(&["--group", "held"]).is_empty());
+        assert!(listed(&["--group", "waiting"]).is_empty());
+        let stats = json_of(&env.run(&["stats", "--json"]).success());
+        assert_eq!(stats["due"], due.len(), "{stats}");
+        // A replay attempts exactly those.
+        let mut args = vec!["replay", "--url", &fail_url];
+        args.extend(later);
+        let r = json_of(&env.run(&[&args[..], &["--json"]].concat()).code(75));
+        assert_eq!(r["failed"], 3, "{r}");
+        assert_eq!(bodies(&fail), ["w1", "d1", "p", "x2"]);
+        assert!(listed(&[]).is_empty());
+        let stats = json_of(&env.run(&["stats", "--json"]).success());
+        assert_eq!(stats["due"], 0, "{stats}");
+    });
+}
+
+/// A replay that fails tells why on stderr, one line for the first failed
+/// item (with `-q` too: a cron mail must say why), while stdout keeps its
+/// one summary line; `-v` tells every failure instead.
+#[test]
+fn a_failed_run_tells_the_first_failure_s_cause_on_stderr() {
+    each_backend(|env| {
+        let port = http_sink::quiet_port();
+        let url = format!("http://127.0.0.1:{port}/");
+        let first = env.enqueue("a");
+        env.enqueue("b");
+        for quiet in [&[][..], &["-q"][..]] {
+            let mut args = quiet.to_vec();
+            args.extend(["replay", "--url", &url, "--ignore-backoff"]);
+            let a = env.run(&args).code(75);
+            assert_eq!(
+                stdout(&a),
+                "delivered 0, failed 2, dead-lettered 0, not due 0, held 0\n"
+            );
+            assert_eq!(
+                stderr(&a),
+                format!(
+                    "spool: item {first} failed: connection error: connection refused \
+                     (127.0.0.1:{port})\n"
+                ),
+                "{quiet:?}"
+            );
+        }
+        let a = env
+            .run(&["-v", "replay", "--url", &url, "--ignore-backoff"])
+            .code(75);
+        let err = stderr(&a);
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.contains("failed: connection"))
+                .count(),
+            2,
+            "{err}"
+        );
+        // --exec: the command's last stderr lines.
+        let a = env
+            .run(&[
+                "-q",
+                "replay",
+                "--ignore-backoff",
+                "--exec",
+                "sh -c 'echo upstream said no >&2; exit 3'",
+            ])
+            .code(75);
+        assert_eq!(
+            stderr(&a),
+            format!("spool: item {first} failed: command exited with 3: upstream said no\n")
+        );
+        // The first dead letter is told as well, also with -q.
+        let a = env
+            .run(&[
+                "-q",
+                "replay",
+                "--ignore-backoff",
+                "--exec",
+                "sh -c 'echo gone >&2; exit 65'",
+            ])
+            .code(1);
+        assert_eq!(
+            stderr(&a),
+            format!(
+                "spool: item {first}: dead-lettered after attempt 5 (rejected by the target): \
+                 command rejected the item (exit 65): gone\n"
+            )
+        );
+    });
+}

@@ -124,6 +124,7 @@ policies!(
         push_acks_are_retained_with_the_watermark,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
+        the_due_rule_leaves_out_held_waiting_and_group_waiting_items,
     ],
 );
 
@@ -3640,4 +3641,80 @@ fn another_uuid_import_ignores_the_header(s: Setup) {
     assert_eq!(push_state(&h), before);
     assert_eq!(get(&h, 100).push_seq, None);
     assert_eq!(in_flight(&h), vec![(id, 1)]);
+}
+
+/// `due_page`, `due_count` and `group_head` (SPEC §3, §9): the items a
+/// replay would attempt now are the pending ones that are not held, not
+/// waiting for a retry time (unless backoff is ignored), and the first
+/// pending item of their ordering group — a held or waiting head holds its
+/// group back, a dead letter does not; all three agree, page by page.
+fn the_due_rule_leaves_out_held_waiting_and_group_waiting_items(s: Setup) {
+    let mut h = s.open(None);
+    let now = h.now();
+    let later = now.saturating_add(secs(60));
+    let add = |h: &Harness, p: &str, g: Option<&str>| enq_one(h, new_item(p, "", g, None)).id;
+    let dead_head = add(&h, "x1", Some("dead"));
+    let held_head = add(&h, "h1", Some("held"));
+    let behind_held = add(&h, "h2", Some("held"));
+    let waiting_head = add(&h, "w1", Some("waiting"));
+    let behind_waiting = add(&h, "w2", Some("waiting"));
+    let head = add(&h, "d1", Some("due"));
+    let behind_head = add(&h, "d2", Some("due"));
+    let plain = add(&h, "p", None);
+    let after_dead = add(&h, "x2", Some("dead"));
+    let held = add(&h, "ph", None);
+    let waiting = add(&h, "pw", None);
+    h.q().set_held(&[held_head, held], true).unwrap();
+    for id in [waiting_head, waiting] {
+        h.q()
+            .record_attempt(
+                id,
+                &AttemptUpdate {
+                    attempts: 1,
+                    next_retry_at: Some(later),
+                    last_error: Some("busy".into()),
+                },
+            )
+            .unwrap();
+    }
+    assert!(h.q().dead_letter(dead_head, "gone").unwrap());
+    h.step();
+    let ids = |v: Vec<Item>| v.iter().map(|i| i.id).collect::<Vec<ItemId>>();
+    let page = |h: &Harness, at, ignore, after, limit| {
+        ids(h.q().due_page(at, ignore, after, limit).unwrap())
+    };
+    let count = |h: &Harness, at, ignore, at_most| h.q().due_count(at, ignore, at_most).unwrap();
+    let head_of = |h: &Harness, g: &str| h.q().group_head(g).unwrap();
+    assert_eq!(head_of(&h, "held"), Some(held_head));
+    assert_eq!(head_of(&h, "waiting"), Some(waiting_head));
+    assert_eq!(head_of(&h, "due"), Some(head));
+    assert_eq!(
+        head_of(&h, "dead"),
+        Some(after_dead),
+        "dead letters do not lead"
+    );
+    assert_eq!(head_of(&h, "none"), None);
+    let due = vec![head, plain, after_dead];
+    assert_eq!(page(&h, now, false, 0, 100), due);
+    assert_eq!(count(&h, now, false, None), 3);
+    assert_eq!(page(&h, now, false, 0, 2), due[..2]);
+    assert_eq!(page(&h, now, false, plain, 2), [after_dead]);
+    assert_eq!(page(&h, now, false, after_dead, 2), Vec::<ItemId>::new());
+    assert_eq!(count(&h, now, false, Some(2)), 2);
+    // Without backoff (and once the retry time has come), the waiting
+    // items are due; what waits behind a head still waits.
+    let due = vec![waiting_head, head, plain, after_dead, waiting];
+    assert_eq!(page(&h, now, true, 0, 100), due);
+    assert_eq!(count(&h, now, true, None), 5);
+    assert_eq!(page(&h, later, false, 0, 100), due);
+    assert_eq!(count(&h, later, false, None), 5);
+    // A head that leaves hands its group on; a released head leads again.
+    h.q().mark_done(&[head]).unwrap();
+    h.q().set_held(&[held_head], false).unwrap();
+    h.step();
+    let due = vec![held_head, behind_head, plain, after_dead];
+    assert_eq!(page(&h, now, false, 0, 100), due);
+    assert_eq!(count(&h, now, false, None), 4);
+    assert!(!page(&h, now, true, 0, 100).contains(&behind_held));
+    assert!(!page(&h, now, true, 0, 100).contains(&behind_waiting));
 }

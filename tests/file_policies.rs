@@ -193,7 +193,7 @@ fn an_index_rebuilt_from_the_files_finds_the_same_candidates() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     let report = verify_path(&p).unwrap();
     assert!(report.healthy(), "{report:?}");
 }

@@ -322,13 +322,13 @@ fn a_poison_item_reaches_the_dead_letters() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let dead = s.dead_get(id).unwrap().expect("dead-lettered");
-    assert_eq!(dead.item.attempts, 4);
-    assert!(
-        dead.item
-            .last_error
-            .as_deref()
-            .unwrap_or_default()
-            .contains("gave up after 3 attempts"),
+    assert_eq!(
+        dead.item.attempts, 3,
+        "the claim that found it at its budget took its count back"
+    );
+    assert_eq!(
+        dead.item.last_error.as_deref(),
+        Some("attempts (3) already reach --max-attempts 3; dead-lettered without another attempt"),
         "{dead:?}"
     );
 }

@@ -1088,3 +1088,107 @@ fn concurrent_replay_keeps_one_item_per_group_in_flight() {
         }
     }
 }
+
+/// SPEC §4: an item whose attempts already reach the budget is
+/// dead-lettered without another delivery — sequentially and with
+/// `--concurrency` — the reason saying so and keeping the last error; the
+/// run's status is "dead-lettered".
+#[test]
+fn an_item_at_its_budget_is_dead_lettered_without_a_delivery() {
+    for concurrency in [1, 3] {
+        let (_m, shared) = clock();
+        let s = Spool::memory(&OpenOptions {
+            clock: shared.clone(),
+            ..OpenOptions::default()
+        });
+        let tried = s.enqueue(b"tried", "").unwrap().id;
+        let set = s.enqueue(b"set", "").unwrap().id;
+        let fresh = s.enqueue(b"fresh", "").unwrap().id;
+        s.record_attempt(
+            tried,
+            &spool::AttemptUpdate {
+                attempts: 2,
+                next_retry_at: None,
+                last_error: Some("HTTP 503: busy".into()),
+            },
+        )
+        .unwrap();
+        s.set_attempts(set, 5).unwrap();
+        let target = Scripted::new(fail);
+        let opts = ReplayOptions {
+            max_attempts: 2,
+            concurrency,
+            ..fixed_opts()
+        };
+        let r = SyncWorker::new(&*s, &target, opts, shared.clone())
+            .unwrap()
+            .run()
+            .unwrap();
+        assert_eq!((r.dead_lettered, r.failed), (2, 1), "{concurrency}");
+        assert_eq!(r.status(), ReplayStatus::DeadLettered);
+        let delivered: Vec<u64> = target.deliveries().iter().map(|d| d.0).collect();
+        assert_eq!(delivered, [fresh], "only the item under its budget");
+        let dead = |id| s.dead_get(id).unwrap().unwrap().item;
+        assert_eq!(dead(tried).attempts, 2);
+        assert_eq!(
+            dead(tried).last_error.as_deref(),
+            Some(
+                "attempts (2) already reach --max-attempts 2; dead-lettered without another \
+                 attempt (last error: HTTP 503: busy)"
+            )
+        );
+        assert_eq!(dead(set).attempts, 5);
+        assert_eq!(
+            dead(set).last_error.as_deref(),
+            Some("attempts (5) already reach --max-attempts 2; dead-lettered without another attempt")
+        );
+        assert_eq!(s.get(fresh).unwrap().unwrap().attempts, 1);
+    }
+}
+
+/// The progress total leaves out the items that wait behind their
+/// ordering group (here behind a held head and behind a due one): it is
+/// what the run attempts, on every local backend.
+#[test]
+fn the_progress_total_leaves_out_items_waiting_behind_their_group() {
+    for name in ["memory", "q.ndjson", "q.db"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_m, shared) = clock();
+        let mut o = OpenOptions::new(OpenMode::Create);
+        o.clock = shared.clone();
+        let s = if name == "memory" {
+            Spool::memory(&o)
+        } else {
+            Spool::open(&dir.path().join(name), &o).unwrap()
+        };
+        for (p, g) in [
+            ("a1", Some("a")),
+            ("a2", Some("a")),
+            ("b1", Some("b")),
+            ("b2", Some("b")),
+            ("p", None),
+        ] {
+            let mut n = spool::NewItem::new(p.as_bytes(), "");
+            n.group = g.map(str::to_string);
+            s.enqueue_batch(&[n], &spool::EnqueueOptions::default())
+                .unwrap();
+        }
+        s.set_held(&[1], true).unwrap();
+        let target = Scripted::new(fail);
+        let observer = Totals {
+            wants: true,
+            ..Totals::default()
+        };
+        let opts = ReplayOptions {
+            dry_run: true,
+            ..fixed_opts()
+        };
+        SyncWorker::new(&*s, &target, opts, shared.clone())
+            .unwrap()
+            .with_observer(&observer)
+            .run()
+            .unwrap();
+        assert_eq!(*observer.started.lock().unwrap(), [Some(2)], "{name}");
+        assert_eq!(observer.attempted.load(AtomicOrdering::SeqCst), 2, "{name}");
+    }
+}

@@ -88,6 +88,15 @@ impl Queue for MemoryQueue {
         Ok(self.lock().pending.get(&id).cloned())
     }
 
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        Ok(self
+            .lock()
+            .pending
+            .values()
+            .find(|it| it.group.as_deref() == Some(group))
+            .map(|it| it.id))
+    }
+
     fn deliver(&self, done: &[(ItemId, Evidence)]) -> Result<Vec<bool>> {
         let now = self.clock.now();
         self.lock().deliver(done, now)

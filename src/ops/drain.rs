@@ -9,6 +9,7 @@
 use crate::error::Result;
 use crate::item::{Item, ItemId};
 use crate::queue::{Queue, PAGE_SIZE};
+use crate::time::Timestamp;
 
 /// Options for [`drain`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -31,6 +32,9 @@ pub struct ItemStream<'a> {
     remaining: Option<usize>,
     page_size: usize,
     finished: bool,
+    /// Only the items replay would attempt at this time (with backoff
+    /// ignored when true): [`Queue::due_page`] instead of [`Queue::page`].
+    due: Option<(Timestamp, bool)>,
 }
 
 impl<'a> ItemStream<'a> {
@@ -43,6 +47,20 @@ impl<'a> ItemStream<'a> {
             remaining: limit,
             page_size: PAGE_SIZE,
             finished: false,
+            due: None,
+        }
+    }
+
+    /// An unlimited stream of the items a replay at `now` would attempt
+    /// ([`Queue::due_page`]), for filtering.
+    pub(crate) fn due(
+        queue: &'a dyn Queue,
+        now: Timestamp,
+        ignore_backoff: bool,
+    ) -> ItemStream<'a> {
+        ItemStream {
+            due: Some((now, ignore_backoff)),
+            ..ItemStream::new(queue, None)
         }
     }
 
@@ -80,7 +98,13 @@ impl Iterator for ItemStream<'_> {
                 Some(r) => r.min(self.page_size),
                 None => self.page_size,
             };
-            match self.queue.page(self.after, want) {
+            let page = match self.due {
+                Some((now, ignore_backoff)) => {
+                    self.queue.due_page(now, ignore_backoff, self.after, want)
+                }
+                None => self.queue.page(self.after, want),
+            };
+            match page {
                 Ok(page) => {
                     if page.len() < want {
                         self.finished = true;

@@ -2,7 +2,9 @@
 //!
 //! [`list`] streams items like [`super::drain`] and applies the filters
 //! (key, minimum attempts, due now); the limit counts items that passed
-//! the filters. [`Row`] is what a table shows of an item: sizes, ages and
+//! the filters. "Due now" is the spool's own rule ([`Queue::due_page`]):
+//! exactly the items a replay would attempt, not held, not backing off,
+//! not waiting behind their ordering group. [`Row`] is what a table shows of an item: sizes, ages and
 //! retry state computed against one `now`, and key and payload escaped
 //! by [`super::preview`] so that no stored byte reaches a terminal raw.
 
@@ -25,7 +27,9 @@ pub struct ListOptions {
     pub min_attempts: Option<u32>,
     /// Only items of this ordering group.
     pub group: Option<String>,
-    /// Only items replay would attempt at `now` (not held, not waiting).
+    /// Only items replay would attempt at `now` ([`Queue::due_page`]: not
+    /// held, not waiting for a retry time, not waiting behind their
+    /// ordering group).
     pub due: bool,
     /// Which set to list (`None`: pending items, held ones included).
     pub state: Option<StateFilter>,
@@ -94,7 +98,6 @@ impl ListOptions {
                 .as_deref()
                 .is_none_or(|g| item.group.as_deref() == Some(g))
             && self.min_attempts.is_none_or(|n| item.attempts >= n)
-            && (!self.due || item.is_due(self.now))
     }
 }
 
@@ -109,7 +112,9 @@ pub fn list<'a>(
         || opts.min_attempts.is_some()
         || opts.due
         || opts.state.is_some();
-    let stream = if filtered {
+    let stream = if opts.due {
+        ItemStream::due(queue, opts.now, false)
+    } else if filtered {
         ItemStream::unlimited(queue)
     } else {
         ItemStream::new(queue, opts.limit)

@@ -609,6 +609,7 @@ pub fn follow_push(
             Some(PushHalt::Limit | PushHalt::Refused(_)) => (Some(FollowEnd::Finished), None),
             Some(PushHalt::Budget) => (None, Some(now.saturating_add(req.options.backoff.max))),
             Some(PushHalt::RetryAfter(d)) => (None, Some(now.saturating_add(*d))),
+            Some(PushHalt::NotBefore(t)) => (None, Some(*t)),
             None if remaining(req.options.limit, sent) == Some(0) => {
                 (Some(FollowEnd::Finished), None)
             }

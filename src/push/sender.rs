@@ -21,7 +21,7 @@
 //! | 409 and the batch started beyond `last_seq + 1`, `last_seq` ≥ watermark | [`Decision::Resend`] from `last_seq + 1` |
 //! | 409 and the batch started beyond `last_seq + 1`, `last_seq` < watermark | [`Decision::Stop`] (`Data`): the receiver lost state |
 //! | 409 otherwise (a content conflict), or without `last_seq` | [`Decision::Stop`] (`Data`) with the body's error |
-//! | 401, 403 | [`Decision::Stop`] (`PermissionDenied`), items untouched |
+//! | 401, 403 | [`Decision::Stop`] (`PermissionDenied`); the request's entries stay in flight |
 //! | 413, batch of two or more | [`Decision::Halve`] |
 //! | 413, batch of one | [`Decision::DeadLetter`] that entry |
 //! | 408, 425, 429, 5xx, 1xx, 3xx, timeout, connection error | [`Decision::Backoff`], honouring `Retry-After` |
@@ -332,7 +332,9 @@ impl Ack {
     }
 }
 
-/// Why the push run stops. Nothing is resent and no item is changed.
+/// Why the push run stops. Nothing is resent and nothing is settled: the
+/// entries of the refused request keep their sequence numbers, in flight,
+/// for a later run to resend as they are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stop {
     /// [`ErrorKind::Data`] (exit 65) or [`ErrorKind::PermissionDenied`]

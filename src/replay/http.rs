@@ -388,15 +388,25 @@ pub(crate) fn authority(uri: &http::Uri) -> String {
 }
 
 /// A ureq error in words, without the URL (which may hold credentials):
-/// a TLS failure with its cause when `roots` can name it.
+/// a TLS failure with its cause when `roots` can name it; a failure to
+/// reach the server names it (`connection error: connection refused
+/// (127.0.0.1:9)`), so that a log line or a `last_error` says where.
 pub(crate) fn describe_request_error(
     e: &ureq::Error,
     authority: &str,
     roots: Option<&TrustedRoots>,
 ) -> String {
-    roots
-        .and_then(|r| r.explain(authority, e))
-        .unwrap_or_else(|| describe_error(e))
+    if let Some(explained) = roots.and_then(|r| r.explain(authority, e)) {
+        return explained;
+    }
+    let text = describe_error(e);
+    match e {
+        ureq::Error::Timeout(_)
+        | ureq::Error::HostNotFound
+        | ureq::Error::ConnectionFailed
+        | ureq::Error::Io(_) => format!("{text} ({authority})"),
+        _ => text,
+    }
 }
 
 /// A ureq error in words, without the URL (which may hold credentials).

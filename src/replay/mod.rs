@@ -11,8 +11,15 @@
 //!   `attempts` and is written back after every failure together with the
 //!   next retry time and the reason, so a new process continues the count.
 //! * After `max_attempts` failed attempts (default 5) the item moves to
-//!   the spool's dead-letter set (or to a [`DeadLetterSink`]). A failing
-//!   sink is reported and the item stays pending: nothing is dropped.
+//!   the spool's dead-letter set (or to a [`DeadLetterSink`]). An item
+//!   whose attempts already reach the budget when a run comes to it (an
+//!   operator set them, or the budget was lowered) is dead-lettered
+//!   without another attempt, the reason saying so
+//!   ([`over_budget_reason`]). A failing sink is reported and the item
+//!   stays pending: nothing is dropped.
+//! * One run attempts an item at most once, on every backend (a local
+//!   run walks the spool once in id order; a leased run's claims leave out
+//!   what the run attempted already).
 //! * Nothing is marked done before its delivery succeeded. A crash after a
 //!   delivery and before its `done` commit redelivers the item on the next
 //!   run with the same idempotency key (at-least-once).
@@ -110,6 +117,22 @@ pub trait DeadLetterSink: Send + Sync {
     /// Take the item. On `Ok` the worker removes it from the spool; on
     /// `Err` it stays pending and the failure is reported.
     fn accept(&self, item: &Item, last_error: &str) -> std::result::Result<(), String>;
+}
+
+/// The `last_error` of an item dead-lettered without another attempt
+/// because its `attempts` already reach `max_attempts` (SPEC §4), keeping
+/// its previous last error visible:
+/// `attempts (2) already reach --max-attempts 2; dead-lettered without
+/// another attempt (last error: HTTP 503: busy)`.
+pub fn over_budget_reason(attempts: u32, max_attempts: u32, last_error: Option<&str>) -> String {
+    let mut reason = format!(
+        "attempts ({attempts}) already reach --max-attempts {max_attempts}; dead-lettered \
+         without another attempt"
+    );
+    if let Some(e) = last_error.filter(|e| !e.is_empty()) {
+        reason.push_str(&format!(" (last error: {e})"));
+    }
+    reason
 }
 
 /// Replay options; the defaults are the reference's.
@@ -621,17 +644,21 @@ impl<'a> SyncWorker<'a> {
                 }
                 return Ok(true);
             }
-            let key = self.key_for(ctx, &item);
-            let outcome = self
-                .target
-                .deliver(&Delivery {
-                    item: &item,
-                    attempt,
-                    idempotency_key: &key,
-                    spool_path: self.spool_path.as_deref(),
-                })
-                .map_err(Error::Unsupported)?;
-            let recorded = self.record(&item, attempt, outcome, report)?;
+            let recorded = if self.over_budget(&item) {
+                self.give_up(&item, report)?
+            } else {
+                let key = self.key_for(ctx, &item);
+                let outcome = self
+                    .target
+                    .deliver(&Delivery {
+                        item: &item,
+                        attempt,
+                        idempotency_key: &key,
+                        spool_path: self.spool_path.as_deref(),
+                    })
+                    .map_err(Error::Unsupported)?;
+                self.record(&item, attempt, outcome, report)?
+            };
             if recorded.left_pending() {
                 ctx.groups.left(&item);
             }
@@ -684,16 +711,30 @@ impl<'a> SyncWorker<'a> {
                     let Some((item, attempt, key)) = self.take(&mut lock()) else {
                         break;
                     };
-                    let out = self.target.deliver(&Delivery {
-                        item: &item,
-                        attempt,
-                        idempotency_key: &key,
-                        spool_path: self.spool_path.as_deref(),
+                    // `None`: at the budget already, not delivered.
+                    let out = (!self.over_budget(&item)).then(|| {
+                        self.target.deliver(&Delivery {
+                            item: &item,
+                            attempt,
+                            idempotency_key: &key,
+                            spool_path: self.spool_path.as_deref(),
+                        })
                     });
                     let mut feed = lock();
                     let feed = &mut *feed;
-                    match out {
-                        Ok(outcome) => match self.record(&item, attempt, outcome, feed.report) {
+                    let recorded = match out {
+                        None => Some(self.give_up(&item, feed.report)),
+                        Some(Ok(outcome)) => {
+                            Some(self.record(&item, attempt, outcome, feed.report))
+                        }
+                        Some(Err(e)) => {
+                            feed.fatal.get_or_insert(Error::Unsupported(e));
+                            feed.closed = true;
+                            None
+                        }
+                    };
+                    if let Some(recorded) = recorded {
+                        match recorded {
                             Ok(recorded) => {
                                 if recorded.left_pending() {
                                     feed.ctx.groups.left(&item);
@@ -703,10 +744,6 @@ impl<'a> SyncWorker<'a> {
                                 feed.error.get_or_insert(e);
                                 feed.closed = true;
                             }
-                        },
-                        Err(e) => {
-                            feed.fatal.get_or_insert(Error::Unsupported(e));
-                            feed.closed = true;
                         }
                     }
                 });
@@ -854,6 +891,27 @@ impl<'a> SyncWorker<'a> {
         Ok(result)
     }
 
+    /// True when `item`'s attempts already reach the budget: it is
+    /// dead-lettered without another attempt ([`SyncWorker::give_up`]).
+    fn over_budget(&self, item: &Item) -> bool {
+        item.attempts >= self.opts.max_attempts
+    }
+
+    /// Dead-letter an item whose attempts already reach the budget,
+    /// without an attempt, and report it.
+    fn give_up(&self, item: &Item, report: &mut ReplayReport) -> Result<ItemOutcome> {
+        let reason = over_budget_reason(
+            item.attempts,
+            self.opts.max_attempts,
+            item.last_error.as_deref(),
+        );
+        let result = self.kill(item, item.attempts, reason, false, report)?;
+        if let Some(o) = self.observer {
+            o.attempted(item, item.attempts, &result);
+        }
+        Ok(result)
+    }
+
     fn kill(
         &self,
         item: &Item,
@@ -970,6 +1028,9 @@ impl SyncWorker<'_> {
         let (held, waiting) = leasing.skipped_now(self.opts.ignore_backoff)?;
         report.held = held;
         report.not_due = waiting;
+        // One token for the whole run: its claims never take an item the
+        // run attempted already.
+        let run = leasing.run_token()?;
         let batch = self.opts.commit_every.clamp(1, 64);
         let shared = Mutex::new(LeaseFeed {
             ctx,
@@ -1006,15 +1067,16 @@ impl SyncWorker<'_> {
                     n
                 };
                 let claimed_at = std::time::Instant::now();
-                let claims = match leasing.claim(want, self.opts.lease, self.opts.ignore_backoff) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let mut f = lock();
-                        f.error.get_or_insert(e);
-                        f.closed = true;
-                        break;
-                    }
-                };
+                let claims =
+                    match leasing.claim_for(run, want, self.opts.lease, self.opts.ignore_backoff) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let mut f = lock();
+                            f.error.get_or_insert(e);
+                            f.closed = true;
+                            break;
+                        }
+                    };
                 {
                     let mut f = lock();
                     f.ctx.attempted -= (want - claims.len()) as u64;
@@ -1115,18 +1177,20 @@ impl SyncWorker<'_> {
             Ok(())
         };
         if attempt > self.opts.max_attempts {
-            // Earlier claims spent the budget without recording anything
-            // (their replayers died or lost their leases).
-            let reason = format!(
-                "{} (gave up after {} attempts; the last ones ended without an outcome before their leases ran out)",
-                item.last_error.as_deref().unwrap_or("no attempt recorded an outcome"),
-                attempt - 1
-            );
-            let out = self.kill_claimed(leasing, c, reason, false, &lost)?;
+            // The attempts already reach the budget before this claim (an
+            // operator set them, the budget was lowered, or earlier claims
+            // spent it without recording an outcome): dead-lettered
+            // without another attempt, the claim's count taken back.
+            let before = attempt - 1;
+            let reason =
+                over_budget_reason(before, self.opts.max_attempts, item.last_error.as_deref());
+            let out = self.kill_claimed(leasing, c, reason, false, true, &lost)?;
             let mut f = lock();
             f.report.dead_lettered += 1;
             if let Some(o) = self.observer {
-                o.attempted(item, attempt, &out);
+                let mut shown = item.clone();
+                shown.attempts = before;
+                o.attempted(&shown, before, &out);
             }
             return Ok(out);
         }
@@ -1158,14 +1222,16 @@ impl SyncWorker<'_> {
                 self.delivered_leased(leasing, c, evidence)?;
                 ItemOutcome::Delivered
             }
-            Outcome::Rejected { reason } => self.kill_claimed(leasing, c, reason, true, &lost)?,
+            Outcome::Rejected { reason } => {
+                self.kill_claimed(leasing, c, reason, true, false, &lost)?
+            }
             Outcome::Failed {
                 reason,
                 retry_after,
             } => {
                 if attempt >= self.opts.max_attempts {
                     let reason = format!("{reason} (gave up after {attempt} attempts)");
-                    self.kill_claimed(leasing, c, reason, false, &lost)?
+                    self.kill_claimed(leasing, c, reason, false, false, &lost)?
                 } else {
                     let next_retry_at = match retry_after {
                         Some(RetryAfter::Delay(d)) => now.saturating_add(d),
@@ -1201,19 +1267,28 @@ impl SyncWorker<'_> {
         Ok(result)
     }
 
-    /// Dead-letter a claimed item (or hand it to the sink and remove it).
+    /// Dead-letter a claimed item (or hand it to the sink and remove it);
+    /// with `unattempted`, one that was not delivered (the claim's count
+    /// is taken back).
     fn kill_claimed(
         &self,
         leasing: &dyn Leasing,
         c: &Claimed,
         reason: String,
         rejected: bool,
+        unattempted: bool,
         lost: &dyn Fn(Result<bool>) -> Result<()>,
     ) -> Result<ItemOutcome> {
         match self.sink {
+            None if unattempted => {
+                lost(leasing.dead_letter_unattempted(c.item.id, c.token, &reason))?
+            }
             None => lost(leasing.dead_letter_claimed(c.item.id, c.token, &reason))?,
             Some(sink) => {
                 let mut dead = c.item.clone();
+                if unattempted {
+                    dead.attempts = dead.attempts.saturating_sub(1);
+                }
                 dead.last_error = Some(reason.clone());
                 dead.next_retry_at = None;
                 if let Err(sink_error) = sink.accept(&dead, &reason) {

@@ -31,8 +31,8 @@
 //! | `Resend { from }` | the next request starts at `from`, with the original numbers |
 //! | `Halve` | the next request carries at most half the entries, and no later request of the run is as large as the refused body |
 //! | `DeadLetter { seq }` | that item is dead-lettered with the reason (its number becomes a skip) |
-//! | `Backoff` | an attempt is counted on every item of the batch (`last_error` = the reason; never a dead letter), the run sleeps (exponential with jitter, at least `Retry-After`) and resends the same entries |
-//! | `Stop` | the run ends, items untouched; the report carries the [`Stop`] |
+//! | `Backoff` | an attempt is counted on every item of the batch (`last_error` = the reason; never a dead letter; a `Retry-After` becomes their `next_retry_at`), the run sleeps (exponential with jitter, at least `Retry-After`) and resends the same entries |
+//! | `Stop` | the run ends; the items of the refused request stay in flight with their numbers (a later run resends them as they are), nothing else changes; the report carries the [`Stop`] |
 //!
 //! A failed request is a transport failure, not an item failure:
 //! [`PushOptions::max_attempts`] bounds the *consecutive* failed requests
@@ -44,10 +44,16 @@
 //!
 //! * The attempts counted on in-flight items leave `next_retry_at` unset:
 //!   a stream cannot skip its head, so the next run resends them at once
-//!   (with a fresh request budget) whatever their backoff would say.
-//! * A `Retry-After` longer than the backoff cap ends the run (items left
-//!   in flight) instead of sleeping for it; so does a backoff that would
-//!   end after the deadline.
+//!   (with a fresh request budget) whatever their backoff would say —
+//!   unless the receiver asked for time with `Retry-After`.
+//! * A `Retry-After` is durable: the time it names becomes the
+//!   `next_retry_at` of every item of the failed request (shown by
+//!   `list` and `show`), and a run that finds the head of the stream
+//!   waiting for such a time sends nothing before it
+//!   ([`PushHalt::NotBefore`]; `--follow` sleeps until then), unless
+//!   [`PushOptions::ignore_backoff`]. A `Retry-After` longer than the
+//!   backoff cap ends the run (items left in flight) instead of sleeping
+//!   for it; so does a backoff that would end after the deadline.
 //! * `--limit` counts distinct items put into a request in this run;
 //!   resending the same entries does not count again, skips never count.
 //! * A batch starts at `watermark + 1`, so a 409 gap always means the
@@ -112,7 +118,8 @@ pub struct PushOptions {
     pub max_attempts: u32,
     /// Waits between failed requests.
     pub backoff: Backoff,
-    /// Send new items even when their next retry time has not come.
+    /// Send new items even when their next retry time has not come, and
+    /// in-flight items before the time a receiver's `Retry-After` named.
     pub ignore_backoff: bool,
     /// Send at most this many distinct items in the run.
     pub limit: Option<u64>,
@@ -225,8 +232,13 @@ pub enum PushHalt {
     Budget,
     /// The receiver asked for a wait longer than the backoff cap.
     RetryAfter(Duration),
-    /// The receiver refused the run (409, 401/403, other 4xx); nothing
-    /// was changed for it.
+    /// Nothing was sent: an earlier run's receiver asked (`Retry-After`)
+    /// not to be sent to before this time, and the in-flight items wait
+    /// for it.
+    NotBefore(Timestamp),
+    /// The receiver refused the run (409, 401/403, other 4xx): nothing
+    /// was settled; the refused request's entries stay in flight with
+    /// their numbers.
     Refused(Stop),
 }
 
@@ -274,6 +286,10 @@ pub struct PushReport {
     pub left_due: bool,
     /// The reason of the last failed request.
     pub last_error: Option<String>,
+    /// When the receiver's `Retry-After` allows the next request, if it
+    /// asked for a time that has not come by the end of the run: the
+    /// `next_retry_at` of the items in flight.
+    pub not_before: Option<Timestamp>,
 }
 
 /// The exit status a push report calls for.
@@ -329,6 +345,7 @@ impl PushReport {
         self.held = later.held;
         self.halt = later.halt.clone();
         self.left_due = later.left_due;
+        self.not_before = later.not_before;
         if later.last_error.is_some() {
             self.last_error = later.last_error.clone();
         }
@@ -376,9 +393,18 @@ impl PushReport {
             Some(PushHalt::Budget) => {
                 s.push_str("; gave up after --max-attempts failed requests, items left for retry")
             }
-            Some(PushHalt::RetryAfter(d)) => s.push_str(&format!(
-                "; the receiver asked to wait {}s, longer than --backoff-max: items left for retry",
-                d.as_secs()
+            Some(PushHalt::RetryAfter(d)) => {
+                s.push_str(&format!(
+                    "; the receiver asked to wait {}s, longer than --backoff-max: items left for retry",
+                    d.as_secs()
+                ));
+                if let Some(t) = self.not_before {
+                    s.push_str(&format!(", not sent again before {t}"));
+                }
+            }
+            Some(PushHalt::NotBefore(t)) => s.push_str(&format!(
+                "; the receiver asked (Retry-After) not to be sent to before {t}: nothing sent, \
+                 items left for retry"
             )),
             Some(PushHalt::Refused(_)) => s.push_str("; refused by the receiver"),
             None => {}
@@ -541,7 +567,12 @@ impl<'a> PushSender<'a> {
     pub fn run(&self) -> Result<PushReport> {
         let mut report = PushReport::default();
         let uuid = self.queue.uuid()?;
-        if self.opts.dry_run {
+        if let Some(t) = self.waiting_for_receiver()? {
+            // An earlier run's receiver asked for time: nothing goes out
+            // before it (the stream cannot skip its head).
+            report.halt = Some(PushHalt::NotBefore(t));
+            report.left_due = true;
+        } else if self.opts.dry_run {
             self.dry_run(&mut report)?;
         } else {
             if let Some(o) = self.observer {
@@ -571,6 +602,7 @@ impl<'a> PushSender<'a> {
         let state = self.queue.push_state()?;
         report.in_flight = state.last_assigned - state.acked;
         report.watermark = state.acked;
+        report.not_before = self.waiting_for_receiver()?;
         let stats = self.queue.stats(self.clock.now())?;
         report.held = stats.held;
         report.not_due = if self.opts.ignore_backoff {
@@ -579,6 +611,28 @@ impl<'a> PushSender<'a> {
             stats.waiting
         };
         Ok(report)
+    }
+
+    /// The time a receiver's `Retry-After` asked for, when it has not
+    /// come: the latest `next_retry_at` after now among the first page of
+    /// in-flight items (those of the next request). `None` with
+    /// `ignore_backoff`.
+    fn waiting_for_receiver(&self) -> Result<Option<Timestamp>> {
+        if self.opts.ignore_backoff {
+            return Ok(None);
+        }
+        let state = self.queue.push_state()?;
+        if state.last_assigned <= state.acked {
+            return Ok(None);
+        }
+        let now = self.clock.now();
+        Ok(self
+            .queue
+            .push_in_flight(state.acked, PAGE_SIZE)?
+            .iter()
+            .filter_map(|i| i.next_retry_at)
+            .filter(|t| *t > now)
+            .max())
     }
 
     /// True when the run leaves something to send: entries in flight, or
@@ -776,12 +830,22 @@ impl<'a> PushSender<'a> {
         run.failures += 1;
         report.failed_requests += 1;
         report.last_error = Some(reason.to_string());
+        let now = self.clock.now();
+        // The time the receiver asked for, kept with the items so that a
+        // later run (or `--follow`) does not send before it.
+        let asked = retry_after.map(|ra| match ra {
+            RetryAfter::Delay(d) => d,
+            RetryAfter::At(t) => t
+                .duration_since(now.to_system_time())
+                .unwrap_or(Duration::ZERO),
+        });
+        let not_before = asked.map(|d| now.saturating_add(d));
         for item in batch.items() {
             self.queue.record_attempt(
                 item.id,
                 &AttemptUpdate {
                     attempts: item.attempts.saturating_add(1),
-                    next_retry_at: None,
+                    next_retry_at: not_before,
                     last_error: Some(reason.to_string()),
                 },
             )?;
@@ -799,13 +863,7 @@ impl<'a> PushSender<'a> {
         }
         let unit = (self.rng.lock().unwrap_or_else(|e| e.into_inner()))();
         let mut wait = self.opts.backoff.delay(run.failures, unit);
-        if let Some(ra) = retry_after {
-            let asked = match ra {
-                RetryAfter::Delay(d) => d,
-                RetryAfter::At(t) => t
-                    .duration_since(self.clock.now().to_system_time())
-                    .unwrap_or(Duration::ZERO),
-            };
+        if let Some(asked) = asked {
             if asked > self.opts.backoff.max {
                 self.event(failed(None));
                 self.halt(report, PushHalt::RetryAfter(asked))?;

@@ -244,3 +244,49 @@ pub fn json_out(a: &Assert) -> serde_json::Value {
     serde_json::from_slice(&a.get_output().stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", stdout(a)))
 }
+
+/// A spool in the PostgreSQL test database (`SPOOL_TEST_PG_URL`), under
+/// a new spool name; `None` (after a `SKIPPED: <what> …` line on stderr)
+/// when the variable is not set, or a panic when `SPOOL_REQUIRE_PG=1`.
+pub fn pg_env(what: &str) -> Option<Env> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let base = match std::env::var("SPOOL_TEST_PG_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            if std::env::var("SPOOL_REQUIRE_PG").is_ok_and(|v| v == "1") {
+                panic!("{what}: SPOOL_REQUIRE_PG=1 but SPOOL_TEST_PG_URL is not set");
+            }
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED: {what} on PostgreSQL needs SPOOL_TEST_PG_URL"
+            );
+            return None;
+        }
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let url = format!(
+        "{base}{sep}spool=cli-{}-{}-{nanos:08x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    Some(Env {
+        dir: tempfile::tempdir().expect("temp dir"),
+        path: PathBuf::from(url),
+    })
+}
+
+/// Run `f` once per durable backend, and once more on PostgreSQL when
+/// `SPOOL_TEST_PG_URL` is set (see [`pg_env`]).
+pub fn each_backend_and_postgres(what: &str, f: impl Fn(&Env)) {
+    each_backend(&f);
+    if let Some(env) = pg_env(what) {
+        eprintln!("--- backend: postgres");
+        f(&env);
+    }
+}

@@ -65,7 +65,8 @@ use std::time::Duration;
 /// version 4 the write mark (see [`mark_path`]) and the journal of small
 /// writes kept in memory; version 5 the `late` flag of retained records
 /// (records delivered in id order have no entry in a time index) and
-/// `state.prune_after`.
+/// `state.prune_after`; version 6 the index of pending items by ordering
+/// group (`pending_group`), which the due rule reads.
 mod apply;
 mod batch;
 mod journal;
@@ -73,7 +74,7 @@ pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 5;
+pub(crate) const INDEX_VERSION: i64 = 6;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -175,6 +176,7 @@ CREATE INDEX pending_key ON pending (key, id) WHERE key <> '';
 CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
 CREATE INDEX pending_coalesce ON pending (coalesce_key, id) WHERE coalesce_key IS NOT NULL;
+CREATE INDEX pending_group ON pending (group_name, id) WHERE group_name IS NOT NULL;
 CREATE INDEX delivered_key ON delivered (key, delivered_at, id) WHERE key <> '';
 CREATE INDEX delivered_late ON delivered (delivered_at, id) WHERE late;
 ";
@@ -1270,10 +1272,28 @@ impl Index {
             .map_err(self.err("read"))
     }
 
-    /// Pending items a replay at `now` would attempt (not held; unless
-    /// `ignore_backoff`, not waiting), counted up to `at_most`.
+    /// Pending items a replay at `now` would attempt: not held, unless
+    /// `ignore_backoff` not waiting, and not waiting behind an earlier
+    /// pending item of their ordering group (a walk over `pending_group`:
+    /// the grouped items only).
     pub fn due_count(&self, now: Timestamp, ignore_backoff: bool) -> Result<u64> {
-        let depth = self.depth()?;
+        let group_waiting = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*) FROM pending q INDEXED BY pending_group \
+                 WHERE q.group_name IS NOT NULL AND NOT q.held \
+                 AND (?1 IS NULL OR q.next_retry_at IS NULL OR q.next_retry_at <= ?1) \
+                 AND EXISTS (SELECT 1 FROM pending e INDEXED BY pending_group \
+                     WHERE e.group_name = q.group_name AND e.id < q.id)",
+            )
+            .and_then(|mut s| {
+                s.query_row([(!ignore_backoff).then(|| now.as_millis())], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .map(u)
+            .map_err(self.err("read"))?;
+        let depth = self.depth()?.saturating_sub(group_waiting);
         let held = self.state_u64("held")?;
         let waiting = if ignore_backoff {
             0
@@ -1287,6 +1307,19 @@ impl Index {
                 .map_err(self.err("read"))?
         };
         Ok(depth.saturating_sub(held).saturating_sub(waiting))
+    }
+
+    /// The first pending item of ordering group `group` (see
+    /// [`crate::Queue::group_head`]).
+    pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM pending INDEXED BY pending_group \
+                 WHERE group_name = ?1 ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([group], |r| r.get::<_, i64>(0)).optional())
+            .map(|id| id.map(u))
+            .map_err(self.err("read"))
     }
 
     /// The earliest retry time after `now` of a pending item that is not

@@ -296,6 +296,12 @@ impl Queue for FileQueue {
         })
     }
 
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.group_head(group)
+        })
+    }
+
     fn on_full(&self) -> Result<OnFull> {
         self.locked(Access::Read, MetaUse::Read, |q, inner| {
             inner.meta.on_full(&q.meta_path)

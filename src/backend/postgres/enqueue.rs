@@ -211,7 +211,14 @@ impl PostgresQueue {
                         depth: b.start_depth,
                     });
                 };
-                if !self.kill(tx, victim, &OnFull::eviction_error(bound), false, None)? {
+                if !self.kill(
+                    tx,
+                    victim,
+                    &OnFull::eviction_error(bound),
+                    false,
+                    None,
+                    false,
+                )? {
                     return Err(Error::Internal(format!(
                         "item {victim} to evict from {} vanished under the spool lock",
                         self.display

@@ -1,15 +1,19 @@
 //! Leased replay on a PostgreSQL spool ([`Leasing`]): the claim
 //! statements (`FOR UPDATE SKIP LOCKED`, the attempt counted at the
-//! claim, one fencing token per claim, only the heads of ordering
-//! groups), outcomes fenced on the token, the exclusive advisory lock of
-//! ordered and push replays, and `LISTEN` for enqueues.
+//! claim, one fencing token per replay run, never an item the run already
+//! attempted, only the heads of ordering groups), outcomes fenced on the
+//! token, the exclusive advisory lock of ordered and push replays, and
+//! `LISTEN` for enqueues.
 
 use super::*;
 
 /// The claim: due fresh items by id and due waiting items by the time they
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers
 /// pass each other instead of queueing; the oldest `$2` of both are
-/// leased under one new token and their attempt counted.
+/// leased under the run's token `$5` and their attempt counted. An item
+/// that carries `$5` already was claimed by this run before (and failed:
+/// its outcome keeps the token), and is left out: one run attempts an
+/// item at most once.
 ///
 /// Ordering groups (SPEC §9): only the head of a group — no pending item
 /// of the group with a smaller id, whether held, waiting or leased — and
@@ -24,64 +28,236 @@ pub(super) const CLAIM: &str = concat!(
     "WITH fresh AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND c.next_retry_at IS NULL AND c.lease_until IS NULL \
-          AND c.push_seq IS NULL AND ",
+          AND c.push_seq IS NULL AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
     " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
      waiting AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND (c.next_retry_at IS NOT NULL OR c.lease_until IS NOT NULL) \
           AND c.push_seq IS NULL AND greatest(c.next_retry_at, c.lease_until) <= COALESCE($3::int8, {now}) \
-          AND ",
+          AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
     " ORDER BY greatest(c.next_retry_at, c.lease_until), c.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2), ",
+     picked AS (SELECT id FROM fresh UNION ALL SELECT id FROM waiting ORDER BY id LIMIT $2) ",
     claim_update!()
 );
 
-/// The claim of `--ignore-backoff`: retry times do not count, leases and
-/// ordering groups do.
+/// The claim of `--ignore-backoff`: retry times do not count, leases,
+/// ordering groups and the run's own earlier attempts do.
 const CLAIM_IGNORING_BACKOFF: &str = concat!(
     "WITH picked AS ( \
         SELECT c.id FROM {s}.items c \
         WHERE c.spool = $1 AND NOT c.held AND c.push_seq IS NULL \
-          AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now})) AND ",
+          AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now})) \
+          AND c.lease_token IS DISTINCT FROM $5 AND ",
     group_head!(),
-    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED), ",
+    " ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED) ",
     claim_update!()
 );
 
 /// The group rule of a claim for candidate `c` (see [`CLAIM`]).
 macro_rules! group_head {
     () => {
-        "(c.grp IS NULL OR ( \
+        group_head!("$3")
+    };
+    ($now:literal) => {
+        concat!(
+            "(c.grp IS NULL OR ( \
             NOT EXISTS (SELECT 1 FROM {s}.items e \
                 WHERE e.spool = $1 AND e.grp = c.grp AND e.grp IS NOT NULL AND e.id < c.id) \
             AND NOT EXISTS (SELECT 1 FROM {s}.items e \
                 WHERE e.spool = $1 AND e.grp = c.grp AND e.grp IS NOT NULL \
-                  AND e.lease_until IS NOT NULL AND e.lease_until > COALESCE($3::int8, {now}))))"
+                  AND e.lease_until IS NOT NULL AND e.lease_until > COALESCE(",
+            $now,
+            "::int8, {now}))))"
+        )
     };
 }
 use group_head;
 
-/// The end of a claim: lease what `picked` holds under one new token.
+/// The end of a claim: lease what `picked` holds under the run's token.
 macro_rules! claim_update {
     () => {
-        "tok AS (SELECT nextval('{s}.lease_tokens') AS t) \
-         UPDATE {s}.items i SET attempts = i.attempts + 1, \
-            lease_until = COALESCE($3::int8, {now}) + $4, lease_token = tok.t \
-         FROM picked, tok WHERE i.spool = $1 AND i.id = picked.id \
+        "UPDATE {s}.items i SET attempts = i.attempts + 1, \
+            lease_until = COALESCE($3::int8, {now}) + $4, lease_token = $5 \
+         FROM picked WHERE i.spool = $1 AND i.id = picked.id \
          RETURNING i.id, i.payload, i.key, i.attempts, i.enqueued_at, i.next_retry_at, i.last_error, \
             i.held, i.push_seq, i.grp, i.coalesce_key, i.lease_token, i.lease_until"
     };
 }
 use claim_update;
 
+/// The item columns of a due page, `c` the items table (see
+/// [`item_from_row`]); schema version 1 has no group or coalesce key.
+macro_rules! due_columns {
+    (v2) => {
+        "SELECT c.id, c.payload, c.key, c.attempts, c.enqueued_at, c.next_retry_at, \
+            c.last_error, c.held, c.push_seq, c.grp, c.coalesce_key FROM {s}.items c "
+    };
+    (v1) => {
+        "SELECT c.id, c.payload, c.key, c.attempts, c.enqueued_at, c.next_retry_at, \
+            c.last_error, c.held, c.push_seq, NULL::text, NULL::text FROM {s}.items c "
+    };
+}
+
+/// The due rule ([`crate::Queue::due_page`]) for item `c`, as a claim
+/// sees it, besides its group: not held, not in flight to a push
+/// receiver, no retry time after `$3` (unless `$5`: ignore backoff), no
+/// running lease. `$1` is the spool.
+macro_rules! due_alone {
+    () => {
+        "c.spool = $1 AND NOT c.held AND c.push_seq IS NULL \
+         AND ($5 OR c.next_retry_at IS NULL OR c.next_retry_at <= COALESCE($3::int8, {now})) \
+         AND (c.lease_until IS NULL OR c.lease_until <= COALESCE($3::int8, {now}))"
+    };
+}
+
+/// The due items after `$2`, at most `$4`, in id order: what claims at
+/// `$3` would take, in the order of ids.
+const DUE_PAGE: (&str, &str) = (
+    concat!(
+        due_columns!(v2),
+        "WHERE c.id > $2 AND ",
+        due_alone!(),
+        " AND ",
+        group_head!(),
+        " ORDER BY c.id LIMIT $4"
+    ),
+    concat!(
+        due_columns!(v1),
+        "WHERE c.id > $2 AND ",
+        due_alone!(),
+        " ORDER BY c.id LIMIT $4"
+    ),
+);
+
+/// The number of due items at `$2`: the depth, less the held items and
+/// those waiting for a retry time or a running lease (through
+/// `items_held` and `items_waiting`), less the items that would be due
+/// alone but are in flight to a push receiver or wait behind their
+/// ordering group (through `items_push_seq` and `items_group`: the
+/// in-flight and grouped items only). `$waiting` is the waiting test for
+/// item `c`.
+macro_rules! due_count {
+    ($waiting:expr, $rest:expr) => {
+        concat!(
+            "SELECT s.depth \
+               - (SELECT count(*) FROM {s}.items c WHERE c.spool = $1 AND c.held) \
+               - (SELECT count(*) FROM {s}.items c WHERE c.spool = $1 AND NOT c.held \
+                   AND (c.next_retry_at IS NOT NULL OR c.lease_until IS NOT NULL) AND ",
+            $waiting,
+            ") - (SELECT count(*) FROM {s}.items c WHERE c.spool = $1 AND c.push_seq IS NOT NULL \
+                   AND NOT c.held AND NOT COALESCE(",
+            $waiting,
+            ", false)) ",
+            $rest,
+            " FROM {s}.spools s WHERE s.name = $1"
+        )
+    };
+}
+
+/// The grouped items of [`due_count!`] that wait behind their group.
+macro_rules! group_waiting {
+    ($waiting:expr) => {
+        concat!(
+            "- (SELECT count(*) FROM {s}.items c WHERE c.spool = $1 AND c.grp IS NOT NULL \
+                AND c.push_seq IS NULL AND NOT c.held AND NOT COALESCE(",
+            $waiting,
+            ", false) AND NOT ",
+            group_head!("$2"),
+            ")"
+        )
+    };
+}
+
+/// Waiting for a retry time or a running lease at `$2`.
+macro_rules! waiting_at {
+    () => {
+        "greatest(c.next_retry_at, c.lease_until) > COALESCE($2::int8, {now})"
+    };
+}
+
+/// With `--ignore-backoff`: waiting for a running lease only.
+macro_rules! leased_at {
+    () => {
+        "c.lease_until > COALESCE($2::int8, {now})"
+    };
+}
+
+/// [`due_count!`]: `(schema version 2, version 1)` for the rule with
+/// retry times, then ignoring them.
+const DUE_COUNT: [(&str, &str); 2] = [
+    (
+        due_count!(waiting_at!(), group_waiting!(waiting_at!())),
+        due_count!(waiting_at!(), ""),
+    ),
+    (
+        due_count!(leased_at!(), group_waiting!(leased_at!())),
+        due_count!(leased_at!(), ""),
+    ),
+];
+
+impl PostgresQueue {
+    /// [`crate::Queue::due_page`]: the claim's rule, page by page.
+    pub(super) fn due_items(
+        &self,
+        now: Timestamp,
+        ignore_backoff: bool,
+        after: ItemId,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.as_ref().map(|_| now.as_millis());
+        let limit = limit.min(i64::MAX as usize) as i64;
+        self.txn("read", false, |tx| {
+            let rows = tx.query(
+                self.pick(DUE_PAGE),
+                &[
+                    self.spool(),
+                    &id_param(after),
+                    &now,
+                    &limit,
+                    &ignore_backoff,
+                ],
+            )?;
+            Ok(rows.iter().map(item_from_row).collect())
+        })
+    }
+
+    /// [`crate::Queue::due_count`]: counted from the indexes.
+    pub(super) fn count_due(&self, now: Timestamp, ignore_backoff: bool) -> Result<u64> {
+        let now = self.clock.as_ref().map(|_| now.as_millis());
+        self.txn("count due items in", false, |tx| {
+            let row = tx.query_one(
+                self.pick(DUE_COUNT[usize::from(ignore_backoff)]),
+                &[self.spool(), &now],
+            )?;
+            Ok(u64_of(row.get(0)))
+        })
+    }
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
 }
 
 impl Leasing for PostgresQueue {
-    fn claim(&self, limit: usize, lease: Duration, ignore_backoff: bool) -> Result<Vec<Claimed>> {
+    fn run_token(&self) -> Result<LeaseToken> {
+        self.txn("start a replay run of", true, |tx| {
+            let row = tx.query_one("SELECT nextval('{s}.lease_tokens')", &[])?;
+            Ok(row.get(0))
+        })
+    }
+
+    fn claim_for(
+        &self,
+        run: LeaseToken,
+        limit: usize,
+        lease: Duration,
+        ignore_backoff: bool,
+    ) -> Result<Vec<Claimed>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -94,7 +270,13 @@ impl Leasing for PostgresQueue {
             };
             let rows = tx.query(
                 sql,
-                &[self.spool(), &limit, &self.now_param(), &millis(lease)],
+                &[
+                    self.spool(),
+                    &limit,
+                    &self.now_param(),
+                    &millis(lease),
+                    &run,
+                ],
             )?;
             let mut out: Vec<Claimed> = rows
                 .iter()
@@ -161,7 +343,19 @@ impl Leasing for PostgresQueue {
     fn dead_letter_claimed(&self, id: ItemId, token: LeaseToken, last_error: &str) -> Result<bool> {
         self.txn("dead-letter an item in", true, |tx| {
             self.lock_spool(tx)?;
-            self.kill(tx, id, last_error, true, Some(token))
+            self.kill(tx, id, last_error, true, Some(token), false)
+        })
+    }
+
+    fn dead_letter_unattempted(
+        &self,
+        id: ItemId,
+        token: LeaseToken,
+        last_error: &str,
+    ) -> Result<bool> {
+        self.txn("dead-letter an item in", true, |tx| {
+            self.lock_spool(tx)?;
+            self.kill(tx, id, last_error, true, Some(token), true)
         })
     }
 
@@ -173,7 +367,8 @@ impl Leasing for PostgresQueue {
             let ids: Vec<i64> = claims.iter().map(|(i, _)| id_param(*i)).collect();
             let tokens: Vec<i64> = claims.iter().map(|(_, t)| *t).collect();
             tx.execute(
-                "UPDATE {s}.items i SET lease_until = NULL, attempts = greatest(i.attempts - 1, 0) \
+                "UPDATE {s}.items i SET lease_until = NULL, lease_token = NULL, \
+                    attempts = greatest(i.attempts - 1, 0) \
                  FROM unnest($2::int8[], $3::int8[]) AS t(id, tok) \
                  WHERE i.spool = $1 AND i.id = t.id AND i.lease_token = t.tok",
                 &[self.spool(), &ids, &tokens],

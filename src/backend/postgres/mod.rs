@@ -580,7 +580,9 @@ impl PostgresQueue {
 
     /// Move pending item `id` to the dead letters (when `token` is given,
     /// only while it carries it). A push number becomes a skip when
-    /// `skip`. Counts are adjusted. Whether it moved.
+    /// `skip`; with `uncount`, the dead letter keeps one attempt fewer
+    /// (the one a claim counted for a delivery that was never made).
+    /// Counts are adjusted. Whether it moved.
     fn kill(
         &self,
         tx: &mut Tx<'_>,
@@ -588,6 +590,7 @@ impl PostgresQueue {
         last_error: &str,
         skip: bool,
         token: Option<LeaseToken>,
+        uncount: bool,
     ) -> Result<bool> {
         let row = tx.query_one(
             "WITH d AS (DELETE FROM {s}.items WHERE spool = $1 AND id = $2 \
@@ -595,7 +598,9 @@ impl PostgresQueue {
              ins AS (INSERT INTO {s}.dead_letters \
                  (spool, id, payload, key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   grp, coalesce_key, dead_at) \
-                 SELECT spool, id, payload, key, attempts, enqueued_at, next_retry_at, $3, false, push_seq, \
+                 SELECT spool, id, payload, key, \
+                 CASE WHEN $7 THEN greatest(attempts - 1, 0) ELSE attempts END, \
+                 enqueued_at, next_retry_at, $3, false, push_seq, \
                  grp, coalesce_key, COALESCE($4::int8, {now}) FROM d RETURNING push_seq), \
              sk AS (INSERT INTO {s}.push_skips (spool, seq) SELECT $1, push_seq FROM ins \
                  WHERE push_seq IS NOT NULL AND $5 ON CONFLICT DO NOTHING) \
@@ -607,6 +612,7 @@ impl PostgresQueue {
                 &self.now_param(),
                 &skip,
                 &token,
+                &uncount,
             ],
         )?;
         let n: i64 = row.get(0);
@@ -1068,29 +1074,32 @@ impl Queue for PostgresQueue {
         })
     }
 
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        if self.v1 {
+            return Ok(None);
+        }
+        self.txn("read", false, |tx| {
+            let row = tx.query_opt(
+                "SELECT id FROM {s}.items WHERE spool = $1 AND grp = $2 AND grp IS NOT NULL \
+                 ORDER BY id LIMIT 1",
+                &[self.spool(), &group],
+            )?;
+            Ok(row.map(|r| u64_of(r.get(0))))
+        })
+    }
+
+    fn due_page(
+        &self,
+        now: Timestamp,
+        ignore_backoff: bool,
+        after: ItemId,
+        limit: usize,
+    ) -> Result<Vec<Item>> {
+        self.due_items(now, ignore_backoff, after, limit)
+    }
+
     fn due_count(&self, now: Timestamp, ignore_backoff: bool, at_most: Option<u64>) -> Result<u64> {
-        let now = self.clock.as_ref().map(|_| now.as_millis());
-        let due = self.txn("count due items in", false, |tx| {
-            let row = if ignore_backoff {
-                tx.query_one(
-                    "SELECT s.depth - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held) \
-                       - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND NOT held \
-                          AND lease_until > COALESCE($2::int8, {now})) \
-                     FROM {s}.spools s WHERE s.name = $1",
-                    &[self.spool(), &now],
-                )?
-            } else {
-                tx.query_one(
-                    "SELECT s.depth - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND held) \
-                       - (SELECT count(*) FROM {s}.items WHERE spool = $1 AND NOT held \
-                          AND (next_retry_at IS NOT NULL OR lease_until IS NOT NULL) \
-                          AND greatest(next_retry_at, lease_until) > COALESCE($2::int8, {now})) \
-                     FROM {s}.spools s WHERE s.name = $1",
-                    &[self.spool(), &now],
-                )?
-            };
-            Ok(u64_of(row.get(0)))
-        })?;
+        let due = self.count_due(now, ignore_backoff)?;
         Ok(at_most.map_or(due, |m| due.min(m)))
     }
 
@@ -1175,7 +1184,7 @@ impl Queue for PostgresQueue {
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         self.txn("dead-letter an item in", true, |tx| {
             self.lock_spool(tx)?;
-            self.kill(tx, id, last_error, true, None)
+            self.kill(tx, id, last_error, true, None, false)
         })
     }
 
@@ -1439,7 +1448,7 @@ impl Queue for PostgresQueue {
             for (id, seq) in self.in_flight_ids(tx, push.acked, last)? {
                 match rejected.iter().find(|(s, _)| *s == seq) {
                     Some((_, reason)) => {
-                        self.kill(tx, id, reason, false, None)?;
+                        self.kill(tx, id, reason, false, None, false)?;
                         ack.rejected.push(id);
                     }
                     None => {

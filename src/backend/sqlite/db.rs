@@ -81,6 +81,18 @@ const COUNT_HELD_WAITING_BY_HELD: &str = "SELECT count(*) FROM morph_offline_que
 /// The same through the partial index of backed-off items.
 const COUNT_HELD_WAITING_BY_RETRY: &str = "SELECT count(*) FROM morph_offline_queue \
      INDEXED BY ix_queue_retry WHERE held <> 0 AND next_retry_at > ?1";
+/// The first pending item of a group: one seek in `ix_queue_group`.
+const GROUP_HEAD: &str = "SELECT id FROM morph_offline_queue \
+     WHERE group_name = ?1 ORDER BY id LIMIT 1";
+/// Items that would be due but wait behind an earlier pending item of
+/// their ordering group (`?1`: the time retry times are compared with, or
+/// NULL to ignore them): a walk over `ix_queue_group`, the grouped items
+/// only, each probing the same index for an earlier item of its group.
+const COUNT_GROUP_WAITING: &str = "SELECT count(*) FROM morph_offline_queue q \
+     INDEXED BY ix_queue_group WHERE q.group_name IS NOT NULL AND q.held = 0 \
+     AND (?1 IS NULL OR q.next_retry_at IS NULL OR q.next_retry_at <= ?1) \
+     AND EXISTS (SELECT 1 FROM morph_offline_queue e INDEXED BY ix_queue_group \
+         WHERE e.group_name = q.group_name AND e.id < q.id)";
 /// The histogram of a reference database, which has no attempts index.
 const HISTOGRAM_BY_GROUPING: &str =
     "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
@@ -1354,23 +1366,33 @@ impl Db<'_> {
         Ok(n.max(0) as u64)
     }
 
-    /// Pending items a replay would attempt: not held and, with `now`,
-    /// without a next retry time after it. Counted from the indexes: the
-    /// pending count as [`Db::pending_count`], then the held and the
-    /// backed-off items from their partial indexes; only items that are
-    /// both are looked up in the table, walking the smaller of the two
-    /// sets (none when either is empty, the common case). A reference
-    /// database has neither holds nor retry times.
+    /// Pending items a replay would attempt: not held, with `now`
+    /// without a next retry time after it, and not waiting behind an
+    /// earlier pending item of their ordering group. Counted from the
+    /// indexes: the pending count as [`Db::pending_count`], then the held
+    /// and the backed-off items from their partial indexes (only items
+    /// that are both are looked up in the table, walking the smaller of
+    /// the two sets: none when either is empty, the common case), then
+    /// the grouped items that wait behind their group, from the group
+    /// index (nothing to walk on a spool without groups). A reference
+    /// database has neither holds nor retry times nor groups.
     pub fn due_count(&self, now: Option<Timestamp>) -> Result<u64> {
         let depth = self.pending_count()?;
         if self.layout != Layout::Spool {
             return Ok(depth);
         }
+        let now = now.map(|t| t.as_millis());
+        let group_waiting: i64 = self
+            .conn
+            .prepare_cached(COUNT_GROUP_WAITING)
+            .and_then(|mut s| s.query_row([now], |r| r.get(0)))
+            .map_err(|e| self.err(e))?;
+        let depth = depth.saturating_sub(group_waiting.max(0) as u64);
         let held = self.count(COUNT_HELD, None)?;
         let Some(now) = now else {
             return Ok(depth.saturating_sub(held));
         };
-        let now = Some(now.as_millis());
+        let now = Some(now);
         let waiting = self.count(COUNT_WAITING, now)?;
         let both = match (held, waiting) {
             (0, _) | (_, 0) => 0,
@@ -1380,6 +1402,19 @@ impl Db<'_> {
         Ok(depth
             .saturating_sub(held)
             .saturating_sub(waiting.saturating_sub(both)))
+    }
+
+    /// The first pending item of ordering group `group`, if any (see
+    /// [`crate::Queue::group_head`]).
+    pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        if !self.layout.has_groups() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(GROUP_HEAD)
+            .and_then(|mut s| s.query_row([group], |r| r.get::<_, i64>(0)).optional())
+            .map(|id| id.map(|id| id.max(0) as ItemId))
+            .map_err(|e| self.err(e))
     }
 
     /// The counts of `stats`, from the indexes alone: no payload is read,
@@ -1506,21 +1541,47 @@ mod tests {
             (COUNT_HELD_WAITING_BY_RETRY, "INDEX ix_queue_retry"),
             (COUNT_DEAD, "COVERING INDEX ix_dead_dead_at"),
         ] {
-            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-            let params: &[&dyn rusqlite::ToSql] = match stmt.parameter_count() {
-                0 => &[],
-                _ => &[&1],
-            };
-            let plan: Vec<String> = stmt
-                .query_map(params, |r| r.get(3))
-                .unwrap()
-                .collect::<rusqlite::Result<_>>()
-                .unwrap();
-            assert!(
-                plan.len() == 1 && plan[0].contains(index),
-                "{sql}: {plan:?}"
-            );
+            assert_plan(&conn, sql, index);
         }
+        conn.execute_batch(schema::MIGRATION_0002).unwrap();
+        conn.execute_batch(schema::MIGRATION_0003).unwrap();
+        assert_plan(&conn, GROUP_HEAD, "COVERING INDEX ix_queue_group");
+        assert_plan_all(&conn, COUNT_GROUP_WAITING, "ix_queue_group");
+    }
+
+    /// The plan of `sql` is one step, and it uses `index`.
+    fn assert_plan(conn: &Connection, sql: &str, index: &str) {
+        let plan = plan_of(conn, sql);
+        assert!(
+            plan.len() == 1 && plan[0].contains(index),
+            "{sql}: {plan:?}"
+        );
+    }
+
+    /// Every table access in the plan of `sql` goes through `index`.
+    fn assert_plan_all(conn: &Connection, sql: &str, index: &str) {
+        let plan = plan_of(conn, sql);
+        let scans: Vec<&String> = plan
+            .iter()
+            .filter(|s| s.starts_with("SCAN") || s.starts_with("SEARCH"))
+            .collect();
+        assert!(
+            !scans.is_empty() && scans.iter().all(|s| s.contains(index)),
+            "{sql}: {plan:?}"
+        );
+    }
+
+    /// The `EXPLAIN QUERY PLAN` lines of `sql`, its parameters bound to 1.
+    fn plan_of(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params: &[&dyn rusqlite::ToSql] = match stmt.parameter_count() {
+            0 => &[],
+            _ => &[&1],
+        };
+        stmt.query_map(params, |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
     }
 
     #[test]

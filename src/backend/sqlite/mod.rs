@@ -761,6 +761,10 @@ impl Queue for SqliteQueue {
         Ok(at_most.map_or(due, |m| due.min(m)))
     }
 
+    fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        self.read("read", |db| db.group_head(group))
+    }
+
     fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
         if !self.layout.is_spool() {
             return Ok(None);

@@ -103,6 +103,11 @@ impl Layout {
         )
     }
 
+    /// The ordering-group and coalesce-key columns are there.
+    pub(super) fn has_groups(self) -> bool {
+        matches!(self, Layout::Spool | Layout::SpoolV3 | Layout::SpoolV4)
+    }
+
     /// The table of retained delivered items is there.
     pub(super) fn has_retention(self) -> bool {
         matches!(self, Layout::Spool | Layout::SpoolV4)

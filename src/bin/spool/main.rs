@@ -88,7 +88,11 @@ pub struct GlobalArgs {
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
 
-    /// Print less on stderr: only errors
+    /// Print less on stderr: only errors (and why a replay failed)
+    ///
+    /// Silences notes, confirmations and progress. A replay still tells
+    /// the cause of its first failure and its first dead letter, one line
+    /// each, so that a cron mail says why it exited 75 or 1.
     #[arg(
         short,
         long,

@@ -196,7 +196,7 @@ pub fn push(
                 exit::for_kind(kind),
                 format!("push {}: {message}", ctx.spool.display()),
             )
-            .hint(push_hint(cause)))
+            .hint(push_hint(cause, run.report.in_flight)))
         }
         _ if run.follow.end == FollowEnd::Stopped => Ok(()),
         PushStatus::Clean => Ok(()),

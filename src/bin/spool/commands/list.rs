@@ -54,7 +54,14 @@ pub struct ListArgs {
     #[arg(long, short = 'g', value_name = "G")]
     group: Option<String>,
 
-    /// Only items a replay would attempt now (not held, not backing off)
+    /// Only items a replay would attempt now (not held, not backing off, not waiting behind their group)
+    ///
+    /// Exactly what `spool replay` would attempt now: not held, not
+    /// waiting for a retry time, and not waiting behind an earlier pending
+    /// item of its ordering group (enqueue --group; a held or backing-off
+    /// item holds its group back). On PostgreSQL also not leased by a
+    /// running replayer and not in flight to a push receiver. The same
+    /// rule counts `due` in `spool stats`.
     #[arg(long)]
     due: bool,
 

@@ -37,7 +37,17 @@ use std::time::Duration;
 /// durably and the item waits (exponential backoff with jitter, or the
 /// target's Retry-After) before its next attempt; after --max-attempts
 /// failed attempts, or at once when the target rejects it for good, the
-/// item moves to the dead-letter set (see `spool dlq`).
+/// item moves to the dead-letter set (see `spool dlq`). An item whose
+/// attempts already reach --max-attempts (set with `spool attempts`, or a
+/// lowered budget) is dead-lettered without another attempt, its last
+/// error saying so. One run attempts an item at most once, on every
+/// backend (PostgreSQL and --ignore-backoff included).
+///
+/// When a run fails, stderr says why: the cause of the first failed item
+/// (or failed push request) and of the first dead letter, one line each,
+/// also with -q (which silences the other notes), e.g.
+///   spool: item 3 failed: connection error: connection refused (127.0.0.1:9)
+/// -v tells every outcome.
 ///
 /// --exec CMD runs CMD once per item, split into words like a shell
 /// would (quotes honoured) but without a shell (unless --shell), with the
@@ -69,10 +79,15 @@ use std::time::Duration;
 /// of the batch and is resent, with the same numbers, after a backoff
 /// (Retry-After honoured); --max-attempts bounds the consecutive failed
 /// requests of the run, which then ends with exit 75 and nothing
-/// dead-lettered. 413 halves the batch (an item too large on its own is
-/// dead-lettered). A receiver that lost state or sees another spool's
-/// content under this spool's uuid (409) stops the run with exit 65, a
-/// refused token (401/403) with exit 77; items stay as they are. Takes
+/// dead-lettered. A Retry-After is kept as the in-flight items' next retry
+/// time: a later run (or --follow) sends nothing before it (exit 75,
+/// saying until when) unless --ignore-backoff. 413 halves the batch (an
+/// item too large on its own is dead-lettered). A receiver that lost
+/// state or sees another spool's content under this spool's uuid (409)
+/// stops the run with exit 65, a refused token (401/403) with exit 77,
+/// another 4xx with exit 65: the refused request's items stay in flight
+/// with their sequence numbers and the next run resends them as they are
+/// (`spool done --force ID` abandons one). Takes
 /// -H, --timeout, --cacert, --limit (items sent), --deadline, --dry-run,
 /// --wait, --max-attempts and the backoff options, plus --batch,
 /// --batch-bytes and --compress; not --concurrency, --ordered or
@@ -307,9 +322,11 @@ impl TargetArgs {
 pub struct ReplayFlags {
     /// Failed attempts (cumulative, across runs) before an item is dead-lettered
     ///
-    /// With --push: the consecutive failed requests of one run, after
-    /// which the run ends with exit 75 (a push never dead-letters an item
-    /// for a failed request; a later run starts a fresh budget).
+    /// An item whose attempts already reach N is dead-lettered by the next
+    /// run without another attempt. With --push: the consecutive failed
+    /// requests of one run, after which the run ends with exit 75 (a push
+    /// never dead-letters an item for a failed request or for its
+    /// attempts; a later run starts a fresh budget).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,
 
@@ -322,6 +339,9 @@ pub struct ReplayFlags {
     pub backoff_max: Duration,
 
     /// Attempt items even when their next retry time has not come
+    ///
+    /// With --push also before the time a receiver's Retry-After asked
+    /// for. An item is still attempted at most once per run.
     #[arg(long)]
     pub ignore_backoff: bool,
 
@@ -448,9 +468,19 @@ fn eta(done: u64, left: Duration) -> String {
 }
 
 /// Progress bar (terminal only) and per-item lines on stderr.
+///
+/// Whatever the verbosity, even with `-q`, the run's first failure (an
+/// item's failed attempt, or a failed push request) and its first dead
+/// letter are told on stderr, one line each with the cause: a cron mail
+/// then says why the run exited 75 or 1 (SPEC §4). `-q` silences the
+/// notes and the bar, not a failure's cause; `-v` tells every outcome.
 pub struct Progress {
     bar: Option<ProgressBar>,
     verbosity: Verbosity,
+    /// The first failure was told.
+    told_failure: AtomicBool,
+    /// The first dead letter was told.
+    told_dead: AtomicBool,
 }
 
 impl Progress {
@@ -458,16 +488,34 @@ impl Progress {
     pub fn new(verbosity: Verbosity, bar: bool) -> Progress {
         let bar = (bar && verbosity != Verbosity::Quiet && std::io::stderr().is_terminal())
             .then(|| ProgressBar::new(0).with_style(bar_style()));
-        Progress { bar, verbosity }
+        Progress {
+            bar,
+            verbosity,
+            told_failure: AtomicBool::new(false),
+            told_dead: AtomicBool::new(false),
+        }
     }
 
     fn say(&self, level: Verbosity, msg: String) {
         if self.verbosity >= level {
-            match &self.bar {
-                Some(b) => b.println(format!("spool: {msg}")),
-                None => {
-                    let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
-                }
+            self.write(msg);
+        }
+    }
+
+    /// Say `msg` when the verbosity asks for it, or else when it is the
+    /// first of its kind (`told`), whatever the verbosity.
+    fn say_or_tell_first(&self, level: Verbosity, told: &AtomicBool, msg: String) {
+        let first = !told.swap(true, Ordering::SeqCst);
+        if self.verbosity >= level || first {
+            self.write(msg);
+        }
+    }
+
+    fn write(&self, msg: String) {
+        match &self.bar {
+            Some(b) => b.println(format!("spool: {msg}")),
+            None => {
+                let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
             }
         }
     }
@@ -529,8 +577,9 @@ impl ReplayObserver for Progress {
                 failures,
                 max,
                 retry_in,
-            } => self.say(
+            } => self.say_or_tell_first(
                 Verbosity::Normal,
+                &self.told_failure,
                 match retry_in {
                     Some(d) => format!(
                         "{reason} (failed request {failures} of {max}); resending in {}",
@@ -625,12 +674,19 @@ impl ReplayObserver for Progress {
             ItemOutcome::Failed {
                 error,
                 next_retry_at,
-            } => self.say(
-                Verbosity::Verbose,
-                format!("item {id}: attempt {attempt} failed: {error}; next try at {next_retry_at}"),
-            ),
-            ItemOutcome::DeadLettered { error, rejected } => self.say(
+            } => {
+                if self.verbosity >= Verbosity::Verbose {
+                    self.told_failure.store(true, Ordering::SeqCst);
+                    self.write(format!(
+                        "item {id}: attempt {attempt} failed: {error}; next try at {next_retry_at}"
+                    ));
+                } else if !self.told_failure.swap(true, Ordering::SeqCst) {
+                    self.write(format!("item {id} failed: {error}"));
+                }
+            }
+            ItemOutcome::DeadLettered { error, rejected } => self.say_or_tell_first(
                 Verbosity::Normal,
+                &self.told_dead,
                 format!(
                     "item {id}: dead-lettered after attempt {attempt} ({}): {error}",
                     if *rejected {
@@ -751,32 +807,48 @@ pub fn push_report_json(r: &PushReport, target: &str) -> serde_json::Value {
             PushHalt::Deadline => "deadline",
             PushHalt::Budget => "budget",
             PushHalt::RetryAfter(_) => "retry_after",
+            PushHalt::NotBefore(_) => "not_before",
             PushHalt::Refused(_) => "refused",
         }),
         "left_due": r.left_due,
         "last_error": r.last_error,
+        "not_before": r.not_before.map(|t| t.to_string()),
         "error": r.refusal().map(|s| s.message.clone()),
     })
 }
 
-/// The next step after the receiver stopped a push.
-pub(super) fn push_hint(cause: StopCause) -> &'static str {
+/// The next step after the receiver stopped a push that left `in_flight`
+/// sequence numbers unacknowledged. The items of the refused request were
+/// numbered (committed before it was sent): they stay in flight, and the
+/// next run resends them with the same numbers; `done --force` abandons
+/// one. Only a stop with nothing in flight changed no item.
+pub(super) fn push_hint(cause: StopCause, in_flight: u64) -> String {
+    let stays = match in_flight {
+        0 => "no item was changed".to_string(),
+        1 => "1 entry stays in flight with its sequence number, and the next run resends it \
+              with the same number (`spool list` shows it; `spool done --force ID` abandons it)"
+            .to_string(),
+        n => format!(
+            "{n} entries stay in flight with their sequence numbers, and the next run resends \
+             them with the same numbers (`spool list` shows them; `spool done --force ID` \
+             abandons one)"
+        ),
+    };
     match cause {
-        StopCause::LostState => {
+        StopCause::LostState => format!(
             "the receiver went back to an older state (a restored backup?); nothing was resent or \
              dropped: find out what it lost (GET /v1/clients/<spool uuid> on spool serve) before \
-             pushing again"
-        }
-        StopCause::ContentConflict => {
-            "if this spool is a copy of another one (a cloned disk or VM image, a restored \
-             backup), give it its own identity with `spool config uuid --regenerate`, then push \
-             again"
-        }
-        StopCause::Unauthorized => {
+             pushing again; {stays}"
+        ),
+        StopCause::ContentConflict => "if this spool is a copy of another one (a cloned disk \
+             or VM image, a restored backup), give it its own identity with `spool config uuid \
+             --regenerate` (which renumbers what is in flight), then push again"
+            .to_string(),
+        StopCause::Unauthorized => format!(
             "check the credentials sent with -H (e.g. 'Authorization: Bearer …') against the \
-             receiver's tokens; no item was changed"
-        }
-        StopCause::Refused => "the receiver's answer is quoted above; no item was changed",
+             receiver's tokens; {stays}"
+        ),
+        StopCause::Refused => format!("the receiver's answer is quoted above; {stays}"),
     }
 }
 
@@ -838,7 +910,7 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                 exit::for_kind(kind),
                 format!("{ACTION} {}: {message}", ctx.shown()),
             )
-            .hint(push_hint(cause)))
+            .hint(push_hint(cause, r.in_flight)))
         }
     }
 }
