@@ -404,7 +404,7 @@ fn sqlite_entry_rows(path: &Path) -> i64 {
 
 #[test]
 fn skips_store_nothing_at_the_receiver() {
-    const N: u64 = 20_000;
+    const N: u64 = 10_000;
     each_backend(|env| {
         env.run(&["init", "--max-depth", "10"]).success();
         let s = Serve::start(env, &[]);
@@ -468,7 +468,7 @@ fn skips_store_nothing_at_a_postgres_receiver() {
     };
     env.run(&["init", "--max-depth", "10"]).success();
     let s = Serve::start(&env, &[]);
-    push_skips(&s, 20_000);
+    push_skips(&s, 10_000);
     assert_eq!(s.stop().code, Some(0));
     let rows = |extra: &str| {
         psql(
@@ -483,7 +483,7 @@ fn skips_store_nothing_at_a_postgres_receiver() {
             .get_output()
             .stdout,
     );
-    assert_eq!(clients[0]["last_seq"], 60_000);
+    assert_eq!(clients[0]["last_seq"], 30_000);
     // Rows an older version left for skips go with `compact`.
     psql(
         &base,

@@ -115,7 +115,6 @@ struct TokenEntry {
     clients: Vec<String>,
 }
 
-
 /// A token that was presented and found: what the request may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant(usize);

@@ -224,7 +224,8 @@ impl SqliteQueue {
         }
         if !damaged {
             let tables: &[&str] = match self.layout {
-                super::Layout::Reference | super::Layout::Empty => &["morph_offline_queue"],
+                super::Layout::Empty => &[],
+                super::Layout::Reference => &["morph_offline_queue"],
                 _ => &["morph_offline_queue", "spool_dead_letters"],
             };
             for table in tables {
