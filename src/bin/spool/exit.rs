@@ -17,7 +17,6 @@
 //! | 130 / 143 | interrupted by SIGINT / SIGTERM (replay, watch) |
 
 use spool::ErrorKind;
-use std::process::ExitCode;
 
 /// Success.
 pub const OK: u8 = 0;
@@ -123,7 +122,7 @@ impl CliError {
     }
 
     /// Write the message (and hint) to stderr and give the exit code.
-    pub fn report(self) -> ExitCode {
+    pub fn report(self) -> u8 {
         use std::io::Write;
         if let CliError::Failed { message, hint, .. } = &self {
             let mut err = std::io::stderr().lock();
@@ -132,7 +131,7 @@ impl CliError {
                 let _ = writeln!(err, "hint: {h}");
             }
         }
-        ExitCode::from(self.code())
+        self.code()
     }
 }
 

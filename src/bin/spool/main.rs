@@ -6,6 +6,10 @@
 //! table) in one place; [`render`] holds stdout handling and table
 //! helpers. Nothing here touches a spool file directly.
 
+// The program starts at `main` below, not through Rust's runtime start-up:
+// see there.
+#![cfg_attr(not(test), no_main)]
+
 mod commands;
 mod exit;
 mod help;
@@ -16,7 +20,6 @@ use clap::{Args, Parser, ValueEnum};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 const LONG_ABOUT: &str = "\
 Durable offline spools: local queues of payloads that could not be delivered yet.
@@ -218,14 +221,43 @@ fn parse() -> Result<Cli, clap::Error> {
     Cli::try_parse_from(args)
 }
 
-fn main() -> ExitCode {
+/// The process's entry point, called by the C runtime.
+///
+/// spool skips Rust's own start-up (`fn main` through `lang_start`): for a
+/// command a script runs once per event, it is a large part of what the
+/// process costs before it does anything — it reads and parses
+/// `/proc/self/maps` to find the main thread's stack guard and sets up an
+/// alternate signal stack, 21 system calls of 42 for a program that
+/// prints a line, about 0.2 ms on the reference machine
+/// (docs/benchmarks.md). What spool needs of it is done here: SIGPIPE is
+/// ignored (a closed stdout is an `EPIPE` error that ends the command
+/// quietly, as Rust's start-up arranges it), and stdout is flushed before
+/// returning. Arguments come from `std::env::args_os`, which the standard
+/// library fills before `main` on every platform spool supports. A stack
+/// overflow ends the process with SIGSEGV instead of a message.
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: setting a signal's disposition to SIG_IGN, before any other
+    // thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let code = run();
+    let _ = std::io::stdout().flush();
+    libc::c_int::from(code)
+}
+
+/// Parse the command line, run the command, report: the exit code.
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> u8 {
     install_panic_hook();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = exit::for_clap(&e);
             let _ = e.print();
-            return ExitCode::from(code);
+            return code;
         }
     };
     // A way to check the panic hook end to end, in debug builds only.
@@ -251,7 +283,7 @@ fn main() -> ExitCode {
     ctx.allow_network_fs = cli.global.allow_network_fs;
     let result = cli.command.run(&mut ctx).and_then(|()| ctx.out.flush());
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => exit::OK,
         Err(e) => e.report(),
     }
 }
