@@ -107,6 +107,28 @@ fn init_with_an_explicit_backend() {
         .stdout("1\n");
 }
 
+/// `init` names the backend as people do (as `-v` does), not with its
+/// command-line name (which `--json` keeps).
+#[test]
+fn init_names_the_backend_in_words() {
+    each_backend_and_postgres("init's message", |env| {
+        let (title, name) = if env.is_ndjson() {
+            ("NDJSON", "file")
+        } else if env.path.to_string_lossy().starts_with("postgres") {
+            ("PostgreSQL", "postgres")
+        } else {
+            ("SQLite", "sqlite")
+        };
+        let said = stderr(&env.run(&["init", "--max-depth", "3"]).success().stdout(""));
+        assert!(
+            said.starts_with(&format!("spool: created {title} spool ")),
+            "{said}"
+        );
+        assert!(said.ends_with(", max depth 3\n"), "{said}");
+        assert!(!said.contains(&format!(" {name} spool")), "{said}");
+    });
+}
+
 // ------------------------------------------------------------- enqueue
 
 #[test]

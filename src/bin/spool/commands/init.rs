@@ -101,7 +101,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         };
         ctx.note(&format!(
             "created {} spool {}{bound}",
-            report.backend.name(),
+            report.backend.title(),
             report.path.display()
         ));
     }
