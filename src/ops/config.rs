@@ -142,10 +142,8 @@ fn set_max_depth(q: &dyn Queue, value: &str) -> Result<()> {
     let bound = if v.eq_ignore_ascii_case("none") {
         None
     } else {
-        Some(v.parse::<u64>().map_err(|_| {
-            Error::Unsupported(format!(
-                "invalid max-depth {value:?}: give a number of items, or none"
-            ))
+        Some(crate::units::parse_whole(v, 0, None, 1000).map_err(|why| {
+            Error::Unsupported(format!("invalid max-depth {value:?}: {why}, or none"))
         })?)
     };
     q.set_max_depth(bound)

@@ -39,7 +39,7 @@ use spool::{OpenMode, PAGE_SIZE};
 #[command(verbatim_doc_comment)]
 pub struct ListArgs {
     /// Show at most N items (after filtering)
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<usize>::any(20))]
     limit: Option<usize>,
 
     /// Only the item(s) with this idempotency key
@@ -47,7 +47,7 @@ pub struct ListArgs {
     key: Option<String>,
 
     /// Only items tried at least N times
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::any(3))]
     min_attempts: Option<u32>,
 
     /// Only items of ordering group G (enqueue --group)
