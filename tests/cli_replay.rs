@@ -779,6 +779,66 @@ fn an_item_at_its_budget_is_dead_lettered_without_another_attempt() {
     });
 }
 
+/// `--dry-run` says what the run would do: an item whose attempts
+/// already reach `--max-attempts` would be dead-lettered without an
+/// attempt, not attempted; the others would be attempted. Nothing
+/// changes and nothing is sent. On every backend.
+#[test]
+fn a_dry_run_says_an_item_at_its_budget_would_be_dead_lettered() {
+    each_backend_and_postgres("a dry run at the budget", |env| {
+        let sink = Sink::always(200);
+        let spent = env.enqueue("spent");
+        let fresh = env.enqueue("fresh");
+        env.run(&["attempts", &spent.to_string(), "--set", "3"])
+            .success();
+        let url = sink.url("/");
+        let dry = ["replay", "--url", &url, "--max-attempts", "3", "--dry-run"];
+        let a = env.run(&dry).success();
+        assert_eq!(
+            stdout(&a),
+            "dry run: 1 would be attempted, 1 would be dead-lettered without an attempt, \
+             not due 0, held 0\n"
+        );
+        let err = stderr(&a);
+        assert!(
+            err.contains(&format!(
+                "item {spent}: would be dead-lettered: attempts (3) already reach --max-attempts 3\n"
+            )),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("item {fresh}: would be attempted (attempt 1,")),
+            "{err}"
+        );
+        assert!(
+            !err.contains(&format!("item {spent}: would be attempted")),
+            "{err}"
+        );
+        let mut json = dry.to_vec();
+        json.push("--json");
+        let r = json_of(&env.run(&json).success());
+        assert_eq!(
+            (r["would_attempt"].as_u64(), r["would_dead_letter"].as_u64()),
+            (Some(1), Some(1)),
+            "{r}"
+        );
+        assert!(sink.received().is_empty());
+        assert_eq!(env.size(), 2);
+        assert_eq!(item(env, spent)["attempts"], 3);
+        env.run(&["dlq", "list"]).success().stdout("");
+        // The real run does what the dry run said.
+        let a = env
+            .run(&["replay", "--url", &url, "--max-attempts", "3"])
+            .code(1);
+        assert!(
+            stdout(&a).starts_with("delivered 1, failed 0, dead-lettered 1"),
+            "{}",
+            stdout(&a)
+        );
+        assert_eq!(sink.received().len(), 1);
+    });
+}
+
 /// SPEC §4: one run attempts an item at most once — with
 /// `--ignore-backoff`, with a backoff of zero, with `--concurrency` — on
 /// every backend, PostgreSQL's leased replay included: an always-failing

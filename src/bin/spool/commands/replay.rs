@@ -39,7 +39,7 @@ use std::time::Duration;
 /// item moves to the dead-letter set (see `spool dlq`). An item whose
 /// attempts already reach --max-attempts (set with `spool attempts`, or a
 /// lowered budget) is dead-lettered without another attempt, its last
-/// error saying so. One run attempts an item at most once, on every
+/// error saying so (--dry-run says it would be). One run attempts an item at most once, on every
 /// backend (PostgreSQL and --ignore-backoff included).
 ///
 /// When a run fails, stderr says why: the cause of the first failed item
@@ -356,7 +356,7 @@ pub struct ReplayFlags {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub deadline: Option<Duration>,
 
-    /// Show what would be attempted; deliver and change nothing
+    /// Show what the run would do (attempt, or dead-letter items at their budget); change nothing
     #[arg(long)]
     pub dry_run: bool,
 
@@ -707,6 +707,10 @@ impl ReplayObserver for Progress {
                     item.key
                 ),
             ),
+            ItemOutcome::WouldDeadLetter { cause } => self.say(
+                Verbosity::Normal,
+                format!("item {id}: would be dead-lettered: {cause}"),
+            ),
         }
     }
 }
@@ -769,6 +773,7 @@ pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
         "group_waiting": r.group_waiting,
         "held": r.held,
         "would_attempt": r.would_attempt,
+        "would_dead_letter": r.would_dead_letter,
         "stopped": r.stopped.map(|s| match s {
             StopReason::Stopped => "signal",
             StopReason::Limit => "limit",
