@@ -909,11 +909,11 @@ fn list_due_and_stats_are_what_replay_attempts() {
         let reject = Sink::always(400);
         env.run(&["replay", "--url", &reject.url("/")]).code(1);
         let held_head = add("h1", Some("held"));
-        add("h2", Some("held"));
-        add("w1", Some("waiting"));
-        add("w2", Some("waiting"));
+        let h2 = add("h2", Some("held"));
+        let w1 = add("w1", Some("waiting"));
+        let w2 = add("w2", Some("waiting"));
         let head = add("d1", Some("due"));
-        add("d2", Some("due"));
+        let d2 = add("d2", Some("due"));
         let plain = add("p", None);
         let after_dead = add("x2", Some("dead"));
         let held = add("ph", None);
@@ -941,6 +941,30 @@ fn list_due_and_stats_are_what_replay_attempts() {
         };
         let due = vec![head, plain, after_dead];
         assert_eq!(listed(&[]), due);
+        // The "next retry" column of `list` says the same: "due" for
+        // exactly those, and for an item waiting behind the first pending
+        // item of its group, that item — whatever its own retry time.
+        let column: Vec<(u64, String)> = stdout(&env.run(&["list"]).success())
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[0].parse().unwrap(), f[4].to_string())
+            })
+            .collect();
+        let shown_due: Vec<u64> = column
+            .iter()
+            .filter(|(_, r)| r == "due")
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(shown_due, due, "{column:?}");
+        let shown = |id: u64| column.iter().find(|(i, _)| *i == id).unwrap().1.clone();
+        assert_eq!(shown(h2), format!("behind #{held_head}"));
+        assert_eq!(shown(w2), format!("behind #{w1}"));
+        assert_eq!(shown(d2), format!("behind #{head}"));
+        assert_eq!(shown(held_head), "held");
+        assert!(shown(w1).starts_with("in "), "{}", shown(w1));
+        let g = stdout(&env.run(&["list", "--group", "due"]).success());
+        assert!(g.contains(&format!("\tbehind #{head}\t")), "{g}");
         assert_eq!(listed(&["--limit", "2"]), due[..2]);
         assert!(listed(&["--group", "held"]).is_empty());
         assert!(listed(&["--group", "waiting"]).is_empty());
