@@ -1144,7 +1144,8 @@ fn config_reads_a_spool_that_has_no_uuid_yet() {
                 .into_iter()
                 .filter(|(p, bytes)| {
                     let p = p.to_string_lossy();
-                    !p.ends_with("-shm") && !(p.ends_with("-wal") && bytes.is_empty())
+                    let empty_wal = p.ends_with("-wal") && bytes.is_empty();
+                    !(p.ends_with("-shm") || empty_wal)
                 })
                 .collect()
         };
