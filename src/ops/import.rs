@@ -451,9 +451,8 @@ pub struct ImportReport {
     pub kept_ids: u64,
     /// Stored records that got a new id.
     pub renumbered: Vec<Renumbered>,
-    /// Records not stored because their key was already there: pending,
-    /// or for a dead (delivered) record, on a dead letter (a retained
-    /// delivered item).
+    /// Records not stored because the spool already had their key (see
+    /// [`DedupHit::existing`]).
     pub deduplicated: Vec<DedupHit>,
     /// Stored pending (not held) records.
     pub pending: u64,
