@@ -39,8 +39,9 @@ use std::time::Duration;
 /// item moves to the dead-letter set (see `spool dlq`). An item whose
 /// attempts already reach --max-attempts (set with `spool attempts`, or a
 /// lowered budget) is dead-lettered without another attempt, its last
-/// error saying so (--dry-run says it would be). One run attempts an item at most once, on every
-/// backend (PostgreSQL and --ignore-backoff included).
+/// error saying so (--dry-run says it would be). One run attempts an
+/// item at most once, on every backend (PostgreSQL and --ignore-backoff
+/// included).
 ///
 /// When a run fails, stderr says why: the cause of the first failed item
 /// (or failed push request) and of the first dead letter, one line each,
