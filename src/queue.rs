@@ -73,8 +73,9 @@ pub const PAGE_SIZE: usize = 512;
 /// spool, since it stores nothing. With a retention window
 /// ([`Queue::retain`]), a key with no pending owner that a retained
 /// delivered item carries, delivered less than the window ago, is a dedup
-/// hit too ([`Enqueued::delivered`]: the newest such item's id); imports
-/// and the push receiver dedup against pending keys only.
+/// hit too ([`Enqueued::delivered`]: the newest such item's id); the
+/// push receiver dedups against pending keys only, and imports as
+/// [`Queue::import`] says.
 ///
 /// Depth bound: with the default overflow policy ([`OnFull::Reject`]) an
 /// enqueue that would take the number of pending items past the bound
@@ -406,8 +407,13 @@ pub trait Queue: Send + Sync {
     /// Add exported records in one commit. A record keeps its id when the
     /// id is above this spool's high-water mark (and above every id kept
     /// earlier in the batch); otherwise it gets a new id. A pending or
-    /// held record whose key a pending item already carries is a dedup
-    /// hit and stores nothing. The depth bound is not enforced: an import
+    /// held record whose key a pending item already carries (or an
+    /// earlier record of the batch) is a dedup hit and stores nothing; so
+    /// is a dead record whose key a dead letter carries, and a delivered
+    /// record whose key a retained delivered item carries — counting only
+    /// what the spool held before the call (the lowest such id is the
+    /// hit), so that importing the same records twice adds nothing the
+    /// second time. Empty keys never dedup. The depth bound is not enforced: an import
     /// moves items that were already accepted once.
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>>;
 

@@ -1,8 +1,9 @@
-//! Durations and sizes as people write them on a command line.
+//! Durations, sizes and counts as people write them on a command line.
 //!
 //! Durations: `500ms`, `5s`, `2m`, `1h`, `1h30m`, `1d`; a bare number is
 //! seconds (`30`, `0.5`). Sizes: `512`, `64KiB`, `16MiB`, `1GiB`, and the
-//! decimal `kB`/`MB`/`GB`; a bare number is bytes.
+//! decimal `kB`/`MB`/`GB`; a bare number is bytes. Counts (`--limit`,
+//! `--max-depth`, item ids): whole numbers, `0`, `20`, `1000`.
 
 use std::time::Duration;
 
@@ -84,6 +85,37 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         other => return Err(bad_size(s, &format!("unknown unit {other:?}"))),
     };
     n.checked_mul(mult).ok_or_else(|| bad_size(s, "too large"))
+}
+
+/// How a whole number from `min` up to `max` (`None`: no bound of its
+/// own) is written, for error messages: `a whole number such as 20`,
+/// `a whole number of 1 or more, such as 1000`, `a whole number from 1 to
+/// 256, such as 8`.
+pub fn whole_forms(min: u64, max: Option<u64>, example: u64) -> String {
+    match (min, max) {
+        (0, None) => format!("a whole number such as {example}"),
+        (min, None) => format!("a whole number of {min} or more, such as {example}"),
+        (0, Some(max)) => format!("a whole number up to {max}, such as {example}"),
+        (min, Some(max)) => format!("a whole number from {min} to {max}, such as {example}"),
+    }
+}
+
+/// Parse a whole number from `min` up to `max` (`None`: any that fits in
+/// a `u64`). An error says what was expected, with `example`
+/// ([`whole_forms`]), and why when the number itself is out of range:
+/// `too small; expected a whole number of 1 or more, such as 1000`.
+pub fn parse_whole(s: &str, min: u64, max: Option<u64>, example: u64) -> Result<u64, String> {
+    let expected = || format!("expected {}", whole_forms(min, max, example));
+    let t = s.trim();
+    match t.parse::<u64>() {
+        Ok(n) if n < min => Err(format!("too small; {}", expected())),
+        Ok(n) if max.is_some_and(|m| n > m) => Err(format!("too large; {}", expected())),
+        Ok(n) => Ok(n),
+        Err(_) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("too large; {}", expected()))
+        }
+        Err(_) => Err(expected()),
+    }
 }
 
 /// Render a duration compactly for people: `850ms`, `12s`, `3m20s`,
@@ -173,6 +205,53 @@ mod tests {
     }
 
     #[test]
+    fn whole_numbers() {
+        assert_eq!(parse_whole("20", 0, None, 20), Ok(20));
+        assert_eq!(parse_whole(" 7 ", 1, Some(7), 5), Ok(7));
+        for (input, min, max, want) in [
+            ("x", 0, None, "expected a whole number such as 1000"),
+            ("-3", 0, None, "expected a whole number such as 1000"),
+            (
+                "0.5",
+                1,
+                None,
+                "expected a whole number of 1 or more, such as 1000",
+            ),
+            ("", 0, None, "expected a whole number such as 1000"),
+            (
+                "0",
+                1,
+                None,
+                "too small; expected a whole number of 1 or more, such as 1000",
+            ),
+            (
+                "999",
+                1,
+                Some(256),
+                "too large; expected a whole number from 1 to 256, such as 1000",
+            ),
+            (
+                "99999999999999999999",
+                0,
+                None,
+                "too large; expected a whole number such as 1000",
+            ),
+            (
+                "1e3",
+                0,
+                Some(9),
+                "expected a whole number up to 9, such as 1000",
+            ),
+        ] {
+            assert_eq!(
+                parse_whole(input, min, max, 1000),
+                Err(want.to_string()),
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
     fn formatting() {
         assert_eq!(format_duration(Duration::from_millis(850)), "850ms");
         assert_eq!(format_duration(Duration::from_secs(200)), "3m20s");
@@ -188,6 +267,7 @@ mod tests {
         fn parsers_never_panic(s in ".{0,40}") {
             let _ = parse_duration(&s);
             let _ = parse_size(&s);
+            let _ = parse_whole(&s, 1, Some(9), 5);
         }
 
         #[test]

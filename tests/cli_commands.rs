@@ -107,6 +107,28 @@ fn init_with_an_explicit_backend() {
         .stdout("1\n");
 }
 
+/// `init` names the backend as people do (as `-v` does), not with its
+/// command-line name (which `--json` keeps).
+#[test]
+fn init_names_the_backend_in_words() {
+    each_backend_and_postgres("init's message", |env| {
+        let (title, name) = if env.is_ndjson() {
+            ("NDJSON", "file")
+        } else if env.path.to_string_lossy().starts_with("postgres") {
+            ("PostgreSQL", "postgres")
+        } else {
+            ("SQLite", "sqlite")
+        };
+        let said = stderr(&env.run(&["init", "--max-depth", "3"]).success().stdout(""));
+        assert!(
+            said.starts_with(&format!("spool: created {title} spool ")),
+            "{said}"
+        );
+        assert!(said.ends_with(", max depth 3\n"), "{said}");
+        assert!(!said.contains(&format!(" {name} spool")), "{said}");
+    });
+}
+
 // ------------------------------------------------------------- enqueue
 
 #[test]
@@ -1097,6 +1119,66 @@ fn config_json_uses_snake_case_names() {
             "drop-oldest"
         );
     });
+}
+
+/// `config` reads any spool that opens, also one that has no uuid yet —
+/// a `touch`ed `spool.db` or `x.ndjson`, a reference-schema database that
+/// `spool` never wrote to: the defaults, and the uuid "not assigned yet"
+/// (null in JSON); reading writes nothing. Setting a value creates what
+/// is needed, the uuid included.
+#[test]
+fn config_reads_a_spool_that_has_no_uuid_yet() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference.sqlite");
+    for name in ["spool.db", "spool.ndjson", "reference.sqlite"] {
+        let env = Env::new(name);
+        if name == "reference.sqlite" {
+            std::fs::copy(&fixture, &env.path).unwrap();
+        } else {
+            std::fs::write(&env.path, b"").unwrap();
+        }
+        // SQLite readers of a WAL database may make its shared-memory
+        // index and an empty WAL; the data must not change.
+        let data = || -> Vec<_> {
+            env.snapshot()
+                .into_iter()
+                .filter(|(p, bytes)| {
+                    let p = p.to_string_lossy();
+                    let empty_wal = p.ends_with("-wal") && bytes.is_empty();
+                    !(p.ends_with("-shm") || empty_wal)
+                })
+                .collect()
+        };
+        let before = data();
+        let all = stdout(&env.run(&["config"]).success());
+        assert_eq!(
+            all,
+            "max-depth  none\non-full    reject\nretain     off\n\
+             uuid       not assigned yet (the first write to the spool assigns one)\n",
+            "{name}"
+        );
+        let json = json_out(&env.run(&["--json", "config"]).success());
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "max_depth": null, "on_full": "reject", "retain": "off", "uuid": null
+            }),
+            "{name}"
+        );
+        let one = json_out(&env.run(&["--json", "config", "uuid"]).success());
+        assert_eq!(one, serde_json::json!({"uuid": null}), "{name}");
+        env.run(&["config", "max-depth"]).success().stdout("none\n");
+        assert!(data() == before, "{name}: reading wrote nothing");
+
+        env.run(&["config", "max-depth", "9"]).success();
+        let json = json_out(&env.run(&["--json", "config"]).success());
+        assert_eq!(json["max_depth"], 9, "{name}: {json}");
+        let uuid = json["uuid"].as_str().unwrap_or_default();
+        assert_eq!(uuid.len(), 36, "{name}: {json}");
+        env.run(&["config", "uuid"])
+            .success()
+            .stdout(format!("{uuid}\n"));
+    }
 }
 
 fn mode_of(p: &std::path::Path) -> u32 {

@@ -510,6 +510,112 @@ fn parse_errors_say_what_was_expected_with_an_example() {
     });
 }
 
+/// A bad value for a flag or an argument that takes a whole number says
+/// what was expected, with an example (as durations and sizes do), never
+/// Rust's "invalid digit found in string"; a negative number reaches the
+/// check instead of being taken for a flag. Exit 64, nothing on stdout,
+/// nothing created.
+#[test]
+fn whole_number_errors_say_what_was_expected_with_an_example() {
+    let env = Env::new("spool.db");
+    for (args, want) in [
+        (
+            &["init", "--max-depth", "x"][..],
+            "invalid value 'x' for '--max-depth <N>': expected a whole number of 1 or more, such as 1000",
+        ),
+        (
+            &["enqueue", "--max-depth", "0", "p"],
+            "invalid value '0' for '--max-depth <N>': too small; expected a whole number of 1 or more",
+        ),
+        (
+            &["list", "--limit", "-3"],
+            "invalid value '-3' for '--limit <N>': expected a whole number such as 20",
+        ),
+        (
+            &["drain", "-n", "ten"],
+            "invalid value 'ten' for '--limit <N>': expected a whole number such as 20",
+        ),
+        (
+            &["dlq", "list", "--limit", "1.5"],
+            "invalid value '1.5' for '--limit <N>': expected a whole number such as 20",
+        ),
+        (
+            &["list", "--min-attempts", "-1"],
+            "invalid value '-1' for '--min-attempts <N>': expected a whole number such as 3",
+        ),
+        (
+            &["replay", "--push", "http://127.0.0.1:9/", "--batch", "abc"],
+            "invalid value 'abc' for '--batch <N>': expected a whole number from 1 to 1000000, such as 500",
+        ),
+        (
+            &["replay", "--exec", "true", "--max-attempts", "0.5"],
+            "invalid value '0.5' for '--max-attempts <N>': expected a whole number of 1 or more, such as 5",
+        ),
+        (
+            &["replay", "--exec", "true", "--max-attempts", "99999999999"],
+            "invalid value '99999999999' for '--max-attempts <N>': too large; expected",
+        ),
+        (
+            &["replay", "--exec", "true", "--limit", "-3"],
+            "invalid value '-3' for '--limit <N>': expected a whole number such as 100",
+        ),
+        (
+            &["replay", "--exec", "true", "--concurrency", "999"],
+            "invalid value '999' for '--concurrency <N>': too large; expected a whole number from 1 to 256, such as 8",
+        ),
+        (
+            &["replay", "--exec", "true", "--commit-every", "0"],
+            "invalid value '0' for '--commit-every <N>': too small; expected a whole number from 1 to 10000",
+        ),
+        (
+            &["watch", "--probe", "tcp://127.0.0.1:9", "--exec", "true", "--failure-threshold", "x"],
+            "invalid value 'x' for '--failure-threshold <N>': expected a whole number of 1 or more, such as 3",
+        ),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--max-entries", "1e4"],
+            "invalid value '1e4' for '--max-entries <N>': expected a whole number of 1 or more, such as 10000",
+        ),
+        (
+            &["attempts", "1", "--set", "-1"],
+            "invalid value '-1' for '--set <N>': expected a whole number such as 1",
+        ),
+        (
+            &["show", "abc"],
+            "invalid value 'abc' for '<ID>': expected a whole number of 1 or more, such as 42",
+        ),
+        (
+            &["dlq", "show", "-2"],
+            "invalid value '-2' for '<ID>': expected a whole number of 1 or more, such as 42",
+        ),
+        (
+            &["done", "-5"],
+            "invalid value '-5' for '<ID>...': \"-5\" is not an item id",
+        ),
+    ] {
+        let a = env.run(args).code(64).stdout("");
+        let err = stderr(&a);
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {want:?} not in {err}");
+        for internal in ["invalid digit", "unexpected argument", "is not in 1.."] {
+            assert!(!err.contains(internal), "{args:?}: {err}");
+        }
+    }
+    assert!(env.files().is_empty(), "{:?}", env.files());
+    // `config max-depth` says the same, and changes nothing.
+    env.run(&["init", "--max-depth", "7"]).success();
+    let a = env
+        .run(&["config", "max-depth", "lots"])
+        .code(64)
+        .stdout("");
+    assert!(
+        stderr(&a)
+            .contains("invalid max-depth \"lots\": expected a whole number such as 1000, or none"),
+        "{}",
+        stderr(&a)
+    );
+    env.run(&["config", "max-depth"]).success().stdout("7\n");
+}
+
 /// A libpq key/value string given as the spool is not looked for as a
 /// file: exit 64 with the equivalent `postgres://` URL, and the password
 /// appears nowhere; nothing is created.

@@ -371,7 +371,7 @@ fn keys_by_body(sink: &http_sink::Sink) -> std::collections::BTreeMap<String, St
 /// took it before the move sees the same `Idempotency-Key` after it.
 /// Held and dead records get their stable key too; an explicit key is
 /// kept; importing the same export again is a dedup hit for every
-/// pending and held record.
+/// record, the dead one included.
 #[test]
 fn a_moved_key_less_item_keeps_its_idempotency_key() {
     for (from, to) in MOVES {
@@ -430,7 +430,7 @@ fn a_moved_key_less_item_keeps_its_idempotency_key() {
             ]
         );
 
-        // The same export again: nothing pending or held is added.
+        // The same export again: nothing is added, pending, held or dead.
         let again = moved
             .cmd()
             .args(["--json", "import"])
@@ -444,11 +444,19 @@ fn a_moved_key_less_item_keeps_its_idempotency_key() {
             .iter()
             .map(|h| h["key"].as_str().unwrap())
             .collect();
-        let (ka, kc) = (format!("{edge_uuid}:{a}"), format!("{edge_uuid}:{c}"));
-        assert_eq!(hits, [ka.as_str(), "order-7", kc.as_str()]);
+        let (ka, kc, kd) = (
+            format!("{edge_uuid}:{a}"),
+            format!("{edge_uuid}:{c}"),
+            format!("{edge_uuid}:{d}"),
+        );
+        assert_eq!(hits, [ka.as_str(), "order-7", kc.as_str(), kd.as_str()]);
         assert_eq!(
-            (r["pending"].as_u64(), r["held"].as_u64()),
-            (Some(0), Some(0))
+            (
+                r["pending"].as_u64(),
+                r["held"].as_u64(),
+                r["dead"].as_u64()
+            ),
+            (Some(0), Some(0), Some(0))
         );
         assert!(
             stderr(&again).contains("deduplicated"),
@@ -456,6 +464,13 @@ fn a_moved_key_less_item_keeps_its_idempotency_key() {
             stderr(&again)
         );
         assert_eq!(moved.size(), 3);
+        assert_eq!(
+            stdout(&moved.run(&["--json", "dlq", "list"]).success())
+                .lines()
+                .count(),
+            1,
+            "the dead letter is not stored twice"
+        );
 
         // After the move the receiver sees the keys it saw before.
         moved

@@ -692,7 +692,7 @@ fn import_into_a_used_spool_renumbers_and_dedups() {
         assert_eq!(r["renumbered"], serde_json::json!([{"from": 2, "to": 4}]));
         assert_eq!(
             r["deduplicated"],
-            serde_json::json!([{"from": 5, "existing": 1, "key": "k-1"}])
+            serde_json::json!([{"from": 5, "existing": 1, "key": "k-1", "state": "pending"}])
         );
         assert!(
             stderr(&a)
@@ -723,8 +723,124 @@ fn import_into_a_used_spool_renumbers_and_dedups() {
             .run_in(&["import", "-"], "{\"id\":1,\"payload\":\"x\"}\n")
             .success();
         let out = stdout(&a);
-        assert!(out.starts_with("imported 1 of 1 records (1 pending, 0 held, 0 dead): 0 kept their ids, 1 renumbered"), "{out}");
+        assert!(out.starts_with("imported 1 of 1 records (1 pending, 0 held, 0 dead, 0 delivered): 0 kept their ids, 1 renumbered"), "{out}");
         assert!(out.contains("renumbered 1 -> 11"), "{out}");
+    });
+}
+
+/// SPEC §3: importing the same export twice adds nothing twice, into a
+/// fresh spool of every backend — pending and held records (their keys,
+/// or the `<source-uuid>:<source-id>` key of a key-less one, are
+/// pending), dead letters (keyed or not: a dead record's key is a dead
+/// letter's) and retained delivered items alike. The second import is a
+/// dedup hit for every record, reported per record on stderr and in
+/// `--json`; `size`, `dlq list` and `list --state delivered` are
+/// unchanged.
+#[test]
+fn importing_the_same_export_twice_adds_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source.db");
+    {
+        let s = spool::Spool::open(&source, &spool::OpenOptions::new(OpenMode::Create)).unwrap();
+        s.set_retain(Some(Duration::from_secs(86_400))).unwrap();
+        let add = |p: &str, k: &str| s.enqueue(p.as_bytes(), k).unwrap().id;
+        add("pending keyed", "k-p");
+        add("pending", "");
+        let held = add("held", "");
+        s.set_held(&[held], true).unwrap();
+        for (p, k) in [("dead keyed", "k-d"), ("dead", ""), ("dead again", "k-d")] {
+            let id = add(p, k);
+            s.dead_letter(id, "HTTP 400").unwrap();
+        }
+        for (p, k) in [("delivered keyed", "k-v"), ("delivered", "")] {
+            let id = add(p, k);
+            s.deliver(&[(id, spool::Evidence::Http(200))]).unwrap();
+        }
+    }
+    let file = dir.path().join("all.export");
+    bin()
+        .arg("-s")
+        .arg(&source)
+        .args(["export", "-o"])
+        .arg(&file)
+        .assert()
+        .success();
+    let file = file.display().to_string();
+    each_backend_and_postgres("importing an export twice", |env| {
+        env.run(&["init", "--retain", "1d"]).success();
+        let first = json_out(&env.run(&["--json", "import", &file]).success());
+        assert_eq!(
+            (first["records"].as_u64(), first["imported"].as_u64()),
+            (Some(8), Some(8)),
+            "{first}"
+        );
+        assert_eq!(
+            (first["pending"].as_u64(), first["held"].as_u64()),
+            (Some(2), Some(1))
+        );
+        assert_eq!(
+            (first["dead"].as_u64(), first["delivered"].as_u64()),
+            (Some(3), Some(2)),
+            "both dead letters of one key come in: {first}"
+        );
+        let state = || {
+            (
+                env.size(),
+                stdout(&env.run(&["--json", "dlq", "list"]).success()),
+                stdout(
+                    &env.run(&["--json", "list", "--state", "delivered"])
+                        .success(),
+                ),
+                stdout(&env.run(&["--json", "list"]).success()),
+            )
+        };
+        let before = state();
+        assert_eq!(before.0, 3);
+        assert_eq!(before.1.lines().count(), 3);
+        assert_eq!(before.2.lines().count(), 2);
+
+        let a = env.run(&["--json", "import", &file]).success();
+        let again = json_out(&a);
+        assert_eq!(
+            (again["records"].as_u64(), again["imported"].as_u64()),
+            (Some(8), Some(0)),
+            "{again}"
+        );
+        let hits = again["deduplicated"].as_array().unwrap();
+        let states: Vec<&str> = hits.iter().map(|h| h["state"].as_str().unwrap()).collect();
+        assert_eq!(
+            states,
+            [
+                "pending",
+                "pending",
+                "held",
+                "dead",
+                "dead",
+                "dead",
+                "delivered",
+                "delivered"
+            ],
+            "{again}"
+        );
+        assert_eq!(state(), before, "the second import changed nothing");
+        let err = stderr(&a);
+        assert!(
+            err.contains("deduplicated: dead letter ") && err.contains("its key k-d;"),
+            "{err}"
+        );
+        assert!(
+            err.contains("deduplicated: retained delivered item ") && err.contains("its key k-v;"),
+            "{err}"
+        );
+        let human = stdout(&env.run(&["import", &file]).success());
+        assert!(
+            human.starts_with(
+                "imported 0 of 8 records (0 pending, 0 held, 0 dead, 0 delivered): \
+                 0 kept their ids, 0 renumbered, 8 deduplicated"
+            ),
+            "{human}"
+        );
+        assert_eq!(state(), before);
     });
 }
 

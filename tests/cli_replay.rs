@@ -779,6 +779,66 @@ fn an_item_at_its_budget_is_dead_lettered_without_another_attempt() {
     });
 }
 
+/// `--dry-run` says what the run would do: an item whose attempts
+/// already reach `--max-attempts` would be dead-lettered without an
+/// attempt, not attempted; the others would be attempted. Nothing
+/// changes and nothing is sent. On every backend.
+#[test]
+fn a_dry_run_says_an_item_at_its_budget_would_be_dead_lettered() {
+    each_backend_and_postgres("a dry run at the budget", |env| {
+        let sink = Sink::always(200);
+        let spent = env.enqueue("spent");
+        let fresh = env.enqueue("fresh");
+        env.run(&["attempts", &spent.to_string(), "--set", "3"])
+            .success();
+        let url = sink.url("/");
+        let dry = ["replay", "--url", &url, "--max-attempts", "3", "--dry-run"];
+        let a = env.run(&dry).success();
+        assert_eq!(
+            stdout(&a),
+            "dry run: 1 would be attempted, 1 would be dead-lettered without an attempt, \
+             not due 0, held 0\n"
+        );
+        let err = stderr(&a);
+        assert!(
+            err.contains(&format!(
+                "item {spent}: would be dead-lettered: attempts (3) already reach --max-attempts 3\n"
+            )),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("item {fresh}: would be attempted (attempt 1,")),
+            "{err}"
+        );
+        assert!(
+            !err.contains(&format!("item {spent}: would be attempted")),
+            "{err}"
+        );
+        let mut json = dry.to_vec();
+        json.push("--json");
+        let r = json_of(&env.run(&json).success());
+        assert_eq!(
+            (r["would_attempt"].as_u64(), r["would_dead_letter"].as_u64()),
+            (Some(1), Some(1)),
+            "{r}"
+        );
+        assert!(sink.received().is_empty());
+        assert_eq!(env.size(), 2);
+        assert_eq!(item(env, spent)["attempts"], 3);
+        env.run(&["dlq", "list"]).success().stdout("");
+        // The real run does what the dry run said.
+        let a = env
+            .run(&["replay", "--url", &url, "--max-attempts", "3"])
+            .code(1);
+        assert!(
+            stdout(&a).starts_with("delivered 1, failed 0, dead-lettered 1"),
+            "{}",
+            stdout(&a)
+        );
+        assert_eq!(sink.received().len(), 1);
+    });
+}
+
 /// SPEC §4: one run attempts an item at most once — with
 /// `--ignore-backoff`, with a backoff of zero, with `--concurrency` — on
 /// every backend, PostgreSQL's leased replay included: an always-failing
@@ -849,11 +909,11 @@ fn list_due_and_stats_are_what_replay_attempts() {
         let reject = Sink::always(400);
         env.run(&["replay", "--url", &reject.url("/")]).code(1);
         let held_head = add("h1", Some("held"));
-        add("h2", Some("held"));
-        add("w1", Some("waiting"));
-        add("w2", Some("waiting"));
+        let h2 = add("h2", Some("held"));
+        let w1 = add("w1", Some("waiting"));
+        let w2 = add("w2", Some("waiting"));
         let head = add("d1", Some("due"));
-        add("d2", Some("due"));
+        let d2 = add("d2", Some("due"));
         let plain = add("p", None);
         let after_dead = add("x2", Some("dead"));
         let held = add("ph", None);
@@ -881,6 +941,30 @@ fn list_due_and_stats_are_what_replay_attempts() {
         };
         let due = vec![head, plain, after_dead];
         assert_eq!(listed(&[]), due);
+        // The "next retry" column of `list` says the same: "due" for
+        // exactly those, and for an item waiting behind the first pending
+        // item of its group, that item — whatever its own retry time.
+        let column: Vec<(u64, String)> = stdout(&env.run(&["list"]).success())
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[0].parse().unwrap(), f[4].to_string())
+            })
+            .collect();
+        let shown_due: Vec<u64> = column
+            .iter()
+            .filter(|(_, r)| r == "due")
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(shown_due, due, "{column:?}");
+        let shown = |id: u64| column.iter().find(|(i, _)| *i == id).unwrap().1.clone();
+        assert_eq!(shown(h2), format!("behind #{held_head}"));
+        assert_eq!(shown(w2), format!("behind #{w1}"));
+        assert_eq!(shown(d2), format!("behind #{head}"));
+        assert_eq!(shown(held_head), "held");
+        assert!(shown(w1).starts_with("in "), "{}", shown(w1));
+        let g = stdout(&env.run(&["list", "--group", "due"]).success());
+        assert!(g.contains(&format!("\tbehind #{head}\t")), "{g}");
         assert_eq!(listed(&["--limit", "2"]), due[..2]);
         assert!(listed(&["--group", "held"]).is_empty());
         assert!(listed(&["--group", "waiting"]).is_empty());

@@ -124,6 +124,7 @@ policies!(
         push_acks_are_retained_with_the_watermark,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
+        importing_twice_adds_nothing_twice,
         the_due_rule_leaves_out_held_waiting_and_group_waiting_items,
     ],
 );
@@ -1397,7 +1398,8 @@ fn import_keeps_ids_above_high_water(s: Setup) {
 
 /// `import`: a pending or held record whose key a pending item already
 /// carries (or an earlier record of the batch) is a dedup hit and stores
-/// nothing; dead records never dedup.
+/// nothing; a dead record does not dedup against pending keys (only
+/// against dead letters: `importing_twice_adds_nothing_twice`).
 fn import_dedups_pending_keys(s: Setup) {
     let mut h = s.open(None);
     let a = add(&h, "a", "ka");
@@ -3416,6 +3418,96 @@ fn delivered_records_import_and_dedup(s: Setup) {
     );
     assert_eq!(h.q().high_water().unwrap(), 7);
     assert_eq!(h.q().enqueue(b"dup", "k7").unwrap(), Enqueued::delivered(7));
+}
+
+/// `import` of the same records twice adds nothing the second time
+/// (SPEC §3): pending and held records are dedup hits on the pending
+/// items that carry their keys, dead records on the dead letter that
+/// carries theirs (the lowest id), delivered records on the retained
+/// record that carries theirs. The first import keeps every record, also
+/// two dead letters or two delivered records with one key (each a death
+/// or delivery of its own); a dead record whose key a dead letter the
+/// spool had before carries is a hit already. Keys are compared only
+/// when non-empty: a record without one is stored again.
+fn importing_twice_adds_nothing_twice(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let own = add(&h, "own", "kd0");
+    h.q().dead_letter(own, "HTTP 400").unwrap();
+    let delivered = |id: ItemId, key: &str| Record {
+        item: fresh(id, &format!("r{id}"), key, T0),
+        state: RecordState::Delivered,
+        dead_at: None,
+        delivery: Some(Delivery {
+            at: T0,
+            evidence: Evidence::Http(200),
+        }),
+    };
+    let recs = vec![
+        record(10, "p", "kp", RecordState::Pending),
+        record(11, "h", "kh", RecordState::Held),
+        record(12, "d1", "kd", RecordState::Dead),
+        record(13, "d2", "kd", RecordState::Dead),
+        delivered(14, "kv"),
+        delivered(15, "kv"),
+        record(16, "d0", "kd0", RecordState::Dead),
+        record(17, "no key", "", RecordState::Dead),
+    ];
+    let kept = |id| Imported {
+        id,
+        kept_id: true,
+        deduplicated: false,
+    };
+    let hit = |id| Imported {
+        id,
+        kept_id: false,
+        deduplicated: true,
+    };
+    let first = h.q().import(&recs).unwrap();
+    assert_eq!(
+        first,
+        vec![
+            kept(10),
+            kept(11),
+            kept(12),
+            kept(13),
+            kept(14),
+            kept(15),
+            hit(own),
+            kept(17),
+        ]
+    );
+    h.step();
+    let dead_ids = |h: &Harness| -> Vec<ItemId> { dead(h).iter().map(|d| d.item.id).collect() };
+    assert_eq!(ids(&drain(&h)), vec![10, 11]);
+    assert_eq!(dead_ids(&h), vec![own, 12, 13, 17]);
+    assert_eq!(delivered_ids(&h), vec![14, 15]);
+
+    let second = h.q().import(&recs).unwrap();
+    assert_eq!(
+        second,
+        vec![
+            hit(10),
+            hit(11),
+            hit(12),
+            hit(12),
+            hit(14),
+            hit(14),
+            hit(own),
+            Imported {
+                id: 18,
+                kept_id: false,
+                deduplicated: false,
+            },
+        ]
+    );
+    h.step();
+    assert_eq!(ids(&drain(&h)), vec![10, 11]);
+    assert_eq!(dead_ids(&h), vec![own, 12, 13, 17, 18]);
+    assert_eq!(delivered_ids(&h), vec![14, 15]);
+    assert_eq!(h.q().high_water().unwrap(), 18);
+    let stats = h.q().stats(T0).unwrap();
+    assert_eq!((stats.dead_letters, stats.delivered_retained), (5, 2));
 }
 
 // ------------------------------------------------------- push identity

@@ -193,7 +193,16 @@ fn an_index_rebuilt_from_the_files_finds_the_same_candidates() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
+    // Version 7 finds dead letters by key (an import's dedup).
+    let dead_key: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'dead_key'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(dead_key, 1);
     let report = verify_path(&p).unwrap();
     assert!(report.healthy(), "{report:?}");
 }

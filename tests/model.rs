@@ -19,8 +19,8 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use spool::backend::sqlite::maint::CheckpointMode;
 use spool::{
-    AttemptUpdate, DepthLimit, EnqueueOptions, Error, Evidence, Item, ItemId, MemoryQueue, NewItem,
-    OnFull, Queue, Record, RecordState, Result, Spool, Timestamp,
+    AttemptUpdate, Delivery, DepthLimit, EnqueueOptions, Error, Evidence, Item, ItemId,
+    MemoryQueue, NewItem, OnFull, Queue, Record, RecordState, Result, Spool, Timestamp,
 };
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -92,7 +92,8 @@ struct RecordSpec {
     attempts: u32,
     retry_in_ms: Option<u32>,
     error: Option<String>,
-    /// For dead records; `None` makes the record (and the import) invalid.
+    /// For dead records the time of death, for delivered ones the time
+    /// of delivery; `None` makes the record (and the import) invalid.
     dead_ms_ago: Option<u32>,
     enqueued_secs_ago: u32,
 }
@@ -144,6 +145,7 @@ fn record_spec() -> impl Strategy<Value = RecordSpec> {
             RecordState::Pending,
             RecordState::Held,
             RecordState::Dead,
+            RecordState::Delivered,
         ]),
         (payload(), key(), 0u32..6),
         prop::option::of(0u32..120_000),
@@ -256,7 +258,13 @@ fn record(spec: &RecordSpec, high_water: ItemId, now: Timestamp) -> Record {
             RecordState::Dead => spec.dead_ms_ago.map(|ms| ago(now, ms.into())),
             _ => None,
         },
-        delivery: None,
+        delivery: match spec.state {
+            RecordState::Delivered => spec.dead_ms_ago.map(|ms| Delivery {
+                at: ago(now, ms.into()),
+                evidence: Evidence::Http(200),
+            }),
+            _ => None,
+        },
     }
 }
 

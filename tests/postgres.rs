@@ -687,7 +687,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4",
+        "1,2,3,4,5",
         "every migration applied once"
     );
     assert_eq!(
@@ -1153,7 +1153,7 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 /// A schema at version 1 (as an older spool binary left it): a read-only
 /// open reads it as it is, without the columns of versions 2 and 3
 /// (retention reads as off); the first writable open migrates it to
-/// version 4 and every row stays.
+/// version 5 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -1167,12 +1167,15 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migrations 0004, 0003 and 0002 changed is
-    // undone (version 1 tied rows to their spool with foreign keys).
+    // Back to version 1: what migrations 0005, 0004, 0003 and 0002
+    // changed is undone (version 1 tied rows to their spool with foreign
+    // keys).
     psql(
         &base,
         &format!(
             "BEGIN; \
+             DROP INDEX {schema}.dead_letters_key; \
+             DELETE FROM {schema}.spool_schema WHERE version = 5; \
              DROP TRIGGER spools_cascade ON {schema}.spools; \
              DROP FUNCTION {schema}.spools_cascade(); \
              ALTER TABLE {schema}.items ADD FOREIGN KEY (spool) REFERENCES {schema}.spools (name) ON DELETE CASCADE; \
@@ -1228,7 +1231,18 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4"
+        "1,2,3,4,5"
+    );
+    // Version 5 finds dead letters by key.
+    assert_eq!(
+        psql(
+            &base,
+            &format!(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}' \
+                 AND indexname = 'dead_letters_key'"
+            )
+        ),
+        "1"
     );
     // Version 4 checks no foreign key per row.
     assert_eq!(

@@ -460,6 +460,38 @@ fn dry_run_changes_nothing() {
     assert_eq!(s.drain().unwrap(), before);
 }
 
+/// A dry run reports what the real run would do with an item whose
+/// attempts already reach the budget: dead-letter it without an attempt.
+#[test]
+fn a_dry_run_counts_items_at_their_budget_as_would_be_dead_lettered() {
+    let (_m, shared) = clock();
+    let s = three_items(&shared);
+    s.set_attempts(2, 5).unwrap();
+    let target = Scripted::new(|_: &[u8], _| Outcome::Delivered(spool::Evidence::Exit(0)));
+    let mut o = fixed_opts();
+    o.dry_run = true;
+    o.max_attempts = 5;
+    let before = s.drain().unwrap();
+    let r = SyncWorker::new(&*s, &target, o.clone(), shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((r.would_attempt, r.would_dead_letter), (2, 1));
+    assert_eq!(
+        r.summary(true),
+        "dry run: 2 would be attempted, 1 would be dead-lettered without an attempt, \
+         not due 0, held 0"
+    );
+    assert!(target.deliveries().is_empty());
+    assert_eq!(s.drain().unwrap(), before);
+    o.dry_run = false;
+    let real = SyncWorker::new(&*s, &target, o, shared.clone())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!((real.delivered, real.dead_lettered), (2, 1));
+}
+
 #[test]
 fn held_items_are_skipped() {
     let (_m, shared) = clock();

@@ -149,7 +149,7 @@ fn writable_open_migrates_keeps_rows_and_never_reuses_an_id() {
     let dir = tempfile::tempdir().unwrap();
     let path = reference_copy(dir.path());
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     assert_eq!(q.drain().unwrap(), reference_items());
     assert_eq!(q.high_water().unwrap(), 5);
     let uuid = q.uuid().unwrap();
@@ -255,12 +255,12 @@ fn a_newer_schema_is_refused_and_left_alone() {
     drop(open(&path, OpenMode::CreateNew));
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA user_version = 6")
+        .execute_batch("PRAGMA user_version = 7")
         .unwrap();
     let before = std::fs::read(&path).unwrap();
     for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create] {
         match SqliteQueue::open(&path, &opts(mode)) {
-            Err(e @ Error::SchemaTooNew { found: 6, .. }) => {
+            Err(e @ Error::SchemaTooNew { found: 7, .. }) => {
                 assert_eq!(e.kind(), ErrorKind::Data)
             }
             other => panic!("{mode:?}: {other:?}"),
@@ -322,7 +322,7 @@ fn an_empty_database_gets_the_schema() {
     assert_eq!(user_version(&path), 0);
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     assert_eq!(q.enqueue(b"first", "").unwrap().id, 1);
 }
 
@@ -386,7 +386,7 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
 
     let clock = clock();
     let q = SqliteQueue::open(&path, &opts_with(OpenMode::ReadWrite, &clock)).unwrap();
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     {
         let c = Connection::open(&path).unwrap();
         let late: Vec<(i64, bool)> = c
@@ -431,6 +431,80 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
     assert_eq!(after, five.to_string());
 }
 
+/// A spool of schema version 5 (dead letters not indexed by key) is read
+/// as it is by a read-only open, which `verify` notes, and migrated by
+/// the first writable one: the index `ix_dead_key` is there, rows are
+/// kept, and an import finds a dead letter by its key through it.
+#[test]
+fn a_version_5_spool_gets_the_dead_letter_key_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode=WAL").unwrap();
+        for sql in [
+            include_str!("../src/backend/sqlite/migrations/0000_reference.sql"),
+            include_str!("../src/backend/sqlite/migrations/0001_spool.sql"),
+            include_str!("../src/backend/sqlite/migrations/0002_push.sql"),
+            include_str!("../src/backend/sqlite/migrations/0003_policies.sql"),
+            include_str!("../src/backend/sqlite/migrations/0004_retention.sql"),
+            include_str!("../src/backend/sqlite/migrations/0005_prune_order.sql"),
+        ] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO spool_meta (key, value) VALUES ('uuid', '9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b');
+             INSERT INTO spool_dead_letters (id, payload, idempotency_key, attempts, last_error, dead_at)
+                 VALUES (3, 'gone', 'kd', 5, 'HTTP 500', 1700000002000);",
+        )
+        .unwrap();
+    }
+    let indexes = || -> Vec<String> {
+        Connection::open(&path)
+            .unwrap()
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' \
+                 AND tbl_name = 'spool_dead_letters' ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    assert_eq!(user_version(&path), 5);
+    let q = open(&path, OpenMode::ReadOnly);
+    assert_eq!(q.dead_count().unwrap(), 1);
+    let report = q.verify().unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.starts_with("schema version 5")),
+        "{report:?}"
+    );
+    drop(q);
+    assert_eq!(user_version(&path), 5, "a read-only open never migrates");
+    assert_eq!(indexes(), vec!["ix_dead_dead_at"]);
+
+    let q = open(&path, OpenMode::ReadWrite);
+    assert_eq!(user_version(&path), 6);
+    assert_eq!(indexes(), vec!["ix_dead_dead_at", "ix_dead_key"]);
+    assert_eq!(q.dead_get(3).unwrap().unwrap().item.key, "kd");
+    let mut item = Item::new(7, b"again".to_vec(), "kd".into(), START);
+    item.attempts = 5;
+    let rec = Record {
+        item,
+        state: RecordState::Dead,
+        dead_at: Some(START),
+        delivery: None,
+    };
+    let r = q.import(&[rec]).unwrap();
+    assert_eq!((r[0].id, r[0].deduplicated), (3, true));
+    assert_eq!(q.dead_count().unwrap(), 1);
+}
+
 /// A spool of schema version 1 (before push) is read as it is by a
 /// read-only open — nothing in flight, no push state — and migrated,
 /// rows, dead letters and uuid kept, by the first writable one.
@@ -473,7 +547,7 @@ fn a_version_1_spool_is_read_as_it_is_and_migrated_by_a_write() {
     assert_eq!(user_version(&path), 1, "a read-only open never migrates");
 
     let q = open(&path, OpenMode::ReadWrite);
-    assert_eq!(user_version(&path), 5);
+    assert_eq!(user_version(&path), 6);
     assert_eq!(q.uuid().unwrap(), "9b2f8a4e-6f7e-4d1a-9c3b-2a1d0e5f6a7b");
     assert_eq!(q.drain().unwrap(), items);
     assert_eq!(

@@ -213,7 +213,8 @@ impl Queue for MemoryQueue {
 
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
         let mut st = self.lock();
-        let (results, store) = st.plan_import(records)?;
+        let before = st.import_keys();
+        let (results, store) = st.plan_import(records, &before)?;
         for rec in store {
             st.apply_record(rec);
         }
@@ -330,9 +331,10 @@ impl Queue for MemoryQueue {
                 next.update_pending(id, |it| it.push_seq = None);
             }
         }
+        let before = next.import_keys();
         for r in records {
             let r = r?;
-            let (out, store) = next.plan_import(std::slice::from_ref(&r))?;
+            let (out, store) = next.plan_import(std::slice::from_ref(&r), &before)?;
             for mut rec in store {
                 rec.item.push_seq = merge.seq_for(&r, |s| Ok(next.in_flight.contains_key(&s)))?;
                 next.apply_record(rec);

@@ -288,6 +288,45 @@ pub(crate) fn prepare_requeue(v: &impl View, id: ItemId) -> Result<Option<Item>>
     Ok(Some(item))
 }
 
+/// The keys of the dead letters and of the retained delivered records a
+/// spool held when an import started: each key with the lowest id that
+/// carries it ([`import_lookup`]).
+#[derive(Debug, Default)]
+pub(crate) struct ImportKeys {
+    pub dead: HashMap<String, ItemId>,
+    pub delivered: HashMap<String, ItemId>,
+}
+
+/// The dedup rule of an import for dead and delivered records (SPEC §3:
+/// importing the same export twice adds nothing twice): a dead record
+/// whose non-empty key a dead letter of the spool already carries, or a
+/// delivered record whose non-empty key a retained delivered record
+/// already carries, is a dedup hit on that record (the lowest id with the
+/// key). Only what the spool held before the import counts — an export
+/// may hold several dead letters with one key (each enqueue after a death
+/// is a new item), and the first import keeps them all. Pending and held
+/// records dedup against pending keys, as enqueues do; that is the
+/// caller's. `None` for a record without a key: nothing to look up.
+pub(crate) fn import_lookup(r: &Record) -> Option<ImportLookup<'_>> {
+    if r.item.key.is_empty() {
+        return None;
+    }
+    match r.state {
+        RecordState::Dead => Some(ImportLookup::Dead(&r.item.key)),
+        RecordState::Delivered => Some(ImportLookup::Delivered(&r.item.key)),
+        RecordState::Pending | RecordState::Held => None,
+    }
+}
+
+/// Where [`import_lookup`] looks for a record's key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ImportLookup<'a> {
+    /// Among the dead letters.
+    Dead(&'a str),
+    /// Among the retained delivered records.
+    Delivered(&'a str),
+}
+
 /// What importing `r` does given the high-water mark `hw` (raised by each
 /// record kept): its id in this spool and whether it kept its own, and the
 /// record to store, normalised as every backend stores it. Dedup is the
@@ -831,16 +870,52 @@ impl State {
         Some(item)
     }
 
+    /// The keys of the dead letters and retained delivered records this
+    /// spool holds now, for the import about to start ([`import_lookup`]).
+    pub fn import_keys(&self) -> ImportKeys {
+        let mut keys = ImportKeys::default();
+        for (id, d) in &self.dead {
+            if !d.item.key.is_empty() {
+                keys.dead.entry(d.item.key.clone()).or_insert(*id);
+            }
+        }
+        for (id, d) in &self.delivered {
+            if !d.item.key.is_empty() {
+                keys.delivered.entry(d.item.key.clone()).or_insert(*id);
+            }
+        }
+        keys
+    }
+
     /// Decide what importing `records` does: per record, its id in this
     /// spool, whether it kept its own, whether it was a dedup hit; and the
-    /// records to store, renumbered.
-    pub fn plan_import(&self, records: &[Record]) -> Result<(Vec<Imported>, Vec<Record>)> {
+    /// records to store, renumbered. `before` holds the keys of the dead
+    /// letters and retained delivered records the spool held when the
+    /// import started ([`State::import_keys`]).
+    pub fn plan_import(
+        &self,
+        records: &[Record],
+        before: &ImportKeys,
+    ) -> Result<(Vec<Imported>, Vec<Record>)> {
         let mut out = Vec::with_capacity(records.len());
         let mut store = Vec::new();
         let mut hw = self.high_water;
         let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
         for r in records {
             crate::item::check_key(&r.item.key)?;
+            let found = match import_lookup(r) {
+                Some(ImportLookup::Dead(key)) => before.dead.get(key),
+                Some(ImportLookup::Delivered(key)) => before.delivered.get(key),
+                None => None,
+            };
+            if let Some(&id) = found {
+                out.push(Imported {
+                    id,
+                    kept_id: false,
+                    deduplicated: true,
+                });
+                continue;
+            }
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(&id) = self

@@ -25,6 +25,9 @@ pub enum Value {
     Count(Option<u64>),
     /// Text.
     Text(String),
+    /// Not assigned yet: the spool's uuid before the first write (see
+    /// [`assigned_uuid`]).
+    Unassigned,
 }
 
 impl Value {
@@ -34,17 +37,22 @@ impl Value {
             Value::Count(Some(n)) => serde_json::json!(n),
             Value::Count(None) => serde_json::Value::Null,
             Value::Text(t) => serde_json::json!(t),
+            Value::Unassigned => serde_json::Value::Null,
         }
     }
 }
 
 impl fmt::Display for Value {
-    /// As the command line writes it: `10000`, `none`, the text.
+    /// As the command line writes it: `10000`, `none`, the text; an
+    /// unassigned value says so and when it comes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Count(Some(n)) => write!(f, "{n}"),
             Value::Count(None) => f.write_str("none"),
             Value::Text(t) => f.write_str(t),
+            Value::Unassigned => {
+                f.write_str("not assigned yet (the first write to the spool assigns one)")
+            }
         }
     }
 }
@@ -142,10 +150,8 @@ fn set_max_depth(q: &dyn Queue, value: &str) -> Result<()> {
     let bound = if v.eq_ignore_ascii_case("none") {
         None
     } else {
-        Some(v.parse::<u64>().map_err(|_| {
-            Error::Unsupported(format!(
-                "invalid max-depth {value:?}: give a number of items, or none"
-            ))
+        Some(crate::units::parse_whole(v, 0, None, 1000).map_err(|why| {
+            Error::Unsupported(format!("invalid max-depth {value:?}: {why}, or none"))
         })?)
     };
     q.set_max_depth(bound)
@@ -200,7 +206,20 @@ fn set_retain(q: &dyn Queue, value: &str) -> Result<()> {
 }
 
 fn get_uuid(q: &dyn Queue) -> Result<Value> {
-    Ok(Value::Text(q.uuid()?))
+    Ok(assigned_uuid(q)?.map_or(Value::Unassigned, Value::Text))
+}
+
+/// The spool's uuid, or `None` while it has none: a spool that `spool`
+/// never wrote to (an empty file, a reference database), opened
+/// read-only. The first write assigns one; reading never does.
+pub fn assigned_uuid(queue: &dyn Queue) -> Result<Option<String>> {
+    match queue.uuid() {
+        Ok(u) => Ok(Some(u)),
+        // What a backend answers for a spool without a uuid (a read-only
+        // handle can assign none).
+        Err(Error::Unsupported(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The keys, in the order `spool config` lists them.

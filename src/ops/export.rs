@@ -24,7 +24,7 @@
 use super::json::ItemJson;
 use super::output::{sink_error, write_to, Destination};
 use crate::backend::identity::SpoolHeader;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::item::{Record, RecordState};
 use crate::queue::Queue;
 use serde::Serialize;
@@ -104,10 +104,8 @@ pub fn export(queue: &dyn Queue, dest: Destination<'_>) -> Result<ExportReport> 
 /// `None` for a spool that has no uuid yet (a reference spool that
 /// `spool` never wrote to, opened read-only).
 pub fn header_of(queue: &dyn Queue) -> Result<Option<SpoolHeader>> {
-    let uuid = match queue.uuid() {
-        Ok(u) => u,
-        Err(Error::Unsupported(_)) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(uuid) = super::config::assigned_uuid(queue)? else {
+        return Ok(None);
     };
     Ok(Some(SpoolHeader {
         uuid,

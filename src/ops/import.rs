@@ -12,8 +12,8 @@
 //! gets the key `<source-uuid>:<source-id>` ([`with_stable_key`]) — the
 //! `Idempotency-Key` that `replay` sent for it from the exporting spool —
 //! whatever its state, so a receiver that already took it deduplicates,
-//! and importing the same export twice is a dedup hit for every pending
-//! and held record the second time. Without a header there is no source
+//! and importing the same export twice is a dedup hit for every record
+//! the second time. Without a header there is no source
 //! uuid: key-less records stay key-less (and are sent under the target's
 //! `<uuid>:<id>`). An in-flight record (one with a `push_seq`) imported
 //! under the exporting spool's own identity keeps its empty key: its
@@ -26,8 +26,14 @@
 //! [`import`] then stores every record in one atomic [`Queue::import`]
 //! call, which keeps keys, attempts, errors, retry times and state, keeps
 //! an id only where the target never issued it (above its high-water
-//! mark) and renumbers the others, and turns a pending record whose key
-//! a pending item of the target already carries into a dedup hit.
+//! mark) and renumbers the others, and turns into a dedup hit a pending
+//! or held record whose key a pending item of the target already
+//! carries, a dead record whose key a dead letter of the target carries,
+//! and a delivered record whose key a retained delivered item carries
+//! (only what the target held before the import counts for the last
+//! two, so that an export's several dead letters of one key all come
+//! in). Keys are compared only when non-empty: a key-less record of an
+//! export without a header is stored again by a second import.
 //!
 //! Accepted records: the item JSON object (`id`, exactly one of
 //! `payload`/`payload_base64`, `key`, `attempts`, `enqueued_at`,
@@ -424,10 +430,14 @@ pub struct Renumbered {
 pub struct DedupHit {
     /// Its id in the input.
     pub from: ItemId,
-    /// The pending item that already carries the key.
+    /// The item that already carries the key: a pending item for a
+    /// pending or held record, a dead letter for a dead one, a retained
+    /// delivered item for a delivered one.
     pub existing: ItemId,
     /// The key.
     pub key: String,
+    /// The record's state, and so the set `existing` is in.
+    pub state: RecordState,
 }
 
 /// What [`import`] did.
@@ -441,7 +451,8 @@ pub struct ImportReport {
     pub kept_ids: u64,
     /// Stored records that got a new id.
     pub renumbered: Vec<Renumbered>,
-    /// Records not stored because their key was already pending.
+    /// Records not stored because the spool already had their key (see
+    /// [`DedupHit::existing`]).
     pub deduplicated: Vec<DedupHit>,
     /// Stored pending (not held) records.
     pub pending: u64,
@@ -544,6 +555,7 @@ fn import_records(
                 from: rec.item.id,
                 existing: res.id,
                 key: rec.item.key.clone(),
+                state: rec.state,
             });
             return;
         }

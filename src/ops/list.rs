@@ -194,6 +194,10 @@ pub enum RetryState {
     Due,
     /// Not until released.
     Held,
+    /// Not while this earlier item of its ordering group is pending
+    /// (SPEC §9): the first pending item of the group, which replay
+    /// delivers (or dead-letters) first.
+    Behind(ItemId),
     /// At this time, this long from now.
     At(Timestamp, Duration),
     /// Never: delivered this long ago (a retained delivered item).
@@ -273,6 +277,62 @@ impl Row {
     }
 }
 
+/// Rows of listed entries whose retry state follows the due rule
+/// ([`Queue::due_page`]): a pending item that is not held and not the
+/// first pending item of its ordering group waits behind that item
+/// ([`RetryState::Behind`]) — it is not "due" even when its own retry
+/// time has come, as `list --due` leaves it out. The first item of each
+/// group is looked up once ([`Queue::group_head`], one indexed read) and
+/// remembered for a page of rows, so memory stays bounded on a spool of
+/// many groups.
+pub struct Rows<'a> {
+    queue: &'a dyn Queue,
+    now: Timestamp,
+    preview_chars: usize,
+    heads: std::collections::HashMap<String, Option<ItemId>>,
+    rows: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Rows at `now` with previews of at most `preview_chars` characters.
+    pub fn new(queue: &'a dyn Queue, now: Timestamp, preview_chars: usize) -> Rows<'a> {
+        Rows {
+            queue,
+            now,
+            preview_chars,
+            heads: std::collections::HashMap::new(),
+            rows: 0,
+        }
+    }
+
+    /// The row of `entry` ([`Row::listed`], with the group rule).
+    pub fn row(&mut self, entry: &Listed) -> Result<Row> {
+        let mut row = Row::listed(entry, self.now, self.preview_chars);
+        self.rows += 1;
+        if self.rows.is_multiple_of(PAGE_SIZE) {
+            self.heads.clear();
+        }
+        let Listed::Pending(item) = entry else {
+            return Ok(row);
+        };
+        let Some(group) = item.group.as_ref().filter(|_| !item.held) else {
+            return Ok(row);
+        };
+        let head = match self.heads.get(group) {
+            Some(h) => *h,
+            None => {
+                let h = self.queue.group_head(group)?;
+                self.heads.insert(group.clone(), h);
+                h
+            }
+        };
+        if let Some(head) = head.filter(|h| *h != item.id) {
+            row.retry = RetryState::Behind(head);
+        }
+        Ok(row)
+    }
+}
+
 /// True when an item of the spool is in flight to a push receiver (the
 /// listing then shows push sequence numbers). One indexed read.
 pub fn any_in_flight(queue: &dyn Queue) -> Result<bool> {
@@ -338,6 +398,39 @@ mod tests {
             }),
             vec![1, 4]
         );
+    }
+
+    #[test]
+    fn an_item_behind_its_group_s_first_is_not_due() {
+        let s = Spool::memory(&OpenOptions::default());
+        let add = |group: Option<&str>| {
+            let item = crate::item::NewItem {
+                payload: b"p".to_vec(),
+                key: String::new(),
+                group: group.map(String::from),
+                coalesce_key: None,
+            };
+            s.enqueue_batch(&[item], &Default::default()).unwrap()[0].id
+        };
+        let (g1, g2, free, h1, h2) = (
+            add(Some("g")),
+            add(Some("g")),
+            add(None),
+            add(Some("h")),
+            add(Some("h")),
+        );
+        s.set_held(&[h1], true).unwrap();
+        let now = Timestamp::now();
+        let mut rows = Rows::new(&*s, now, 40);
+        let retry = |rows: &mut Rows, id| {
+            let item = s.get(id).unwrap().unwrap();
+            rows.row(&Listed::Pending(item)).unwrap().retry
+        };
+        assert_eq!(retry(&mut rows, g1), RetryState::Due);
+        assert_eq!(retry(&mut rows, g2), RetryState::Behind(g1));
+        assert_eq!(retry(&mut rows, free), RetryState::Due);
+        assert_eq!(retry(&mut rows, h1), RetryState::Held);
+        assert_eq!(retry(&mut rows, h2), RetryState::Behind(h1));
     }
 
     #[test]

@@ -656,7 +656,7 @@ impl ReplayObserver for Tracker<'_> {
                 ItemOutcome::Delivered | ItemOutcome::DeadLettered { .. } => {
                     failing.remove(&item.id);
                 }
-                ItemOutcome::WouldAttempt => {}
+                ItemOutcome::WouldAttempt | ItemOutcome::WouldDeadLetter { .. } => {}
             }
         }
         if let Some(o) = self.inner {

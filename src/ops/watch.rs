@@ -479,6 +479,7 @@ fn is_idle(r: &ReplayReport) -> bool {
         && r.not_due == 0
         && r.held == 0
         && r.would_attempt == 0
+        && r.would_dead_letter == 0
         && r.stopped.is_none()
 }
 
@@ -764,7 +765,7 @@ impl fmt::Display for WatchEvent {
                 let t = trigger.name();
                 match round {
                     Round::Ran(r) => {
-                        write!(f, "replay ({t}): {}", r.summary(r.would_attempt > 0))?;
+                        write!(f, "replay ({t}): {}", r.summary(r.would_attempt + r.would_dead_letter > 0))?;
                         if *interrupted && r.stopped.is_some() {
                             f.write_str(" (link down or stopping)")?;
                         }
@@ -818,6 +819,9 @@ impl fmt::Display for WatchEvent {
                 ),
                 ItemOutcome::WouldAttempt => {
                     write!(f, "item {id}: would be attempted (attempt {attempt})")
+                }
+                ItemOutcome::WouldDeadLetter { cause } => {
+                    write!(f, "item {id}: would be dead-lettered: {cause}")
                 }
             },
             WatchEvent::Push(note) => note.fmt(f),
@@ -1912,6 +1916,9 @@ mod tests {
                 sink_error: "disk full".into(),
             },
             ItemOutcome::WouldAttempt,
+            ItemOutcome::WouldDeadLetter {
+                cause: crate::replay::over_budget_cause(5, 5),
+            },
         ] {
             events.push(WatchEvent::Item {
                 id: 1,

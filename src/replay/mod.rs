@@ -119,6 +119,12 @@ pub trait DeadLetterSink: Send + Sync {
     fn accept(&self, item: &Item, last_error: &str) -> std::result::Result<(), String>;
 }
 
+/// Why an item with `attempts` is not attempted again under a budget of
+/// `max_attempts`: `attempts (2) already reach --max-attempts 2`.
+pub fn over_budget_cause(attempts: u32, max_attempts: u32) -> String {
+    format!("attempts ({attempts}) already reach --max-attempts {max_attempts}")
+}
+
 /// The `last_error` of an item dead-lettered without another attempt
 /// because its `attempts` already reach `max_attempts` (SPEC §4), keeping
 /// its previous last error visible:
@@ -126,8 +132,8 @@ pub trait DeadLetterSink: Send + Sync {
 /// another attempt (last error: HTTP 503: busy)`.
 pub fn over_budget_reason(attempts: u32, max_attempts: u32, last_error: Option<&str>) -> String {
     let mut reason = format!(
-        "attempts ({attempts}) already reach --max-attempts {max_attempts}; dead-lettered \
-         without another attempt"
+        "{}; dead-lettered without another attempt",
+        over_budget_cause(attempts, max_attempts)
     );
     if let Some(e) = last_error.filter(|e| !e.is_empty()) {
         reason.push_str(&format!(" (last error: {e})"));
@@ -219,6 +225,12 @@ pub enum ItemOutcome {
     },
     /// Dry run: would have been attempted.
     WouldAttempt,
+    /// Dry run: would have been dead-lettered without an attempt, its
+    /// attempts already reaching the budget.
+    WouldDeadLetter {
+        /// Why ([`over_budget_cause`]).
+        cause: String,
+    },
 }
 
 impl ItemOutcome {
@@ -297,6 +309,9 @@ pub struct ReplayReport {
     pub group_waiting: u64,
     /// Dry run: items that would be attempted.
     pub would_attempt: u64,
+    /// Dry run: items that would be dead-lettered without an attempt
+    /// (their attempts already reach the budget).
+    pub would_dead_letter: u64,
     /// Why the run ended early, if it did.
     pub stopped: Option<StopReason>,
     /// True when due items were left unattempted (limit, deadline, stop,
@@ -322,7 +337,14 @@ impl ReplayReport {
     /// attempted instead.
     pub fn summary(&self, dry_run: bool) -> String {
         let mut s = if dry_run {
-            format!("dry run: {} would be attempted", self.would_attempt)
+            let mut s = format!("dry run: {} would be attempted", self.would_attempt);
+            if self.would_dead_letter > 0 {
+                s.push_str(&format!(
+                    ", {} would be dead-lettered without an attempt",
+                    self.would_dead_letter
+                ));
+            }
+            s
         } else {
             format!(
                 "delivered {}, failed {}, dead-lettered {}",
@@ -356,6 +378,7 @@ impl ReplayReport {
         self.dead_lettered += later.dead_lettered;
         self.rejected += later.rejected;
         self.would_attempt += later.would_attempt;
+        self.would_dead_letter += later.would_dead_letter;
         self.not_due = later.not_due;
         self.held = later.held;
         self.stopped = later.stopped;
@@ -638,9 +661,18 @@ impl<'a> SyncWorker<'a> {
             ctx.attempted += 1;
             let attempt = item.attempts.saturating_add(1);
             if self.opts.dry_run {
-                report.would_attempt += 1;
+                // What the real run would do: an item at its budget is
+                // dead-lettered without an attempt (SPEC §4).
+                let (would, attempt) = if self.over_budget(&item) {
+                    report.would_dead_letter += 1;
+                    let cause = over_budget_cause(item.attempts, self.opts.max_attempts);
+                    (ItemOutcome::WouldDeadLetter { cause }, item.attempts)
+                } else {
+                    report.would_attempt += 1;
+                    (ItemOutcome::WouldAttempt, attempt)
+                };
                 if let Some(o) = self.observer {
-                    o.attempted(&item, attempt, &ItemOutcome::WouldAttempt);
+                    o.attempted(&item, attempt, &would);
                 }
                 return Ok(true);
             }
@@ -1259,7 +1291,7 @@ impl SyncWorker<'_> {
                     f.report.rejected += 1;
                 }
             }
-            ItemOutcome::WouldAttempt => {}
+            ItemOutcome::WouldAttempt | ItemOutcome::WouldDeadLetter { .. } => {}
         }
         if let Some(o) = self.observer {
             o.attempted(item, attempt, &result);

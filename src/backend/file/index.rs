@@ -66,7 +66,8 @@ use std::time::Duration;
 /// writes kept in memory; version 5 the `late` flag of retained records
 /// (records delivered in id order have no entry in a time index) and
 /// `state.prune_after`; version 6 the index of pending items by ordering
-/// group (`pending_group`), which the due rule reads.
+/// group (`pending_group`), which the due rule reads; version 7 the index
+/// of dead letters by key (`dead_key`), which an import's dedup reads.
 mod apply;
 mod batch;
 mod journal;
@@ -74,7 +75,7 @@ pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 6;
+pub(crate) const INDEX_VERSION: i64 = 7;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -177,6 +178,7 @@ CREATE INDEX pending_seq ON pending (push_seq) WHERE push_seq IS NOT NULL;
 CREATE INDEX pending_retry ON pending (next_retry_at) WHERE next_retry_at IS NOT NULL;
 CREATE INDEX pending_coalesce ON pending (coalesce_key, id) WHERE coalesce_key IS NOT NULL;
 CREATE INDEX pending_group ON pending (group_name, id) WHERE group_name IS NOT NULL;
+CREATE INDEX dead_key ON dead (key, id) WHERE key <> '';
 CREATE INDEX delivered_key ON delivered (key, delivered_at, id) WHERE key <> '';
 CREATE INDEX delivered_late ON delivered (delivered_at, id) WHERE late;
 ";
@@ -1124,6 +1126,45 @@ impl Index {
                 s.query_row([key], |r| Ok((u(r.get(0)?), r.get(1)?)))
                     .optional()
             })
+            .map_err(self.err("read"))
+    }
+
+    /// The lowest id up to `upto` of a dead letter that carries the
+    /// non-empty key `key` (an import's dedup of dead records, see
+    /// `state::import_lookup`). One lookup in the key index.
+    pub fn dead_owner(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.owner_upto(
+            "SELECT id FROM dead INDEXED BY dead_key WHERE key = ?1 AND key <> '' AND id <= ?2 \
+             ORDER BY id LIMIT 1",
+            key,
+            upto,
+        )
+    }
+
+    /// The lowest id up to `upto` of a retained delivered record that
+    /// carries the non-empty key `key` (an import's dedup of delivered
+    /// records). One range of the key index.
+    pub fn delivered_owner_upto(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.owner_upto(
+            "SELECT min(id) FROM delivered INDEXED BY delivered_key \
+             WHERE key = ?1 AND key <> '' AND id <= ?2",
+            key,
+            upto,
+        )
+    }
+
+    fn owner_upto(&self, sql: &str, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_row(params![key, upto], |r| r.get::<_, Option<i64>>(0))
+                    .optional()
+            })
+            .map(|o| o.flatten().map(u))
             .map_err(self.err("read"))
     }
 

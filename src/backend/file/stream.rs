@@ -832,10 +832,32 @@ impl FileQueue {
             delivered,
         } = out;
         let mut hw = ix.high_water()?;
+        // What the spool held before the import: ids up to here.
+        let before = hw;
         for r in records {
             let r = r?;
             crate::item::check_key(&r.item.key)?;
-            // Only pending and held records dedup (SPEC §2, as
+            // Dead and delivered records dedup against what the spool
+            // held (`state::import_lookup`) ...
+            let found = match state::import_lookup(&r) {
+                Some(state::ImportLookup::Dead(key)) => ix.dead_owner(key, before)?,
+                Some(state::ImportLookup::Delivered(key)) => {
+                    ix.delivered_owner_upto(key, before)?
+                }
+                None => None,
+            };
+            if let Some(id) = found {
+                each(
+                    &r,
+                    Imported {
+                        id,
+                        kept_id: false,
+                        deduplicated: true,
+                    },
+                );
+                continue;
+            }
+            // ... pending and held ones against pending keys (SPEC §2, as
             // `State::plan_import`).
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live {

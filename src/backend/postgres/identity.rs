@@ -5,8 +5,9 @@
 use super::conn::Tx;
 use super::{id_param, u64_of, PostgresQueue};
 use crate::backend::identity::{Merge, SpoolHeader, Target};
+use crate::backend::state::{import_lookup, ImportLookup};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, DeliveredItem, Imported, Record, RecordState};
+use crate::item::{DeadLetter, DeliveredItem, Imported, ItemId, Record, RecordState};
 
 impl PostgresQueue {
     /// Store `records` in the open transaction (the spool row locked,
@@ -14,8 +15,9 @@ impl PostgresQueue {
     /// may keep their push numbers (see [`crate::backend::identity`]).
     /// Delivered records go to `delivered` with their time and evidence
     /// (whether or not the spool has a window: without one they are
-    /// pruned as expired by the next mutation); like dead letters, they
-    /// are not dedup candidates of the import.
+    /// pruned as expired by the next mutation). A dead or delivered
+    /// record whose key a dead letter or retained record the spool held
+    /// already carries is a dedup hit (`state::import_lookup`).
     pub(super) fn import_records(
         &self,
         tx: &mut Tx<'_>,
@@ -29,6 +31,25 @@ impl PostgresQueue {
         for r in records {
             let r = r?;
             crate::item::check_key(&r.item.key)?;
+            // Rows this import stored have ids above `high_water`.
+            let found = match import_lookup(&r) {
+                Some(ImportLookup::Dead(key)) => self.dead_owner(tx, key, high_water)?,
+                Some(ImportLookup::Delivered(key)) => {
+                    self.delivered_owner_upto(tx, key, high_water)?
+                }
+                None => None,
+            };
+            if let Some(id) = found {
+                each(
+                    &r,
+                    Imported {
+                        id,
+                        kept_id: false,
+                        deduplicated: true,
+                    },
+                );
+                continue;
+            }
             let live = matches!(r.state, RecordState::Pending | RecordState::Held);
             if live && !r.item.key.is_empty() {
                 if let Some(id) = self.key_owner(tx, &r.item.key)? {
@@ -107,6 +128,33 @@ impl PostgresQueue {
             self.notify(tx)?;
         }
         Ok(())
+    }
+
+    /// The lowest id up to `upto` of a dead letter that carries `key`:
+    /// one seek in `dead_letters_key`.
+    fn dead_owner(&self, tx: &mut Tx<'_>, key: &str, upto: u64) -> Result<Option<ItemId>> {
+        let row = tx.query_opt(
+            "SELECT id FROM {s}.dead_letters WHERE spool = $1 AND key = $2 \
+             AND key <> '\\x'::bytea AND id <= $3 ORDER BY id LIMIT 1",
+            &[self.spool(), &key.as_bytes(), &id_param(upto)],
+        )?;
+        Ok(row.map(|r| u64_of(r.get(0))))
+    }
+
+    /// The lowest id up to `upto` of a retained delivered record that
+    /// carries `key`: one range of `delivered_key`.
+    fn delivered_owner_upto(
+        &self,
+        tx: &mut Tx<'_>,
+        key: &str,
+        upto: u64,
+    ) -> Result<Option<ItemId>> {
+        let row = tx.query_one(
+            "SELECT min(id) FROM {s}.delivered WHERE spool = $1 AND key = $2 \
+             AND key <> '\\x'::bytea AND id <= $3",
+            &[self.spool(), &key.as_bytes(), &id_param(upto)],
+        )?;
+        Ok(row.get::<_, Option<i64>>(0).map(u64_of))
     }
 
     fn seq_in_use(&self, tx: &mut Tx<'_>, seq: u64) -> Result<bool> {

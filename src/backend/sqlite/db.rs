@@ -377,6 +377,49 @@ impl Db<'_> {
             .map_err(|e| self.err(e))
     }
 
+    /// The lowest id up to `upto` of a dead letter that carries the
+    /// non-empty key `key` (an import's dedup of dead records, see
+    /// `state::import_lookup`): one seek in `ix_dead_key`.
+    pub fn dead_owner(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        if key.is_empty() || !self.layout.is_spool() {
+            return Ok(None);
+        }
+        self.owner_upto(
+            "SELECT id FROM spool_dead_letters INDEXED BY ix_dead_key \
+             WHERE idempotency_key = ?1 AND idempotency_key <> '' AND id <= ?2 \
+             ORDER BY id LIMIT 1",
+            key,
+            upto,
+        )
+    }
+
+    /// The lowest id up to `upto` of a retained delivered record that
+    /// carries the non-empty key `key` (an import's dedup of delivered
+    /// records): one range of `ix_delivered_key`.
+    pub fn delivered_owner_upto(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        if key.is_empty() || !self.layout.has_retention() {
+            return Ok(None);
+        }
+        self.owner_upto(
+            "SELECT min(id) FROM spool_delivered INDEXED BY ix_delivered_key \
+             WHERE idempotency_key = ?1 AND idempotency_key <> '' AND id <= ?2",
+            key,
+            upto,
+        )
+    }
+
+    fn owner_upto(&self, sql: &str, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_row(params![key, upto], |r| r.get::<_, Option<i64>>(0))
+                    .optional()
+            })
+            .map(|v| v.flatten().map(|v| v.max(0) as u64))
+            .map_err(|e| self.err(e))
+    }
+
     /// The highest id ever issued: the AUTOINCREMENT sequence and the
     /// largest ids in both tables.
     pub fn high_water(&self) -> Result<ItemId> {
@@ -393,7 +436,7 @@ impl Db<'_> {
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
                    COALESCE((SELECT max(id) FROM spool_dead_letters), 0))"
             }
-            Layout::Spool | Layout::SpoolV4 => {
+            Layout::Spool | Layout::SpoolV4 | Layout::SpoolV5 => {
                 "SELECT max( \
                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
                    COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \

@@ -208,6 +208,12 @@ impl SqliteQueue {
                 None,
                 "schema version 4 (retained records all in a time index); the next write migrates it",
             ),
+            super::Layout::SpoolV5 => report.push(
+                Severity::Info,
+                &self.path,
+                None,
+                "schema version 5 (dead letters not indexed by key); the next write migrates it",
+            ),
             super::Layout::Empty => report.push(
                 Severity::Info,
                 &self.path,

@@ -57,7 +57,7 @@ mod schema;
 use self::db::Db;
 use self::schema::Layout;
 use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
-use crate::backend::{OpenMode, OpenOptions};
+use crate::backend::{state, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, DepthLimit,
@@ -1065,8 +1065,8 @@ impl Queue for SqliteQueue {
 }
 
 /// Store `records` in the open transaction: [`crate::backend::state`]'s
-/// `plan_import`, storing as it goes (the transaction makes it
-/// all-or-nothing). With `merge`, pending records may keep their push
+/// `plan_import` and `import_lookup`, storing as it goes (the
+/// transaction makes it all-or-nothing). With `merge`, pending records may keep their push
 /// numbers (see [`crate::backend::identity`]).
 fn import_records(
     db: &Db<'_>,
@@ -1075,10 +1075,30 @@ fn import_records(
     mut merge: Option<&mut Merge>,
 ) -> Result<()> {
     let mut hw = db.high_water()?;
+    // What the spool held before the import: ids up to here.
+    let before = hw;
     let mut stored_dead = false;
     for r in records {
         let r = r?;
         crate::item::check_key(&r.item.key)?;
+        // Dead and delivered records dedup against what the spool held
+        // (`state::import_lookup`); rows this import stored have higher ids.
+        let found = match state::import_lookup(&r) {
+            Some(state::ImportLookup::Dead(key)) => db.dead_owner(key, before)?,
+            Some(state::ImportLookup::Delivered(key)) => db.delivered_owner_upto(key, before)?,
+            None => None,
+        };
+        if let Some(id) = found {
+            each(
+                &r,
+                Imported {
+                    id,
+                    kept_id: false,
+                    deduplicated: true,
+                },
+            );
+            continue;
+        }
         let live = matches!(r.state, RecordState::Pending | RecordState::Held);
         if live && !r.item.key.is_empty() {
             // Keys stored earlier in this batch are in the table

@@ -6,7 +6,8 @@
 //! of version 2 (`user_version` 2: also `migrations/0002_push.sql`), a
 //! spool of version 3 (`user_version` 3: also `migrations/0003_policies.sql`),
 //! a spool of version 4 (`user_version` 4: also `migrations/0004_retention.sql`),
-//! a spool (`user_version` 5: also `migrations/0005_prune_order.sql`), too
+//! a spool of version 5 (`user_version` 5: also `migrations/0005_prune_order.sql`),
+//! a spool (`user_version` 6: also `migrations/0006_dead_key.sql`), too
 //! new (a later `user_version`), or not a spool at all. Writable opens
 //! bring the others to the current version, in one `BEGIN IMMEDIATE` transaction that
 //! re-checks what it found, so two processes opening the same file at once
@@ -36,8 +37,11 @@ pub(super) const MIGRATION_0004: &str = include_str!("migrations/0004_retention.
 /// with `PRAGMA user_version = 5`.
 pub(super) const MIGRATION_0005: &str = include_str!("migrations/0005_prune_order.sql");
 
+/// The index of dead letters by key; ends with `PRAGMA user_version = 6`.
+pub(super) const MIGRATION_0006: &str = include_str!("migrations/0006_dead_key.sql");
+
 /// The schema version this code writes and understands.
-pub(super) const SCHEMA_VERSION: i64 = 5;
+pub(super) const SCHEMA_VERSION: i64 = 6;
 
 /// The reference queue table.
 pub(super) const QUEUE_TABLE: &str = "morph_offline_queue";
@@ -79,6 +83,9 @@ pub(super) enum Layout {
     /// Schema version 4, read only: retained delivered items without
     /// their `late` flag (which only pruning, a write, reads).
     SpoolV4,
+    /// Schema version 5, read only: dead letters without their key index
+    /// (which only an import, a write, reads).
+    SpoolV5,
     /// A plain reference queue, read only: added columns read as their
     /// defaults, no dead letters, no metadata.
     Reference,
@@ -91,7 +98,12 @@ impl Layout {
     pub(super) fn is_spool(self) -> bool {
         matches!(
             self,
-            Layout::Spool | Layout::SpoolV1 | Layout::SpoolV2 | Layout::SpoolV3 | Layout::SpoolV4
+            Layout::Spool
+                | Layout::SpoolV1
+                | Layout::SpoolV2
+                | Layout::SpoolV3
+                | Layout::SpoolV4
+                | Layout::SpoolV5
         )
     }
 
@@ -99,18 +111,21 @@ impl Layout {
     pub(super) fn has_push(self) -> bool {
         matches!(
             self,
-            Layout::Spool | Layout::SpoolV2 | Layout::SpoolV3 | Layout::SpoolV4
+            Layout::Spool | Layout::SpoolV2 | Layout::SpoolV3 | Layout::SpoolV4 | Layout::SpoolV5
         )
     }
 
     /// The ordering-group and coalesce-key columns are there.
     pub(super) fn has_groups(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV3 | Layout::SpoolV4)
+        matches!(
+            self,
+            Layout::Spool | Layout::SpoolV3 | Layout::SpoolV4 | Layout::SpoolV5
+        )
     }
 
     /// The table of retained delivered items is there.
     pub(super) fn has_retention(self) -> bool {
-        matches!(self, Layout::Spool | Layout::SpoolV4)
+        matches!(self, Layout::Spool | Layout::SpoolV4 | Layout::SpoolV5)
     }
 }
 
@@ -288,6 +303,7 @@ fn classify(path: &Path, found: &Found) -> Result<Layout> {
         2 => Layout::SpoolV2,
         3 => Layout::SpoolV3,
         4 => Layout::SpoolV4,
+        5 => Layout::SpoolV5,
         _ => Layout::Spool,
     })
 }
@@ -325,18 +341,25 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
         }
         Layout::SpoolV2 => {
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
         }
         Layout::SpoolV3 => {
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
         }
         Layout::SpoolV4 => {
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
+        }
+        Layout::SpoolV5 => {
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
         }
         Layout::Reference => {
             tx.execute_batch(MIGRATION_0001).map_err(err)?;
@@ -344,6 +367,7 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
         }
         Layout::Empty => {
@@ -353,6 +377,7 @@ pub(super) fn ensure_spool(
             tx.execute_batch(MIGRATION_0003).map_err(err)?;
             tx.execute_batch(MIGRATION_0004).map_err(err)?;
             tx.execute_batch(MIGRATION_0005).map_err(err)?;
+            tx.execute_batch(MIGRATION_0006).map_err(err)?;
             set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
             if let Some(bound) = opts.max_depth {
                 set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
@@ -436,10 +461,14 @@ mod tests {
             classify(p, &found(4, &t4, &ALL)).ok(),
             Some(Layout::SpoolV4)
         );
-        assert_eq!(classify(p, &found(5, &t4, &ALL)).ok(), Some(Layout::Spool));
+        assert_eq!(
+            classify(p, &found(5, &t4, &ALL)).ok(),
+            Some(Layout::SpoolV5)
+        );
+        assert_eq!(classify(p, &found(6, &t4, &ALL)).ok(), Some(Layout::Spool));
         assert!(matches!(
-            classify(p, &found(6, &t4, &ALL)),
-            Err(Error::SchemaTooNew { found: 6, .. })
+            classify(p, &found(7, &t4, &ALL)),
+            Err(Error::SchemaTooNew { found: 7, .. })
         ));
         for bad in [
             found(0, &["other"], &[]),
@@ -474,6 +503,7 @@ mod tests {
         conn.execute_batch(MIGRATION_0003).unwrap();
         conn.execute_batch(MIGRATION_0004).unwrap();
         conn.execute_batch(MIGRATION_0005).unwrap();
+        conn.execute_batch(MIGRATION_0006).unwrap();
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);

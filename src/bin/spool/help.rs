@@ -46,7 +46,8 @@ spool -s old.db export | spool -s new.ndjson import -",
         layout: Layout::Prose,
         body: "\
 Durations are written 500ms, 5s, 2m, 1h, 1h30m (a bare number is seconds);
-sizes 512, 64KiB, 16MiB. Data goes to stdout, diagnostics to stderr.
+sizes 512, 64KiB, 16MiB; counts and ids are whole numbers (20, 1000). Data
+goes to stdout, diagnostics to stderr.
 
 Commands that only read (drain, list, show, size, stats, verify without
 --repair, dlq list/show/export, export) never create or modify a spool.

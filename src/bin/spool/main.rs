@@ -14,6 +14,7 @@ mod commands;
 mod exit;
 mod help;
 mod render;
+mod whole;
 
 use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, ValueEnum};

@@ -20,11 +20,11 @@ use spool::{ItemId, OpenMode};
 #[command(verbatim_doc_comment)]
 pub struct AttemptsArgs {
     /// The item's id
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", allow_negative_numbers = true, value_parser = crate::whole::Whole::<ItemId>::at_least(1, 42))]
     id: ItemId,
 
     /// Set the count to N
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::any(1))]
     set: Option<u32>,
 }
 

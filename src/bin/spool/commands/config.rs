@@ -31,6 +31,11 @@ use std::time::Duration;
 ///              idempotency keys (<uuid>:<id>) and its client id when it
 ///              pushes (replay --push); never set to a chosen value
 ///
+/// Reading works on any spool that opens and writes nothing. A spool that
+/// spool never wrote to (a touched spool.db, a reference-schema database)
+/// shows the defaults and its uuid as "not assigned yet" (null in JSON);
+/// the first write, setting a value included, assigns one.
+///
 /// `spool config uuid --regenerate` gives a spool that was copied from
 /// another one (a cloned disk or VM image, a restored backup) its own
 /// identity, so that both can push to the same receiver: the receiver

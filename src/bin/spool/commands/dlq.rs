@@ -56,7 +56,7 @@ enum DlqCommand {
 #[command(verbatim_doc_comment)]
 struct ListArgs {
     /// Show at most N dead letters
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<usize>::any(20))]
     limit: Option<usize>,
 }
 
@@ -69,7 +69,7 @@ struct ListArgs {
 #[command(verbatim_doc_comment)]
 struct ShowArgs {
     /// The dead letter's id
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", allow_negative_numbers = true, value_parser = crate::whole::Whole::<ItemId>::at_least(1, 42))]
     id: ItemId,
 
     /// Write exactly the payload bytes to stdout
@@ -131,7 +131,7 @@ enum FormatArg {
 #[command(group(ArgGroup::new("which").args(["ids", "all"]).required(true)))]
 struct RequeueArgs {
     /// Dead-letter ids, or - to read ids from stdin (one per line)
-    #[arg(value_name = "ID", num_args = 1.., value_parser = clap::value_parser!(IdArg))]
+    #[arg(value_name = "ID", num_args = 1.., allow_negative_numbers = true, value_parser = clap::value_parser!(IdArg))]
     ids: Vec<IdArg>,
 
     /// Every dead letter
@@ -154,7 +154,7 @@ struct RequeueArgs {
 #[command(group(ArgGroup::new("which").args(["ids", "all"]).required(true)))]
 struct PurgeArgs {
     /// Dead-letter ids, or - to read ids from stdin (one per line)
-    #[arg(value_name = "ID", num_args = 1.., value_parser = clap::value_parser!(IdArg))]
+    #[arg(value_name = "ID", num_args = 1.., allow_negative_numbers = true, value_parser = clap::value_parser!(IdArg))]
     ids: Vec<IdArg>,
 
     /// Every dead letter

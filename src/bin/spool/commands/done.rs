@@ -31,7 +31,7 @@ use spool::OpenMode;
 #[command(verbatim_doc_comment)]
 pub struct DoneArgs {
     /// Item ids, or - to read ids from stdin (one per line)
-    #[arg(value_name = "ID", required = true, num_args = 1.., value_parser = clap::value_parser!(IdArg))]
+    #[arg(value_name = "ID", required = true, num_args = 1.., allow_negative_numbers = true, value_parser = clap::value_parser!(IdArg))]
     ids: Vec<IdArg>,
 
     /// Also remove items in flight to a push receiver (it is told to skip their numbers)

@@ -22,7 +22,7 @@ use spool::OpenMode;
 #[command(verbatim_doc_comment)]
 pub struct DrainArgs {
     /// Print at most N items
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<usize>::any(20))]
     limit: Option<usize>,
 }
 

@@ -98,7 +98,7 @@ pub struct EnqueueArgs {
     max_payload: u64,
 
     /// Enforce this depth bound for this call instead of the spool's own
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u64>::at_least(1, 1000))]
     max_depth: Option<u64>,
 
     /// On a full spool, wait up to DURATION for room instead of failing

@@ -4,7 +4,7 @@ use super::Ctx;
 use crate::exit::CliError;
 use clap::Args;
 use spool::ops::import::{import_input_with, ImportInput};
-use spool::{IdentityOutcome, OpenMode};
+use spool::{IdentityOutcome, OpenMode, RecordState};
 use std::path::PathBuf;
 
 /// Add the records of `spool export` to this spool (all or nothing)
@@ -16,8 +16,12 @@ use std::path::PathBuf;
 /// keys, attempts, last errors, retry times, hold state and dead letters.
 /// A record keeps its id when the spool never issued it (it is above the
 /// spool's high-water mark); otherwise it gets a new id, and the report
-/// lists the renumbering. A pending record whose key a pending item
-/// already carries stores nothing (a dedup hit, noted on stderr). The
+/// lists the renumbering. A record whose key the spool already has
+/// stores nothing (a dedup hit, noted on stderr): a pending or held
+/// record whose key a pending item carries, a dead record whose key a
+/// dead letter carries, a delivered record whose key a retained delivered
+/// item carries (the last two against what the spool held before the
+/// import: an export's several dead letters of one key all come in). The
 /// depth bound does not apply (the items were accepted once). Creates the
 /// spool if it is missing, like enqueue. Records without "state" import
 /// too: with dead_at they are dead, with "held": true held, else pending
@@ -28,11 +32,12 @@ use std::path::PathBuf;
 /// Idempotency-Key (and SPOOL_IDEMPOTENCY_KEY) that replay sent for it
 /// from the exporting spool, whatever its state. So a receiver that
 /// already took an item before the move deduplicates it, and importing
-/// the same export twice stores no pending or held record twice (each is
-/// a dedup hit the second time). An export without a header (older
-/// versions, drain or dlq export output, hand-written NDJSON) names no
-/// source spool: its key-less records stay key-less and are sent under
-/// this spool's <uuid>:<id>, a new key.
+/// the same export twice stores nothing twice (each record is a dedup hit
+/// the second time). An export without a header (older versions, drain
+/// or dlq export output, hand-written NDJSON) names no source spool: its
+/// key-less records stay key-less and are sent under this spool's
+/// <uuid>:<id>, a new key; keys are compared only when non-empty, so a
+/// second import of such records stores them again.
 ///
 /// The push identity: an export begins with a spool header (the
 /// exporting spool's uuid and push state, see `spool export`). A header
@@ -51,8 +56,9 @@ use std::path::PathBuf;
 /// own identity. Exports without a header import as before.
 ///
 /// With --json one object: records, imported, kept_ids, renumbered
-/// [{from, to}], deduplicated [{from, existing, key}], pending, held,
-/// dead, identity ("adopted", "kept", "ignored", or null without a
+/// [{from, to}], deduplicated [{from, existing, key, state}] (state: the
+/// record's, pending, held, dead or delivered), pending, held, dead,
+/// delivered, identity ("adopted", "kept", "ignored", or null without a
 /// header).
 ///
 /// Examples:
@@ -117,8 +123,13 @@ pub fn run(args: ImportArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         }
     }
     for d in &r.deduplicated {
+        let holder = match d.state {
+            RecordState::Pending | RecordState::Held => "pending item",
+            RecordState::Dead => "dead letter",
+            RecordState::Delivered => "retained delivered item",
+        };
         ctx.note(&format!(
-            "record {} deduplicated: pending item {} already carries its key {}; nothing stored for it",
+            "record {} deduplicated: {holder} {} already carries its key {}; nothing stored for it",
             d.from,
             d.existing,
             spool::ops::preview::preview(d.key.as_bytes(), 80)
@@ -128,12 +139,13 @@ pub fn run(args: ImportArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         return ctx.out.json(&r);
     }
     ctx.out.line(&format!(
-        "imported {} of {} records ({} pending, {} held, {} dead): {} kept their ids, {} renumbered, {} deduplicated",
+        "imported {} of {} records ({} pending, {} held, {} dead, {} delivered): {} kept their ids, {} renumbered, {} deduplicated",
         r.imported,
         r.records,
         r.pending,
         r.held,
         r.dead,
+        r.delivered,
         r.kept_ids,
         r.renumbered.len(),
         r.deduplicated.len()

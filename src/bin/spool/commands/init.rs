@@ -33,7 +33,7 @@ use spool::ops::init::{init, InitOptions};
 #[command(verbatim_doc_comment)]
 pub struct InitArgs {
     /// Refuse enqueues beyond N pending items (remembered by the spool)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u64>::at_least(1, 1000))]
     max_depth: Option<u64>,
 
     /// At max-depth: reject new items (exit 75), or drop-oldest (evict to the dead letters)
@@ -101,7 +101,7 @@ pub fn run(args: InitArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         };
         ctx.note(&format!(
             "created {} spool {}{bound}",
-            report.backend.name(),
+            report.backend.title(),
             report.path.display()
         ));
     }

@@ -6,7 +6,8 @@ use crate::render;
 use clap::{Args, ValueEnum};
 use spool::ops::json::ItemJson;
 use spool::ops::list::{
-    any_in_flight, list_states, ListOptions, Listed, RetryState, Row, StateFilter, PREVIEW_CHARS,
+    any_in_flight, list_states, ListOptions, Listed, RetryState, Row, Rows, StateFilter,
+    PREVIEW_CHARS,
 };
 use spool::{OpenMode, PAGE_SIZE};
 
@@ -23,7 +24,10 @@ use spool::{OpenMode, PAGE_SIZE};
 /// preview are escaped, so a line is always one record). With --json,
 /// NDJSON item objects as drain prints them. Previews show control bytes
 /// and invalid UTF-8 escaped (\n, \u{1b}, \xff) and are cut to 40
-/// characters. Held items are listed (next retry "held"). While items are
+/// characters. Held items are listed (next retry "held"); an item of an
+/// ordering group that waits for an earlier pending item of its group
+/// shows "behind #ID" (that item goes first; `list --due` leaves it out,
+/// whatever its own retry time). While items are
 /// in flight to a push receiver (`replay --push`), a "push" column shows
 /// their sequence numbers ("-" for the others; in the plain lines it is
 /// the last field). Items are read page by page; never creates or changes
@@ -39,7 +43,7 @@ use spool::{OpenMode, PAGE_SIZE};
 #[command(verbatim_doc_comment)]
 pub struct ListArgs {
     /// Show at most N items (after filtering)
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, short = 'n', value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<usize>::any(20))]
     limit: Option<usize>,
 
     /// Only the item(s) with this idempotency key
@@ -47,7 +51,7 @@ pub struct ListArgs {
     key: Option<String>,
 
     /// Only items tried at least N times
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::any(3))]
     min_attempts: Option<u32>,
 
     /// Only items of ordering group G (enqueue --group)
@@ -114,6 +118,7 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let table = !ctx.json && ctx.out.is_terminal();
     let push = !ctx.json && any_in_flight(&*spool).map_err(|e| ctx.fail("list", e))?;
     let mut rows: Vec<Row> = Vec::new();
+    let mut make_row = Rows::new(&*spool, now, PREVIEW_CHARS);
     let mut count = 0usize;
     for entry in entries {
         let entry = entry.map_err(|e| ctx.fail("list", e))?;
@@ -127,7 +132,7 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             ctx.out.line(&j.to_line())?;
             continue;
         }
-        let row = Row::listed(&entry, now, PREVIEW_CHARS);
+        let row = make_row.row(&entry).map_err(|e| ctx.fail("list", e))?;
         if table {
             rows.push(row);
             // One table per page keeps memory flat on a huge spool.
@@ -156,6 +161,7 @@ fn cells(row: &Row) -> [String; 8] {
         match row.retry {
             RetryState::Due => "due".into(),
             RetryState::Held => "held".into(),
+            RetryState::Behind(head) => format!("behind #{head}"),
             RetryState::At(_, d) => format!("in {}", render::duration(d)),
             RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", render::age(d)),
         },

@@ -2,7 +2,6 @@
 
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
-use clap::builder::TypedValueParser as _;
 use clap::{ArgGroup, Args};
 use indicatif::{ProgressBar, ProgressStyle};
 use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
@@ -40,8 +39,9 @@ use std::time::Duration;
 /// item moves to the dead-letter set (see `spool dlq`). An item whose
 /// attempts already reach --max-attempts (set with `spool attempts`, or a
 /// lowered budget) is dead-lettered without another attempt, its last
-/// error saying so. One run attempts an item at most once, on every
-/// backend (PostgreSQL and --ignore-backoff included).
+/// error saying so (--dry-run says it would be). One run attempts an
+/// item at most once, on every backend (PostgreSQL and --ignore-backoff
+/// included).
 ///
 /// When a run fails, stderr says why: the cause of the first failed item
 /// (or failed push request) and of the first dead letter, one line each,
@@ -152,7 +152,7 @@ pub struct PushArgs {
 
     /// Entries per push request
     #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH, conflicts_with_all = ["exec", "url"],
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|n| n as usize))]
+          allow_negative_numbers = true, value_parser = crate::whole::Whole::<usize>::between(1, 1_000_000, 500))]
     pub batch: usize,
 
     /// Bytes per push request body, before compression (one entry may exceed it)
@@ -327,7 +327,7 @@ pub struct ReplayFlags {
     /// requests of one run, after which the run ends with exit 75 (a push
     /// never dead-letters an item for a failed request or for its
     /// attempts; a later run starts a fresh budget).
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 5, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 5))]
     pub max_attempts: u32,
 
     /// Wait after the first failed attempt (doubles per attempt, with jitter)
@@ -350,14 +350,14 @@ pub struct ReplayFlags {
     pub ordered: bool,
 
     /// Attempt at most N items
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::whole::Whole::<u64>::any(100))]
     pub limit: Option<u64>,
 
     /// Start no new attempt after DURATION (for cron)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub deadline: Option<Duration>,
 
-    /// Show what would be attempted; deliver and change nothing
+    /// Show what the run would do (attempt, or dead-letter items at their budget); change nothing
     #[arg(long)]
     pub dry_run: bool,
 
@@ -366,7 +366,7 @@ pub struct ReplayFlags {
     pub wait: Duration,
 
     /// Keep up to N deliveries in flight at once
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::between(1, 256, 8))]
     pub concurrency: u32,
 
     /// Commit delivered items as done in groups of N (a crash may redeliver up to N-1)
@@ -377,7 +377,7 @@ pub struct ReplayFlags {
     /// slow disks; a crash redelivers at most N-1 items, with the same
     /// idempotency keys. Nothing is ever marked done before its delivery
     /// succeeded.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::between(1, 10_000, 100))]
     pub commit_every: u32,
 
     /// PostgreSQL: how long a claimed item stays leased to this replayer
@@ -708,6 +708,10 @@ impl ReplayObserver for Progress {
                     item.key
                 ),
             ),
+            ItemOutcome::WouldDeadLetter { cause } => self.say(
+                Verbosity::Normal,
+                format!("item {id}: would be dead-lettered: {cause}"),
+            ),
         }
     }
 }
@@ -770,6 +774,7 @@ pub fn report_json(r: &ReplayReport, target: &str) -> serde_json::Value {
         "group_waiting": r.group_waiting,
         "held": r.held,
         "would_attempt": r.would_attempt,
+        "would_dead_letter": r.would_dead_letter,
         "stopped": r.stopped.map(|s| match s {
             StopReason::Stopped => "signal",
             StopReason::Limit => "limit",

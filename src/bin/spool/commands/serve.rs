@@ -111,7 +111,7 @@ pub struct ServeArgs {
     max_payload: u64,
 
     /// Most entries in one push request (more is 413: send smaller batches)
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 10_000, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 10_000))]
     max_entries: u32,
 
     /// Memory that all requests may hold at once (over it: 503 + Retry-After)
@@ -141,11 +141,11 @@ pub struct ServeArgs {
     request_timeout: Duration,
 
     /// Most connections open at once (more wait to be accepted)
-    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 512, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 512))]
     max_connections: u32,
 
     /// Most connections open at once from one IP address (more are closed)
-    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 32, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 32))]
     max_connections_per_peer: u32,
 
     /// Sleep this long in every commit (simulates a slow disk; tests, benchmarks)

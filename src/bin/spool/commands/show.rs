@@ -28,7 +28,7 @@ use spool::{ItemId, OpenMode};
 #[command(verbatim_doc_comment)]
 pub struct ShowArgs {
     /// The item's id
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", allow_negative_numbers = true, value_parser = crate::whole::Whole::<ItemId>::at_least(1, 42))]
     id: ItemId,
 
     /// Write exactly the payload bytes to stdout

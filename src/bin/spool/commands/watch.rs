@@ -81,15 +81,15 @@ pub struct WatchArgs {
     interval: Duration,
 
     /// Failed probes in a row before the link counts as offline
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 3, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 3))]
     failure_threshold: u32,
 
     /// Good probes in a row before the link counts as online
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 2))]
     online_threshold: u32,
 
     /// Reconnect attempts (probes) per online sequence before giving up
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 10, allow_negative_numbers = true, value_parser = crate::whole::Whole::<u32>::at_least(1, 10))]
     reconnect_attempts: u32,
 
     /// Wait between failed reconnect attempts
