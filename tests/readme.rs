@@ -183,3 +183,19 @@ fn the_release_profile_is_lean() {
     );
     assert!(profiling.contains(&"debug=1".to_string()), "{profiling:?}");
 }
+
+/// On Linux the binary is linked position-dependent (build.rs): no
+/// relocations for the dynamic loader to apply at every start. ELF
+/// `e_type` 2 is an executable, 3 a position-independent one.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_binary_is_linked_position_dependent() {
+    if option_env!("SPOOL_BUILD_PIE").is_some() {
+        eprintln!("SKIPPED: built with SPOOL_BUILD_PIE set");
+        return;
+    }
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_spool")).unwrap();
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let e_type = u16::from_le_bytes([elf[16], elf[17]]);
+    assert_eq!(e_type, 2, "ELF type {e_type}: not a position-dependent executable");
+}

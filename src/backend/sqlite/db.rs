@@ -105,6 +105,19 @@ const KEPT_PENDING: &str = "SELECT \
      COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
      (SELECT n FROM spool_counts WHERE name = 'delivered')";
 
+/// The first read of a write on a schema with retained records: what
+/// [`KEPT_PENDING`] reads, and the highest ids of the queue, dead-letter
+/// and delivered tables (with the sequence, the high-water mark), so that
+/// an enqueue needs no statement of its own for the mark.
+const WRITE_START: &str = "SELECT \
+     (SELECT n FROM spool_counts WHERE name = 'pending'), \
+     (SELECT n FROM spool_counts WHERE name = 'pending_seq'), \
+     COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0), \
+     (SELECT n FROM spool_counts WHERE name = 'delivered'), \
+     max(COALESCE((SELECT max(id) FROM morph_offline_queue), 0), \
+         COALESCE((SELECT max(id) FROM spool_dead_letters), 0), \
+         COALESCE((SELECT max(id) FROM spool_delivered), 0))";
+
 /// Fresh items per multi-row INSERT (see [`Db::insert_fresh`]); with
 /// [`FRESH_COLUMNS`] parameters each, far below SQLite's parameter limit.
 pub(super) const FRESH_ROWS_PER_INSERT: usize = 64;
@@ -137,6 +150,9 @@ pub(super) struct Db<'a> {
     /// counted here; they are inside their window, so a prune skipped for
     /// them misses nothing.
     pub retained_at_start: std::cell::Cell<Option<u64>>,
+    /// The high-water mark as the write's first read found it (see
+    /// [`Db::high_water_at_start`]).
+    pub high_water_at_start: std::cell::Cell<Option<ItemId>>,
 }
 
 /// An id as SQLite stores it; `None` for ids SQLite cannot hold (no such
@@ -326,8 +342,18 @@ impl Db<'_> {
 
     /// At the start of a write: make the kept pending count exact again
     /// if another writer inserted rows since it was (one full count).
+    /// Notes what else the first read found (the retained count, the
+    /// high-water mark) for the write.
     pub fn ensure_counts(&self) -> Result<()> {
-        if !self.layout.has_push() || self.kept_pending()?.is_some() {
+        if !self.layout.has_push() {
+            return Ok(());
+        }
+        let kept = if self.layout.has_retention() {
+            self.write_start()?
+        } else {
+            self.kept_pending()?
+        };
+        if kept.is_some() {
             return Ok(());
         }
         let n = self.count(COUNT_PENDING, None)?;
@@ -336,6 +362,39 @@ impl Db<'_> {
             .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
             .map_err(|e| self.err(e))?;
         self.seal_counts()
+    }
+
+    /// [`Db::kept_pending`] as the first read of a write on a schema with
+    /// retained records ([`WRITE_START`]): also notes the retained count
+    /// and the high-water mark.
+    fn write_start(&self) -> Result<Option<u64>> {
+        let (n, seq, now, retained, max_id): (Option<i64>, Option<i64>, i64, Option<i64>, i64) =
+            self.conn
+                .prepare_cached(WRITE_START)
+                .and_then(|mut s| {
+                    s.query_row([], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })
+                })
+                .map_err(|e| self.err(e))?;
+        self.retained_at_start
+            .set(retained.map(|n| u64::try_from(n).unwrap_or(0)));
+        self.high_water_at_start
+            .set(Some(now.max(max_id).max(0) as ItemId));
+        Ok(match (n, seq) {
+            (Some(n), Some(seq)) if seq == now => Some(n.max(0) as u64),
+            _ => None,
+        })
+    }
+
+    /// The high-water mark at the start of this write, for a write that
+    /// has not inserted anything yet: as [`Db::ensure_counts`] found it
+    /// when it could, else read now ([`Db::high_water`]).
+    pub fn high_water_at_start(&self) -> Result<ItemId> {
+        match self.high_water_at_start.get() {
+            Some(hw) => Ok(hw),
+            None => self.high_water(),
+        }
     }
 
     /// Count `n` rows this write inserted into the queue table.

@@ -151,6 +151,7 @@ impl SqliteQueue {
             action,
             layout: self.layout,
             retained_at_start: Default::default(),
+            high_water_at_start: Default::default(),
         })
     }
 
@@ -166,6 +167,7 @@ impl SqliteQueue {
             action,
             layout: self.layout,
             retained_at_start: Default::default(),
+            high_water_at_start: Default::default(),
         })?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
@@ -191,6 +193,7 @@ impl SqliteQueue {
             action,
             layout: self.layout,
             retained_at_start: Default::default(),
+            high_water_at_start: Default::default(),
         };
         db.ensure_counts()?;
         let out = f(&db)?;
@@ -570,7 +573,9 @@ impl Queue for SqliteQueue {
             let bound = policy.bound;
             let evicting = policy.per_item(false);
             let mut depth = policy.depth_before;
-            let mut next = db.high_water()?;
+            // Nothing was inserted yet: the mark the write's first read
+            // found (a prune only deletes records below it).
+            let mut next = db.high_water_at_start()?;
             let mut results = BatchResults::default();
             let mut fresh: u64 = 0;
             let mut chunk: Vec<(ItemId, NewItem)> = Vec::with_capacity(db::FRESH_ROWS_PER_INSERT);
