@@ -197,5 +197,8 @@ fn the_binary_is_linked_position_dependent() {
     let elf = std::fs::read(env!("CARGO_BIN_EXE_spool")).unwrap();
     assert_eq!(&elf[..4], b"\x7fELF");
     let e_type = u16::from_le_bytes([elf[16], elf[17]]);
-    assert_eq!(e_type, 2, "ELF type {e_type}: not a position-dependent executable");
+    assert_eq!(
+        e_type, 2,
+        "ELF type {e_type}: not a position-dependent executable"
+    );
 }
