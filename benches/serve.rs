@@ -8,7 +8,7 @@
 //!   scrape `/metrics` as fast as they can, on a spool that knows
 //!   `SPOOL_BENCH_CLIENTS` push clients (default 100,000), and how many
 //!   snapshots of the spool's state the scrapes cost.
-//! * `memory`: 16 concurrent pushes of ~8 MB bodies (70,000 entries each)
+//! * `memory`: 16 concurrent pushes of ~8 MB bodies (50,000 entries each)
 //!   into a SQLite and an NDJSON spool under the default
 //!   `--memory-budget`, then one 1,000,000-entry body; the server's peak
 //!   RSS (`VmHWM`), the answers, and a lone small push's latency
@@ -415,7 +415,7 @@ fn bench_memory(dir: &Path, secs: f64) {
     // SPOOL_BENCH_SENDERS and SPOOL_BENCH_ENTRIES shrink it for a quick
     // check that the benchmark runs.
     let senders = env("SPOOL_BENCH_SENDERS", 16) as usize;
-    let entries = env("SPOOL_BENCH_ENTRIES", 70_000);
+    let entries = env("SPOOL_BENCH_ENTRIES", 50_000);
     let huge_entries = env("SPOOL_BENCH_HUGE_ENTRIES", 1_000_000);
     // ~8 MB on the wire, under the default --max-body of 8 MiB.
     let body_of = |c: usize| push_body(&format!("big-{c}"), 0, 1, entries, 8);

@@ -33,7 +33,11 @@ pub const MAX_GROUP_REQUESTS: usize = 512;
 
 /// Most request bytes (bodies as received, decompressed) committed in
 /// one transaction; a single larger request still forms its own group.
-pub const MAX_GROUP_BYTES: usize = 64 << 20;
+/// The writer's working memory for a transaction (the NDJSON index's
+/// page cache above all) grows with it and is not part of the memory
+/// budget: 16 MiB keeps it near the budget (docs/benchmarks.md,
+/// "Scraping and the memory budget").
+pub const MAX_GROUP_BYTES: usize = 16 << 20;
 
 /// What a write job asks for.
 #[derive(Debug)]
