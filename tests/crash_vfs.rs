@@ -118,8 +118,9 @@ fn ops_of(setup: impl Fn(&Path), f: impl Fn(&Path)) -> u64 {
     w.ops() - before
 }
 
-/// Two committed transactions, then a workload: six transactions with a
-/// checkpoint after the third; returns those acknowledged and attempted.
+/// The workload: six transactions (10 to 15) with a truncating
+/// checkpoint after the third, then the close (which checkpoints and
+/// deletes the WAL); returns the transactions acknowledged and attempted.
 fn workload(db: &Path, synchronous: &str) -> (Vec<u32>, Vec<u32>) {
     let conn = open_db(db, synchronous);
     let (mut acked, mut tried) = (Vec::new(), Vec::new());
@@ -136,6 +137,8 @@ fn workload(db: &Path, synchronous: &str) -> (Vec<u32>, Vec<u32>) {
     (acked, tried)
 }
 
+/// The table and transactions 1 and 2, committed and closed: what every
+/// crash must keep.
 fn baseline(db: &Path) {
     create(db);
     let conn = open_db(db, "FULL");

@@ -31,6 +31,11 @@
 //!
 //! Every choice comes from the seed: the same sequence of operations and
 //! the same seed give the same bytes on disk.
+//!
+//! A watch applies to the files of connections opened after [`install`],
+//! whenever they were opened: each operation looks up whether its file is
+//! watched right then. `CRASH_VFS_TRACE=1` prints every counted operation
+//! (its index, kind, file, offset and length) to stderr.
 #![allow(dead_code)] // each test binary that includes this uses a part of it
 
 use rusqlite::ffi;
