@@ -121,6 +121,7 @@ policies!(
         retention_off_prunes_what_was_kept,
         pruning_goes_in_bounded_batches,
         records_delivered_out_of_order_expire_on_time,
+        a_record_delivered_below_a_pruned_one_expires_too,
         push_acks_are_retained_with_the_watermark,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
@@ -3349,6 +3350,28 @@ fn records_delivered_out_of_order_expire_on_time(s: Setup) {
         h.step();
         assert_eq!(delivered_ids(&h), expect, "at +{m}m");
     }
+}
+
+/// A record delivered after a record with a higher id was pruned (the
+/// only one kept, so nothing says it came late) still goes when its
+/// window ends. (Found by the simulator: SQLite kept it for good.)
+fn a_record_delivered_below_a_pruned_one_expires_too(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    let minute = Duration::from_secs(60);
+    assert_eq!(h.q().deliver(&[(b, Evidence::Exit(0))]).unwrap(), [true]);
+    h.clock.advance(HOUR + minute);
+    assert_eq!(h.q().prune_delivered(10).unwrap(), 1);
+    h.step();
+    assert_eq!(h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap(), [true]);
+    h.step();
+    assert_eq!(delivered_ids(&h), [a]);
+    h.clock.advance(HOUR + minute);
+    assert_eq!(h.q().prune_delivered(10).unwrap(), 1, "expired");
+    h.step();
+    assert_eq!(delivered_ids(&h), Vec::<ItemId>::new());
 }
 
 /// A push ack delivers with the receiver's watermark as evidence.
