@@ -704,7 +704,10 @@ fn a_purged_dead_letter_stays_gone_after_a_cut_requeue() {
     assert!(q.dead_letter(id, "HTTP 400").unwrap());
     drop(q);
     // What the requeue's first append (the main file's) left behind.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     writeln!(
         f,
         r#"{{"op":"put","id":{id},"payload":"x","idempotencyKey":"","attempts":0}}"#
