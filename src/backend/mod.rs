@@ -2,7 +2,9 @@
 //!
 //! A spool is one path. [`Spool::open`] decides the backend the way the
 //! spec's §2 table says: an existing file that starts with the SQLite
-//! header is SQLite, any other non-empty existing file is NDJSON; a new
+//! header, or has a SQLite rollback journal beside it (a crash interrupted
+//! a write, see `has_sqlite_journal`), is SQLite, any other non-empty
+//! existing file is NDJSON; a new
 //! path — or an empty file, such as a `touch`ed `spool.db` — is NDJSON
 //! when it ends in `.ndjson` or `.jsonl`, SQLite otherwise; an explicit
 //! backend wins for a new or empty path and must match an existing one.
@@ -167,6 +169,12 @@ pub fn detect(path: &Path, requested: Option<BackendKind>) -> Result<BackendKind
             }
             let found = if n == head.len() && &head == SQLITE_HEADER {
                 BackendKind::Sqlite
+            } else if has_sqlite_journal(path) {
+                // A crash interrupted a write of a SQLite database whose
+                // first page had not reached the disk yet (the first write
+                // of a new spool: a power loss can leave the file's length
+                // with zeros for content); the journal restores it.
+                BackendKind::Sqlite
             } else if n == 0 && !has_file_companion(path) {
                 // An empty file holds no spool yet: it takes its backend
                 // as a new path does (a `touch`ed `spool.db` is SQLite).
@@ -198,6 +206,21 @@ fn by_name(path: &Path) -> BackendKind {
         Some("ndjson") | Some("jsonl") => BackendKind::File,
         _ => BackendKind::Sqlite,
     }
+}
+
+/// The first 8 bytes of a SQLite rollback journal's header.
+const SQLITE_JOURNAL_MAGIC: [u8; 8] = [0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7];
+
+/// True when `<path>-journal` is a SQLite rollback journal: `path` is a
+/// SQLite database whose last write a crash interrupted, and the next
+/// writable open rolls that write back, whatever the file holds now.
+fn has_sqlite_journal(path: &Path) -> bool {
+    let mut journal = path.as_os_str().to_owned();
+    journal.push("-journal");
+    let mut magic = [0u8; 8];
+    std::fs::File::open(PathBuf::from(journal))
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == SQLITE_JOURNAL_MAGIC)
 }
 
 /// True when a companion file of an NDJSON spool at `path` exists

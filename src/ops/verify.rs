@@ -258,12 +258,39 @@ fn verify_sqlite(path: &Path) -> Result<VerifyReport> {
     };
     let q = match SqliteQueue::open(path, &OpenOptions::new(OpenMode::ReadOnly)) {
         Ok(q) => q,
+        Err(e) if interrupted_write(&e) => {
+            // Nothing committed is lost, but only a writer may roll the
+            // interrupted write back, and a check writes nothing.
+            let mut r = VerifyReport::default();
+            r.push(
+                Severity::Warning,
+                path,
+                None,
+                format!(
+                    "a write that a crash interrupted left {}-journal; the next command that writes to the spool rolls it back (until then the read-only commands cannot read it)",
+                    path.display()
+                ),
+            );
+            return Ok(r);
+        }
         Err(e) => return damage(e),
     };
     match q.verify() {
         Ok(r) => Ok(r),
         Err(e) => damage(e),
     }
+}
+
+/// True for SQLite's refusal to read a database whose hot rollback
+/// journal a read-only connection may not roll back.
+fn interrupted_write(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Sqlite {
+            source: rusqlite::Error::SqliteFailure(f, _),
+            ..
+        } if f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK
+    )
 }
 
 /// Cut the torn tails `report` lists, announcing each first, and rebuild
