@@ -5,8 +5,11 @@
 //! under a clock that jumps forward and back, compaction, checkpoint,
 //! export and import, push to a receiver that loses requests and answers
 //! and sees requests twice, reopen, a second handle, and crashes at any
-//! I/O operation of the NDJSON data files (unsynced writes lost and torn
-//! on a power loss) — and checks the spool against the memory model
+//! I/O operation of the NDJSON data files (`sim/crash_io.rs`) and of the
+//! SQLite databases, the SQLite backend's and the NDJSON index
+//! (`sim/crash_vfs.rs`), with unsynced writes lost and torn on a power
+//! loss; on PostgreSQL the spool's connection killed mid-transaction —
+//! and checks the spool against the memory model
 //! after every step and every reopen (see `sim/world.rs`).
 //!
 //! A failure prints the seed, the shortest plan that still fails, and the
@@ -26,6 +29,8 @@
 mod common;
 #[path = "sim/crash_io.rs"]
 mod crash_io;
+#[path = "sim/crash_vfs.rs"]
+mod crash_vfs;
 #[path = "sim/plan.rs"]
 mod plan;
 #[path = "sim/rng.rs"]

@@ -10,6 +10,7 @@
 //! operation or the model before it.
 
 use super::crash_io::CrashIo;
+use super::crash_vfs::{self, Crash};
 use super::plan::{Fault, NewSpec, Op, Plan, RecordSpec};
 use crate::common::{pg_spool_url, Backend, T0};
 use spool::backend::file::FileQueue;
@@ -125,6 +126,9 @@ pub struct World {
     path: PathBuf,
     clock: ManualClock,
     io: Arc<CrashIo>,
+    /// The crash VFS's watch on the directory: the SQLite database, or
+    /// the NDJSON index.
+    vfs: crash_vfs::Watch,
     spool: Option<Spool>,
     second: Option<Spool>,
     use_second: bool,
@@ -312,12 +316,14 @@ impl World {
         };
         let clock = ManualClock::new(T0);
         let io = Arc::new(CrashIo::new(dir.path()));
+        let vfs = crash_vfs::watch(dir.path());
         let mut w = World {
             backend,
             dir,
             path,
             clock: clock.clone(),
             io,
+            vfs,
             spool: None,
             second: None,
             use_second: false,
@@ -455,6 +461,7 @@ impl World {
         let before = self.model.clone();
         self.durable_ok.set(None);
         self.io.fail_after(at, seed);
+        self.vfs.fail_after(at);
         if self.backend == Backend::Postgres {
             // The server side fails: the spool's connection is killed in
             // the middle of a streamed batch, or before the operation.
@@ -469,9 +476,12 @@ impl World {
         let answers = self.apply(op);
         self.kill_mid_batch = None;
         self.io.disarm();
+        let cut_sqlite = self.vfs.tripped();
+        self.vfs.fail_after(1 << 60);
         // On PostgreSQL the connection died before the operation or in
         // it: whatever did not answer Ok was cut.
         let cut = self.io.tripped()
+            || cut_sqlite
             || (self.backend == Backend::Postgres && self.durable_ok.get() != Some(true));
         if !cut {
             // Nothing failed: the answers must agree.
@@ -552,8 +562,15 @@ impl World {
         self.second = None;
         self.use_second = false;
         self.spool = None;
-        if power && self.backend == Backend::File {
+        self.vfs.crash(if power {
+            Crash::PowerLoss { seed }
+        } else {
+            Crash::Process
+        });
+        if power && self.backend != Backend::Postgres {
             self.stats.power_losses += 1;
+        }
+        if power && self.backend == Backend::File {
             self.io.power_loss(seed);
             self.reboot();
         }
