@@ -18,7 +18,7 @@ pub fn shrink(plan: &Plan, budget: usize, fails: &mut dyn FnMut(&Plan) -> bool) 
     while best.ops.len() >= 2 && runs < budget {
         let len = best.ops.len();
         let chunk = len.div_ceil(n);
-        let mut reduced = false;
+        let mut reduced = None;
         for i in 0..n {
             let (lo, hi) = (i * chunk, ((i + 1) * chunk).min(len));
             if lo >= hi || runs >= budget {
@@ -27,13 +27,14 @@ pub fn shrink(plan: &Plan, budget: usize, fails: &mut dyn FnMut(&Plan) -> bool) 
             let mut c = best.clone();
             c.ops.drain(lo..hi);
             if attempt(&c, &mut runs) {
-                best = c;
-                n = (n - 1).max(2);
-                reduced = true;
+                reduced = Some(c);
                 break;
             }
         }
-        if !reduced {
+        if let Some(c) = reduced {
+            best = c;
+            n = (n - 1).max(2);
+        } else {
             if n >= len {
                 break;
             }
