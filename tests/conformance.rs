@@ -121,7 +121,9 @@ policies!(
         retention_off_prunes_what_was_kept,
         pruning_goes_in_bounded_batches,
         records_delivered_out_of_order_expire_on_time,
+        a_record_delivered_below_a_pruned_one_expires_too,
         push_acks_are_retained_with_the_watermark,
+        a_push_ack_prunes_expired_records,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
         importing_twice_adds_nothing_twice,
@@ -3351,6 +3353,28 @@ fn records_delivered_out_of_order_expire_on_time(s: Setup) {
     }
 }
 
+/// A record delivered after a record with a higher id was pruned (the
+/// only one kept, so nothing says it came late) still goes when its
+/// window ends. (Found by the simulator: SQLite kept it for good.)
+fn a_record_delivered_below_a_pruned_one_expires_too(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    let minute = Duration::from_secs(60);
+    assert_eq!(h.q().deliver(&[(b, Evidence::Exit(0))]).unwrap(), [true]);
+    h.clock.advance(HOUR + minute);
+    assert_eq!(h.q().prune_delivered(10).unwrap(), 1);
+    h.step();
+    assert_eq!(h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap(), [true]);
+    h.step();
+    assert_eq!(delivered_ids(&h), [a]);
+    h.clock.advance(HOUR + minute);
+    assert_eq!(h.q().prune_delivered(10).unwrap(), 1, "expired");
+    h.step();
+    assert_eq!(delivered_ids(&h), Vec::<ItemId>::new());
+}
+
 /// A push ack delivers with the receiver's watermark as evidence.
 fn push_acks_are_retained_with_the_watermark(s: Setup) {
     let mut h = s.open(None);
@@ -3367,6 +3391,22 @@ fn push_acks_are_retained_with_the_watermark(s: Setup) {
         assert_eq!(d.item.push_seq, None, "a retained item is not in flight");
     }
     assert_eq!(h.q().push_in_flight(0, 10).unwrap().len(), 1);
+}
+
+/// A push ack prunes expired records in its commit, as every delivery
+/// does. (Found by the simulator: the memory backend kept them.)
+fn a_push_ack_prunes_expired_records(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    assert_eq!(h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap(), [true]);
+    h.q().push_assign(&[b]).unwrap();
+    h.step();
+    h.clock.advance(HOUR + Duration::from_secs(60));
+    assert_eq!(h.q().push_ack(1, &[]).unwrap().delivered, [b]);
+    h.step();
+    assert_eq!(delivered_ids(&h), [b], "the expired record is pruned");
 }
 
 /// Dead letters are not delivered items: they are never retained.

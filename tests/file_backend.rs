@@ -689,6 +689,41 @@ fn garbage_ratio_reflects_dead_records() {
     assert_eq!(q.enqueue(b"y", "").unwrap().id, 5);
 }
 
+/// A requeue cut between its two appends leaves the item in both files
+/// (a live `put` in the main file, the record in the dead-letter file):
+/// it is a dead letter. Purging it must not bring the `put` back to
+/// life, even for an index built again from the files. (Found by the
+/// simulator: the purged dead letter came back as pending.)
+#[test]
+fn a_purged_dead_letter_stays_gone_after_a_cut_requeue() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spool.ndjson");
+    let q = open(&path, OpenMode::Create).unwrap();
+    let id = q.enqueue(b"x", "").unwrap().id;
+    assert!(q.dead_letter(id, "HTTP 400").unwrap());
+    drop(q);
+    // What the requeue's first append (the main file's) left behind.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    writeln!(
+        f,
+        r#"{{"op":"put","id":{id},"payload":"x","idempotencyKey":"","attempts":0}}"#
+    )
+    .unwrap();
+    drop(f);
+    let q = open(&path, OpenMode::ReadWrite).unwrap();
+    assert_eq!(ids(&q), Vec::<u64>::new(), "the dead-letter file wins");
+    assert_eq!(q.purge(&[id]).unwrap(), [true]);
+    drop(q);
+    std::fs::remove_file(spool::backend::companion(&path, "idx")).unwrap();
+    let q = open(&path, OpenMode::ReadWrite).unwrap();
+    assert_eq!(ids(&q), Vec::<u64>::new(), "purged, not pending again");
+    assert_eq!(q.dead_count().unwrap(), 0);
+}
+
 mod verify {
     use super::*;
     use spool::backend::file::verify::verify_path;

@@ -26,6 +26,18 @@ pub struct MemoryQueue {
     clock: SharedClock,
 }
 
+/// A copy of the spool as it is now, on the same clock: what a model of
+/// a durable spool needs to compare a crashed operation's outcome with
+/// both the state before it and the state after it.
+impl Clone for MemoryQueue {
+    fn clone(&self) -> Self {
+        MemoryQueue {
+            state: Mutex::new(self.lock().clone()),
+            clock: self.clock.clone(),
+        }
+    }
+}
+
 impl Default for MemoryQueue {
     fn default() -> Self {
         MemoryQueue::new()
@@ -266,6 +278,8 @@ impl Queue for MemoryQueue {
             st.kill(*id, reason, now);
         }
         st.push = plan.push;
+        // Expired records go in the commit, as with every delivery.
+        st.prune_delivered(now, crate::item::PRUNE_BATCH);
         Ok(PushAck {
             acked: st.push.acked,
             delivered: plan.delivered,

@@ -437,10 +437,20 @@ impl Queue for FileQueue {
             for id in ids {
                 found.push(v.dead_key(*id)?.is_some() && gone.insert(*id));
             }
+            if gone.is_empty() {
+                return Ok(found);
+            }
             let mut buf = Vec::new();
             for id in &gone {
                 format::write_done(&mut buf, *id);
             }
+            // The main file first: a move cut between its two appends (a
+            // requeue, or a dead-lettering, that a crash interrupted) can
+            // have left a live `put` line of a dead letter there, which
+            // the dead-letter file overrides only while it holds the
+            // record. Its `done` line ends it before the record goes; a
+            // crash between the two appends leaves a dead letter.
+            q.append(inner, Which::Main, &buf)?;
             q.append(inner, Which::Dead, &buf)?;
             Ok(found)
         })

@@ -718,8 +718,20 @@ impl Db<'_> {
     /// when every kept record has a lower id and the last record in order
     /// (looked for among the [`LATE_LOOKBACK`] highest ids) was not
     /// delivered after it. A seek to the end of the table, and in the
-    /// common case one row.
+    /// common case one row. A record at or below the prune cursor
+    /// (`prune_after`) is late whatever is kept: the walk in id order
+    /// starts above the cursor and would never reach it.
     fn late(&self, id: i64, at: i64) -> rusqlite::Result<bool> {
+        let cursor: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta \
+                 WHERE key = 'prune_after'), 0)",
+            )?
+            .query_row([], |r| r.get(0))?;
+        if id <= cursor {
+            return Ok(true);
+        }
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, delivered_at, late FROM spool_delivered ORDER BY id DESC LIMIT ?1",
         )?;

@@ -82,11 +82,18 @@ impl Index {
     }
 
     /// Where the retained records in id order end (see [`Applier`]'s
-    /// `late`): the highest id kept, and the delivery time of the last
-    /// record in order, looked for among the [`LATE_LOOKBACK`] highest ids
-    /// (when all of those are late, every record to come counts as late
-    /// until the applier's end).
+    /// `late`): the highest id kept — or the prune cursor when it is
+    /// higher (the walk in id order starts above it, so a record at or
+    /// below it must be late to be pruned at all) — and the delivery time
+    /// of the last record in order, looked for among the
+    /// [`LATE_LOOKBACK`] highest ids (when all of those are late, every
+    /// record to come counts as late until the applier's end).
     fn delivered_order(&self) -> Result<Order> {
+        let cursor: i64 = self
+            .conn
+            .prepare_cached("SELECT prune_after FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(self.err("update"))?;
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -95,7 +102,7 @@ impl Index {
             .map_err(self.err("update"))?;
         let mut rows = stmt.query([LATE_LOOKBACK]).map_err(self.err("update"))?;
         let mut order = Order {
-            max_id: 0,
+            max_id: cursor,
             last_at: None,
         };
         let mut seen = 0;
@@ -104,7 +111,7 @@ impl Index {
                 (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))();
             let (id, at, late) = row.map_err(self.err("update"))?;
             if seen == 0 {
-                order.max_id = id;
+                order.max_id = id.max(cursor);
             }
             seen += 1;
             if !late {

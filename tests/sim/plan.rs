@@ -1,0 +1,327 @@
+//! A plan: the operations one seed runs, generated from the seed alone.
+//!
+//! Ids are not chosen here but when an operation runs (a selector byte
+//! picks among the ids the model has issued, 0 and the next unissued
+//! one), so that any sub-list of a plan is a plan too: the shrinker
+//! removes operations freely.
+
+use super::rng::Rng;
+use spool::{DepthLimit, RecordState};
+
+/// A new item: payload, key, group number, coalesce-key number.
+#[derive(Clone, Debug)]
+pub struct NewSpec {
+    pub payload: Vec<u8>,
+    pub key: String,
+    pub group: Option<u8>,
+    pub coalesce: Option<u8>,
+}
+
+/// An import record, resolved against the spool when the import runs.
+#[derive(Clone, Debug)]
+pub struct RecordSpec {
+    pub id: u8,
+    pub state: RecordState,
+    pub payload: Vec<u8>,
+    pub key: String,
+    pub attempts: u32,
+    pub retry_in_ms: Option<u32>,
+    pub error: Option<String>,
+    /// For dead records the time of death, for delivered ones the time of
+    /// delivery; `None` makes the record (and the import) invalid.
+    pub dead_ms_ago: Option<u32>,
+    pub enqueued_secs_ago: u32,
+}
+
+/// What happens to one push request on its way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// The request never reaches the receiver.
+    LoseRequest,
+    /// The receiver applies it; the answer is lost.
+    LoseResponse,
+    /// It reaches the receiver twice (a retrying proxy); the sender hears
+    /// the second answer.
+    Duplicate,
+    /// A proxy answers 502 without passing it on.
+    BadGateway,
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `Queue::enqueue`: one payload and key.
+    Enqueue(Vec<u8>, String),
+    /// A batch with keys, groups and coalesce keys, under the stored
+    /// bound or a bound for this call; streamed (`enqueue_stream`) or not.
+    Batch(Vec<NewSpec>, DepthLimit, bool),
+    SetMaxDepth(Option<u64>),
+    /// The on-full policy (true: drop-oldest).
+    SetDropOldest(bool),
+    /// Replay outcome "delivered": these ids, with one kind of evidence.
+    Deliver(Vec<u8>, u8),
+    /// Replay outcome "failed": an attempt recorded.
+    Fail {
+        id: u8,
+        attempts: u32,
+        retry_in_ms: Option<u32>,
+        error: Option<String>,
+    },
+    SetAttempts(u8, u32),
+    /// Replay outcome "rejected": dead-lettered with a reason.
+    Reject(u8, String),
+    /// `hold` / `release` through the ops layer.
+    Hold(Vec<u8>),
+    Release(Vec<u8>),
+    /// `done` (with `--force` or not) through the ops layer.
+    Done(Vec<u8>, bool),
+    /// `dlq requeue` (ids, or all when empty) through the ops layer.
+    Requeue(Vec<u8>),
+    /// `dlq purge` (ids, or all when empty) through the ops layer.
+    Purge(Vec<u8>),
+    /// The retention window, in minutes (`None`: off).
+    SetRetain(Option<u8>),
+    /// Prune at most this many expired delivered records.
+    Prune(u8),
+    /// The clock jumps forward, in milliseconds.
+    Advance(u64),
+    /// The clock jumps back, in milliseconds.
+    Rewind(u64),
+    /// `compact` through the ops layer (NDJSON compaction, SQLite vacuum).
+    Compact,
+    /// `checkpoint` through the ops layer (SQLite only; refused elsewhere).
+    Checkpoint,
+    /// `export` of the spool and `import` of that export back into it.
+    ExportImport,
+    /// `Queue::import` of hand-made records.
+    Import(Vec<RecordSpec>),
+    /// Push: number these ids (`push_assign`).
+    PushAssign(Vec<u8>),
+    /// Push: send up to this many in-flight entries to the receiver and
+    /// apply its answer.
+    PushSend(u8, Fault),
+    /// The receiver's consumer takes every item it holds.
+    ReceiverDrain,
+    /// Close the spool and open it again.
+    Reopen,
+    /// Use the other of two handles on the spool from now on.
+    Switch,
+    /// Run `op` with a crash armed after `at` I/O operations (when it
+    /// does not trip, the process dies after `op` returns), then reopen;
+    /// with `power`, unsynced writes are lost too (torn as `seed` says).
+    Crash {
+        at: u16,
+        power: bool,
+        seed: u64,
+        op: Box<Op>,
+    },
+    /// NDJSON: delete the derived index.
+    DeleteIndex,
+    /// NDJSON: remember the index as it is now ...
+    SaveIndex,
+    /// ... and put that copy back (an index that fell behind, or that
+    /// describes the file before a compaction).
+    RestoreIndex,
+    /// NDJSON: a reference writer appends a `put` line for a new item.
+    ReferencePut(Vec<u8>),
+    /// NDJSON: a reference writer appends a `done` line for an id.
+    ReferenceDone(u8),
+}
+
+impl Op {
+    /// Whether a crash may be armed around this operation (it writes the
+    /// spool, as one commit).
+    fn crashable(&self) -> bool {
+        !matches!(
+            self,
+            Op::Advance(_)
+                | Op::Rewind(_)
+                | Op::Reopen
+                | Op::Switch
+                | Op::ReceiverDrain
+                | Op::Crash { .. }
+                | Op::DeleteIndex
+                | Op::SaveIndex
+                | Op::RestoreIndex
+                | Op::ReferencePut(_)
+                | Op::ReferenceDone(_)
+        )
+    }
+}
+
+/// A seed's plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The bound the spool is created with.
+    pub max_depth: Option<u64>,
+    pub ops: Vec<Op>,
+}
+
+fn key(r: &mut Rng) -> String {
+    r.pick(&["", "", "a", "b", "c"]).to_string()
+}
+
+fn payload(r: &mut Rng) -> Vec<u8> {
+    match r.below(8) {
+        0 => r
+            .pick(&[
+                &b""[..],
+                b"\0",
+                b"\xff\xfe",
+                b"\"\\",
+                b"\n{\"op\":\"done\",\"id\":1}\n",
+                "\u{2028}\u{e9}".as_bytes(),
+            ])
+            .to_vec(),
+        // Over the receiver's payload limit: refused when pushed.
+        1 => vec![b'x'; 120],
+        _ => (0..r.below(6)).map(|_| r.u8()).collect(),
+    }
+}
+
+fn error_text(r: &mut Rng) -> String {
+    r.pick(&["", "boom", "503 \"busy\"\nretry \\ later\u{2028}", "nul\0"])
+        .to_string()
+}
+
+fn ids(r: &mut Rng) -> Vec<u8> {
+    (0..r.below(4)).map(|_| r.u8()).collect()
+}
+
+fn opt<T>(r: &mut Rng, f: impl FnOnce(&mut Rng) -> T) -> Option<T> {
+    if r.bool() {
+        Some(f(r))
+    } else {
+        None
+    }
+}
+
+fn new_spec(r: &mut Rng) -> NewSpec {
+    NewSpec {
+        payload: payload(r),
+        key: key(r),
+        group: if r.chance(1, 3) {
+            Some(r.below(3) as u8)
+        } else {
+            None
+        },
+        coalesce: if r.chance(1, 3) {
+            Some(r.below(3) as u8)
+        } else {
+            None
+        },
+    }
+}
+
+fn record_spec(r: &mut Rng) -> RecordSpec {
+    RecordSpec {
+        id: r.u8(),
+        state: r.pick(&[
+            RecordState::Pending,
+            RecordState::Held,
+            RecordState::Dead,
+            RecordState::Delivered,
+        ]),
+        payload: payload(r),
+        key: key(r),
+        attempts: r.below(6) as u32,
+        retry_in_ms: opt(r, |r| r.below(120_000) as u32),
+        error: opt(r, error_text),
+        dead_ms_ago: if r.chance(9, 10) {
+            Some(r.below(100_000) as u32)
+        } else {
+            None
+        },
+        enqueued_secs_ago: r.below(100_000) as u32,
+    }
+}
+
+fn fault(r: &mut Rng) -> Fault {
+    match r.weighted(&[5, 1, 1, 1, 1]) {
+        0 => Fault::None,
+        1 => Fault::LoseRequest,
+        2 => Fault::LoseResponse,
+        3 => Fault::Duplicate,
+        _ => Fault::BadGateway,
+    }
+}
+
+fn plain_op(r: &mut Rng) -> Op {
+    const WEIGHTS: &[u32] = &[
+        6, 4, 1, 1, 3, 2, 1, 2, 1, 1, 2, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 3, 4, 1, 2, 2, 1, 1, 1, 1, 1,
+    ];
+    match r.weighted(WEIGHTS) {
+        0 => Op::Enqueue(payload(r), key(r)),
+        1 => {
+            let n = r.range(0, 5);
+            let items = (0..n).map(|_| new_spec(r)).collect();
+            let limit = if r.chance(1, 4) {
+                DepthLimit::Override(opt(r, |r| r.below(8)))
+            } else {
+                DepthLimit::Stored
+            };
+            Op::Batch(items, limit, r.bool())
+        }
+        2 => Op::SetMaxDepth(opt(r, |r| r.below(6))),
+        3 => Op::SetDropOldest(r.bool()),
+        4 => Op::Deliver(ids(r), r.u8()),
+        5 => Op::Fail {
+            id: r.u8(),
+            attempts: r.below(6) as u32,
+            retry_in_ms: opt(r, |r| r.below(120_000) as u32),
+            error: opt(r, error_text),
+        },
+        6 => Op::SetAttempts(r.u8(), r.below(6) as u32),
+        7 => Op::Reject(r.u8(), error_text(r)),
+        8 => Op::Hold(ids(r)),
+        9 => Op::Release(ids(r)),
+        10 => Op::Done(ids(r), r.bool()),
+        11 => Op::Requeue(ids(r)),
+        12 => Op::Purge(ids(r)),
+        13 => Op::SetRetain(opt(r, |r| r.range(1, 4) as u8)),
+        14 => Op::Prune(r.below(4) as u8),
+        15 => Op::Advance(r.below(300_000)),
+        16 => Op::Rewind(r.below(120_000)),
+        17 => Op::Compact,
+        18 => Op::Checkpoint,
+        19 => Op::ExportImport,
+        20 => Op::Import((0..r.below(4)).map(|_| record_spec(r)).collect()),
+        21 => Op::PushAssign(ids(r)),
+        22 => Op::PushSend(r.range(1, 6) as u8, fault(r)),
+        23 => Op::ReceiverDrain,
+        24 => Op::Reopen,
+        25 => Op::Switch,
+        26 => Op::DeleteIndex,
+        27 => Op::SaveIndex,
+        28 => Op::RestoreIndex,
+        29 => Op::ReferencePut(payload(r)),
+        _ => Op::ReferenceDone(r.u8()),
+    }
+}
+
+/// The plan of `seed`: `len` operations.
+pub fn generate(seed: u64, len: usize) -> Plan {
+    let mut r = Rng::new(seed);
+    let max_depth = opt(&mut r, |r| r.range(1, 6));
+    let mut ops = Vec::with_capacity(len);
+    while ops.len() < len {
+        let op = plain_op(&mut r);
+        // About one operation in six dies in a crash.
+        if op.crashable() && r.chance(1, 6) {
+            ops.push(Op::Crash {
+                // Most operations make a handful of I/O operations.
+                at: if r.chance(3, 4) {
+                    r.below(8)
+                } else {
+                    r.below(40)
+                } as u16,
+                power: r.bool(),
+                seed: r.next_u64(),
+                op: Box::new(op),
+            });
+        } else {
+            ops.push(op);
+        }
+    }
+    Plan { max_depth, ops }
+}
