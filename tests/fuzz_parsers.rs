@@ -673,7 +673,31 @@ fn ndjson_file_valid(rng: &mut fastrand::Rng) -> Vec<u8> {
 fn spool_files_valid(rng: &mut fastrand::Rng) -> Vec<u8> {
     static MADE: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
     let made = MADE.get_or_init(|| (0..4).map(make_spool).collect());
-    made[rng.usize(..made.len())].clone()
+    let spool = made[rng.usize(..made.len())].clone();
+    if rng.u8(..3) != 0 {
+        return spool;
+    }
+    // Other metadata: numbers at their limits, unknown policies.
+    let mut files = fuzz_common::decode_files(&spool);
+    let big = |r: &mut fastrand::Rng| [0, 1, 5, 1000, u64::MAX, i64::MAX as u64][r.usize(..6)];
+    let mut meta = serde_json::Map::new();
+    meta.insert("version".into(), rng.u32(..3).into());
+    if rng.bool() {
+        meta.insert("uuid".into(), text(rng, 36).into());
+    }
+    if rng.bool() {
+        meta.insert("maxDepth".into(), big(rng).into());
+    }
+    if rng.bool() {
+        let p = ["reject", "drop-oldest", "explode", ""][rng.usize(..4)];
+        meta.insert("onFull".into(), p.into());
+    }
+    if rng.bool() {
+        meta.insert("retainMs".into(), big(rng).into());
+    }
+    files.retain(|(w, _)| *w != 3);
+    files.push((3, serde_json::to_vec(&meta).unwrap()));
+    encode_files(&files)
 }
 
 fn make_spool(variant: u64) -> Vec<u8> {
@@ -1032,13 +1056,35 @@ const JSON_TOKENS: &[&[u8]] = &[
     b"\"attempts\":4294967295",
 ];
 
+/// [`JSON_TOKENS`] and the metadata file's fields.
+const SPOOL_TOKENS: &[&[u8]] = &[
+    b"\"retainMs\":18446744073709551615",
+    b"\"retainMs\":1",
+    b"\"maxDepth\":0",
+    b"\"maxDepth\":18446744073709551615",
+    b"\"onFull\":\"drop-oldest\"",
+    b"\"onFull\":\"explode\"",
+    b"\"version\":2",
+    b"\"uuid\":\"\"",
+    b"\"enqueuedAt\":9223372036854775807",
+    b"\"pushSeq\":18446744073709551615",
+    b"\"id\":18446744073709551615",
+    b"\"id\":9223372036854775808",
+    b"\"evicted\":18446744073709551615",
+    b"\"push\":{\"assigned\":18446744073709551615,\"acked\":18446744073709551615}",
+    b"\"deliveredAt\":-9223372036854775808",
+    b"\"tx\":0",
+    b"0",
+    b"1",
+];
+
 #[test]
 fn ndjson_line() {
     fuzz(Plan {
         name: "ndjson_line",
         valid: ndjson_line_valid,
         dict: JSON_TOKENS,
-        inputs: 6000,
+        inputs: 20000,
         memory: Some((8, 64 << 10)),
         files: false,
     });
@@ -1050,7 +1096,7 @@ fn ndjson_scan() {
         name: "ndjson_scan",
         valid: ndjson_file_valid,
         dict: JSON_TOKENS,
-        inputs: 1500,
+        inputs: 3000,
         memory: None,
         files: false,
     });
@@ -1061,8 +1107,8 @@ fn spool_files() {
     fuzz(Plan {
         name: "spool_files",
         valid: spool_files_valid,
-        dict: JSON_TOKENS,
-        inputs: 150,
+        dict: SPOOL_TOKENS,
+        inputs: 300,
         memory: None,
         files: true,
     });
@@ -1085,7 +1131,7 @@ fn export_record() {
             b"{\"spool\":{\"uuid\":\"u\",\"push\":{\"last_assigned\":1,\"acked\":2}}}\n",
             b"\"enqueued_at\":\"0000-01-01T00:00:00Z\"",
         ],
-        inputs: 4000,
+        inputs: 12000,
         memory: Some((16, 64 << 10)),
         files: false,
     });
@@ -1104,7 +1150,7 @@ fn enqueue_ndjson() {
             b"\"coalesce_key\":\"\"",
             b"\"kee\":1",
         ],
-        inputs: 4000,
+        inputs: 12000,
         memory: Some((16, 256 << 10)),
         files: false,
     });
@@ -1128,7 +1174,7 @@ fn push_request() {
             b"\"rejected\":[{\"seq\":1,\"error\":\"x\"}]",
             b"\"last_seq\":18446744073709551616",
         ],
-        inputs: 5000,
+        inputs: 15000,
         memory: Some((16, 64 << 10)),
         files: false,
     });
@@ -1145,7 +1191,7 @@ fn push_gzip() {
             b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
             b"\x00\x00\xff\xff",
         ],
-        inputs: 600,
+        inputs: 2000,
         memory: Some((64, 4 * limit + (512 << 10))),
         files: false,
     });
@@ -1157,7 +1203,7 @@ fn serve_headers() {
         name: "serve_headers",
         valid: headers_valid,
         dict: &[b"Bearer ", b"%", b"%00", b"%ff", b"\x7f", b"\t"],
-        inputs: 4000,
+        inputs: 12000,
         memory: Some((8, 16 << 10)),
         files: false,
     });
@@ -1177,7 +1223,7 @@ fn token_file() {
             b"\xe2\x80\xa8",
             b"\xc2\xa0",
         ],
-        inputs: 3000,
+        inputs: 9000,
         memory: Some((16, 64 << 10)),
         files: false,
     });
@@ -1191,18 +1237,31 @@ fn units() {
         dict: &[
             b"ms", b"s", b"h", b"d", b"KiB", b"GiB", b"GB", b"e", b".", b",", b"T", b"Z", b"+",
         ],
-        inputs: 6000,
+        inputs: 10000,
         // Errors quote the value, escaped (up to six bytes a byte).
         memory: Some((32, 16 << 10)),
         files: false,
     });
 }
 
-/// Write the seed corpus: a few valid inputs per target, made as the
-/// tests make them. Run by hand (`cargo test --test fuzz_parsers --
-/// --ignored write_seed_corpus`) after a format changes.
+/// Every target has seeds in `fuzz/corpus/<target>/` (the coverage-
+/// guided fuzzers start from them; the tests above replay them). With
+/// `FUZZ_WRITE_SEEDS=1` they are first written anew, made as the tests
+/// make valid inputs: run so after a format changes.
 #[test]
-#[ignore]
+fn every_target_has_seeds() {
+    if std::env::var_os("FUZZ_WRITE_SEEDS").is_some() {
+        write_seed_corpus();
+    }
+    for (name, _) in fuzz_common::TARGETS {
+        let seeds = corpus(name)
+            .iter()
+            .filter(|(p, _)| p.to_string_lossy().contains("/corpus/"))
+            .count();
+        assert!(seeds > 0, "no seeds in fuzz/corpus/{name}/");
+    }
+}
+
 fn write_seed_corpus() {
     let makers: &[(&str, fn(&mut fastrand::Rng) -> Vec<u8>, usize)] = &[
         ("ndjson_line", ndjson_line_valid, 24),
@@ -1224,7 +1283,7 @@ fn write_seed_corpus() {
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..*n * 4 {
             let input = make(&mut rng);
-            if input.len() > 64 << 10 || !seen.insert(input.clone()) {
+            if input.len() > 256 << 10 || !seen.insert(input.clone()) {
                 continue;
             }
             std::fs::write(dir.join(format!("seed-{}", fingerprint(&input))), &input).unwrap();
