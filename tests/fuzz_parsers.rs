@@ -105,7 +105,7 @@ const HANG: Duration = Duration::from_secs(20);
 struct Plan {
     name: &'static str,
     /// A valid input.
-    valid: fn(&mut fastrand::Rng) -> Vec<u8>,
+    valid: Maker,
     /// Tokens of the format, inserted by the mutator.
     dict: &'static [&'static [u8]],
     /// Inputs made (besides the corpus), at `FUZZ_SCALE=1`.
@@ -1262,8 +1262,11 @@ fn every_target_has_seeds() {
     }
 }
 
+/// Makes a valid input.
+type Maker = fn(&mut fastrand::Rng) -> Vec<u8>;
+
 fn write_seed_corpus() {
-    let makers: &[(&str, fn(&mut fastrand::Rng) -> Vec<u8>, usize)] = &[
+    let makers: &[(&str, Maker, usize)] = &[
         ("ndjson_line", ndjson_line_valid, 24),
         ("ndjson_scan", ndjson_file_valid, 12),
         ("spool_files", spool_files_valid, 4),
