@@ -473,7 +473,8 @@ fn find_backward(
     Ok(None)
 }
 
-/// The offset of the last byte in `file[from..to]` that `wanted`.
+/// The offset of the last byte in `file[from..to]` for which `wanted`
+/// holds.
 fn find_backward_by(
     path: &Path,
     io: &dyn FileIo,
