@@ -27,6 +27,8 @@ pub mod backend;
 pub mod debug;
 pub mod error;
 pub mod fs_type;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod item;
 pub mod ops;
 pub mod private_file;

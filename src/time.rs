@@ -19,9 +19,21 @@ impl Timestamp {
         Timestamp(ms)
     }
 
-    /// From whole seconds since the Unix epoch.
+    /// From whole seconds since the Unix epoch. Seconds past what
+    /// milliseconds can hold saturate to the last whole second that fits,
+    /// so that `from_secs(t.as_secs()) == t` for every `t` it gives (an
+    /// NDJSON line's `enqueuedAt` is written in seconds and read back).
     pub const fn from_secs(s: i64) -> Timestamp {
-        Timestamp(s.saturating_mul(1000))
+        const MAX: i64 = i64::MAX / 1000;
+        const MIN: i64 = i64::MIN / 1000;
+        let s = if s > MAX {
+            MAX
+        } else if s < MIN {
+            MIN
+        } else {
+            s
+        };
+        Timestamp(s * 1000)
     }
 
     /// Milliseconds since the Unix epoch.
@@ -205,5 +217,25 @@ mod tests {
         let _ = Timestamp::from_millis(i64::MAX).to_rfc3339();
         assert_eq!(Timestamp::from_millis(-1500).as_secs(), -2);
         let _ = Timestamp::from_millis(i64::MIN).to_system_time();
+    }
+
+    #[test]
+    fn seconds_past_the_range_saturate_to_a_whole_second() {
+        for s in [
+            i64::MAX,
+            i64::MAX / 1000 + 1,
+            i64::MIN,
+            i64::MIN / 1000 - 1,
+            -1,
+            0,
+            7,
+        ] {
+            let t = Timestamp::from_secs(s);
+            assert_eq!(Timestamp::from_secs(t.as_secs()), t, "{s}");
+        }
+        assert_eq!(
+            Timestamp::from_secs(i64::MAX).as_millis(),
+            i64::MAX / 1000 * 1000
+        );
     }
 }

@@ -99,15 +99,15 @@ pub(crate) struct Shared {
 }
 
 /// An answer, before it becomes a response.
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     body: Vec<u8>,
     content_type: &'static str,
     retry_after: bool,
     allow: Option<&'static str>,
     challenge: bool,
     /// The error text, for the access log.
-    note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 impl Answer {
@@ -138,7 +138,7 @@ impl Answer {
 
 /// Why a [`Reservation`] could not grow.
 #[derive(Debug)]
-enum Refused {
+pub(crate) enum Refused {
     /// The budget is taken by other requests for now: 503.
     Busy,
     /// This request alone would need more than the whole budget: 413.
@@ -175,9 +175,14 @@ pub(crate) struct Reservation {
 
 impl Reservation {
     fn new(shared: &Shared) -> Reservation {
+        Reservation::of_budget(shared.budget.clone(), shared.budget_total)
+    }
+
+    /// A reservation against `budget`, whose size is `total`.
+    pub(crate) fn of_budget(budget: Arc<Semaphore>, total: usize) -> Reservation {
         Reservation {
-            budget: shared.budget.clone(),
-            total: shared.budget_total,
+            budget,
+            total,
             held: None,
         }
     }
@@ -445,9 +450,27 @@ fn authorize(shared: &Shared, grant: Option<Grant>, client: &str) -> Result<(), 
     }
 }
 
-enum Encoding {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Encoding {
     Identity,
     Gzip,
+}
+
+/// The body's encoding, from its `Content-Encoding` header: none,
+/// `identity` or empty, else `gzip` or `x-gzip` (any case, blanks around
+/// it); anything else is 415.
+pub(crate) fn content_encoding(value: Option<&HeaderValue>) -> Result<Encoding, Answer> {
+    let Some(v) = value else {
+        return Ok(Encoding::Identity);
+    };
+    match v.to_str().map(|s| s.trim().to_ascii_lowercase()) {
+        Ok(s) if s.is_empty() || s == "identity" => Ok(Encoding::Identity),
+        Ok(s) if s == "gzip" || s == "x-gzip" => Ok(Encoding::Gzip),
+        _ => Err(Answer::error(
+            415,
+            "unsupported Content-Encoding (send gzip or none)",
+        )),
+    }
 }
 
 /// A limit on a body, and how a 413 names it.
@@ -468,19 +491,7 @@ async fn read_body(
     limit: &Limit,
     seen: &mut Seen,
 ) -> Result<Vec<u8>, Answer> {
-    let encoding = match req.headers().get(header::CONTENT_ENCODING) {
-        None => Encoding::Identity,
-        Some(v) => match v.to_str().map(|s| s.trim().to_ascii_lowercase()) {
-            Ok(s) if s.is_empty() || s == "identity" => Encoding::Identity,
-            Ok(s) if s == "gzip" || s == "x-gzip" => Encoding::Gzip,
-            _ => {
-                return Err(Answer::error(
-                    415,
-                    "unsupported Content-Encoding (send gzip or none)",
-                ))
-            }
-        },
-    };
+    let encoding = content_encoding(req.headers().get(header::CONTENT_ENCODING))?;
     let over = |l: &Limit, inflated: bool| {
         Answer::error(
             413,
@@ -581,7 +592,7 @@ async fn read_body(
     }
 }
 
-enum Gunzip {
+pub(crate) enum Gunzip {
     TooLarge,
     Refused(Refused),
     Failed(String),
@@ -589,7 +600,7 @@ enum Gunzip {
 
 /// Inflate `data`, keeping at most `limit` bytes of output and holding
 /// the memory budget for the output as it grows.
-fn gunzip(data: &[u8], limit: u64, res: &mut Reservation) -> Result<Vec<u8>, Gunzip> {
+pub(crate) fn gunzip(data: &[u8], limit: u64, res: &mut Reservation) -> Result<Vec<u8>, Gunzip> {
     let max = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut out = Vec::new();
     let mut dec = flate2::read::MultiGzDecoder::new(data);
@@ -734,24 +745,7 @@ async fn items(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resu
         (Some(tokens), Some(g)) => Some(tokens.name(g).to_string()),
         _ => None,
     };
-    let key = match req.headers().get("idempotency-key") {
-        None => String::new(),
-        Some(v) => {
-            let key = std::str::from_utf8(v.as_bytes())
-                .map_err(|_| Answer::error(400, "the Idempotency-Key header is not UTF-8"))?;
-            if key.len() > shared.max_key_len {
-                return Err(Answer::error(
-                    400,
-                    format!(
-                        "the Idempotency-Key header is {} bytes, over the limit of {}",
-                        key.len(),
-                        shared.max_key_len
-                    ),
-                ));
-            }
-            key.to_string()
-        }
-    };
+    let key = idempotency_key(req.headers().get("idempotency-key"), shared.max_key_len)?;
     // The payload is bounded by --max-payload and, like every body, by
     // --max-body: the smaller one names the 413.
     let limit = if shared.max_payload <= shared.max_body {
@@ -790,6 +784,27 @@ async fn items(shared: &Shared, req: Request<Incoming>, seen: &mut Seen) -> Resu
     }
 }
 
+/// The key of a `POST /v1/items`, from its `Idempotency-Key` header:
+/// none is `""`; a value that is not UTF-8 or is longer than `max` bytes
+/// is 400.
+pub(crate) fn idempotency_key(value: Option<&HeaderValue>, max: usize) -> Result<String, Answer> {
+    let Some(v) = value else {
+        return Ok(String::new());
+    };
+    let key = std::str::from_utf8(v.as_bytes())
+        .map_err(|_| Answer::error(400, "the Idempotency-Key header is not UTF-8"))?;
+    if key.len() > max {
+        return Err(Answer::error(
+            400,
+            format!(
+                "the Idempotency-Key header is {} bytes, over the limit of {max}",
+                key.len()
+            ),
+        ));
+    }
+    Ok(key.to_string())
+}
+
 async fn clients(
     shared: &Shared,
     req: Request<Incoming>,
@@ -797,16 +812,23 @@ async fn clients(
     seen: &mut Seen,
 ) -> Result<Answer, Answer> {
     let grant = authenticate(shared, req.headers(), seen)?;
-    let raw = path.strip_prefix("/v1/clients/").unwrap_or_default();
-    let id = percent_decode(raw)
-        .ok_or_else(|| Answer::error(400, "the client id in the path is not valid"))?;
-    wire::validate_client_id(&id).map_err(|e| Answer::error(400, e.message()))?;
+    let id = client_of_path(path)?;
     seen.client = Some(id.clone());
     authorize(shared, grant, &id)?;
     match submit(shared, Work::Client(id), 0).await? {
         Done::Client(state) => Ok(Answer::json(200, state.to_json())),
         _ => Err(Answer::error(500, "internal error: wrong answer")),
     }
+}
+
+/// The client id of a `GET /v1/clients/{client_id}` path, percent-decoded
+/// and checked (400 otherwise).
+pub(crate) fn client_of_path(path: &str) -> Result<String, Answer> {
+    let raw = path.strip_prefix("/v1/clients/").unwrap_or_default();
+    let id = percent_decode(raw)
+        .ok_or_else(|| Answer::error(400, "the client id in the path is not valid"))?;
+    wire::validate_client_id(&id).map_err(|e| Answer::error(400, e.message()))?;
+    Ok(id)
 }
 
 async fn ask<T>(

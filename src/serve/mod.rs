@@ -92,7 +92,7 @@
 //! ```
 
 pub mod auth;
-mod http;
+pub(crate) mod http;
 pub mod lock;
 pub mod metrics;
 pub mod tls;

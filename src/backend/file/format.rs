@@ -37,12 +37,12 @@ use std::borrow::Cow;
 mod write;
 pub(crate) use self::write::{
     frame_batch, strip_tx, write_client, write_dead, write_delivered, write_done,
-    write_done_delivered, write_evicted, write_push, write_put,
+    write_done_delivered, write_evicted, write_push, write_put, write_put_line,
 };
 
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Line {
+pub enum Line {
     /// Store (or replace) an item.
     Put {
         item: Item,
@@ -80,7 +80,7 @@ pub(crate) enum Line {
 /// requests (or, after compaction, all of them) did for one client.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ClientLine {
+pub struct ClientLine {
     /// The client id.
     pub id: String,
     /// Its `last_seq`, when it moved.
@@ -110,7 +110,7 @@ fn is_zero(n: &u64) -> bool {
 
 /// The `push` object of a push-state line.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
-pub(crate) struct PushLine {
+pub struct PushLine {
     /// The highest sequence number assigned.
     pub assigned: u64,
     /// The receiver's acknowledged watermark.
@@ -660,7 +660,7 @@ fn done_delivery(
 
 /// What [`check_line`] learns of a line: its op and id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Head {
+pub struct Head {
     /// A `put` line (else `done`).
     pub put: bool,
     pub id: ItemId,

@@ -44,7 +44,7 @@ pub struct TornTail {
 
 /// What a scan found.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Scanned {
+pub struct Scanned {
     /// Offset just past the last byte that belongs to valid content (the
     /// start of the torn tail, if any).
     pub end: u64,
@@ -396,6 +396,10 @@ pub(crate) fn unfinished_batch(
 /// line without newline when it parses, else the last complete line that
 /// is neither blank nor NUL bytes. `None` when there is none, or when
 /// that line does not parse (the forward scan reports it).
+///
+/// Filler (blank lines, NUL bytes) is stepped over as one run, not line
+/// by line: the bytes read are at most twice the run and the two lines
+/// looked at, however many lines the run holds.
 fn last_record(
     path: &Path,
     io: &dyn FileIo,
@@ -403,34 +407,28 @@ fn last_record(
     start: u64,
     len: u64,
 ) -> Result<Option<(u64, Vec<u8>)>> {
+    let filler = |b: u8| b == 0 || b.is_ascii_whitespace();
     let mut end = len;
-    let mut newline_ended = false;
     loop {
-        if end <= start {
+        // The last byte before `end` that is not filler, and its line.
+        let Some(last) = find_backward_by(path, io, file, start, end, |b| !filler(b))? else {
+            return Ok(None);
+        };
+        let line_start =
+            find_backward(path, io, file, start, last, b'\n')?.map_or(start, |p| p + 1);
+        let newline = find_forward(path, io, file, last + 1, len, b'\n')?;
+        let line_end = newline.unwrap_or(len);
+        let raw = read_at(path, io, file, line_start, (line_end - line_start) as usize)?;
+        let content = strip_ending(&raw);
+        if parse_line(content).is_ok() {
+            return Ok(Some((line_start, content.to_vec())));
+        }
+        if newline.is_some() {
             return Ok(None);
         }
-        let search_end = if newline_ended { end - 1 } else { end };
-        let line_start =
-            find_backward(path, io, file, start, search_end, b'\n')?.map_or(start, |p| p + 1);
-        let raw = read_at(
-            path,
-            io,
-            file,
-            line_start,
-            (search_end - line_start) as usize,
-        )?;
-        let content = strip_ending(&raw);
-        let filler = content.iter().all(|b| *b == 0 || b.is_ascii_whitespace());
-        if !filler {
-            if parse_line(content).is_ok() {
-                return Ok(Some((line_start, content.to_vec())));
-            }
-            if newline_ended {
-                return Ok(None);
-            }
-        }
+        // A trailing line without newline that does not parse (a torn
+        // write): the record is the complete line before it, if any.
         end = line_start;
-        newline_ended = true;
     }
 }
 
@@ -468,6 +466,28 @@ fn find_backward(
         let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
         let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
         if let Some(i) = memchr::memrchr(byte, &chunk) {
+            return Ok(Some(lo + i as u64));
+        }
+        hi = lo;
+    }
+    Ok(None)
+}
+
+/// The offset of the last byte in `file[from..to]` for which `wanted`
+/// holds.
+fn find_backward_by(
+    path: &Path,
+    io: &dyn FileIo,
+    file: &std::fs::File,
+    from: u64,
+    to: u64,
+    wanted: impl Fn(u8) -> bool,
+) -> Result<Option<u64>> {
+    let mut hi = to;
+    while hi > from {
+        let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
+        let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
+        if let Some(i) = chunk.iter().rposition(|&b| wanted(b)) {
             return Ok(Some(lo + i as u64));
         }
         hi = lo;

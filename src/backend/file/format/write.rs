@@ -60,7 +60,7 @@ pub(crate) fn write_delivered(out: &mut Vec<u8>, d: &DeliveredItem) {
 /// Append a `put` line, written by hand: exactly the bytes serde writes
 /// for `PutOut` (`write_put_line_serde`, the reference, which the tests
 /// compare it with), without serde's per-byte escaping loop.
-pub(super) fn write_put_line(
+pub(crate) fn write_put_line(
     out: &mut Vec<u8>,
     item: &Item,
     dead_at: Option<Timestamp>,
