@@ -678,4 +678,14 @@ impl ReplayObserver for Tracker<'_> {
             o.following(watching)
         }
     }
+    fn lease_lost(&self, item: &Item) {
+        if let Some(o) = self.inner {
+            o.lease_lost(item)
+        }
+    }
+    fn recorded(&self, event: &crate::replay::events::Event) {
+        if let Some(o) = self.inner {
+            o.recorded(event)
+        }
+    }
 }
