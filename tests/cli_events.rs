@@ -548,3 +548,48 @@ fn follow_and_watch_write_events_and_run_the_hook() {
         assert_eq!(v["id"], bad2);
     });
 }
+
+/// PostgreSQL: the delivery outlives its lease, and another replayer
+/// (started by the delivering command itself, after its lease ran out)
+/// takes the item over and delivers it: the first replayer's outcome is
+/// not recorded, and its event says `lease_lost`.
+#[test]
+fn a_delivery_that_outlives_its_lease_is_told_as_lease_lost() {
+    let Some(env) = pg_env("replay --events lease_lost") else {
+        return;
+    };
+    let id = env.enqueue_key("slow", "k-slow");
+    let outer = env.dir.path().join("outer.ndjson");
+    let inner = env.dir.path().join("inner.ndjson");
+    let takeover = format!(
+        "sh -c 'sleep 2; \"$0\" -s \"$1\" replay --exec true --events \"$2\"' {} {} {}",
+        env!("CARGO_BIN_EXE_spool"),
+        env.path.display(),
+        inner.display()
+    );
+    let a = env
+        .run(&[
+            "replay",
+            "--exec",
+            &takeover,
+            "--lease",
+            "1s",
+            "--events",
+            outer.to_str().unwrap(),
+        ])
+        .success();
+    assert!(stderr(&a).contains("lease lost"), "{}", stderr(&a));
+    let evs = events(&inner);
+    assert_eq!(evs.len(), 1, "{evs:#?}");
+    assert_eq!(find(&evs, "delivered", id)["attempt"], 2);
+    let evs = events(&outer);
+    assert_eq!(evs.len(), 1, "{evs:#?}");
+    let lost = find(&evs, "lease_lost", id);
+    assert_eq!(lost["key"], "k-slow");
+    assert_eq!(lost["attempt"], 1);
+    assert!(
+        lost.get("exit_code").is_none() && lost.get("error").is_none(),
+        "{lost}"
+    );
+    assert_eq!(env.size(), 0);
+}
