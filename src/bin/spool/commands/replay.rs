@@ -109,6 +109,10 @@ use std::time::Duration;
 /// in flight with exit 0 and the summary of the whole run. Run it from
 /// systemd (Type=simple, Restart=on-failure) instead of cron.
 ///
+/// --events FILE (- for stdout) writes one NDJSON line per outcome, after
+/// the commit that recorded it; --on-dead CMD runs CMD for every item the
+/// run dead-lettered, its JSON on stdin (docs/events.md has the contract).
+///
 /// When stderr is a terminal (and without -q), a progress bar shows the
 /// items attempted of those due when the run started (at most --limit),
 /// the rate in items per second and the time left.
@@ -124,6 +128,7 @@ use std::time::Duration;
 ///   spool replay --url http://127.0.0.1:8080/in --concurrency 16 --deadline 5m
 ///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
 ///   spool replay --push https://central:8787/v1/push -H 'Authorization: Bearer …' --compress
+///   spool replay --url … --events /var/log/spool/events.ndjson --on-dead ./page-oncall.sh
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
 ///   # or as a systemd service (/etc/systemd/system/spool-replay.service):
 ///   #   [Service]

@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 /// Hooks are split into words like --exec (no shell; write sh -c '...'
 /// for one), run with SPOOL_PATH and SPOOL_EVENT (online/offline) set,
 /// bounded by --timeout; a failing hook is logged and the sequence goes
-/// on. Each replay round holds the spool's replay lock, so a cron
+/// on. --events, --on-dead and --hook-timeout work as for replay, over
+/// every round (docs/events.md). Each replay round holds the spool's replay lock, so a cron
 /// `spool replay` never overlaps it: a busy lock skips that round.
 ///
 /// Logs go to stderr, one line per event: an RFC 3339 time, a level
