@@ -1273,22 +1273,6 @@ impl SyncWorker<'_> {
             }
             Ok(())
         };
-        // The event of a recorded outcome, or `lease_lost` when the
-        // record found the lease gone.
-        let tell = |kind: EventKind, attempt: u32, timing: Option<Timing>, error: Option<&str>| {
-            self.emit(|| {
-                let now = self.clock.now();
-                if was_lost.get() {
-                    return Event::new(EventKind::LeaseLost, item, attempt, now)
-                        .timed(item, timing);
-                }
-                let e = Event::new(kind, item, attempt, now).timed(item, timing);
-                match error {
-                    Some(err) => e.with_error(err),
-                    None => e,
-                }
-            })
-        };
         if attempt > self.opts.max_attempts {
             // The attempts already reach the budget before this claim (an
             // operator set them, the budget was lowered, or earlier claims
@@ -1298,15 +1282,7 @@ impl SyncWorker<'_> {
             let reason =
                 over_budget_reason(before, self.opts.max_attempts, item.last_error.as_deref());
             let out = self.kill_claimed(leasing, c, reason, false, true, &lost)?;
-            if let ItemOutcome::DeadLettered { error, .. } | ItemOutcome::SinkFailed { error, .. } =
-                &out
-            {
-                let kind = match out {
-                    ItemOutcome::DeadLettered { .. } => EventKind::DeadLettered,
-                    _ => EventKind::Failed,
-                };
-                tell(kind, before, None, Some(error));
-            }
+            self.tell_claimed(item, was_lost.get(), before, None, &out);
             let mut f = lock();
             f.report.dead_lettered += 1;
             if let Some(o) = self.observer {
@@ -1352,9 +1328,7 @@ impl SyncWorker<'_> {
                 ItemOutcome::Delivered
             }
             Outcome::Rejected { reason } => {
-                let out = self.kill_claimed(leasing, c, reason, true, false, &lost)?;
-                tell_killed(&tell, &out, attempt, timing);
-                out
+                self.kill_claimed(leasing, c, reason, true, false, &lost)?
             }
             Outcome::Failed {
                 reason,
@@ -1362,9 +1336,7 @@ impl SyncWorker<'_> {
             } => {
                 if attempt >= self.opts.max_attempts {
                     let reason = format!("{reason} (gave up after {attempt} attempts)");
-                    let out = self.kill_claimed(leasing, c, reason, false, false, &lost)?;
-                    tell_killed(&tell, &out, attempt, timing);
-                    out
+                    self.kill_claimed(leasing, c, reason, false, false, &lost)?
                 } else {
                     let next_retry_at = match retry_after {
                         Some(RetryAfter::Delay(d)) => now.saturating_add(d),
@@ -1375,19 +1347,6 @@ impl SyncWorker<'_> {
                         }
                     };
                     lost(leasing.retry_later(item.id, c.token, next_retry_at.since(now), &reason))?;
-                    self.emit(|| {
-                        let now = self.clock.now();
-                        if was_lost.get() {
-                            return Event::new(EventKind::LeaseLost, item, attempt, now)
-                                .timed(item, Some(timing));
-                        }
-                        Event {
-                            next_retry_at: Some(next_retry_at),
-                            ..Event::new(EventKind::Failed, item, attempt, now)
-                                .timed(item, Some(timing))
-                                .with_error(&reason)
-                        }
-                    });
                     ItemOutcome::Failed {
                         error: reason,
                         next_retry_at,
@@ -1395,6 +1354,10 @@ impl SyncWorker<'_> {
                 }
             }
         };
+        if result != ItemOutcome::Delivered {
+            // A delivered claim's event waits for its group's commit.
+            self.tell_claimed(item, was_lost.get(), attempt, Some(timing), &result);
+        }
         let mut f = lock();
         match &result {
             ItemOutcome::Delivered => f.report.delivered += 1,
@@ -1411,6 +1374,44 @@ impl SyncWorker<'_> {
             o.attempted(item, attempt, &result);
         }
         Ok(result)
+    }
+
+    /// Tell the event of a claimed item's recorded outcome `out` (not a
+    /// delivery: see [`SyncWorker::flush_leased`]), or `lease_lost` when
+    /// recording it found the lease gone.
+    fn tell_claimed(
+        &self,
+        item: &Item,
+        lost: bool,
+        attempt: u32,
+        timing: Option<Timing>,
+        out: &ItemOutcome,
+    ) {
+        let Some(o) = self.observer else {
+            return;
+        };
+        let now = self.clock.now();
+        let event = |kind| Event::new(kind, item, attempt, now).timed(item, timing);
+        let e = match out {
+            _ if lost => event(EventKind::LeaseLost),
+            ItemOutcome::DeadLettered { error, .. } => {
+                event(EventKind::DeadLettered).with_error(error)
+            }
+            ItemOutcome::Failed {
+                error,
+                next_retry_at,
+            } => Event {
+                next_retry_at: Some(*next_retry_at),
+                ..event(EventKind::Failed).with_error(error)
+            },
+            ItemOutcome::SinkFailed { error, sink_error } => event(EventKind::Failed).with_error(
+                &format!("{error}; the dead-letter sink failed: {sink_error}"),
+            ),
+            ItemOutcome::Delivered
+            | ItemOutcome::WouldAttempt
+            | ItemOutcome::WouldDeadLetter { .. } => return,
+        };
+        o.recorded(&e);
     }
 
     /// Dead-letter a claimed item (or hand it to the sink and remove it);
@@ -1513,25 +1514,6 @@ impl SyncWorker<'_> {
             }
         }
         Ok(())
-    }
-}
-
-/// Tell the event of a claimed item that was dead-lettered (or whose
-/// dead-letter sink failed).
-fn tell_killed(
-    tell: &dyn Fn(EventKind, u32, Option<Timing>, Option<&str>),
-    out: &ItemOutcome,
-    attempt: u32,
-    timing: Timing,
-) {
-    match out {
-        ItemOutcome::DeadLettered { error, .. } => {
-            tell(EventKind::DeadLettered, attempt, Some(timing), Some(error))
-        }
-        ItemOutcome::SinkFailed { error, .. } => {
-            tell(EventKind::Failed, attempt, Some(timing), Some(error))
-        }
-        _ => {}
     }
 }
 
