@@ -286,8 +286,8 @@ pub enum OutcomeNotice {
     /// full): no more events are written in this process.
     EventsEnded(io::Error),
     /// Lines still queued when the run ended were not taken by the reader
-    /// within [`FINISH_WAIT`].
-    EventsLost(u64),
+    /// within [`FINISH_WAIT`]: they are lost.
+    EventsLost,
     /// The `--on-dead` hook failed for an item (or could not start).
     HookFailed {
         /// The dead item.
@@ -315,9 +315,10 @@ impl fmt::Display for OutcomeNotice {
                 f,
                 "cannot write events ({e}): no more events are written; replay goes on"
             ),
-            OutcomeNotice::EventsLost(n) => write!(
+            OutcomeNotice::EventsLost => write!(
                 f,
-                "{n} event line(s) were not taken by the reader within {} of the end and are lost",
+                "the events reader took nothing for {} after the run ended: the lines still \
+                 queued are lost",
                 crate::units::format_duration(FINISH_WAIT)
             ),
             OutcomeNotice::HookFailed { id, error } => {
@@ -483,7 +484,7 @@ impl EventWriter {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     // The reader takes nothing: leave the thread blocked
                     // on it; the process ends without it.
-                    (self.notice)(&OutcomeNotice::EventsLost(0));
+                    (self.notice)(&OutcomeNotice::EventsLost);
                 }
             }
         }
