@@ -228,6 +228,9 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l commit-every -d '
 complete -c spool -n "__fish_spool_using_subcommand replay" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l poll -d 'With --follow: look for new items at least this often' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l idle-exit -d 'With --follow: exit after DURATION without anything to attempt' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l events -d 'Write one NDJSON line per recorded outcome to FILE (appended; - for stdout)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l on-dead -d 'Run CMD once for every item dead-lettered in the run, its JSON on stdin' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l hook-timeout -d 'Bound on one --on-dead run (its process group is killed after it)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
@@ -276,6 +279,9 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l wait -d 'If anothe
 complete -c spool -n "__fish_spool_using_subcommand watch" -l concurrency -d 'Keep up to N deliveries in flight at once' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l commit-every -d 'Commit delivered items as done in groups of N (a crash may redeliver up to N-1)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l lease -d 'PostgreSQL: how long a claimed item stays leased to this replayer' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l events -d 'Write one NDJSON line per recorded outcome to FILE (appended; - for stdout)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l on-dead -d 'Run CMD once for every item dead-lettered in the run, its JSON on stdin' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l hook-timeout -d 'Bound on one --on-dead run (its process group is killed after it)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

@@ -1224,3 +1224,85 @@ fn the_progress_total_leaves_out_items_waiting_behind_their_group() {
         assert_eq!(observer.attempted.load(AtomicOrdering::SeqCst), 2, "{name}");
     }
 }
+
+/// Checks, at the moment each event is told, that the spool already
+/// holds what the event says (its commit came first).
+struct CommittedFirst<'a> {
+    spool: &'a Spool,
+    told: Mutex<Vec<(String, u64, u32)>>,
+}
+
+impl ReplayObserver for CommittedFirst<'_> {
+    fn recorded(&self, e: &spool::replay::events::Event) {
+        let pending = self.spool.get(e.id).unwrap();
+        let dead = self.spool.dead_get(e.id).unwrap();
+        match e.kind.name() {
+            "delivered" => assert!(pending.is_none() && dead.is_none(), "{e:?}"),
+            "failed" => {
+                let p = pending.unwrap_or_else(|| panic!("{e:?}: not pending"));
+                assert_eq!(p.attempts, e.attempt, "{e:?}");
+                assert_eq!(p.next_retry_at, e.next_retry_at, "{e:?}");
+                assert_eq!(p.last_error, e.error, "{e:?}");
+            }
+            "dead_lettered" => {
+                let d = dead.unwrap_or_else(|| panic!("{e:?}: not dead"));
+                assert_eq!(d.item.last_error, e.error, "{e:?}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        self.told
+            .lock()
+            .unwrap()
+            .push((e.kind.name().to_string(), e.id, e.attempt));
+    }
+}
+
+#[test]
+fn every_event_is_told_after_the_commit_that_recorded_it() {
+    for (commit_every, concurrency) in [(1, 1), (3, 1), (4, 4), (1, 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, shared) = clock();
+        let s = ndjson(&dir, &shared);
+        let mut kinds = HashMap::new();
+        for i in 0..12u32 {
+            let p = ["ok", "busy", "bad"][(i % 3) as usize];
+            kinds.insert(s.enqueue(p.as_bytes(), "").unwrap().id, p);
+        }
+        // An item at its budget: dead-lettered without an attempt.
+        let spent = s.enqueue(b"busy", "").unwrap().id;
+        s.set_attempts(spent, 5).unwrap();
+        let target = Scripted::new(|p: &[u8], _| match p {
+            b"ok" => Outcome::Delivered(spool::Evidence::Http(200)),
+            b"busy" => Outcome::failed("HTTP 503 Service Unavailable"),
+            _ => Outcome::Rejected {
+                reason: "HTTP 400 Bad Request".into(),
+            },
+        });
+        let obs = CommittedFirst {
+            spool: &s,
+            told: Mutex::new(Vec::new()),
+        };
+        let opts = ReplayOptions {
+            commit_every,
+            concurrency,
+            ..fixed_opts()
+        };
+        let r = SyncWorker::new(&*s, &target, opts, shared.clone())
+            .unwrap()
+            .with_observer(&obs)
+            .run()
+            .unwrap();
+        let told = obs.told.into_inner().unwrap();
+        assert_eq!(told.len(), 13, "{told:?}");
+        assert_eq!((r.delivered, r.failed, r.dead_lettered), (4, 4, 5));
+        for (kind, id, attempt) in told {
+            let want = match kinds.get(&id) {
+                Some(&"ok") => ("delivered", 1),
+                Some(&"busy") => ("failed", 1),
+                Some(_) => ("dead_lettered", 1),
+                None => ("dead_lettered", 5),
+            };
+            assert_eq!((kind.as_str(), attempt), want, "item {id}");
+        }
+    }
+}

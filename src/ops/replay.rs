@@ -678,4 +678,59 @@ impl ReplayObserver for Tracker<'_> {
             o.following(watching)
         }
     }
+    fn lease_lost(&self, item: &Item) {
+        if let Some(o) = self.inner {
+            o.lease_lost(item)
+        }
+    }
+    fn recorded(&self, event: &crate::replay::events::Event) {
+        if let Some(o) = self.inner {
+            o.recorded(event)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::events::{Event, EventKind};
+    use crate::time::Timestamp;
+
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<String>>);
+
+    impl ReplayObserver for Heard {
+        fn lease_lost(&self, item: &Item) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("lease_lost {}", item.id));
+        }
+        fn recorded(&self, event: &Event) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{} {}", event.kind.name(), event.id));
+        }
+    }
+
+    /// Follow mode's tracker once kept `lease_lost` to itself: a
+    /// `replay --follow` on PostgreSQL never told that a lease ran out.
+    #[test]
+    fn the_follow_tracker_passes_lease_lost_and_recorded_outcomes_on() {
+        let heard = Heard::default();
+        let tracker = Tracker {
+            inner: Some(&heard),
+            failing: Mutex::new(HashSet::new()),
+        };
+        let item = Item::new(4, b"x".to_vec(), String::new(), Timestamp::from_millis(0));
+        tracker.lease_lost(&item);
+        tracker.recorded(&Event::new(
+            EventKind::Delivered,
+            &item,
+            1,
+            Timestamp::from_millis(0),
+        ));
+        assert_eq!(*heard.0.lock().unwrap(), ["lease_lost 4", "delivered 4"]);
+    }
 }

@@ -66,6 +66,8 @@ use crate::item::Item;
 use crate::ops::replay::{
     check_options, push, push_options, replay, PushReplay, PushTarget, ReplayRequest, TargetSpec,
 };
+use crate::replay::child::{self, Ended};
+use crate::replay::events::{Outcomes, WithOutcomes};
 use crate::replay::follow::{ChangeCheck, Signal, SpoolWatcher, Woke};
 use crate::replay::push::{PushEvent, PushHalt, PushOptions, PushReport, PushTransport as _};
 use crate::replay::{ItemOutcome, ReplayObserver, ReplayOptions, ReplayReport, StopHandle};
@@ -79,19 +81,14 @@ use crate::watch::{
     Worker,
 };
 use std::fmt;
-use std::io::Read;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The change check of the periodic loop never polls: the interval does.
 const NO_POLL: Duration = Duration::from_secs(86_400);
-
-/// Bytes of a hook's stderr kept for the log line.
-const HOOK_STDERR_TAIL: usize = 2048;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -141,6 +138,9 @@ pub struct WatchConfig {
     pub wait: Duration,
     /// The clock for log times, backoff and metrics.
     pub clock: SharedClock,
+    /// Where every round's recorded outcomes go (`--events`,
+    /// `--on-dead`); the caller finishes it after [`Watch::run`].
+    pub outcomes: Option<Arc<Outcomes>>,
 }
 
 impl WatchConfig {
@@ -165,6 +165,7 @@ impl WatchConfig {
             options: ReplayOptions::default(),
             wait: Duration::ZERO,
             clock: crate::time::system_clock(),
+            outcomes: None,
         }
     }
 }
@@ -970,88 +971,27 @@ impl Hook {
     /// closed, `SPOOL_PATH` and `SPOOL_EVENT` set. `Err` describes a
     /// failure with the tail of its stderr.
     fn run(&self, spool: &Path) -> std::result::Result<(), String> {
-        let mut child = Command::new(&self.argv[0])
-            .args(&self.argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+        let mut cmd = Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
             .env("SPOOL_PATH", spool)
-            .env("SPOOL_EVENT", self.kind.event())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", self.argv[0]))?;
-        let pid = child.id() as i32;
-        let tail: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let (eof_tx, eof_rx) = mpsc::channel::<()>();
-        if let Some(mut err) = child.stderr.take() {
-            let tail = tail.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut t = lock(&tail);
-                    t.extend_from_slice(&buf[..n]);
-                    if t.len() > HOOK_STDERR_TAIL * 2 {
-                        let cut = t.len() - HOOK_STDERR_TAIL;
-                        t.drain(..cut);
-                    }
-                }
-                let _ = eof_tx.send(());
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        let (status, timed_out) = match rx.recv_timeout(self.timeout) {
-            Ok(r) => (r, false),
-            Err(_) => {
-                // SAFETY: killpg only signals the process group this
-                // child leads (it was started with process_group(0)).
-                unsafe {
-                    libc::killpg(pid, libc::SIGKILL);
-                }
-                (
-                    rx.recv()
-                        .map_err(|_| "lost track of the timed-out hook".to_string())?,
-                    true,
-                )
-            }
-        };
-        let status = status.map_err(|e| format!("cannot wait for {}: {e}", self.argv[0]))?;
-        let _ = eof_rx.recv_timeout(Duration::from_millis(200));
-        let stderr = lock(&tail).clone();
-        let with_tail = |head: String| {
-            let text = String::from_utf8_lossy(&stderr);
-            let lines: Vec<&str> = text
-                .lines()
-                .map(str::trim_end)
-                .filter(|l| !l.is_empty())
-                .collect();
-            let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
-            if tail.is_empty() {
-                head
-            } else {
-                format!("{head}: {tail}")
-            }
-        };
-        if timed_out {
-            return Err(with_tail(format!(
+            .env("SPOOL_EVENT", self.kind.event());
+        let done = child::run(cmd, &self.argv[0], None, Some(self.timeout))?;
+        match done.ended {
+            Ended::Exited(0) => Ok(()),
+            Ended::TimedOut => Err(done.with_stderr(format!(
                 "`{}` timed out after {}; its process group was killed",
                 self.command,
                 format_duration(self.timeout)
-            )));
-        }
-        match (status.code(), status.signal()) {
-            (Some(0), _) => Ok(()),
-            (Some(c), _) => Err(with_tail(format!("`{}` exited with {c}", self.command))),
-            (None, Some(s)) => Err(with_tail(format!(
-                "`{}` was killed by signal {s}",
-                self.command
             ))),
-            (None, None) => Err(with_tail(format!("`{}` ended abnormally", self.command))),
+            Ended::Exited(c) => {
+                Err(done.with_stderr(format!("`{}` exited with {c}", self.command)))
+            }
+            Ended::Signal(s) => {
+                Err(done.with_stderr(format!("`{}` was killed by signal {s}", self.command)))
+            }
+            Ended::Abnormal => {
+                Err(done.with_stderr(format!("`{}` ended abnormally", self.command)))
+            }
         }
     }
 }
@@ -1070,6 +1010,7 @@ pub struct Watch {
     target_shown: String,
     wait: Duration,
     clock: SharedClock,
+    outcomes: Option<Arc<Outcomes>>,
 }
 
 impl Watch {
@@ -1155,6 +1096,7 @@ impl Watch {
             target_shown,
             wait: cfg.wait,
             clock: cfg.clock,
+            outcomes: cfg.outcomes,
         })
     }
 
@@ -1188,6 +1130,7 @@ impl Watch {
             delivery: self.delivery,
             wait: self.wait,
             clock: self.clock,
+            outcomes: self.outcomes,
             log,
             stop: stop.clone(),
             monitor: OnceLock::new(),
@@ -1391,6 +1334,7 @@ struct Daemon {
     delivery: Delivery,
     wait: Duration,
     clock: SharedClock,
+    outcomes: Option<Arc<Outcomes>>,
     log: Arc<dyn WatchLog>,
     stop: WatchStop,
     monitor: OnceLock<MonitorHandle>,
@@ -1511,7 +1455,16 @@ impl Daemon {
             self.stop.end_run();
             return Round::Skipped("the link is down");
         }
-        let observer = ItemLog(self);
+        let log = ItemLog(self);
+        let with = self.outcomes.as_deref().map(|outcomes| WithOutcomes {
+            inner: Some(&log),
+            outcomes,
+            queue: &**self.spool,
+        });
+        let observer: &dyn ReplayObserver = match &with {
+            Some(w) => w,
+            None => &log,
+        };
         let result = match &self.delivery {
             Delivery::Replay { target, options } => {
                 let req = ReplayRequest {
@@ -1520,7 +1473,7 @@ impl Daemon {
                     wait: self.wait,
                     clock: self.clock.clone(),
                     stop: handle,
-                    observer: Some(&observer),
+                    observer: Some(observer),
                 };
                 replay(&self.spool, &req).map(|run| {
                     lock(&self.counters).add_replay(&run.report);
@@ -1534,7 +1487,7 @@ impl Daemon {
                     wait: self.wait,
                     clock: self.clock.clone(),
                     stop: handle,
-                    observer: Some(&observer),
+                    observer: Some(observer),
                 };
                 push(&self.spool, &req).map(|run| {
                     lock(&self.counters).add_push(&run.report);

@@ -29,6 +29,8 @@
 //! * Clock, sleep and randomness are injected.
 
 pub mod backoff;
+pub mod child;
+pub mod events;
 pub mod exec;
 pub mod follow;
 pub mod http;
@@ -44,6 +46,7 @@ use crate::error::{Error, Result};
 use crate::item::{AttemptUpdate, Evidence, Item, ItemId};
 use crate::queue::{Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
 use crate::time::{SharedClock, Timestamp};
+use events::{end_timing, start_timing, Event, EventKind, Timing};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -274,6 +277,10 @@ pub trait ReplayObserver: Sync {
     /// recorded and another replayer holds it now, so the outcome of this
     /// attempt was not recorded ("lease lost"; the other replayer's wins).
     fn lease_lost(&self, _item: &Item) {}
+    /// An outcome was recorded: called after the commit that recorded it
+    /// (with [`ReplayOptions::commit_every`], after its group's commit),
+    /// never for an outcome that was not recorded (see [`events`]).
+    fn recorded(&self, _event: &events::Event) {}
 }
 
 /// Why a run ended before it had looked at every item.
@@ -475,6 +482,13 @@ impl<'a> SyncWorker<'a> {
             done_group: Mutex::new((Vec::new(), None)),
             leased_group: Mutex::new((Vec::new(), None)),
         })
+    }
+
+    /// Tell the observer of a recorded outcome.
+    fn emit(&self, event: impl FnOnce() -> Event) {
+        if let Some(o) = self.observer {
+            o.recorded(&event());
+        }
     }
 
     /// Send dead letters to `sink` instead of the spool's own set.
@@ -680,6 +694,7 @@ impl<'a> SyncWorker<'a> {
                 self.give_up(&item, report)?
             } else {
                 let key = self.key_for(ctx, &item);
+                let started = start_timing(&self.clock);
                 let outcome = self
                     .target
                     .deliver(&Delivery {
@@ -689,7 +704,7 @@ impl<'a> SyncWorker<'a> {
                         spool_path: self.spool_path.as_deref(),
                     })
                     .map_err(Error::Unsupported)?;
-                self.record(&item, attempt, outcome, report)?
+                self.record(&item, attempt, outcome, end_timing(started), report)?
             };
             if recorded.left_pending() {
                 ctx.groups.left(&item);
@@ -745,19 +760,21 @@ impl<'a> SyncWorker<'a> {
                     };
                     // `None`: at the budget already, not delivered.
                     let out = (!self.over_budget(&item)).then(|| {
-                        self.target.deliver(&Delivery {
+                        let started = start_timing(&self.clock);
+                        let out = self.target.deliver(&Delivery {
                             item: &item,
                             attempt,
                             idempotency_key: &key,
                             spool_path: self.spool_path.as_deref(),
-                        })
+                        });
+                        out.map(|o| (o, end_timing(started)))
                     });
                     let mut feed = lock();
                     let feed = &mut *feed;
                     let recorded = match out {
                         None => Some(self.give_up(&item, feed.report)),
-                        Some(Ok(outcome)) => {
-                            Some(self.record(&item, attempt, outcome, feed.report))
+                        Some(Ok((outcome, timing))) => {
+                            Some(self.record(&item, attempt, outcome, timing, feed.report))
                         }
                         Some(Err(e)) => {
                             feed.fatal.get_or_insert(Error::Unsupported(e));
@@ -875,23 +892,31 @@ impl<'a> SyncWorker<'a> {
         item: &Item,
         attempt: u32,
         outcome: Outcome,
+        timing: Timing,
         report: &mut ReplayReport,
     ) -> Result<ItemOutcome> {
         let now = self.clock.now();
         let result = match outcome {
             Outcome::Delivered(evidence) => {
-                self.delivered(item.id, evidence)?;
+                let event = self.observer.map(|_| {
+                    Event::new(EventKind::Delivered, item, attempt, now)
+                        .timed(item, Some(timing))
+                        .with_evidence(&evidence)
+                });
+                self.delivered(item.id, evidence, event)?;
                 report.delivered += 1;
                 ItemOutcome::Delivered
             }
-            Outcome::Rejected { reason } => self.kill(item, attempt, reason, true, report)?,
+            Outcome::Rejected { reason } => {
+                self.kill(item, attempt, reason, true, Some(timing), report)?
+            }
             Outcome::Failed {
                 reason,
                 retry_after,
             } => {
                 if attempt >= self.opts.max_attempts {
                     let reason = format!("{reason} (gave up after {attempt} attempts)");
-                    self.kill(item, attempt, reason, false, report)?
+                    self.kill(item, attempt, reason, false, Some(timing), report)?
                 } else {
                     let next_retry_at = match retry_after {
                         Some(RetryAfter::Delay(d)) => now.saturating_add(d),
@@ -910,6 +935,12 @@ impl<'a> SyncWorker<'a> {
                         },
                     )?;
                     report.failed += 1;
+                    self.emit(|| Event {
+                        next_retry_at: Some(next_retry_at),
+                        ..Event::new(EventKind::Failed, item, attempt, self.clock.now())
+                            .timed(item, Some(timing))
+                            .with_error(&reason)
+                    });
                     ItemOutcome::Failed {
                         error: reason,
                         next_retry_at,
@@ -937,7 +968,7 @@ impl<'a> SyncWorker<'a> {
             self.opts.max_attempts,
             item.last_error.as_deref(),
         );
-        let result = self.kill(item, item.attempts, reason, false, report)?;
+        let result = self.kill(item, item.attempts, reason, false, None, report)?;
         if let Some(o) = self.observer {
             o.attempted(item, item.attempts, &result);
         }
@@ -950,6 +981,7 @@ impl<'a> SyncWorker<'a> {
         attempt: u32,
         reason: String,
         rejected: bool,
+        timing: Option<Timing>,
         report: &mut ReplayReport,
     ) -> Result<ItemOutcome> {
         let update = AttemptUpdate {
@@ -967,6 +999,13 @@ impl<'a> SyncWorker<'a> {
                 update.apply(&mut dead);
                 if let Err(sink_error) = sink.accept(&dead, &reason) {
                     report.failed += 1;
+                    self.emit(|| {
+                        Event::new(EventKind::Failed, item, attempt, self.clock.now())
+                            .timed(item, timing)
+                            .with_error(&format!(
+                                "{reason}; the dead-letter sink failed: {sink_error}"
+                            ))
+                    });
                     return Ok(ItemOutcome::SinkFailed {
                         error: reason,
                         sink_error,
@@ -979,6 +1018,11 @@ impl<'a> SyncWorker<'a> {
         if rejected {
             report.rejected += 1;
         }
+        self.emit(|| {
+            Event::new(EventKind::DeadLettered, item, attempt, self.clock.now())
+                .timed(item, timing)
+                .with_error(&reason)
+        });
         Ok(ItemOutcome::DeadLettered {
             error: reason,
             rejected,
@@ -988,15 +1032,22 @@ impl<'a> SyncWorker<'a> {
 
 impl SyncWorker<'_> {
     /// Mark a delivered item done: at once, or as part of a group.
-    fn delivered(&self, id: ItemId, evidence: Evidence) -> Result<()> {
+    /// `event` is told once the item is committed as done.
+    fn delivered(&self, id: ItemId, evidence: Evidence, event: Option<Event>) -> Result<()> {
         if self.opts.commit_every <= 1 {
             self.queue.deliver(&[(id, evidence)])?;
+            if let Some(e) = event {
+                self.emit(|| Event {
+                    ts: self.clock.now(),
+                    ..e
+                });
+            }
             return Ok(());
         }
         let now = self.clock.now();
         let full = {
             let mut g = self.done_group.lock().unwrap_or_else(|e| e.into_inner());
-            g.0.push((id, evidence));
+            g.0.push((id, evidence, event));
             let first = *g.1.get_or_insert(now);
             g.0.len() >= self.opts.commit_every || now.since(first) >= GROUP_COMMIT_MAX_AGE
         };
@@ -1014,7 +1065,14 @@ impl SyncWorker<'_> {
             std::mem::take(&mut g.0)
         };
         if !ids.is_empty() {
-            self.queue.deliver(&ids)?;
+            let done: Vec<(ItemId, Evidence)> = ids.iter().map(|(i, e, _)| (*i, *e)).collect();
+            self.queue.deliver(&done)?;
+            let ts = self.clock.now();
+            for (_, _, event) in ids {
+                if let Some(e) = event {
+                    self.emit(|| Event { ts, ..e });
+                }
+            }
         }
         Ok(())
     }
@@ -1022,11 +1080,16 @@ impl SyncWorker<'_> {
 
 /// Delivered items not yet committed as done, with their evidence, and
 /// when the oldest was delivered.
-type DoneGroup = (Vec<(ItemId, Evidence)>, Option<Timestamp>);
+/// The event of each is told after the group's commit.
+type DoneGroup = (Vec<(ItemId, Evidence, Option<Event>)>, Option<Timestamp>);
 
 /// Delivered claims not yet committed as done, and when the oldest was
 /// delivered.
-type LeasedGroup = (Vec<(Item, LeaseToken, Evidence)>, Option<Timestamp>);
+/// The event of each is told after the group's commit.
+type LeasedGroup = (
+    Vec<(Item, LeaseToken, Evidence, Option<Event>)>,
+    Option<Timestamp>,
+);
 
 /// What the threads of a leased run share.
 struct LeaseFeed<'r> {
@@ -1200,8 +1263,10 @@ impl SyncWorker<'_> {
     ) -> Result<ItemOutcome> {
         let item = &c.item;
         let attempt = item.attempts;
+        let was_lost = std::cell::Cell::new(false);
         let lost = |r: Result<bool>| -> Result<()> {
             if !r? {
+                was_lost.set(true);
                 if let Some(o) = self.observer {
                     o.lease_lost(item);
                 }
@@ -1217,6 +1282,7 @@ impl SyncWorker<'_> {
             let reason =
                 over_budget_reason(before, self.opts.max_attempts, item.last_error.as_deref());
             let out = self.kill_claimed(leasing, c, reason, false, true, &lost)?;
+            self.tell_claimed(item, was_lost.get(), before, None, &out);
             let mut f = lock();
             f.report.dead_lettered += 1;
             if let Some(o) = self.observer {
@@ -1231,6 +1297,7 @@ impl SyncWorker<'_> {
         } else {
             item.key.clone()
         };
+        let started = start_timing(&self.clock);
         let outcome = self
             .target
             .deliver(&Delivery {
@@ -1240,6 +1307,7 @@ impl SyncWorker<'_> {
                 spool_path: self.spool_path.as_deref(),
             })
             .map_err(Error::Unsupported);
+        let timing = end_timing(started);
         let outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
@@ -1251,7 +1319,12 @@ impl SyncWorker<'_> {
         let now = self.clock.now();
         let result = match outcome {
             Outcome::Delivered(evidence) => {
-                self.delivered_leased(leasing, c, evidence)?;
+                let event = self.observer.map(|_| {
+                    Event::new(EventKind::Delivered, item, attempt, now)
+                        .timed(item, Some(timing))
+                        .with_evidence(&evidence)
+                });
+                self.delivered_leased(leasing, c, evidence, event)?;
                 ItemOutcome::Delivered
             }
             Outcome::Rejected { reason } => {
@@ -1281,6 +1354,10 @@ impl SyncWorker<'_> {
                 }
             }
         };
+        if result != ItemOutcome::Delivered {
+            // A delivered claim's event waits for its group's commit.
+            self.tell_claimed(item, was_lost.get(), attempt, Some(timing), &result);
+        }
         let mut f = lock();
         match &result {
             ItemOutcome::Delivered => f.report.delivered += 1,
@@ -1297,6 +1374,44 @@ impl SyncWorker<'_> {
             o.attempted(item, attempt, &result);
         }
         Ok(result)
+    }
+
+    /// Tell the event of a claimed item's recorded outcome `out` (not a
+    /// delivery: see [`SyncWorker::flush_leased`]), or `lease_lost` when
+    /// recording it found the lease gone.
+    fn tell_claimed(
+        &self,
+        item: &Item,
+        lost: bool,
+        attempt: u32,
+        timing: Option<Timing>,
+        out: &ItemOutcome,
+    ) {
+        let Some(o) = self.observer else {
+            return;
+        };
+        let now = self.clock.now();
+        let event = |kind| Event::new(kind, item, attempt, now).timed(item, timing);
+        let e = match out {
+            _ if lost => event(EventKind::LeaseLost),
+            ItemOutcome::DeadLettered { error, .. } => {
+                event(EventKind::DeadLettered).with_error(error)
+            }
+            ItemOutcome::Failed {
+                error,
+                next_retry_at,
+            } => Event {
+                next_retry_at: Some(*next_retry_at),
+                ..event(EventKind::Failed).with_error(error)
+            },
+            ItemOutcome::SinkFailed { error, sink_error } => event(EventKind::Failed).with_error(
+                &format!("{error}; the dead-letter sink failed: {sink_error}"),
+            ),
+            ItemOutcome::Delivered
+            | ItemOutcome::WouldAttempt
+            | ItemOutcome::WouldDeadLetter { .. } => return,
+        };
+        o.recorded(&e);
     }
 
     /// Dead-letter a claimed item (or hand it to the sink and remove it);
@@ -1349,11 +1464,12 @@ impl SyncWorker<'_> {
         leasing: &dyn Leasing,
         c: &Claimed,
         evidence: Evidence,
+        event: Option<Event>,
     ) -> Result<()> {
         let now = self.clock.now();
         let full = {
             let mut g = self.leased_group.lock().unwrap_or_else(|e| e.into_inner());
-            g.0.push((c.item.clone(), c.token, evidence));
+            g.0.push((c.item.clone(), c.token, evidence, event));
             let first = *g.1.get_or_insert(now);
             g.0.len() >= self.opts.commit_every.max(1) || now.since(first) >= GROUP_COMMIT_MAX_AGE
         };
@@ -1374,12 +1490,26 @@ impl SyncWorker<'_> {
             return Ok(());
         }
         let claims: Vec<(ItemId, LeaseToken, Evidence)> =
-            group.iter().map(|(i, t, e)| (i.id, *t, *e)).collect();
+            group.iter().map(|(i, t, e, _)| (i.id, *t, *e)).collect();
         let kept = leasing.complete(&claims)?;
         if let Some(o) = self.observer {
-            for ((item, _, _), ok) in group.iter().zip(kept) {
+            let ts = self.clock.now();
+            for ((item, _, _, event), ok) in group.into_iter().zip(kept) {
                 if !ok {
-                    o.lease_lost(item);
+                    o.lease_lost(&item);
+                }
+                if let Some(e) = event {
+                    o.recorded(&if ok {
+                        Event { ts, ..e }
+                    } else {
+                        Event {
+                            kind: EventKind::LeaseLost,
+                            ts,
+                            status: None,
+                            exit_code: None,
+                            ..e
+                        }
+                    });
                 }
             }
         }

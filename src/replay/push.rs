@@ -60,6 +60,7 @@
 //!   receiver is below the watermark (it lost state, and the run stops);
 //!   `Resend` is honoured all the same for a receiver that asks for it.
 
+use super::events::{Event, EventKind};
 use super::{Backoff, ItemOutcome, ReplayObserver, RetryAfter, StopHandle};
 use crate::error::{Error, ErrorKind, Result};
 use crate::item::{AttemptUpdate, Item, ItemId, PushState};
@@ -788,6 +789,12 @@ impl<'a> PushSender<'a> {
                     if self.queue.dead_letter(item.id, &reason)? {
                         report.too_large += 1;
                         if let Some(o) = self.observer {
+                            let now = self.clock.now();
+                            o.recorded(
+                                &Event::new(EventKind::DeadLettered, item, attempt, now)
+                                    .queued_until(item, now)
+                                    .with_error(&reason),
+                            );
                             o.attempted(
                                 item,
                                 attempt,
@@ -849,6 +856,20 @@ impl<'a> PushSender<'a> {
                     last_error: Some(reason.to_string()),
                 },
             )?;
+            if let Some(o) = self.observer {
+                let now = self.clock.now();
+                o.recorded(&Event {
+                    next_retry_at: not_before,
+                    ..Event::new(
+                        EventKind::Failed,
+                        item,
+                        item.attempts.saturating_add(1),
+                        now,
+                    )
+                    .queued_until(item, now)
+                    .with_error(reason)
+                });
+            }
         }
         let failed = |retry_in| PushEvent::RequestFailed {
             reason,
@@ -924,9 +945,13 @@ impl<'a> PushSender<'a> {
         report.skipped +=
             acknowledged.saturating_sub((done.delivered.len() + done.rejected.len()) as u64);
         if let Some(o) = self.observer {
+            let now = self.clock.now();
             for item in &covered {
                 let attempt = item.attempts.saturating_add(1);
                 if done.delivered.contains(&item.id) {
+                    o.recorded(
+                        &Event::new(EventKind::Acked, item, attempt, now).queued_until(item, now),
+                    );
                     o.attempted(item, attempt, &ItemOutcome::Delivered);
                 } else if done.rejected.contains(&item.id) {
                     let error = item
@@ -934,6 +959,11 @@ impl<'a> PushSender<'a> {
                         .and_then(|s| ack.reason(s))
                         .unwrap_or_default()
                         .to_string();
+                    o.recorded(&Event {
+                        error: Some(error.clone()),
+                        ..Event::new(EventKind::Rejected, item, attempt, now)
+                            .queued_until(item, now)
+                    });
                     o.attempted(
                         item,
                         attempt,
@@ -1016,6 +1046,15 @@ impl<'a> PushSender<'a> {
                         if self.queue.dead_letter(item.id, &reason)? {
                             report.unsendable += 1;
                             if let Some(o) = self.observer {
+                                o.recorded(
+                                    &Event::new(
+                                        EventKind::DeadLettered,
+                                        &item,
+                                        item.attempts,
+                                        self.clock.now(),
+                                    )
+                                    .with_error(&reason),
+                                );
                                 o.attempted(
                                     &item,
                                     item.attempts,

@@ -2,7 +2,9 @@
 //! library's [`spool::ops::replay::follow`] and
 //! [`spool::ops::replay::follow_push`]).
 
-use super::replay::{push_hint, push_report_json, report_json, Progress};
+use super::replay::{
+    finish_outcomes, push_hint, push_report_json, report_json, with_outcomes, Progress,
+};
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
 use clap::Args;
@@ -95,6 +97,33 @@ fn install_signals(signal: Signal, verbosity: Verbosity) -> Result<(), CliError>
     Ok(())
 }
 
+/// Where a follow run's outcomes and summary go.
+pub struct Outputs<'a> {
+    /// `--events`, `--on-dead`.
+    pub outcomes: Option<&'a spool::replay::events::Outcomes>,
+    /// The events have stdout: the summary goes to stderr.
+    pub summary_to_stderr: bool,
+}
+
+/// Print the summary (or its JSON) where it goes.
+fn print_summary(
+    ctx: &mut Ctx,
+    json: Option<serde_json::Value>,
+    summary: String,
+    to_stderr: bool,
+) -> Result<(), CliError> {
+    if to_stderr {
+        let line = json.map_or(summary, |v| v.to_string());
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        return Ok(());
+    }
+    match json {
+        Some(v) => ctx.out.json(&v)?,
+        None => ctx.out.line(&summary)?,
+    }
+    ctx.out.flush()
+}
+
 fn follow_json<R>(mut obj: serde_json::Value, run: &FollowRun<R>) -> serde_json::Value {
     obj["follow"] = serde_json::json!({
         "end": run.follow.end.name(),
@@ -113,30 +142,33 @@ pub fn replay(
     target: TargetSpec,
     options: ReplayOptions,
     wait: Duration,
+    outputs: Outputs<'_>,
     ctx: &mut Ctx,
 ) -> Result<(), CliError> {
     let stop = StopHandle::default();
     let signal = Signal::new(stop.clone());
     install_signals(signal.clone(), ctx.verbosity)?;
     let progress = Progress::new(ctx.verbosity, false);
+    let with = with_outcomes(&progress, outputs.outcomes, &spool);
     let req = ReplayRequest {
         target,
         options,
         wait,
         clock: ctx.clock.clone(),
         stop,
-        observer: Some(&progress),
+        observer: Some(match &with {
+            Some(w) => w,
+            None => &progress,
+        }),
     };
     let result = follow(&spool, &req, &f.request(signal));
+    finish_outcomes(outputs.outcomes);
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail("replay", e))?;
-    if ctx.json {
-        ctx.out
-            .json(&follow_json(report_json(&run.report, &run.target), &run))?;
-    } else {
-        ctx.out.line(&run.summary())?;
-    }
-    ctx.out.flush()?;
+    let json = ctx
+        .json
+        .then(|| follow_json(report_json(&run.report, &run.target), &run));
+    print_summary(ctx, json, run.summary(), outputs.summary_to_stderr)?;
     if run.follow.end == FollowEnd::Stopped {
         return Ok(());
     }
@@ -154,32 +186,33 @@ pub fn push(
     target: PushTarget,
     options: PushOptions,
     wait: Duration,
+    outputs: Outputs<'_>,
     ctx: &mut Ctx,
 ) -> Result<(), CliError> {
     let stop = StopHandle::default();
     let signal = Signal::new(stop.clone());
     install_signals(signal.clone(), ctx.verbosity)?;
     let progress = Progress::new(ctx.verbosity, false);
+    let with = with_outcomes(&progress, outputs.outcomes, &spool);
     let req = PushReplay {
         target,
         options,
         wait,
         clock: ctx.clock.clone(),
         stop,
-        observer: Some(&progress),
+        observer: Some(match &with {
+            Some(w) => w,
+            None => &progress,
+        }),
     };
     let result = follow_push(&spool, &req, &f.request(signal));
+    finish_outcomes(outputs.outcomes);
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail("push", e))?;
-    if ctx.json {
-        ctx.out.json(&follow_json(
-            push_report_json(&run.report, &run.target),
-            &run,
-        ))?;
-    } else {
-        ctx.out.line(&run.summary())?;
-    }
-    ctx.out.flush()?;
+    let json = ctx
+        .json
+        .then(|| follow_json(push_report_json(&run.report, &run.target), &run));
+    print_summary(ctx, json, run.summary(), outputs.summary_to_stderr)?;
     match run.status() {
         PushStatus::Refused(kind) => {
             let (message, cause) = run

@@ -7,6 +7,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use spool::ops::replay::{check_options, replay, ReplayRequest, TargetSpec};
 use spool::ops::replay::{push, push_options, PushReplay, PushTarget};
 use spool::push::StopCause;
+use spool::replay::events::{
+    open_events_file, DeadHook, EventWriter, NoticeFn, OutcomeNotice, Outcomes, WithOutcomes,
+    EVENT_QUEUE,
+};
 use spool::replay::exec::parse_exit_codes;
 use spool::replay::follow::Watching;
 use spool::replay::http::HttpPushOptions;
@@ -18,7 +22,7 @@ use spool::replay::{
 };
 use spool::tls::TlsTrust;
 use spool::units::{parse_duration, parse_size};
-use spool::{Error, Item, OpenMode};
+use spool::{Error, Item, OpenMode, Spool};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,6 +109,10 @@ use std::time::Duration;
 /// in flight with exit 0 and the summary of the whole run. Run it from
 /// systemd (Type=simple, Restart=on-failure) instead of cron.
 ///
+/// --events FILE (- for stdout) writes one NDJSON line per outcome, after
+/// the commit that recorded it; --on-dead CMD runs CMD for every item the
+/// run dead-lettered, its JSON on stdin (docs/events.md has the contract).
+///
 /// When stderr is a terminal (and without -q), a progress bar shows the
 /// items attempted of those due when the run started (at most --limit),
 /// the rate in items per second and the time left.
@@ -120,6 +128,7 @@ use std::time::Duration;
 ///   spool replay --url http://127.0.0.1:8080/in --concurrency 16 --deadline 5m
 ///   spool replay --url https://inbox.internal:8787/v1/items --cacert /etc/spool/ca.pem
 ///   spool replay --push https://central:8787/v1/push -H 'Authorization: Bearer …' --compress
+///   spool replay --url … --events /var/log/spool/events.ndjson --on-dead ./page-oncall.sh
 ///   */5 * * * *  spool -s /var/spool/app.db replay --url … --deadline 4m -q
 ///   # or as a systemd service (/etc/systemd/system/spool-replay.service):
 ///   #   [Service]
@@ -138,6 +147,134 @@ pub struct ReplayArgs {
     pub replay: ReplayFlags,
     #[command(flatten)]
     pub follow: super::follow::FollowArgs,
+    #[command(flatten)]
+    pub outcomes: OutcomeArgs,
+}
+
+/// `--events`, `--on-dead` and `--hook-timeout` (shared with `spool
+/// watch`).
+#[derive(Args, Debug, Clone)]
+pub struct OutcomeArgs {
+    /// Write one NDJSON line per recorded outcome to FILE (appended; - for stdout)
+    ///
+    /// One line per outcome, written after the commit that recorded it:
+    /// {"ts","event","id","key","group","attempt","queue_ms",
+    /// "duration_ms","status"/"exit_code","error","next_retry_at",
+    /// "push_seq"}, where event is delivered, failed, dead_lettered,
+    /// acked, rejected or lease_lost (docs/events.md has the contract).
+    /// FILE is appended to (created with mode 0600); with -, the events go
+    /// to stdout and the summary to stderr. A slow reader never holds up
+    /// delivery: lines wait in a queue of 4096, beyond which they are
+    /// dropped and counted ({"event":"dropped","count":N} marks the gap);
+    /// a reader that goes away (a closed pipe) ends the events with one
+    /// warning, not the replay.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<String>,
+
+    /// Run CMD once for every item dead-lettered in the run, its JSON on stdin
+    ///
+    /// After the commit, with the item's JSON (as `spool show --json`
+    /// prints it, dead_at included) on stdin and SPOOL_ITEM_ID,
+    /// SPOOL_EVENT=dead_lettered and SPOOL_PATH in the environment; split
+    /// into words like --exec (no shell: write sh -c '...' for one). Runs
+    /// one at a time beside the delivery, each bounded by --hook-timeout;
+    /// a failure (exit not 0, a signal, the timeout, cannot start) is
+    /// logged on stderr and changes nothing, not even the exit status.
+    #[arg(long, value_name = "CMD")]
+    pub on_dead: Option<String>,
+
+    /// Bound on one --on-dead run (its process group is killed after it)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub hook_timeout: Duration,
+}
+
+impl OutcomeArgs {
+    /// True when the events go to stdout (the summary then goes to
+    /// stderr).
+    pub fn events_on_stdout(&self) -> bool {
+        self.events.as_deref() == Some("-")
+    }
+
+    /// The events writer and the hook, checked and started; `None` when
+    /// neither was asked for. `notice` tells a warning.
+    pub fn build(
+        &self,
+        ctx: &Ctx,
+        action: &str,
+        notice: NoticeFn,
+    ) -> Result<Option<Arc<Outcomes>>, CliError> {
+        if self.events.is_none() && self.on_dead.is_none() {
+            return Ok(None);
+        }
+        let on_dead = match &self.on_dead {
+            Some(cmd) => Some(
+                DeadHook::start(
+                    cmd,
+                    self.hook_timeout,
+                    Some(PathBuf::from(ctx.shown())),
+                    notice.clone(),
+                )
+                .map_err(|e| setup_error(ctx, action, e))?,
+            ),
+            None => None,
+        };
+        let events = match self.events.as_deref() {
+            None => None,
+            Some(dest) => {
+                let out: Box<dyn Write + Send> = if dest == "-" {
+                    Box::new(std::io::stdout())
+                } else {
+                    Box::new(
+                        open_events_file(std::path::Path::new(dest))
+                            .map_err(|e| ctx.fail(action, e))?,
+                    )
+                };
+                Some(EventWriter::new(
+                    out,
+                    EVENT_QUEUE,
+                    ctx.clock.clone(),
+                    notice.clone(),
+                ))
+            }
+        };
+        Ok(Some(Arc::new(Outcomes::new(events, on_dead, notice))))
+    }
+}
+
+/// Warnings of the events and the hook, on stderr.
+pub fn notice_to_stderr() -> NoticeFn {
+    Arc::new(|n: &OutcomeNotice| {
+        let _ = writeln!(std::io::stderr().lock(), "spool: warning: {n}");
+    })
+}
+
+/// Wait for the hook and the events of a run, and say if events were
+/// dropped.
+pub fn finish_outcomes(outcomes: Option<&Outcomes>) {
+    if let Some(o) = outcomes {
+        let r = o.finish();
+        if r.events.dropped > 0 {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "spool: warning: {} event(s) dropped: the events reader was behind (each gap is \
+                 marked by a \"dropped\" line)",
+                r.events.dropped
+            );
+        }
+    }
+}
+
+/// The observer of a run: `progress`, and the outcomes when asked for.
+pub fn with_outcomes<'a>(
+    progress: &'a dyn ReplayObserver,
+    outcomes: Option<&'a Outcomes>,
+    spool: &'a Spool,
+) -> Option<WithOutcomes<'a>> {
+    outcomes.map(|outcomes| WithOutcomes {
+        inner: Some(progress),
+        outcomes,
+        queue: &**spool,
+    })
 }
 
 /// `--push` and the options only it takes (shared with `spool watch`).
@@ -867,6 +1004,8 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let dry_run = options.dry_run;
     // Refuse a bad URL, header or --cacert before touching the spool.
     target.build().map_err(|e| setup_error(ctx, ACTION, e))?;
+    let outcomes = args.outcomes.build(ctx, ACTION, notice_to_stderr())?;
+    let to_stderr = args.outcomes.events_on_stdout();
     let mode = if dry_run {
         OpenMode::ReadOnly
     } else {
@@ -875,26 +1014,35 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let spool = ctx.open(mode, ACTION)?;
     if args.follow.follow {
         let wait = args.replay.wait;
-        return super::follow::push(&args.follow, spool, target, options, wait, ctx);
+        let o = super::follow::Outputs {
+            outcomes: outcomes.as_deref(),
+            summary_to_stderr: to_stderr,
+        };
+        return super::follow::push(&args.follow, spool, target, options, wait, o, ctx);
     }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);
+    let with = with_outcomes(&progress, outcomes.as_deref(), &spool);
     let req = PushReplay {
         target,
         options,
         wait: args.replay.wait,
         clock: ctx.clock.clone(),
         stop,
-        observer: Some(&progress),
+        observer: Some(match &with {
+            Some(w) => w,
+            None => &progress,
+        }),
     };
     let result = push(&spool, &req);
     progress.finish();
+    finish_outcomes(outcomes.as_deref());
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail(ACTION, e))?;
     let r = &run.report;
     let json = ctx.json.then(|| push_report_json(r, &run.target));
-    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run, to_stderr)? {
         return Ok(());
     }
     match r.status() {
@@ -921,7 +1069,8 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
 }
 
 /// Print a run's report (its JSON with `--json`, else its summary line),
-/// whatever the exit status will be. `Err` with the signal's status when
+/// whatever the exit status will be (on stderr with `to_stderr`: the
+/// events have stdout). `Err` with the signal's status when
 /// a signal stopped the run; `Ok(false)` for a dry run (exit 0 whatever
 /// it found); `Ok(true)` when the status of the report decides.
 fn print_report(
@@ -930,12 +1079,18 @@ fn print_report(
     summary: &str,
     signals: &Signals,
     dry_run: bool,
+    to_stderr: bool,
 ) -> Result<bool, CliError> {
-    match json {
-        Some(v) => ctx.out.json(&v)?,
-        None => ctx.out.line(summary)?,
+    if to_stderr {
+        let line = json.map_or_else(|| summary.to_string(), |v| v.to_string());
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    } else {
+        match json {
+            Some(v) => ctx.out.json(&v)?,
+            None => ctx.out.line(summary)?,
+        }
+        ctx.out.flush()?;
     }
-    ctx.out.flush()?;
     if let Some(code) = signals.exit_code() {
         return Err(CliError::Silent(code));
     }
@@ -961,6 +1116,8 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     target
         .build(options.concurrency)
         .map_err(|e| setup_error(ctx, "replay", e))?;
+    let outcomes = args.outcomes.build(ctx, "replay", notice_to_stderr())?;
+    let to_stderr = args.outcomes.events_on_stdout();
     let mode = if options.dry_run {
         OpenMode::ReadOnly
     } else {
@@ -969,26 +1126,35 @@ pub fn run(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let spool = ctx.open(mode, "replay")?;
     if args.follow.follow {
         let wait = args.replay.wait;
-        return super::follow::replay(&args.follow, spool, target, options, wait, ctx);
+        let o = super::follow::Outputs {
+            outcomes: outcomes.as_deref(),
+            summary_to_stderr: to_stderr,
+        };
+        return super::follow::replay(&args.follow, spool, target, options, wait, o, ctx);
     }
     let stop = StopHandle::default();
     let signals = Signals::install(&stop)?;
     let progress = Progress::new(ctx.verbosity, true);
+    let with = with_outcomes(&progress, outcomes.as_deref(), &spool);
     let req = ReplayRequest {
         target,
         options,
         wait: args.replay.wait,
         clock: ctx.clock.clone(),
         stop,
-        observer: Some(&progress),
+        observer: Some(match &with {
+            Some(w) => w,
+            None => &progress,
+        }),
     };
     let result = replay(&spool, &req);
     progress.finish();
+    finish_outcomes(outcomes.as_deref());
     ctx.notices(&spool);
     let run = result.map_err(|e| ctx.fail("replay", e))?;
     let r = &run.report;
     let json = ctx.json.then(|| report_json(r, &run.target));
-    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run)? {
+    if !print_report(ctx, json, &r.summary(dry_run), &signals, dry_run, to_stderr)? {
         return Ok(());
     }
     match r.status() {

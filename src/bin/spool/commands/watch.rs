@@ -1,6 +1,6 @@
 //! `spool watch`: probe the link and replay the spool when it comes back.
 
-use super::replay::{setup_error, PushArgs, ReplayFlags, TargetArgs};
+use super::replay::{setup_error, OutcomeArgs, PushArgs, ReplayFlags, TargetArgs};
 use super::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
 use clap::{ArgGroup, Args};
@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 /// Hooks are split into words like --exec (no shell; write sh -c '...'
 /// for one), run with SPOOL_PATH and SPOOL_EVENT (online/offline) set,
 /// bounded by --timeout; a failing hook is logged and the sequence goes
-/// on. Each replay round holds the spool's replay lock, so a cron
+/// on. --events, --on-dead and --hook-timeout work as for replay, over
+/// every round (docs/events.md). Each replay round holds the spool's replay lock, so a cron
 /// `spool replay` never overlaps it: a busy lock skips that round.
 ///
 /// Logs go to stderr, one line per event: an RFC 3339 time, a level
@@ -120,6 +121,9 @@ pub struct WatchArgs {
 
     #[command(flatten, next_help_heading = "Each replay round (as in spool replay)")]
     replay: ReplayFlags,
+
+    #[command(flatten, next_help_heading = "Outcomes (as in spool replay)")]
+    outcomes: OutcomeArgs,
 }
 
 /// Log lines on stderr: `<time> <level>: <message>`, or one JSON object
@@ -228,21 +232,34 @@ pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     cfg.options = args.replay.options_for(args.target.timeout);
     cfg.wait = args.replay.wait;
     cfg.clock = ctx.clock.clone();
+    let log = Arc::new(StderrLog {
+        verbosity: ctx.verbosity,
+        json: ctx.json,
+    });
+    let notice = {
+        let log = log.clone();
+        Arc::new(move |n: &spool::replay::events::OutcomeNotice| {
+            log.line(
+                spool::Timestamp::now(),
+                Level::Warn,
+                "outcomes",
+                &n.to_string(),
+            );
+        })
+    };
     // Every flag is checked before the spool is touched.
+    cfg.outcomes = args.outcomes.build(ctx, "watch", notice)?;
+    let outcomes = cfg.outcomes.clone();
     let watch = Watch::new(cfg).map_err(|e| setup_error(ctx, "watch", e))?;
     // Like replay, watch needs an existing spool: a typo in --spool must
     // not start a daemon watching an empty new file forever.
     let spool = ctx.open(OpenMode::ReadWrite, "watch")?;
     let stop = WatchStop::new();
-    let log = Arc::new(StderrLog {
-        verbosity: ctx.verbosity,
-        json: ctx.json,
-    });
     install_signals(stop.clone(), log.clone())?;
     let spool = Arc::new(spool);
-    watch
-        .run(spool.clone(), log, &stop)
-        .map_err(|e| ctx.fail("watch", e))?;
+    let ran = watch.run(spool.clone(), log, &stop);
+    super::replay::finish_outcomes(outcomes.as_deref());
+    ran.map_err(|e| ctx.fail("watch", e))?;
     ctx.notices(&spool);
     Ok(())
 }
