@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Edge-to-centre soak (issue 23, item 3): four edge spools (two SQLite, two
 NDJSON) fed by producer processes push with `spool replay --push --follow`
-through a fault-injecting HTTP proxy into `spool serve` over a PostgreSQL
-spool, while processes are killed with SIGKILL and restarted; a
+through a fault-injecting HTTP proxy into two `spool serve` instances over
+one PostgreSQL spool, while processes are killed with SIGKILL and restarted; a
 `spool replay --follow --exec` on the centre drains into a sink that
 records every delivery. At the end it drains everything and checks that
 nothing acknowledged was lost, nothing was applied twice and nothing was
@@ -40,8 +40,9 @@ FAULTS = {
     "drop": 5,                # the request never reaches the server; connection reset
     "reset": 5,               # half of the request reaches the server, then both sides are reset
     "duplicate": 6,           # forwarded, answered, forwarded again; the second answer goes back
-    "duplicate-concurrent": 4,  # forwarded on two connections at the same moment
-    "stale-replay": 4,        # an earlier captured request is sent again first (answer discarded)
+    "duplicate-concurrent": 4,  # forwarded to two server instances at the same moment
+    "stale-replay": 4,        # an earlier captured push is sent again first, to another instance
+                              # (its answer discarded)
     "lost-response": 8,       # forwarded and committed; the answer is thrown away, connection reset
 }
 
@@ -132,7 +133,7 @@ def proxy_main(args):
     counts = collections.Counter()
     captured = collections.deque(maxlen=64)
     state = {"clean": False}
-    upstream = ("127.0.0.1", args.upstream_port)
+    ports = args.upstream_port
 
     def count(kind):
         with rng_lock:
@@ -170,8 +171,12 @@ def proxy_main(args):
             old = rng.choice(captured) if kind == "stale-replay" and captured else None
             return kind, delay, old
 
-    def connect():
-        s = socket.create_connection(upstream, timeout=5)
+    def other(port):
+        """Another server than `port` when there are several."""
+        return next((p for p in ports if p != port), port)
+
+    def connect(port):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
         s.settimeout(60)
         return s
 
@@ -183,6 +188,8 @@ def proxy_main(args):
         client.settimeout(120)
         creader = Reader(client)
         up = upreader = None
+        with rng_lock:
+            port = rng.choice(ports)
         try:
             while True:
                 try:
@@ -198,7 +205,7 @@ def proxy_main(args):
                     time.sleep(delay)
                 if old is not None:
                     try:
-                        s = connect()
+                        s = connect(other(port))
                         exchange(s, Reader(s), old)
                         s.close()
                     except (OSError, EOFError, ValueError):
@@ -208,7 +215,7 @@ def proxy_main(args):
                         captured.append(req)
                 if up is None:
                     try:
-                        up = connect()
+                        up = connect(port)
                         upreader = Reader(up)
                     except OSError:
                         count("upstream-down")
@@ -228,7 +235,7 @@ def proxy_main(args):
 
                         def twin():
                             try:
-                                s = connect()
+                                s = connect(other(port))
                                 second["answer"] = exchange(s, Reader(s), req)
                                 s.close()
                             except (OSError, EOFError, ValueError):
@@ -429,16 +436,17 @@ class Soak:
             f.write(SINK.replace("{log}", "'" + self.sinklog + "'"))
         os.chmod(sink, 0o755)
 
-        self.server_port = free_port()
+        self.server_ports = [free_port() for _ in range(a.servers)]
         self.proxy_port = free_port()
         self.proxy_stats = os.path.join(self.dir, "proxy-stats.json")
         me = os.path.abspath(__file__)
         self.proxy = Proc(self, "proxy", "proxy", lambda n: [
             sys.executable, me, "proxy", "--port", str(self.proxy_port),
-            "--upstream-port", str(self.server_port), "--seed", str(a.seed), "--stats", self.proxy_stats])
-        self.server = Proc(self, "serve", "serve", lambda n: [
-            self.bin, "-s", self.centre, "serve", "--listen", f"127.0.0.1:{self.server_port}",
-            "--token-file", tokens])
+            *[x for port in self.server_ports for x in ("--upstream-port", str(port))],
+            "--seed", str(a.seed), "--stats", self.proxy_stats])
+        self.servers = [Proc(self, "serve", f"serve{i}", lambda n, port=port: [
+            self.bin, "-s", self.centre, "serve", "--listen", f"127.0.0.1:{port}",
+            "--token-file", tokens]) for i, port in enumerate(self.server_ports)]
         self.centre_replay = Proc(self, "centre-replay", "centre-replay", lambda n: [
             self.bin, "-s", self.centre, "replay", "--follow", "--exec", sink, "--concurrency", "4",
             "--timeout", "10s", "--lease", "15s", "--max-attempts", "1000",
@@ -461,10 +469,10 @@ class Soak:
         self.killable = {
             "producer": self.producers,
             "edge-replay": self.edge_replays,
-            "serve": [self.server],
+            "serve": self.servers,
             "centre-replay": [self.centre_replay],
         }
-        self.procs = [self.proxy, self.server, self.centre_replay, *self.edge_replays, *self.producers]
+        self.procs = [self.proxy, *self.servers, self.centre_replay, *self.edge_replays, *self.producers]
 
     def catch_mid_enqueue(self, producer):
         """Wait (up to 0.3 s) until the producer runs a `spool enqueue`,
@@ -563,7 +571,7 @@ class Soak:
         # Let a delivery in flight at the centre finish its sink line.
         time.sleep(1)
         stop_codes = {}
-        for p in [*self.edge_replays, self.centre_replay, self.server]:
+        for p in [*self.edge_replays, self.centre_replay, *self.servers]:
             stop_codes[p.name] = p.term()
         self.proxy.term()
         self.stop_codes = stop_codes
@@ -736,9 +744,12 @@ def main():
     s.add_argument("--kill-max", type=float, default=12.0, help="longest time between two kills (s)")
     s.add_argument("--sample-every", type=float, default=5.0)
     s.add_argument("--drain-timeout", type=float, default=300.0)
+    s.add_argument("--servers", type=int, default=2,
+                   help="`spool serve` instances on the centre spool; the proxy spreads connections "
+                        "over them and sends a concurrent duplicate to another one")
     pr = sub.add_parser("proxy")
     pr.add_argument("--port", type=int, required=True)
-    pr.add_argument("--upstream-port", type=int, required=True)
+    pr.add_argument("--upstream-port", type=int, action="append", required=True)
     pr.add_argument("--seed", type=int, required=True)
     pr.add_argument("--stats", required=True)
     po = sub.add_parser("produce")

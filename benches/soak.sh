@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Edge-to-centre soak (not in CI): four edge spools (two SQLite, two
-# NDJSON) fed by producers push through a fault-injecting proxy into
-# `spool serve` over PostgreSQL while processes are killed with SIGKILL;
+# NDJSON) fed by producers push through a fault-injecting proxy into two
+# `spool serve` instances over one PostgreSQL spool while processes are
+# killed with SIGKILL;
 # the centre drains into a sink. Then everything is drained and checked:
 # nothing acknowledged lost, nothing applied twice, nothing left, memory
 # and open files flat. Prints a Markdown summary; exits non-zero when a
@@ -15,7 +16,7 @@
 #
 # Other options (benches/soak.py soak --help): --pace (seconds between
 # one producer's enqueues, 0.05), --kill-min/--kill-max (seconds between
-# two kills, 2 and 12), --drain-timeout (300 s).
+# two kills, 2 and 12), --drain-timeout (300 s), --servers (2).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
