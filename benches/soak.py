@@ -18,6 +18,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import socket
 import statistics
@@ -357,9 +358,8 @@ def proc_sample(pid):
 class Proc:
     """One long-running process of the soak that may be killed and restarted."""
 
-    def __init__(self, soak, kind, name, argv_fn, stdout=None):
+    def __init__(self, soak, kind, name, argv_fn):
         self.soak, self.kind, self.name, self.argv_fn = soak, kind, name, argv_fn
-        self.stdout = stdout
         self.p = None
         self.restart_at = None
         self.starts = 0
@@ -368,12 +368,9 @@ class Proc:
         self.starts += 1
         argv = self.argv_fn(self.starts)
         err = open(os.path.join(self.soak.dir, "logs", f"{self.name}.stderr"), "a")
-        out = open(self.stdout, "a") if self.stdout else subprocess.DEVNULL
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                  start_new_session=True)
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=err, start_new_session=True)
         err.close()
-        if self.stdout:
-            out.close()
         self.restart_at = None
 
     def alive(self):
@@ -588,23 +585,23 @@ class Soak:
 
     def report(self):
         a = self.args
-        # What the producers were told.
+        # What the producers were told. A line may be cut (a producer
+        # killed while writing it, a full disk) and the next one glued on:
+        # read the records wherever they are.
+        record = re.compile(r"(try|ok|fail) (e\d+g\d+-\d{6})(?: (-?\d+))?")
         tried, ok, failed = set(), set(), {}
         for i in range(len(self.edges)):
             path = os.path.join(self.dir, f"produced-{i}.log")
             if not os.path.exists(path):
                 continue
-            with open(path) as f:
+            with open(path, errors="replace") as f:
                 for line in f:
-                    if not line.endswith("\n"):
-                        continue  # a line cut by SIGKILL
-                    parts = line.split(" ", 3)
-                    if parts[0] == "try":
-                        tried.add(parts[1].strip())
-                    elif parts[0] == "ok":
-                        ok.add(parts[1].strip())
-                    elif parts[0] == "fail":
-                        failed[parts[1]] = parts[2].strip()
+                    for what, key, code in record.findall(line):
+                        tried.add(key)
+                        if what == "ok":
+                            ok.add(key)
+                        elif what == "fail":
+                            failed[key] = code
         unacked = tried - ok - set(failed)
         # What the centre applied and the sink saw.
         ids_of = collections.defaultdict(set)
@@ -664,7 +661,9 @@ class Soak:
         p(f"| items produced (enqueue exit 0) | {len(ok):,} ({len(ok) / self.run_seconds:.1f}/s) |")
         p(f"| enqueues killed before their exit (unacknowledged) | {len(unacked):,} "
           f"(of which arrived: {len(unacked & delivered):,}) |")
-        p(f"| enqueues that failed (exit ≠ 0) | {len(failed):,} |")
+        p(f"| enqueues that failed (exit ≠ 0) | {len(failed):,} "
+          + (f"(exit {', '.join(sorted(set(failed.values())))}) " if failed else "")
+          + f"(of which arrived: {len(set(failed) & delivered):,}) |")
         p(f"| applied at the centre (distinct centre items) | {applied:,} |")
         p(f"| delivered to the sink (deliveries / distinct keys) | {deliveries:,} / {len(delivered):,} |")
         p(f"| **lost** (acknowledged, never delivered) | **{len(lost)}** |")
