@@ -609,20 +609,22 @@ class Soak:
         complete = collections.defaultdict(set)   # (centre id, key) -> payloads seen whole
         short = []                                # deliveries whose payload is not whole
         foreign = set()
+        # One record per delivery; as for the producers' logs, a cut line
+        # (the sink killed while writing, a full disk) does not hide the
+        # records around it.
+        sink_record = re.compile(r"(\d+) [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:"
+                                 r"(e\d+g\d+-\d{6}) ((?:e\d+g\d+-\d{6} x*)?)")
         with open(self.sinklog, errors="replace") as f:
             for line in f:
-                if not line.endswith("\n"):
-                    continue
-                cid, key, payload = (line[:-1].split(" ", 2) + ["", ""])[:3]
-                deliveries += 1
-                edge_key = key.split(":", 1)[1] if ":" in key else key
-                ids_of[edge_key].add(cid)
-                if payload.startswith(edge_key + " "):
-                    complete[(cid, edge_key)].add(payload)
-                else:
-                    short.append((cid, edge_key, payload))
-                if edge_key not in tried:
-                    foreign.add(edge_key)
+                for cid, edge_key, payload in sink_record.findall(line):
+                    deliveries += 1
+                    ids_of[edge_key].add(cid)
+                    if payload.startswith(edge_key + " "):
+                        complete[(cid, edge_key)].add(payload)
+                    else:
+                        short.append((cid, edge_key, payload))
+                    if edge_key not in tried:
+                        foreign.add(edge_key)
         # A centre replayer killed between starting the sink and writing
         # the payload to its stdin leaves the sink an empty (or cut)
         # payload; the item is delivered again, whole. Only a payload that
