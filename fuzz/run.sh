@@ -40,6 +40,7 @@ cargo build --release --locked --target "$host" --bin "$target"
 
 mkdir -p "corpus/$target" "artifacts/$target"
 scratch=${FUZZ_SCRATCH:-$(mktemp -d "${TMPDIR:-/tmp}/spool-fuzz-$target.XXXXXX")}
+mkdir -p "$scratch"
 echo "== fuzzing $target for ${seconds}s; new inputs go to $scratch"
 "target/$host/release/$target" \
     -artifact_prefix="artifacts/$target/" \
