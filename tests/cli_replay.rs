@@ -246,13 +246,15 @@ fn exec_gets_exact_stdin_and_environment() {
         env.run_in(&["enqueue", "--stdin", "--key", "k 1"], payload.clone())
             .success();
         let cmd = format!(
-            "sh -c 'cat > \"$0\"; printf \"\\n%s|%s|%s|%s\" \"$SPOOL_ITEM_ID\" \"$SPOOL_IDEMPOTENCY_KEY\" \"$SPOOL_ATTEMPT\" \"$SPOOL_PATH\" >> \"$0\"' {}",
+            "sh -c 'cat > \"$0\"; printf \"\\n%s|%s|%s|%s|%s\" \"$SPOOL_ITEM_ID\" \"$SPOOL_IDEMPOTENCY_KEY\" \"$SPOOL_ATTEMPT\" \"$SPOOL_PAYLOAD_BYTES\" \"$SPOOL_PATH\" >> \"$0\"' {}",
             out.display()
         );
         env.run(&["replay", "--exec", &cmd]).success();
         let got = std::fs::read(&out).unwrap();
         let mut want = payload.clone();
-        want.extend_from_slice(format!("\n1|k 1|1|{}", env.path.display()).as_bytes());
+        want.extend_from_slice(
+            format!("\n1|k 1|1|{}|{}", payload.len(), env.path.display()).as_bytes(),
+        );
         assert_eq!(got, want);
     });
 }

@@ -77,7 +77,11 @@ impl Target for ExecTarget {
         cmd.args(&self.argv[1..])
             .env("SPOOL_ITEM_ID", d.item.id.to_string())
             .env("SPOOL_IDEMPOTENCY_KEY", d.idempotency_key)
-            .env("SPOOL_ATTEMPT", d.attempt.to_string());
+            .env("SPOOL_ATTEMPT", d.attempt.to_string())
+            // The payload's length, so that a command can tell a payload
+            // cut short (its replayer killed while writing stdin: the
+            // command reads end-of-file early) from a whole one.
+            .env("SPOOL_PAYLOAD_BYTES", d.item.payload.len().to_string());
         if let Some(p) = d.spool_path {
             cmd.env("SPOOL_PATH", p);
         }

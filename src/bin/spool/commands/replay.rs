@@ -56,7 +56,9 @@ use std::time::Duration;
 /// --exec CMD runs CMD once per item, split into words like a shell
 /// would (quotes honoured) but without a shell (unless --shell), with the
 /// payload on stdin and SPOOL_ITEM_ID, SPOOL_IDEMPOTENCY_KEY,
-/// SPOOL_ATTEMPT and SPOOL_PATH in its environment. Exit 0 = delivered;
+/// SPOOL_ATTEMPT, SPOOL_PAYLOAD_BYTES (the payload's length: fewer bytes
+/// on stdin means its replayer died while writing them) and SPOOL_PATH in
+/// its environment. Exit 0 = delivered;
 /// an exit code in --reject-exit (default 65) = rejected for good;
 /// anything else, a signal, or --timeout = failed (the last lines of its
 /// stderr become the item's last error; its stdout is discarded).
