@@ -225,11 +225,15 @@ impl Queue for MemoryQueue {
 
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
         let mut st = self.lock();
-        let before = st.import_keys();
-        let (results, store) = st.plan_import(records, &before)?;
-        for rec in store {
-            st.apply_record(rec);
-        }
+        // Work on a copy: the import is all or nothing.
+        let mut next = st.clone();
+        let mut results = Vec::with_capacity(records.len());
+        next.import(
+            &mut records.iter().cloned().map(Ok),
+            &mut |_, i| results.push(i),
+            None,
+        )?;
+        *st = next;
         Ok(results)
     }
 
@@ -345,18 +349,7 @@ impl Queue for MemoryQueue {
                 next.update_pending(id, |it| it.push_seq = None);
             }
         }
-        let before = next.import_keys();
-        for r in records {
-            let r = r?;
-            let (out, store) = next.plan_import(std::slice::from_ref(&r), &before)?;
-            for mut rec in store {
-                rec.item.push_seq = merge.seq_for(&r, |s| Ok(next.in_flight.contains_key(&s)))?;
-                next.apply_record(rec);
-            }
-            for i in out {
-                each(&r, i);
-            }
-        }
+        next.import(records, each, Some(&mut merge))?;
         next.push = merge.push.clone();
         if let Some(uuid) = merge.new_uuid.take() {
             next.uuid = Some(uuid);

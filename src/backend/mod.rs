@@ -15,6 +15,7 @@
 pub mod file;
 pub mod identity;
 pub mod memory;
+pub(crate) mod policy;
 pub mod postgres;
 pub(crate) mod receive;
 pub mod sqlite;

@@ -11,6 +11,8 @@
 //! writes and fsyncs the planned lines between the two steps and then
 //! applies them to its index; the memory backend simply does both.
 
+use super::identity::Merge;
+use super::policy::{self, EnqueueStore, ImportStore, Limit};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DeliveredItem, Delivery, DepthLimit, EnqueueOptions, Enqueued,
@@ -18,6 +20,7 @@ use crate::item::{
 };
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -328,11 +331,16 @@ pub(crate) enum ImportLookup<'a> {
 }
 
 /// What importing `r` does given the high-water mark `hw` (raised by each
-/// record kept): its id in this spool and whether it kept its own, and the
+/// record kept) and the highest id the spool can keep (`max_id`): its id
+/// in this spool and whether it kept its own, and the
 /// record to store, normalised as every backend stores it. Dedup is the
 /// caller's (it knows which keys the batch has stored so far).
-pub(crate) fn import_record(r: &Record, hw: &mut ItemId) -> Result<(Imported, Record)> {
-    let (id, kept) = if r.item.id > *hw {
+pub(crate) fn import_record(
+    r: &Record,
+    hw: &mut ItemId,
+    max_id: ItemId,
+) -> Result<(Imported, Record)> {
+    let (id, kept) = if r.item.id > *hw && r.item.id <= max_id {
         (r.item.id, true)
     } else {
         (
@@ -554,10 +562,10 @@ impl State {
         }
     }
 
-    /// Enqueue `items` at `now` as one all-or-nothing step (SPEC §2, §9):
-    /// per item a dedup hit, or a new id after coalescing and, under the
-    /// `drop-oldest` policy, eviction. Fails with [`Error::QueueFull`],
-    /// changing nothing, when the new items do not fit.
+    /// Enqueue `items` at `now` as one all-or-nothing step (SPEC §2, §9),
+    /// item by item through [`policy::enqueue_one`]. Fails with
+    /// [`Error::QueueFull`], changing nothing, when the new items do not
+    /// fit.
     pub fn enqueue(
         &mut self,
         items: &[NewItem],
@@ -567,128 +575,38 @@ impl State {
         for it in items {
             crate::item::check_key(&it.key)?;
         }
-        // Work on a copy only when an item can remove others.
-        let simple =
-            self.on_full == OnFull::Reject && items.iter().all(|i| i.coalesce_key.is_none());
-        if simple {
-            return self.enqueue_simple(items, opts, now);
+        let limit = Limit {
+            bound: self.bound(opts.depth_limit),
+            on_full: self.on_full,
+            depth_before: self.pending.len() as u64,
+        };
+        let each = |st: &mut State| -> Result<Vec<Enqueued>> {
+            let mut s = Enqueuing { st, now };
+            items
+                .iter()
+                .map(|it| policy::enqueue_one(&mut s, Cow::Borrowed(it), &limit))
+                .collect()
+        };
+        // A batch that can remove nothing can only fail at the bound,
+        // before it removed anything: taking back what it stored undoes
+        // it. Any other works on a copy.
+        if self.on_full == OnFull::Reject && items.iter().all(|i| i.coalesce_key.is_none()) {
+            let high_water = self.high_water;
+            return each(self).inspect_err(|_| {
+                let stored: Vec<ItemId> = self
+                    .pending
+                    .range(high_water.saturating_add(1)..)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in stored {
+                    self.remove_pending(id);
+                }
+                self.high_water = high_water;
+            });
         }
         let mut scratch = self.clone();
-        let results = scratch.enqueue_in_place(items, opts, now)?;
+        let results = each(&mut scratch)?;
         *self = scratch;
-        Ok(results)
-    }
-
-    /// [`State::enqueue`] for a batch that neither coalesces nor evicts.
-    fn enqueue_simple(
-        &mut self,
-        items: &[NewItem],
-        opts: &EnqueueOptions,
-        now: Timestamp,
-    ) -> Result<Vec<Enqueued>> {
-        let mut results = Vec::with_capacity(items.len());
-        let mut fresh: Vec<Item> = Vec::new();
-        let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
-        let mut next = self.high_water;
-        for it in items {
-            if !it.key.is_empty() {
-                if let Some(&id) = self
-                    .keys
-                    .get(&it.key)
-                    .or_else(|| batch_keys.get(it.key.as_str()))
-                {
-                    results.push(Enqueued::dedup(id));
-                    continue;
-                }
-                if let Some(id) = self.delivered_owner(&it.key, now) {
-                    results.push(Enqueued::delivered(id));
-                    continue;
-                }
-            }
-            next = next
-                .checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-            if !it.key.is_empty() {
-                batch_keys.insert(&it.key, next);
-            }
-            fresh.push(Item::from_new(next, it, now));
-            results.push(Enqueued::fresh(next));
-        }
-        if let Some(bound) = self.bound(opts.depth_limit) {
-            let depth = self.pending.len() as u64;
-            if !fresh.is_empty() && depth + fresh.len() as u64 > bound {
-                return Err(Error::QueueFull {
-                    max_depth: bound,
-                    depth,
-                });
-            }
-        }
-        for item in fresh {
-            self.insert_pending(item);
-        }
-        Ok(results)
-    }
-
-    /// [`State::enqueue`] item by item, changing `self` as it goes (the
-    /// caller works on a copy and drops it on `Err`).
-    fn enqueue_in_place(
-        &mut self,
-        items: &[NewItem],
-        opts: &EnqueueOptions,
-        now: Timestamp,
-    ) -> Result<Vec<Enqueued>> {
-        let depth_before = self.pending.len() as u64;
-        let bound = self.bound(opts.depth_limit);
-        let mut results = Vec::with_capacity(items.len());
-        for it in items {
-            if !it.key.is_empty() {
-                if let Some(&id) = self.keys.get(&it.key) {
-                    results.push(Enqueued::dedup(id));
-                    continue;
-                }
-                if let Some(id) = self.delivered_owner(&it.key, now) {
-                    results.push(Enqueued::delivered(id));
-                    continue;
-                }
-            }
-            let mut e = Enqueued::default();
-            if let Some(ck) = &it.coalesce_key {
-                e.replaced = self
-                    .pending
-                    .values()
-                    .filter(|p| coalescible(p, ck))
-                    .map(|p| p.id)
-                    .collect();
-                for id in &e.replaced {
-                    self.remove_pending(*id);
-                }
-            }
-            if let Some(b) = bound {
-                while self.pending.len() as u64 >= b {
-                    let victim = match self.on_full {
-                        OnFull::Reject => None,
-                        OnFull::DropOldest => {
-                            self.pending.values().find(|p| evictable(p)).map(|p| p.id)
-                        }
-                    };
-                    let Some(victim) = victim else {
-                        return Err(Error::QueueFull {
-                            max_depth: b,
-                            depth: depth_before,
-                        });
-                    };
-                    self.kill(victim, &OnFull::eviction_error(b), now);
-                    self.evicted_total += 1;
-                    e.evicted.push(victim);
-                }
-            }
-            e.id = self
-                .high_water
-                .checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-            self.insert_pending(Item::from_new(e.id, it, now));
-            results.push(e);
-        }
         Ok(results)
     }
 
@@ -887,58 +805,18 @@ impl State {
         keys
     }
 
-    /// Decide what importing `records` does: per record, its id in this
-    /// spool, whether it kept its own, whether it was a dedup hit; and the
-    /// records to store, renumbered. `before` holds the keys of the dead
-    /// letters and retained delivered records the spool held when the
-    /// import started ([`State::import_keys`]).
-    pub fn plan_import(
-        &self,
-        records: &[Record],
-        before: &ImportKeys,
-    ) -> Result<(Vec<Imported>, Vec<Record>)> {
-        let mut out = Vec::with_capacity(records.len());
-        let mut store = Vec::new();
-        let mut hw = self.high_water;
-        let mut batch_keys: HashMap<&str, ItemId> = HashMap::new();
-        for r in records {
-            crate::item::check_key(&r.item.key)?;
-            let found = match import_lookup(r) {
-                Some(ImportLookup::Dead(key)) => before.dead.get(key),
-                Some(ImportLookup::Delivered(key)) => before.delivered.get(key),
-                None => None,
-            };
-            if let Some(&id) = found {
-                out.push(Imported {
-                    id,
-                    kept_id: false,
-                    deduplicated: true,
-                });
-                continue;
-            }
-            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
-            if live && !r.item.key.is_empty() {
-                if let Some(&id) = self
-                    .keys
-                    .get(&r.item.key)
-                    .or_else(|| batch_keys.get(r.item.key.as_str()))
-                {
-                    out.push(Imported {
-                        id,
-                        kept_id: false,
-                        deduplicated: true,
-                    });
-                    continue;
-                }
-            }
-            let (imported, rec) = import_record(r, &mut hw)?;
-            if live && !r.item.key.is_empty() {
-                batch_keys.insert(&r.item.key, imported.id);
-            }
-            store.push(rec);
-            out.push(imported);
-        }
-        Ok((out, store))
+    /// Import `records` through [`policy::import_records`], storing as it
+    /// goes (the caller works on a copy for all-or-nothing).
+    pub fn import(
+        &mut self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+        merge: Option<&mut Merge>,
+    ) -> Result<()> {
+        let before = self.import_keys();
+        let high_water = self.high_water;
+        let mut s = Importing { st: self, before };
+        policy::import_records(&mut s, high_water, records, each, merge).map(drop)
     }
 
     /// Store one planned import record.
@@ -996,6 +874,95 @@ impl State {
             *s.attempts_histogram.entry(it.attempts).or_default() += 1;
         }
         s
+    }
+}
+
+/// [`State`] as the storage of [`policy::enqueue_one`], at `now`.
+struct Enqueuing<'a> {
+    st: &'a mut State,
+    now: Timestamp,
+}
+
+impl EnqueueStore for Enqueuing<'_> {
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        Ok(self.st.keys.get(key).copied())
+    }
+
+    fn delivered_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        Ok(self.st.delivered_owner(key, self.now))
+    }
+
+    fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
+        let ids: Vec<ItemId> = self
+            .st
+            .pending
+            .values()
+            .filter(|p| coalescible(p, ck))
+            .map(|p| p.id)
+            .collect();
+        for id in &ids {
+            self.st.remove_pending(*id);
+        }
+        Ok(ids)
+    }
+
+    fn depth(&mut self) -> Result<u64> {
+        Ok(self.st.pending.len() as u64)
+    }
+
+    fn oldest_evictable(&mut self) -> Result<Option<ItemId>> {
+        Ok(self
+            .st
+            .pending
+            .values()
+            .find(|p| evictable(p))
+            .map(|p| p.id))
+    }
+
+    fn evict(&mut self, id: ItemId, reason: &str) -> Result<()> {
+        self.st.kill(id, reason, self.now);
+        self.st.evicted_total += 1;
+        Ok(())
+    }
+
+    fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
+        let id = self
+            .st
+            .high_water
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        self.st.insert_pending(Item::from_new(id, &it, self.now));
+        Ok(id)
+    }
+}
+
+/// [`State`] as the storage of [`policy::import_records`]; `before`: the
+/// keys of its dead letters and retained records when the import began.
+struct Importing<'a> {
+    st: &'a mut State,
+    before: ImportKeys,
+}
+
+impl ImportStore for Importing<'_> {
+    fn dead_owner(&mut self, key: &str, _upto: ItemId) -> Result<Option<ItemId>> {
+        Ok(self.before.dead.get(key).copied())
+    }
+
+    fn delivered_owner(&mut self, key: &str, _upto: ItemId) -> Result<Option<ItemId>> {
+        Ok(self.before.delivered.get(key).copied())
+    }
+
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        Ok(self.st.keys.get(key).copied())
+    }
+
+    fn seq_in_use(&mut self, seq: u64) -> Result<bool> {
+        Ok(self.st.in_flight.contains_key(&seq))
+    }
+
+    fn store(&mut self, rec: Record) -> Result<()> {
+        self.st.apply_record(rec);
+        Ok(())
     }
 }
 

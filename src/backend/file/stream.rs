@@ -35,14 +35,16 @@ use super::io::{parent_dir, write_all};
 use super::queue::FileView;
 use super::{format, open_main, Access, FileQueue, Inner, MetaUse, Tail};
 use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
+use crate::backend::policy::{self, EnqueueStore, ImportStore, Limit};
 use crate::backend::state;
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
 use crate::item::{
-    BatchResults, DeadLetter, DepthLimit, EnqueueOptions, Enqueued, Imported, Item, ItemId,
-    NewItem, OnFull, Record, RecordState,
+    BatchResults, DeadLetter, DepthLimit, EnqueueOptions, Imported, Item, ItemId, NewItem, OnFull,
+    Record, RecordState,
 };
 use crate::time::Timestamp;
+use std::borrow::Cow;
 use std::fs::File;
 use std::path::PathBuf;
 
@@ -595,82 +597,36 @@ impl FileQueue {
     ) -> Result<BatchResults> {
         let ix = inner.index()?;
         let depth_before = ix.depth()?;
-        let mut depth = depth_before;
-        let mut next = ix.high_water()?;
+        let next = ix.high_water()?;
         let mut results = BatchResults::default();
         if policy.evicting {
             policy.begin(ix)?;
         }
+        let limit = Limit {
+            bound: policy.bound,
+            on_full: match policy.evicting {
+                true => OnFull::DropOldest,
+                false => OnFull::Reject,
+            },
+            depth_before,
+        };
+        let mut s = Enqueuing {
+            q: self,
+            inner,
+            keys,
+            policy,
+            out,
+            now,
+            depth: depth_before,
+            next,
+            victim: None,
+        };
         for it in items {
             let it = it?;
             if it.coalesce_key.is_some() {
-                policy.begin(ix)?;
+                s.policy.begin(ix)?;
             }
-            if let Some(id) = dedup(ix, keys, &it.key, policy.active)? {
-                results.push(Enqueued::dedup(id));
-                continue;
-            }
-            // Then a delivered item retained with the key, inside its
-            // window (SPEC §9).
-            if let Some(id) = FileQueue::retained_owner(inner, &it.key, now)? {
-                results.push(Enqueued::delivered(id));
-                continue;
-            }
-            let mut e = Enqueued::default();
-            if let Some(ck) = &it.coalesce_key {
-                e.replaced = ix.coalesce_candidates(ck)?;
-                for id in &e.replaced {
-                    policy.remove(ix, keys, *id)?;
-                    out.main(self, None, |buf| format::write_done(buf, *id))?;
-                }
-                depth -= e.replaced.len() as u64;
-            }
-            if let Some(bound) = policy.bound {
-                while depth >= bound {
-                    let victim = match policy.evicting {
-                        true => self.evict_one(inner, policy, bound, now)?,
-                        false => None,
-                    };
-                    let Some(dl) = victim else {
-                        return Err(Error::QueueFull {
-                            max_depth: bound,
-                            depth: depth_before,
-                        });
-                    };
-                    let id = dl.item.id;
-                    policy.remove(ix, keys, id)?;
-                    out.dead
-                        .push_with(self, None, |buf| format::write_dead(buf, &dl))?;
-                    out.main(self, None, |buf| format::write_done(buf, id))?;
-                    e.evicted.push(id);
-                    policy.evicted += 1;
-                    depth -= 1;
-                }
-            }
-            next = next
-                .checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-            e.id = next;
-            depth += 1;
-            let mut item = Item::new(next, it.payload, it.key, now);
-            item.group = it.group;
-            item.coalesce_key = it.coalesce_key;
-            if !item.key.is_empty() {
-                keys.put(ix, &item.key, next)?;
-            }
-            // Its index row, kept for the index (see `OwnRows`).
-            let row = (!policy.active).then(|| Row::of(&item));
-            out.main(self, row, |buf| format::write_put(buf, &item, None))?;
-            if policy.active && (policy.evicting || item.coalesce_key.is_some()) {
-                // A later item of the batch may replace or evict it.
-                ix.batch_item_put(
-                    next,
-                    &item.key,
-                    item.coalesce_key.as_deref(),
-                    policy.evicting.then_some(out.main.last_line()),
-                )?;
-            }
-            results.push(e);
+            results.push(policy::enqueue_one(&mut s, Cow::Owned(it), &limit)?);
             crate::debug::crash_point("batch-item");
         }
         Ok(results)
@@ -824,86 +780,22 @@ impl FileQueue {
         out: ImportOut<'_>,
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
-        mut merge: Option<&mut Merge>,
+        merge: Option<&mut Merge>,
     ) -> Result<()> {
         let ImportOut {
             main,
             dead,
             delivered,
         } = out;
-        let mut hw = ix.high_water()?;
-        // What the spool held before the import: ids up to here.
-        let before = hw;
-        for r in records {
-            let r = r?;
-            crate::item::check_key(&r.item.key)?;
-            // Dead and delivered records dedup against what the spool
-            // held (`state::import_lookup`) ...
-            let found = match state::import_lookup(&r) {
-                Some(state::ImportLookup::Dead(key)) => ix.dead_owner(key, before)?,
-                Some(state::ImportLookup::Delivered(key)) => {
-                    ix.delivered_owner_upto(key, before)?
-                }
-                None => None,
-            };
-            if let Some(id) = found {
-                each(
-                    &r,
-                    Imported {
-                        id,
-                        kept_id: false,
-                        deduplicated: true,
-                    },
-                );
-                continue;
-            }
-            // ... pending and held ones against pending keys (SPEC §2, as
-            // `State::plan_import`).
-            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
-            if live {
-                if let Some(id) = dedup(ix, keys, &r.item.key, false)? {
-                    each(
-                        &r,
-                        Imported {
-                            id,
-                            kept_id: false,
-                            deduplicated: true,
-                        },
-                    );
-                    continue;
-                }
-            }
-            let (imported, mut rec) = state::import_record(&r, &mut hw)?;
-            if let Some(m) = merge.as_deref_mut() {
-                rec.item.push_seq =
-                    m.seq_for(&r, |seq| Ok(!ix.in_flight(seq - 1, seq)?.is_empty()))?;
-            }
-            if live && !r.item.key.is_empty() {
-                keys.put(ix, &r.item.key, imported.id)?;
-            }
-            match rec.state {
-                RecordState::Dead => {
-                    dead.push_with(self, None, |buf| {
-                        format::write_put(buf, &rec.item, rec.dead_at)
-                    })?;
-                }
-                RecordState::Pending | RecordState::Held => {
-                    main.push_with(self, None, |buf| format::write_put(buf, &rec.item, None))?;
-                }
-                RecordState::Delivered => {
-                    let delivery = rec.delivery.ok_or_else(|| {
-                        Error::InvalidInput(format!(
-                            "delivered record {} has no delivered_at",
-                            r.item.id
-                        ))
-                    })?;
-                    let d = super::retain::retained(rec.item, delivery.at, delivery.evidence);
-                    delivered.push_with(self, None, |buf| format::write_delivered(buf, &d))?;
-                }
-            }
-            each(&r, imported);
-        }
-        Ok(())
+        let mut s = Importing {
+            q: self,
+            ix,
+            keys,
+            main,
+            dead,
+            delivered,
+        };
+        policy::import_records(&mut s, ix.high_water()?, records, each, merge).map(drop)
     }
 
     /// The identity decision for an import into this spool (see
@@ -964,5 +856,166 @@ impl FileQueue {
         };
         main.push(self, &super::push_line(&m.push, uuid.as_ref()))
             .map(drop)
+    }
+}
+
+/// An NDJSON enqueue batch as the storage of [`policy::enqueue_one`]: the
+/// index and the keys and items the batch stored so far answer, the lines
+/// go to the batch's files.
+struct Enqueuing<'a, 'o> {
+    q: &'a FileQueue,
+    inner: &'a Inner,
+    keys: &'a mut BatchKeys,
+    policy: &'a mut Policy,
+    out: &'a mut Lines<'o>,
+    now: Timestamp,
+    /// Pending items now.
+    depth: u64,
+    /// The highest id issued.
+    next: ItemId,
+    /// The dead letter of the item [`EnqueueStore::oldest_evictable`]
+    /// named last.
+    victim: Option<DeadLetter>,
+}
+
+impl EnqueueStore for Enqueuing<'_, '_> {
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        dedup(self.inner.index()?, self.keys, key, self.policy.active)
+    }
+
+    fn delivered_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        // A delivered item retained with the key, inside its window.
+        FileQueue::retained_owner(self.inner, key, self.now)
+    }
+
+    fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
+        let ix = self.inner.index()?;
+        let replaced = ix.coalesce_candidates(ck)?;
+        for id in &replaced {
+            self.policy.remove(ix, self.keys, *id)?;
+            self.out
+                .main(self.q, None, |buf| format::write_done(buf, *id))?;
+        }
+        self.depth -= replaced.len() as u64;
+        Ok(replaced)
+    }
+
+    fn depth(&mut self) -> Result<u64> {
+        Ok(self.depth)
+    }
+
+    fn oldest_evictable(&mut self) -> Result<Option<ItemId>> {
+        let bound = self.policy.bound.unwrap_or_default();
+        self.victim = self.q.evict_one(self.inner, self.policy, bound, self.now)?;
+        Ok(self.victim.as_ref().map(|dl| dl.item.id))
+    }
+
+    fn evict(&mut self, id: ItemId, _reason: &str) -> Result<()> {
+        let dl = self
+            .victim
+            .take()
+            .filter(|dl| dl.item.id == id)
+            .ok_or_else(|| Error::Internal(format!("item {id} to evict was not looked up")))?;
+        let ix = self.inner.index()?;
+        self.policy.remove(ix, self.keys, id)?;
+        self.out
+            .dead
+            .push_with(self.q, None, |buf| format::write_dead(buf, &dl))?;
+        self.out
+            .main(self.q, None, |buf| format::write_done(buf, id))?;
+        self.policy.evicted += 1;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
+        let ix = self.inner.index()?;
+        let it = it.into_owned();
+        self.next = self
+            .next
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let next = self.next;
+        self.depth += 1;
+        let mut item = Item::new(next, it.payload, it.key, self.now);
+        item.group = it.group;
+        item.coalesce_key = it.coalesce_key;
+        if !item.key.is_empty() {
+            self.keys.put(ix, &item.key, next)?;
+        }
+        // Its index row, kept for the index (see `OwnRows`).
+        let row = (!self.policy.active).then(|| Row::of(&item));
+        self.out
+            .main(self.q, row, |buf| format::write_put(buf, &item, None))?;
+        if self.policy.active && (self.policy.evicting || item.coalesce_key.is_some()) {
+            // A later item of the batch may replace or evict it.
+            ix.batch_item_put(
+                next,
+                &item.key,
+                item.coalesce_key.as_deref(),
+                self.policy.evicting.then_some(self.out.main.last_line()),
+            )?;
+        }
+        Ok(next)
+    }
+}
+
+/// An NDJSON import batch as the storage of [`policy::import_records`]:
+/// the index and the keys the batch stored so far answer, each record
+/// goes to its file's part of the batch.
+struct Importing<'a> {
+    q: &'a FileQueue,
+    ix: &'a Index,
+    keys: &'a mut BatchKeys,
+    main: &'a mut BatchOut,
+    dead: &'a mut BatchOut,
+    delivered: &'a mut BatchOut,
+}
+
+impl ImportStore for Importing<'_> {
+    fn dead_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.ix.dead_owner(key, upto)
+    }
+
+    fn delivered_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.ix.delivered_owner_upto(key, upto)
+    }
+
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        dedup(self.ix, self.keys, key, false)
+    }
+
+    fn seq_in_use(&mut self, seq: u64) -> Result<bool> {
+        Ok(!self.ix.in_flight(seq - 1, seq)?.is_empty())
+    }
+
+    fn store(&mut self, rec: Record) -> Result<()> {
+        let q = self.q;
+        match rec.state {
+            RecordState::Dead => {
+                let dead_at = rec.dead_at;
+                self.dead
+                    .push_with(q, None, |buf| format::write_put(buf, &rec.item, dead_at))?;
+            }
+            RecordState::Pending | RecordState::Held => {
+                if !rec.item.key.is_empty() {
+                    self.keys.put(self.ix, &rec.item.key, rec.item.id)?;
+                }
+                self.main
+                    .push_with(q, None, |buf| format::write_put(buf, &rec.item, None))?;
+            }
+            RecordState::Delivered => {
+                let delivery = rec.delivery.ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "delivered record {} has no delivered_at",
+                        rec.item.id
+                    ))
+                })?;
+                let d = super::retain::retained(rec.item, delivery.at, delivery.evidence);
+                self.delivered
+                    .push_with(q, None, |buf| format::write_delivered(buf, &d))?;
+            }
+        }
+        Ok(())
     }
 }

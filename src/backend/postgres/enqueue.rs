@@ -4,6 +4,7 @@
 //! lock.
 
 use super::*;
+use crate::backend::policy::{self, EnqueueStore, Limit};
 
 impl PostgresQueue {
     /// Enqueue what `items` yields inside `tx` (SPEC §2, §9), telling
@@ -173,71 +174,12 @@ impl PostgresQueue {
         on_full: OnFull,
         b: &mut Batch,
     ) -> Result<Enqueued> {
-        if let Some(id) = self.key_owner(tx, &it.key)? {
-            return Ok(Enqueued::dedup(id));
-        }
-        if let Some(w) = b.retain_ms {
-            if let Some(id) = self.delivered_owner(tx, &it.key, w)? {
-                return Ok(Enqueued::delivered(id));
-            }
-        }
-        let mut e = Enqueued::default();
-        if let Some(ck) = &it.coalesce_key {
-            // A claim that took one of them first has counted its attempt
-            // (the DELETE re-reads a row a claim changed meanwhile and
-            // leaves it); one that comes later skips the rows this locks.
-            let rows = tx.query(
-                "DELETE FROM {s}.items WHERE spool = $1 AND coalesce_key = $2 \
-                 AND attempts = 0 AND push_seq IS NULL \
-                 AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now})) \
-                 RETURNING id",
-                &[self.spool(), &text(ck), &self.now_param()],
-            )?;
-            e.replaced = rows.iter().map(|r| u64_of(r.get(0))).collect();
-            e.replaced.sort_unstable();
-            let n = e.replaced.len() as u64;
-            b.depth = b.depth.saturating_sub(n);
-            b.added -= n as i64;
-        }
-        if let Some(bound) = bound {
-            while b.depth >= bound {
-                let victim = match on_full {
-                    OnFull::Reject => None,
-                    OnFull::DropOldest => self.oldest_evictable(tx)?,
-                };
-                let Some(victim) = victim else {
-                    return Err(Error::QueueFull {
-                        max_depth: bound,
-                        depth: b.start_depth,
-                    });
-                };
-                if !self.kill(
-                    tx,
-                    victim,
-                    &OnFull::eviction_error(bound),
-                    false,
-                    None,
-                    false,
-                )? {
-                    return Err(Error::Internal(format!(
-                        "item {victim} to evict from {} vanished under the spool lock",
-                        self.display
-                    )));
-                }
-                b.depth -= 1;
-                b.evicted += 1;
-                e.evicted.push(victim);
-            }
-        }
-        b.high_water = b
-            .high_water
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-        e.id = b.high_water;
-        self.insert_fresh(tx, &[(e.id, it)])?;
-        b.depth += 1;
-        b.added += 1;
-        Ok(e)
+        let limit = Limit {
+            bound,
+            on_full,
+            depth_before: b.start_depth,
+        };
+        policy::enqueue_one(&mut Enqueuing { q: self, tx, b }, Cow::Borrowed(it), &limit)
     }
 
     /// The oldest pending item `drop-oldest` may evict: not held, not in
@@ -278,5 +220,78 @@ impl PostgresQueue {
             &[self.spool(), &ids, &payloads, &keys, &now, &groups, &coalesce],
         )?;
         Ok(())
+    }
+}
+
+/// The spool, inside an enqueue's transaction (its row locked), as the
+/// storage of [`policy::enqueue_one`]; `b` keeps the counts.
+struct Enqueuing<'a, 't> {
+    q: &'a PostgresQueue,
+    tx: &'a mut Tx<'t>,
+    b: &'a mut Batch,
+}
+
+impl EnqueueStore for Enqueuing<'_, '_> {
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        self.q.key_owner(self.tx, key)
+    }
+
+    fn delivered_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        match self.b.retain_ms {
+            Some(w) => self.q.delivered_owner(self.tx, key, w),
+            None => Ok(None),
+        }
+    }
+
+    fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
+        // A claim that took one of them first has counted its attempt (the
+        // DELETE re-reads a row a claim changed meanwhile and leaves it);
+        // one that comes later skips the rows this locks.
+        let rows = self.tx.query(
+            "DELETE FROM {s}.items WHERE spool = $1 AND coalesce_key = $2 \
+             AND attempts = 0 AND push_seq IS NULL \
+             AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now})) \
+             RETURNING id",
+            &[self.q.spool(), &text(ck), &self.q.now_param()],
+        )?;
+        let mut ids: Vec<ItemId> = rows.iter().map(|r| u64_of(r.get(0))).collect();
+        ids.sort_unstable();
+        let n = ids.len() as u64;
+        self.b.depth = self.b.depth.saturating_sub(n);
+        self.b.added -= n as i64;
+        Ok(ids)
+    }
+
+    fn depth(&mut self) -> Result<u64> {
+        Ok(self.b.depth)
+    }
+
+    fn oldest_evictable(&mut self) -> Result<Option<ItemId>> {
+        self.q.oldest_evictable(self.tx)
+    }
+
+    fn evict(&mut self, id: ItemId, reason: &str) -> Result<()> {
+        if !self.q.kill(self.tx, id, reason, false, None, false)? {
+            return Err(Error::Internal(format!(
+                "item {id} to evict from {} vanished under the spool lock",
+                self.q.display
+            )));
+        }
+        self.b.depth -= 1;
+        self.b.evicted += 1;
+        Ok(())
+    }
+
+    fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
+        self.b.high_water = self
+            .b
+            .high_water
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let id = self.b.high_water;
+        self.q.insert_fresh(self.tx, &[(id, &it)])?;
+        self.b.depth += 1;
+        self.b.added += 1;
+        Ok(id)
     }
 }

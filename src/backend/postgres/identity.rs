@@ -5,7 +5,7 @@
 use super::conn::Tx;
 use super::{id_param, u64_of, PostgresQueue};
 use crate::backend::identity::{Merge, SpoolHeader, Target};
-use crate::backend::state::{import_lookup, ImportLookup};
+use crate::backend::policy::{self, ImportStore};
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, DeliveredItem, Imported, ItemId, Record, RecordState};
 
@@ -24,99 +24,23 @@ impl PostgresQueue {
         high_water: u64,
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
-        mut merge: Option<&mut Merge>,
+        merge: Option<&mut Merge>,
     ) -> Result<()> {
-        let mut hw = high_water;
-        let (mut pending, mut dead, mut delivered) = (0i64, 0i64, 0i64);
-        for r in records {
-            let r = r?;
-            crate::item::check_key(&r.item.key)?;
-            // Rows this import stored have ids above `high_water`.
-            let found = match import_lookup(&r) {
-                Some(ImportLookup::Dead(key)) => self.dead_owner(tx, key, high_water)?,
-                Some(ImportLookup::Delivered(key)) => {
-                    self.delivered_owner_upto(tx, key, high_water)?
-                }
-                None => None,
-            };
-            if let Some(id) = found {
-                each(
-                    &r,
-                    Imported {
-                        id,
-                        kept_id: false,
-                        deduplicated: true,
-                    },
-                );
-                continue;
-            }
-            let live = matches!(r.state, RecordState::Pending | RecordState::Held);
-            if live && !r.item.key.is_empty() {
-                if let Some(id) = self.key_owner(tx, &r.item.key)? {
-                    each(
-                        &r,
-                        Imported {
-                            id,
-                            kept_id: false,
-                            deduplicated: true,
-                        },
-                    );
-                    continue;
-                }
-            }
-            let (id, kept_id) = if r.item.id > hw && i64::try_from(r.item.id).is_ok() {
-                (r.item.id, true)
-            } else {
-                (
-                    hw.checked_add(1)
-                        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-                    false,
-                )
-            };
-            hw = id;
-            let mut item = r.item.clone();
-            item.id = id;
-            item.held = r.state == RecordState::Held;
-            // Push numbers belong to the exporting spool's stream,
-            // unless the import keeps its identity.
-            item.push_seq = match (&mut merge, r.state) {
-                (Some(m), RecordState::Pending) => m.seq_for(&r, |seq| self.seq_in_use(tx, seq))?,
-                _ => None,
-            };
-            match r.state {
-                RecordState::Dead => {
-                    let dead_at = r.dead_at.ok_or_else(|| {
-                        Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
-                    })?;
-                    self.insert_dead(tx, &DeadLetter { item, dead_at })?;
-                    dead += 1;
-                }
-                RecordState::Pending | RecordState::Held => {
-                    self.insert_pending(tx, &item)?;
-                    pending += 1;
-                }
-                RecordState::Delivered => {
-                    let delivery = r.delivery.ok_or_else(|| {
-                        Error::InvalidInput(format!(
-                            "delivered record {} has no delivered_at",
-                            r.item.id
-                        ))
-                    })?;
-                    item.held = false;
-                    item.next_retry_at = None;
-                    self.insert_delivered(tx, &DeliveredItem { item, delivery })?;
-                    delivered += 1;
-                }
-            }
-            each(
-                &r,
-                Imported {
-                    id,
-                    kept_id,
-                    deduplicated: false,
-                },
-            );
-        }
+        let mut s = Importing {
+            q: self,
+            tx,
+            pending: 0,
+            dead: 0,
+            delivered: 0,
+        };
+        let hw = policy::import_records(&mut s, high_water, records, each, merge)?;
+        let Importing {
+            tx,
+            pending,
+            dead,
+            delivered,
+            ..
+        } = s;
         self.adjust(tx, hw, pending, dead)?;
         if delivered > 0 {
             tx.execute(
@@ -216,5 +140,73 @@ impl PostgresQueue {
             )?;
         }
         Ok(())
+    }
+}
+
+/// The spool, inside an import's transaction (its row locked), as the
+/// storage of [`policy::import_records`], counting what it stores.
+struct Importing<'a, 't> {
+    q: &'a PostgresQueue,
+    tx: &'a mut Tx<'t>,
+    pending: i64,
+    dead: i64,
+    delivered: i64,
+}
+
+impl ImportStore for Importing<'_, '_> {
+    fn dead_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.q.dead_owner(self.tx, key, upto)
+    }
+
+    fn delivered_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.q.delivered_owner_upto(self.tx, key, upto)
+    }
+
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        self.q.key_owner(self.tx, key)
+    }
+
+    fn seq_in_use(&mut self, seq: u64) -> Result<bool> {
+        self.q.seq_in_use(self.tx, seq)
+    }
+
+    fn store(&mut self, rec: Record) -> Result<()> {
+        match rec.state {
+            RecordState::Pending | RecordState::Held => {
+                self.pending += 1;
+                self.q.insert_pending(self.tx, &rec.item)
+            }
+            RecordState::Dead => {
+                self.dead += 1;
+                let dead_at = rec.dead_at.unwrap_or_default();
+                self.q.insert_dead(
+                    self.tx,
+                    &DeadLetter {
+                        item: rec.item,
+                        dead_at,
+                    },
+                )
+            }
+            RecordState::Delivered => {
+                self.delivered += 1;
+                let delivery = rec.delivery.ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "delivered record {} has no delivered_at",
+                        rec.item.id
+                    ))
+                })?;
+                self.q.insert_delivered(
+                    self.tx,
+                    &DeliveredItem {
+                        item: rec.item,
+                        delivery,
+                    },
+                )
+            }
+        }
+    }
+
+    fn max_id(&self) -> ItemId {
+        i64::MAX as ItemId
     }
 }

@@ -57,7 +57,8 @@ mod schema;
 use self::db::Db;
 use self::schema::Layout;
 use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
-use crate::backend::{state, OpenMode, OpenOptions};
+use crate::backend::policy::{self, EnqueueStore, ImportStore, Limit};
+use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, DepthLimit,
@@ -69,6 +70,7 @@ use crate::queue::{BackendKind, Queue};
 use crate::time::{SharedClock, Timestamp};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, DatabaseName, OpenFlags, TransactionBehavior};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -413,53 +415,67 @@ impl Policy {
     fn per_item(&self, coalescing: bool) -> bool {
         coalescing || (self.on_full == OnFull::DropOldest && self.bound.is_some())
     }
+
+    /// Store one item that may coalesce or evict (SPEC §9) inside the
+    /// enqueue's transaction: [`policy::enqueue_one`].
+    fn enqueue_one(&self, db: &Db<'_>, it: &NewItem, now: Timestamp) -> Result<Enqueued> {
+        let limit = Limit {
+            bound: self.bound,
+            on_full: self.on_full,
+            depth_before: self.depth_before,
+        };
+        let mut s = Enqueuing {
+            db,
+            now,
+            retain: self.retain,
+        };
+        policy::enqueue_one(&mut s, Cow::Borrowed(it), &limit)
+    }
 }
 
-/// Store one item that may coalesce or evict (SPEC §9) inside the
-/// enqueue's transaction: dedup first, then the replaced items go, then
-/// evictions make room (or the batch fails with [`Error::QueueFull`]).
-fn enqueue_one(db: &Db<'_>, it: &NewItem, policy: &Policy, now: Timestamp) -> Result<Enqueued> {
-    if !it.key.is_empty() {
-        if let Some(id) = db.key_owner(&it.key)? {
-            return Ok(Enqueued::dedup(id));
-        }
-        if let Some(id) = db.delivered_owner(&it.key, now, policy.retain)? {
-            return Ok(Enqueued::delivered(id));
-        }
+/// The SQLite spool, inside an enqueue's transaction, as the storage of
+/// [`policy::enqueue_one`].
+struct Enqueuing<'a, 'c> {
+    db: &'a Db<'c>,
+    now: Timestamp,
+    retain: Option<std::time::Duration>,
+}
+
+impl EnqueueStore for Enqueuing<'_, '_> {
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        self.db.key_owner(key)
     }
-    let mut e = Enqueued::default();
-    if let Some(ck) = &it.coalesce_key {
-        e.replaced = db.coalesce(ck)?;
+
+    fn delivered_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        self.db.delivered_owner(key, self.now, self.retain)
     }
-    if let Some(bound) = policy.bound {
-        loop {
-            let depth = db.pending_count()?;
-            if depth < bound {
-                break;
-            }
-            let victim = match policy.on_full {
-                OnFull::Reject => None,
-                OnFull::DropOldest => db.oldest_evictable()?,
-            };
-            let Some(victim) = victim else {
-                return Err(Error::QueueFull {
-                    max_depth: bound,
-                    depth: policy.depth_before,
-                });
-            };
-            db.kill(victim, &OnFull::eviction_error(bound), now)?;
-            e.evicted.push(victim);
-        }
-        if !e.evicted.is_empty() {
-            db.add_evicted(e.evicted.len() as u64)?;
-        }
+
+    fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
+        self.db.coalesce(ck)
     }
-    e.id = db
-        .high_water()?
-        .checked_add(1)
-        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-    db.insert_pending(&Item::from_new(e.id, it, now))?;
-    Ok(e)
+
+    fn depth(&mut self) -> Result<u64> {
+        self.db.pending_count()
+    }
+
+    fn oldest_evictable(&mut self) -> Result<Option<ItemId>> {
+        self.db.oldest_evictable()
+    }
+
+    fn evict(&mut self, id: ItemId, reason: &str) -> Result<()> {
+        self.db.kill(id, reason, self.now)?;
+        self.db.add_evicted(1)
+    }
+
+    fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
+        let id = self
+            .db
+            .high_water()?
+            .checked_add(1)
+            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        self.db.insert_pending(&Item::from_new(id, &it, self.now))?;
+        Ok(id)
+    }
 }
 
 impl Queue for SqliteQueue {
@@ -478,7 +494,7 @@ impl Queue for SqliteQueue {
             if policy.per_item(items.iter().any(|i| i.coalesce_key.is_some())) {
                 return items
                     .iter()
-                    .map(|it| enqueue_one(db, it, &policy, now))
+                    .map(|it| policy.enqueue_one(db, it, now))
                     .collect();
             }
             /// What one item of the batch does.
@@ -596,7 +612,7 @@ impl Queue for SqliteQueue {
                     // Coalescing and eviction look at what is stored: store
                     // what came before first.
                     flush(&mut chunk, &mut chunk_keys)?;
-                    let e = enqueue_one(db, &item, &policy, now)?;
+                    let e = policy.enqueue_one(db, &item, now)?;
                     next = next.max(e.id);
                     results.push(e);
                     if bound.is_some() {
@@ -1069,109 +1085,81 @@ impl Queue for SqliteQueue {
     }
 }
 
-/// Store `records` in the open transaction: [`crate::backend::state`]'s
-/// `plan_import` and `import_lookup`, storing as it goes (the
-/// transaction makes it all-or-nothing). With `merge`, pending records may keep their push
-/// numbers (see [`crate::backend::identity`]).
+/// Store `records` in the open transaction through
+/// [`policy::import_records`] (the transaction makes it all-or-nothing).
+/// With `merge`, pending records may keep their push numbers (see
+/// [`crate::backend::identity`]).
 fn import_records(
     db: &Db<'_>,
     records: &mut dyn Iterator<Item = Result<Record>>,
     each: &mut dyn FnMut(&Record, Imported),
-    mut merge: Option<&mut Merge>,
+    merge: Option<&mut Merge>,
 ) -> Result<()> {
-    let mut hw = db.high_water()?;
-    // What the spool held before the import: ids up to here.
-    let before = hw;
-    let mut stored_dead = false;
-    for r in records {
-        let r = r?;
-        crate::item::check_key(&r.item.key)?;
-        // Dead and delivered records dedup against what the spool held
-        // (`state::import_lookup`); rows this import stored have higher ids.
-        let found = match state::import_lookup(&r) {
-            Some(state::ImportLookup::Dead(key)) => db.dead_owner(key, before)?,
-            Some(state::ImportLookup::Delivered(key)) => db.delivered_owner_upto(key, before)?,
-            None => None,
-        };
-        if let Some(id) = found {
-            each(
-                &r,
-                Imported {
-                    id,
-                    kept_id: false,
-                    deduplicated: true,
-                },
-            );
-            continue;
-        }
-        let live = matches!(r.state, RecordState::Pending | RecordState::Held);
-        if live && !r.item.key.is_empty() {
-            // Keys stored earlier in this batch are in the table
-            // already, so one lookup covers both cases.
-            if let Some(id) = db.key_owner(&r.item.key)? {
-                each(
-                    &r,
-                    Imported {
-                        id,
-                        kept_id: false,
-                        deduplicated: true,
-                    },
-                );
-                continue;
-            }
-        }
-        let (id, kept_id) = if r.item.id > hw {
-            (r.item.id, true)
-        } else {
-            (
-                hw.checked_add(1)
-                    .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-                false,
-            )
-        };
-        hw = id;
-        let mut item = r.item.clone();
-        item.id = id;
-        item.held = r.state == RecordState::Held;
-        // Push numbers belong to the exporting spool's stream,
-        // unless the import keeps its identity.
-        item.push_seq = match (&mut merge, r.state) {
-            (Some(m), RecordState::Pending) => m.seq_for(&r, |seq| db.seq_in_use(seq))?,
-            _ => None,
-        };
-        match r.state {
-            RecordState::Dead => {
-                let dead_at = r.dead_at.ok_or_else(|| {
-                    Error::InvalidInput(format!("dead record {} has no dead_at", r.item.id))
-                })?;
-                db.insert_dead(&DeadLetter { item, dead_at })?;
-                stored_dead = true;
-            }
-            RecordState::Pending | RecordState::Held => db.insert_pending(&item)?,
-            RecordState::Delivered => {
-                let delivery = r.delivery.ok_or_else(|| {
-                    Error::InvalidInput(format!(
-                        "delivered record {} has no delivered_at",
-                        r.item.id
-                    ))
-                })?;
-                db.insert_delivered(&DeliveredItem { item, delivery })?;
-                stored_dead = true;
-            }
-        }
-        each(
-            &r,
-            Imported {
-                id,
-                kept_id,
-                deduplicated: false,
-            },
-        );
-    }
-    if stored_dead {
+    let high_water = db.high_water()?;
+    let mut s = Importing {
+        db,
+        stored_dead: false,
+    };
+    let hw = policy::import_records(&mut s, high_water, records, each, merge)?;
+    if s.stored_dead {
         db.raise_sequence(hw)?;
     }
     Ok(())
+}
+
+/// The SQLite spool, inside an import's transaction, as the storage of
+/// [`policy::import_records`].
+struct Importing<'a, 'c> {
+    db: &'a Db<'c>,
+    /// A dead or delivered record was stored: the id sequence must cover
+    /// it.
+    stored_dead: bool,
+}
+
+impl ImportStore for Importing<'_, '_> {
+    fn dead_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.db.dead_owner(key, upto)
+    }
+
+    fn delivered_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.db.delivered_owner_upto(key, upto)
+    }
+
+    fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
+        // Keys stored earlier in this import are in the table already.
+        self.db.key_owner(key)
+    }
+
+    fn seq_in_use(&mut self, seq: u64) -> Result<bool> {
+        self.db.seq_in_use(seq)
+    }
+
+    fn store(&mut self, rec: Record) -> Result<()> {
+        match rec.state {
+            RecordState::Pending | RecordState::Held => self.db.insert_pending(&rec.item),
+            RecordState::Dead => {
+                self.stored_dead = true;
+                let dead_at = rec.dead_at.unwrap_or_default();
+                self.db.insert_dead(&DeadLetter {
+                    item: rec.item,
+                    dead_at,
+                })
+            }
+            RecordState::Delivered => {
+                self.stored_dead = true;
+                let delivery = rec.delivery.ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "delivered record {} has no delivered_at",
+                        rec.item.id
+                    ))
+                })?;
+                self.db.insert_delivered(&DeliveredItem {
+                    item: rec.item,
+                    delivery,
+                })
+            }
+        }
+    }
 }
 
 #[cfg(test)]
