@@ -91,9 +91,10 @@ fn killed_between_the_append_and_the_index_update() {
     );
 
     // A move between the files, killed between its two appends (the dead
-    // letter is written, the main file's `done` is not): the item is a
-    // dead letter, nothing is lost. (Replay records the attempt first:
-    // the dead letter is the second write.)
+    // letter is written, the main file's `done` is not): the main file's
+    // part is the commit point, so the move did not happen — the item is
+    // still pending, nothing is lost, nothing is dead. (Replay records
+    // the attempt first: the dead letter is the second write.)
     killed_at(
         &env,
         "index-update:2",
@@ -107,19 +108,71 @@ fn killed_between_the_append_and_the_index_update() {
             "1",
         ],
     );
-    assert_eq!(ids(&env), vec![2, 3, 4]);
+    assert_eq!(ids(&env), vec![1, 2, 3, 4]);
     let dead = env.run(&["--json", "dlq", "list"]).success();
-    assert_eq!(ndjson(&dead.get_output().stdout).len(), 1);
-    let v = env.run(&["verify"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 0);
+    let v = env.run(&["verify"]).code(65);
     assert!(
-        stdout(&v).contains("both pending and dead"),
+        stdout(&v).contains("before the main file committed it"),
         "{}",
         stdout(&v)
     );
+    // The next write cuts the unfinished move off.
     assert_eq!(env.enqueue("e"), 5);
-    assert_eq!(ids(&env), vec![2, 3, 4, 5]);
+    assert_eq!(ids(&env), vec![1, 2, 3, 4, 5]);
+    let dead = env.run(&["--json", "dlq", "list"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 0);
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+}
+
+#[test]
+fn verify_repair_cuts_an_unfinished_move() {
+    if !debug_build_or_skip("killing a move between its two appends") {
+        return;
+    }
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue("b");
+    // Dead-lettering item 1, killed after its dead letter was written and
+    // before the main file's part.
+    killed_at(
+        &env,
+        "index-update:2",
+        &[
+            "replay",
+            "--exec",
+            "false",
+            "--reject-exit",
+            "1",
+            "--limit",
+            "1",
+        ],
+    );
+    env.run(&["verify"]).code(65);
+    env.run(&["verify", "--repair"]).success();
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+    assert_eq!(ids(&env), vec![1, 2]);
+    let dead = env.run(&["--json", "dlq", "list"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 0);
+    // The item is still there to be dead-lettered for good (its first
+    // attempt counted).
+    let r = env
+        .run(&[
+            "replay",
+            "--exec",
+            "false",
+            "--reject-exit",
+            "1",
+            "--limit",
+            "1",
+        ])
+        .code(1);
+    assert!(stderr(&r).contains("after attempt 2"), "{}", stderr(&r));
+    let dead = env.run(&["--json", "dlq", "list"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 1);
+    assert_eq!(ids(&env), vec![2]);
 }
 
 /// A small write (`done` of one item: its index journal kept in memory)

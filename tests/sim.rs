@@ -54,6 +54,19 @@ const REGRESSIONS: &[(&str, u64)] = &[
     // NDJSON: a dead letter purged after a requeue cut by a power loss
     // came back as pending once the index was rebuilt.
     ("ndjson", 1364393989),
+    // NDJSON moves across files were not atomic: an eviction left the
+    // evicted item dead without the new one stored; a push ack left the
+    // refused item dead without the watermark moved; an import kept its
+    // dead letters without its pending items; dead-lettering an item in
+    // flight kept it dead without its number recorded as a skip.
+    ("ndjson", 1364394093),
+    ("ndjson", 1364394146),
+    ("ndjson", 1364394001),
+    ("ndjson", 41728073096760),
+    // NDJSON: the prune of an expired delivered record, written alone to
+    // the delivered file, was left unsynced; a power loss brought the
+    // record back inside a retention window set since.
+    ("ndjson", 1364395369),
 ];
 
 /// Operations per plan.

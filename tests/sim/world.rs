@@ -446,18 +446,6 @@ impl World {
             // Nothing of it would survive a crash: the operation alone.
             return self.apply(op);
         }
-        if self.backend == Backend::File
-            && self.spans_files(op)
-            && std::env::var_os("SIM_NDJSON_CROSS_FILE").is_none()
-        {
-            // A known gap, left open: an NDJSON batch that writes the
-            // dead-letter or delivered file besides the main file (an
-            // import of such records, an enqueue that evicts, a push ack
-            // that dead-letters a refused item) syncs each file on its
-            // own, so a crash between them keeps part of it.
-            // SIM_NDJSON_CROSS_FILE=1 arms these crashes too.
-            return self.apply(op);
-        }
         let before = self.model.clone();
         self.durable_ok.set(None);
         self.io.fail_after(at, seed);
@@ -527,32 +515,6 @@ impl World {
                     }
                 }
             }
-        }
-    }
-
-    /// Whether `op` is one batch written to more than one NDJSON file:
-    /// an import, an enqueue that evicts (tried on a copy of the model),
-    /// a push ack that may dead-letter a refused item.
-    fn spans_files(&self, op: &Op) -> bool {
-        let evicts = |r: Result<Vec<spool::Enqueued>>| {
-            r.is_ok_and(|v| v.iter().any(|e| !e.evicted.is_empty()))
-        };
-        match op {
-            Op::Import(_) | Op::ExportImport => true,
-            // An ack that dead-letters an item the receiver refuses.
-            Op::PushSend(..) => self
-                .model
-                .push_in_flight(0, 100_000)
-                .is_ok_and(|v| v.iter().any(|i| i.payload.len() as u64 > MAX_PAYLOAD)),
-            Op::Enqueue(p, k) => evicts(self.model.clone().enqueue(p, k).map(|e| vec![e])),
-            Op::Batch(items, limit, _) => {
-                let items: Vec<NewItem> = items.iter().map(new_item).collect();
-                let opts = EnqueueOptions {
-                    depth_limit: *limit,
-                };
-                evicts(self.model.clone().enqueue_batch(&items, &opts))
-            }
-            _ => false,
         }
     }
 

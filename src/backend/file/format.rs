@@ -36,8 +36,9 @@ use std::borrow::Cow;
 
 mod write;
 pub(crate) use self::write::{
-    frame_batch, strip_tx, write_client, write_dead, write_delivered, write_done,
-    write_done_delivered, write_evicted, write_push, write_put, write_put_line,
+    frame_batch, line_at, stamp_at, stamp_field, strip_tx, write_client, write_dead,
+    write_delivered, write_done, write_done_delivered, write_evicted, write_push, write_put,
+    write_put_line,
 };
 
 /// One parsed line.

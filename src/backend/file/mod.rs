@@ -64,15 +64,21 @@
 //!   main file is over 4 MiB and at least three quarters of its records
 //!   are garbage; it carries the index over to the new files (see
 //!   [`index::Index::carry_from`]), or builds one when there was none.
-//! * Moving an item between the main and the dead-letter file writes the
-//!   destination first. If a crash separates the two appends, the item is
-//!   in both files, and the dead-letter file wins: it is a dead letter.
-//!   An item is therefore never lost, and at worst a requeue has to be
-//!   repeated. Delivering an item with a retention window set moves it
-//!   to the delivered file the same way, and the delivered file wins: a
-//!   delivered item is never delivered again. Its `done` line in the main
-//!   file is written before its record is pruned, so that no reader of
-//!   the main file alone ever sees it come back.
+//! * A write that reaches a companion file as well (a move between the
+//!   files: dead-lettering, requeue, a retained delivery, an eviction, a
+//!   push ack, an import of dead or delivered records) writes the
+//!   companion lines first, each with `"at"` and `"ino"` naming the byte
+//!   and the inode of the main file where its main-file part starts
+//!   (`format::stamp_at`), then that part: the main file is the one
+//!   commit point. A crash between the two leaves the companion lines an
+//!   unfinished move, which every reader leaves out and the next writer
+//!   cuts off (see [`FileQueue::settle_moves`]); `verify` reports it and
+//!   `verify --repair` cuts it. Such a write changes all of its files or
+//!   none. (Files written before this rule may hold an item in both the
+//!   main and a companion file; the companion file wins, as it did.) A
+//!   delivered record's `done` line in the main file is written before
+//!   the record is pruned, so that no reader of the main file alone ever
+//!   sees it come back.
 
 mod compact;
 pub(crate) mod format;
@@ -272,6 +278,10 @@ struct Inner {
     /// What this process knows of each file's fingerprint, in
     /// [`Which::slot`] order (see [`index::Known`]).
     known: [Option<index::Known>; 3],
+    /// Where an unfinished move begins at the end of each file, in
+    /// [`Which::slot`] order: lines a reader leaves out (a writer cuts
+    /// them off; see [`FileQueue::settle_moves`]).
+    unfinished: [Option<u64>; 3],
 }
 
 impl Inner {
@@ -428,6 +438,7 @@ impl FileQueue {
                 lost: Vec::new(),
                 delivered_unsynced: false,
                 known: Default::default(),
+                unfinished: [None; 3],
             }),
         };
         let max_depth = opts.max_depth;

@@ -102,6 +102,7 @@ impl FileQueue {
         now: Timestamp,
         mut delivered: Records,
         mut main: Vec<u8>,
+        dead: &[u8],
     ) -> Result<()> {
         let expired = FileQueue::expired(inner, now, crate::item::PRUNE_BATCH)?;
         for id in &expired.prunable {
@@ -111,7 +112,11 @@ impl FileQueue {
             format::write_done(&mut main, *id);
         }
         let Records { bytes, entries } = delivered;
-        self.move_out(inner, Which::Delivered, &bytes, Some(entries), &main)
+        let parts = vec![
+            (Which::Dead, dead, None),
+            (Which::Delivered, &bytes[..], Some(entries)),
+        ];
+        self.move_out(inner, parts, &main)
     }
 
     fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
@@ -195,7 +200,7 @@ impl Queue for FileQueue {
                     .collect();
                 delivered = q.retained_records(inner, &kept, now)?;
             }
-            q.deliver_and_prune(inner, now, delivered, buf)?;
+            q.deliver_and_prune(inner, now, delivered, buf, &[])?;
             Ok(found)
         })
     }
@@ -372,10 +377,7 @@ impl Queue for FileQueue {
             }
             let mut dead = Vec::new();
             format::write_dead(&mut dead, &dl);
-            // The destination first: a crash between the two leaves the
-            // item dead, never lost.
-            q.append(inner, Which::Dead, &dead)?;
-            q.append(inner, Which::Main, &main)?;
+            q.move_out(inner, vec![(Which::Dead, &dead[..], None)], &main)?;
             Ok(true)
         })
     }
@@ -423,8 +425,7 @@ impl Queue for FileQueue {
                 format::write_put(&mut main, it, None);
                 format::write_done(&mut dead, it.id);
             }
-            q.append(inner, Which::Main, &main)?;
-            q.append(inner, Which::Dead, &dead)?;
+            q.move_out(inner, vec![(Which::Dead, &dead[..], None)], &main)?;
             Ok(found)
         })
     }
@@ -556,8 +557,7 @@ impl Queue for FileQueue {
                     plan.delivered.iter().map(|id| (*id, evidence)).collect();
                 delivered = q.retained_records(inner, &kept, now)?;
             }
-            q.append(inner, Which::Dead, &dead)?;
-            q.deliver_and_prune(inner, now, delivered, main)?;
+            q.deliver_and_prune(inner, now, delivered, main, &dead)?;
             Ok(PushAck {
                 acked: plan.push.acked,
                 delivered: plan.delivered,

@@ -36,7 +36,7 @@
 
 use super::format;
 use super::index::{Entry, Loc, Lost, Row, Which};
-use super::{FileQueue, Inner};
+use super::{FileQueue, Inner, Tail};
 use crate::backend::state::within_window;
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Delivery, Evidence, Item, ItemId};
@@ -95,6 +95,10 @@ pub(super) struct Expired {
     /// file first.
     pub unfinished: Vec<ItemId>,
 }
+
+/// One companion file's part of a move: the file, its lines, and the
+/// index entries of those lines when the caller has them.
+pub(super) type MovePart<'a> = (Which, &'a [u8], Option<Vec<Entry>>);
 
 impl FileQueue {
     /// The delivered item a non-empty key deduplicates to at `now`: the
@@ -168,48 +172,72 @@ impl FileQueue {
         Ok(out)
     }
 
-    /// Move items out of the main file into the companion `dest`: append
-    /// `dest_lines` first (synced for the dead-letter file; the delivered
-    /// file's records are synced later, see the module docs), then
-    /// `main_lines`. When the second append fails, the first is cut off
-    /// again, so that the call changes nothing (were the process to die
-    /// instead, the item is in both files, and the companion file wins).
-    /// `dest_entries`: the index entries of `dest_lines`, when the caller
-    /// has them (see [`FileQueue::append_entries`]).
+    /// Move items out of the main file into the companion files: append
+    /// each of `parts` (a companion file, its lines, and the index
+    /// entries of those lines when the caller has them, see
+    /// [`FileQueue::append_entries`]) first — synced for the dead-letter
+    /// file; the delivered file's records are synced later, see the
+    /// module docs — then `main_lines`, the commit point: the companion
+    /// lines carry `"at"` with where the main file's part starts, and a
+    /// crash before it is written leaves them an unfinished move that the
+    /// next writer cuts off (see [`FileQueue::settle_moves`]). When an
+    /// append fails, what the call appended is cut off again, so that the
+    /// call changes nothing.
     pub(super) fn move_out(
         &self,
         inner: &mut Inner,
-        dest: Which,
-        dest_lines: &[u8],
-        dest_entries: Option<Vec<Entry>>,
+        parts: Vec<MovePart<'_>>,
         main_lines: &[u8],
     ) -> Result<()> {
-        let before = inner.tail(dest).clone();
+        let at = inner.tail(Which::Main).end;
+        let ino = inner.main.as_ref().map_or(0, |t| t.ino);
+        let mut done: Vec<(Which, Tail)> = Vec::new();
         let unsynced_before = inner.delivered_unsynced;
-        let sync = dest != Which::Delivered;
-        self.append_entries(inner, dest, dest_lines, sync, dest_entries)?;
-        if let Err(e) = self.append(inner, Which::Main, main_lines) {
+        let mut result = Ok(());
+        for (dest, lines, entries) in parts {
+            if lines.is_empty() {
+                continue;
+            }
+            let before = inner.tail(dest).clone();
+            // The delivered file's records wait for a later sync only
+            // when the main file's part follows (its lines tell them,
+            // see the module docs); alone, they are the commit.
+            let sync = dest != Which::Delivered || main_lines.is_empty();
+            let lines = match main_lines.is_empty() {
+                true => std::borrow::Cow::Borrowed(lines),
+                false => std::borrow::Cow::Owned(format::stamp_at(lines, at, ino)),
+            };
+            result = self.append_entries(inner, dest, &lines, sync, entries);
+            if result.is_err() {
+                break;
+            }
+            done.push((dest, before));
+        }
+        if result.is_ok() {
+            result = self.append(inner, Which::Main, main_lines);
+        }
+        let Err(e) = result else {
+            return Ok(());
+        };
+        for (dest, before) in done {
             if dest == Which::Delivered {
                 // Those lines are no longer there (or to be read back).
                 inner.own_delivered = None;
             }
-            if !dest_lines.is_empty() {
-                if let Some(t) = inner.tracked(dest) {
-                    let cut = self
-                        .io
-                        .truncate(&t.file, before.end)
-                        .and_then(|()| self.io.sync(&t.file));
-                    if cut.is_ok() {
-                        *inner.tail(dest) = before;
-                        if dest == Which::Delivered {
-                            inner.delivered_unsynced = unsynced_before;
-                        }
+            if let Some(t) = inner.tracked(dest) {
+                let cut = self
+                    .io
+                    .truncate(&t.file, before.end)
+                    .and_then(|()| self.io.sync(&t.file));
+                if cut.is_ok() {
+                    *inner.tail(dest) = before;
+                    if dest == Which::Delivered {
+                        inner.delivered_unsynced = unsynced_before;
                     }
                 }
             }
-            return Err(e);
         }
-        Ok(())
+        Err(e)
     }
 
     /// Prune up to `limit` expired delivered records at `now`: the `done`

@@ -23,7 +23,7 @@
 
 #[cfg(test)]
 use super::format::Line;
-use super::format::{parse_line, parse_line_tx};
+use super::format::{self, parse_line, parse_line_tx};
 use super::io::{FileIo, ReadFrom};
 use crate::error::{Error, Result};
 use std::io::BufRead;
@@ -801,6 +801,62 @@ impl Blocks<'_> {
             }
         }
     }
+}
+
+/// Where the unfinished move at the end of a companion file (`path`,
+/// `file`: dead letters or delivered items) begins, if it ends in one: its
+/// last record carries `"at"` and `"ino"` (see `format::stamp_at`) naming
+/// the main file (`main_path`, `main_file`, inode `main_ino`) and the byte
+/// where the move's part of it starts, and that part is not there as a
+/// committed batch. A main file replaced since (another inode: a
+/// compaction, which only runs on settled files) committed it. The move's
+/// lines are one batch, so its start is the `tx` of the line before the
+/// last when that line belongs to it, else the last line's start.
+pub(crate) fn unfinished_move(
+    io: &dyn FileIo,
+    path: &Path,
+    file: &std::fs::File,
+    main_path: &Path,
+    main_file: &std::fs::File,
+    main_ino: u64,
+) -> Result<Option<u64>> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "inspect", e))?
+        .len();
+    let Some((line_start, line)) = last_record(path, io, file, 0, len)? else {
+        return Ok(None);
+    };
+    let Some((at, ino)) = format::line_at(&line) else {
+        return Ok(None);
+    };
+    if ino != main_ino || main_commits(io, main_path, main_file, at)? {
+        return Ok(None);
+    }
+    let start = match last_record(path, io, file, 0, line_start)? {
+        Some((_, prev)) if format::line_at(&prev) == Some((at, ino)) => {
+            match parse_line_tx(&prev) {
+                Ok((_, Some(tx))) if tx <= line_start => tx,
+                _ => line_start,
+            }
+        }
+        _ => line_start,
+    };
+    Ok(Some(start))
+}
+
+/// Whether the main file holds a committed batch that starts at byte `at`
+/// or later: a record past `at` that is not part of an unfinished batch.
+fn main_commits(io: &dyn FileIo, path: &Path, file: &std::fs::File, at: u64) -> Result<bool> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "inspect", e))?
+        .len();
+    if len <= at {
+        return Ok(false);
+    }
+    let end = unfinished_batch(path, io, file, at, len)?.unwrap_or(len);
+    Ok(last_record(path, io, file, at, end)?.is_some())
 }
 
 #[cfg(test)]

@@ -88,6 +88,10 @@ struct BatchOut {
     /// A write was tried (it may have left bytes behind).
     tried: bool,
     lines: u64,
+    /// For a companion file's part: `,"at":<start of the main file's
+    /// part>}` and the newline, how every line ends (see
+    /// [`format::stamp_at`]).
+    stamp: Option<Vec<u8>>,
 }
 
 impl BatchOut {
@@ -109,7 +113,18 @@ impl BatchOut {
             kicked: 0,
             tried: false,
             lines: 0,
+            stamp: None,
         }
+    }
+
+    /// A companion file's part of a batch whose main-file part starts at
+    /// `at`: its lines are committed by that part (see
+    /// [`format::stamp_at`]).
+    fn committed_by_main(mut self, main: &BatchOut, main_ino: u64) -> BatchOut {
+        let mut stamp = format::stamp_field(main.start, main_ino).into_bytes();
+        stamp.push(b'\n');
+        self.stamp = Some(stamp);
+        self
     }
 
     /// Add a line (with its newline).
@@ -150,6 +165,15 @@ impl BatchOut {
         }
         let at = self.buf.len();
         write(&mut self.buf);
+        if let Some(stamp) = &self.stamp {
+            if !self.buf.ends_with(b"}\n") {
+                return Err(Error::Internal(
+                    "a batch line that does not end in }".into(),
+                ));
+            }
+            self.buf.truncate(self.buf.len() - 2);
+            self.buf.extend_from_slice(stamp);
+        }
         self.last = Some(at);
         self.last_row = row;
         Ok(placed)
@@ -521,8 +545,10 @@ impl FileQueue {
                 ),
                 None => None,
             };
+            let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
             let mut out = BatchOut::new(q.path.clone(), Some(file), &inner.main_tail);
-            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail);
+            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
+                .committed_by_main(&out, main_ino);
             let ix = inner.index()?;
             let mut own = OwnRows::new(&inner.main_tail);
             let mut keys = BatchKeys::default();
@@ -713,13 +739,16 @@ impl FileQueue {
                 ),
                 None => None,
             };
+            let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
             let mut main = BatchOut::new(q.path.clone(), Some(main_file), &inner.main_tail);
-            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail);
+            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
+                .committed_by_main(&main, main_ino);
             let mut delivered = BatchOut::new(
                 q.delivered_path.clone(),
                 delivered_file,
                 &inner.delivered_tail,
-            );
+            )
+            .committed_by_main(&main, main_ino);
             let ix = inner.index()?;
             let mut merge = match identity {
                 Some((header, adopt)) => Some(q.begin_identity(inner, header, adopt)?),
@@ -742,7 +771,18 @@ impl FileQueue {
                         merge.as_mut(),
                     )
                 })
-                .and_then(|()| q.push_state_line(ix, merge.as_ref(), &mut main))
+                .and_then(|hw| {
+                    q.push_state_line(ix, merge.as_ref(), &mut main)?;
+                    if main.lines == 0 && (dead.lines > 0 || delivered.lines > 0) {
+                        // The main file's part commits the others: a
+                        // `done` line of the highest id the import
+                        // stored (a no-op to every reader of the file).
+                        let mut line = Vec::new();
+                        format::write_done(&mut line, hw);
+                        main.push(q, &line)?;
+                    }
+                    Ok(())
+                })
                 .and_then(|()| keys.clear(ix))
                 .and_then(|()| dead.finish(q))
                 .and_then(|d| delivered.finish(q).map(|v| (d, v)))
@@ -781,7 +821,7 @@ impl FileQueue {
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
         merge: Option<&mut Merge>,
-    ) -> Result<()> {
+    ) -> Result<ItemId> {
         let ImportOut {
             main,
             dead,
@@ -795,7 +835,7 @@ impl FileQueue {
             dead,
             delivered,
         };
-        policy::import_records(&mut s, ix.high_water()?, records, each, merge).map(drop)
+        policy::import_records(&mut s, ix.high_water()?, records, each, merge)
     }
 
     /// The identity decision for an import into this spool (see

@@ -54,7 +54,7 @@ impl FileQueue {
                 if which == Which::Delivered && layout.delivered_kept {
                     continue;
                 }
-                self.load_companion(&ix, which, f, false)?;
+                self.load_companion(&ix, which, f, None, false)?;
             }
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
@@ -130,6 +130,7 @@ impl FileQueue {
             inner.meta = meta::read(&self.meta_path)?;
         }
         self.track_companions(inner)?;
+        self.settle_moves(inner, exclusive)?;
         let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
             Self::begin_call(inner, exclusive, bulk)?;
@@ -340,7 +341,7 @@ impl FileQueue {
         let ix = inner.index()?;
         let mut row = ix.file_row(which)?.unwrap_or_default();
         let now = FileNow::of(&t.file, path)?;
-        let len = now.len;
+        let len = inner.unfinished[which.slot()].map_or(now.len, |u| u.min(now.len));
         // What this catch-up finds out of the file's fingerprint.
         let mut known = None;
         // The rows of lines this call wrote, kept as it wrote them: taken
@@ -526,7 +527,7 @@ impl FileQueue {
         crate::private_file::create_replacement(&tmp, &self.index_path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::create(Some(&tmp)).and_then(|ix| {
-            let torn = self.load(&ix, main, companions, lost_cutoff)?;
+            let torn = self.load(&ix, main, companions, [None; 2], lost_cutoff)?;
             ix.finish_build()?;
             ix.close()?;
             Ok(torn)
@@ -551,7 +552,9 @@ impl FileQueue {
         let ix = Index::create(None)?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let cutoff = self.lost_cutoff(inner);
-        let (torn, lost) = self.load(&ix, &main.file, companion_files(inner), cutoff)?;
+        let files = companion_files(inner);
+        let limits = [inner.unfinished[1], inner.unfinished[2]];
+        let (torn, lost) = self.load(&ix, &main.file, files, limits, cutoff)?;
         ix.finish_build()?;
         inner.index = Some(ix);
         // A reader cannot write them back: it tells.
@@ -582,15 +585,16 @@ impl FileQueue {
         ix: &Index,
         main: &File,
         companions: [Option<&File>; 2],
+        limits: [Option<u64>; 2],
         lost_cutoff: Option<i64>,
     ) -> Result<(TornTails, Vec<Lost>)> {
         let mut torn = Vec::with_capacity(3);
         if lost_cutoff.is_some() {
             ix.note_pruned()?;
         }
-        for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
+        for ((which, f), limit) in Which::COMPANIONS.into_iter().zip(companions).zip(limits) {
             let note = lost_cutoff.is_some() && which == Which::Delivered;
-            torn.push((which, self.load_companion(ix, which, f, note)?));
+            torn.push((which, self.load_companion(ix, which, f, limit, note)?));
         }
         let mut ap = ix.applier()?;
         if let Some(cutoff) = lost_cutoff {
@@ -629,6 +633,7 @@ impl FileQueue {
         ix: &Index,
         which: Which,
         file: Option<&File>,
+        limit: Option<u64>,
         note_pruned: bool,
     ) -> Result<Option<TornTail>> {
         let Some(f) = file else { return Ok(None) };
@@ -643,7 +648,7 @@ impl FileQueue {
             &*self.io,
             f,
             0,
-            now.len,
+            limit.map_or(now.len, |l| l.min(now.len)),
             0,
             false,
             Entry::parser(which),
@@ -665,6 +670,62 @@ impl FileQueue {
             },
         )?;
         Ok(s.torn)
+    }
+
+    /// Find the moves a crash left unfinished at the end of the companion
+    /// files and settle them: a writer with the lock cuts each off, a
+    /// reader leaves it out ([`Inner::unfinished`]).
+    ///
+    /// A move (dead-lettering, requeue, retained delivery, an eviction, an
+    /// import of dead or delivered records, a push ack) writes its
+    /// companion lines first, each with `"at":<offset>` naming where its
+    /// main-file part starts, then that part: the main file's part is the
+    /// commit point. Companion lines whose main-file part is not there
+    /// (nothing past the offset, or only an unfinished batch or torn line
+    /// that starts there) were never committed. Only the last move of a
+    /// file can be unfinished: every writer settles moves before it
+    /// writes.
+    pub(super) fn settle_moves(&self, inner: &mut Inner, exclusive: bool) -> Result<()> {
+        for which in Which::COMPANIONS {
+            inner.unfinished[which.slot()] = None;
+            let Some(start) = self.unfinished_move(inner, which)? else {
+                continue;
+            };
+            if self.writable && exclusive {
+                let path = self.target_path(which);
+                let t = inner.tracked(which).ok_or_else(no_handle)?;
+                self.io
+                    .truncate(&t.file, start)
+                    .and_then(|()| self.io.sync(&t.file))
+                    .map_err(|e| Error::io(path, "cut the unfinished move at the end of", e))?;
+                *inner.tail(which) = Tail::default();
+                inner.notices.push(format!(
+                    "{}: cut off the lines from byte {start} on: a move that a crash \
+                     interrupted before the main file committed it",
+                    path.display()
+                ));
+            } else {
+                inner.unfinished[which.slot()] = Some(start);
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the unfinished move at the end of companion `which` begins
+    /// (see [`FileQueue::settle_moves`]), if there is one.
+    fn unfinished_move(&self, inner: &Inner, which: Which) -> Result<Option<u64>> {
+        let Some(t) = inner.tracked(which) else {
+            return Ok(None);
+        };
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        scan::unfinished_move(
+            &*self.io,
+            self.target_path(which),
+            &t.file,
+            &self.path,
+            &main.file,
+            main.ino,
+        )
     }
 
     pub(super) fn cut_torn_tail(

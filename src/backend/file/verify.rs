@@ -39,6 +39,7 @@ fn scan_file(
     also_seen: &BTreeSet<u64>,
     check_order: bool,
     parse: fn(&[u8]) -> std::result::Result<Line, String>,
+    main: Option<&std::fs::File>,
 ) -> Result<Option<FileScan>> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -51,13 +52,28 @@ fn scan_file(
         .map_err(|e| Error::io(path, "inspect", e))?
         .len();
     // An unfinished batch at the end is left out, as every read leaves it.
-    let limit = match scan::unfinished_batch(path, &super::io::RealIo, &file, 0, len) {
+    let mut limit = match scan::unfinished_batch(path, &super::io::RealIo, &file, 0, len) {
         Ok(limit) => limit,
         Err(e) => {
             report.push(Severity::Damage, path, None, e.to_string());
             None
         }
     };
+    // So is a move the main file never committed (a companion file's).
+    let mut moved_from = None;
+    if let Some(main_file) = main {
+        let main_path = path.with_extension("");
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &main_file
+                .metadata()
+                .map_err(|e| Error::io(&main_path, "inspect", e))?,
+        );
+        let moved = scan::unfinished_move(&RealIo, path, &file, &main_path, main_file, ino)?;
+        if let Some(start) = moved {
+            limit = Some(limit.map_or(start, |l| l.min(start)));
+            moved_from = Some(start);
+        }
+    }
     let mut reader = BufReader::new((&file).take(limit.unwrap_or(len)));
     let mut out = FileScan {
         live: BTreeSet::new(),
@@ -137,6 +153,17 @@ fn scan_file(
         }
     }
     let _ = file.unlock();
+    if let Some(start) = moved_from {
+        report.findings.push(Finding {
+            severity: Severity::Damage,
+            file: path.to_path_buf(),
+            line: Some(line_no + 1),
+            message: format!(
+                "the lines from byte {start} on are a move that a crash interrupted before the main file committed it; `spool verify --repair` or the next write cuts them"
+            ),
+            repairable: true,
+        });
+    }
     if let Some((id, line)) = out.nul_keys.iter().next() {
         report.push(
             Severity::Warning,
@@ -265,13 +292,28 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
     let dead_path = companion(path, "dead");
     let delivered_path = companion(path, "delivered");
     let empty = BTreeSet::new();
-    let dead = scan_file(&dead_path, &mut report, &empty, false, parse_line)?;
-    let delivered = scan_file(&delivered_path, &mut report, &empty, false, parse_delivered)?;
+    let main_file = held.as_ref();
+    let dead = scan_file(
+        &dead_path,
+        &mut report,
+        &empty,
+        false,
+        parse_line,
+        main_file,
+    )?;
+    let delivered = scan_file(
+        &delivered_path,
+        &mut report,
+        &empty,
+        false,
+        parse_delivered,
+        main_file,
+    )?;
     let mut moved_seen = dead.as_ref().map(|d| d.seen.clone()).unwrap_or_default();
     if let Some(d) = &delivered {
         moved_seen.extend(d.seen.iter().copied());
     }
-    let main = scan_file(path, &mut report, &moved_seen, true, parse_line)?;
+    let main = scan_file(path, &mut report, &moved_seen, true, parse_line, None)?;
     let damaged_lines = report
         .findings
         .iter()

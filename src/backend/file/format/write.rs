@@ -408,3 +408,47 @@ pub(crate) fn strip_tx(line: &[u8]) -> Option<Vec<u8>> {
     value.remove("tx");
     serde_json::to_vec(&value).ok()
 }
+
+/// `lines` (whole lines as this module writes them, each ending in `}`
+/// and a newline) with `"at":<at>,"ino":<ino>` added to each: the lines of
+/// a companion file (dead letters, delivered items) that a move writes
+/// before the main file's part of it, which starts at byte `at` of the
+/// main file, inode `ino`. The main file's part commits them: until it is
+/// there, they are an unfinished move, which readers leave out and
+/// writers cut off (see [`line_at`] and the backend's module docs). Once
+/// the main file was replaced (a compaction), the fields say nothing.
+pub(crate) fn stamp_at(lines: &[u8], at: u64, ino: u64) -> Vec<u8> {
+    let field = stamp_field(at, ino);
+    let count = memchr::memchr_iter(b'\n', lines).count();
+    let mut out = Vec::with_capacity(lines.len() + count * field.len());
+    for line in lines.split_inclusive(|b| *b == b'\n') {
+        match line.strip_suffix(b"}\n") {
+            Some(body) => {
+                out.extend_from_slice(body);
+                out.extend_from_slice(field.as_bytes());
+                out.push(b'\n');
+            }
+            None => out.extend_from_slice(line),
+        }
+    }
+    out
+}
+
+/// How [`stamp_at`] ends a line: `,"at":<at>,"ino":<ino>}`.
+pub(crate) fn stamp_field(at: u64, ino: u64) -> String {
+    format!(r#","at":{at},"ino":{ino}}}"#)
+}
+
+/// The `at` and `ino` fields of a line (see [`stamp_at`]), if it has
+/// them.
+pub(crate) fn line_at(line: &[u8]) -> Option<(u64, u64)> {
+    #[derive(Deserialize)]
+    struct At {
+        #[serde(default)]
+        at: Option<u64>,
+        #[serde(default)]
+        ino: Option<u64>,
+    }
+    let a = serde_json::from_slice::<At>(line).ok()?;
+    a.at.zip(a.ino)
+}
