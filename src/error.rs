@@ -224,6 +224,18 @@ impl Error {
                         detail: format!("{action}: another process holds the database lock"),
                     }
                 }
+                ReadOnly if e.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK => {
+                    // A read-only connection may not roll back the hot
+                    // journal a crashed writer left: say what to do.
+                    let detail = "a write to the spool was interrupted (a crash left its \
+                                  rollback journal) and only a command that writes may roll it \
+                                  back: run one (`spool checkpoint` does), then try again";
+                    return Error::Sqlite {
+                        path,
+                        action,
+                        source: rusqlite::Error::SqliteFailure(e, Some(detail.into())),
+                    };
+                }
                 _ => {}
             }
         }
@@ -265,6 +277,9 @@ fn sqlite_kind(e: &rusqlite::Error) -> ErrorKind {
         rusqlite::Error::SqliteFailure(f, _) => match f.code {
             DatabaseCorrupt | NotADatabase => ErrorKind::Data,
             DatabaseBusy | DatabaseLocked => ErrorKind::Temporary,
+            ReadOnly if f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK => {
+                ErrorKind::Temporary
+            }
             PermissionDenied | ReadOnly => ErrorKind::PermissionDenied,
             CannotOpen => ErrorKind::CannotCreate,
             DiskFull | SystemIoFailure => ErrorKind::Io,

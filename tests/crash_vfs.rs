@@ -598,6 +598,15 @@ fn a_new_sqlite_spool_whose_first_write_was_interrupted_stays_sqlite() {
     );
     // Nothing was written.
     assert_eq!(std::fs::read(&path).unwrap(), [0u8; 4096]);
+    // A read-only command may not roll it back, and says what to do.
+    let read = Spool::open(&path, &OpenOptions::new(OpenMode::ReadOnly)).and_then(|s| s.drain());
+    let e = read.expect_err("a read-only open rolled a hot journal back");
+    assert!(
+        e.to_string()
+            .contains("only a command that writes may roll it back"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), [0u8; 4096]);
 
     let s = Spool::open(&path, &OpenOptions::new(OpenMode::ReadWrite)).unwrap();
     assert!(matches!(s, Spool::Sqlite(_)));
