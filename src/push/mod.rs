@@ -85,6 +85,7 @@
 
 pub mod memory;
 pub mod receiver;
+pub mod retry_after;
 pub mod sender;
 pub mod wire;
 
@@ -93,6 +94,7 @@ pub use self::receiver::{
     apply_item, apply_push, client_state, scoped_key, Accepted, EntryRecord, ItemOutcome,
     PushOutcome, ReceiveLimits, ReceiveRead, ReceiveTxn,
 };
+pub use self::retry_after::{parse_retry_after, RetryAfter};
 pub use self::sender::{
     decide, Ack, Decision, Outbox, Reply, Sent, Settled, Slot, Stop, StopCause,
 };
