@@ -1,5 +1,4 @@
 //! `spool replay`: deliver pending items to a command or a URL.
-
 //!
 //! The flags are in [`args`] and [`outcomes`] (shared with `spool
 //! watch`), follow mode in [`follow`], what a run shows while it runs in
