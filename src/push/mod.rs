@@ -21,6 +21,8 @@
 //!   in-flight map, clamped cumulative acks, retransmission with the
 //!   original numbers) and [`decide`], which turns each answer into a
 //!   [`Decision`].
+//! * [`retry_after`] — the `Retry-After` a server answers with
+//!   ([`RetryAfter`], [`parse_retry_after`]).
 //! * [`memory`] — push state in memory: [`PushLedger`] for the memory
 //!   backend, [`MemoryReceiver`] for tests.
 //!
