@@ -43,7 +43,6 @@ pub mod units;
 pub mod verify;
 pub mod watch;
 
-pub use backend::identity::{IdentityOutcome, SpoolHeader};
 pub use backend::{
     detect, FileQueue, MemoryQueue, OpenMode, OpenOptions, PostgresQueue, Spool, SqliteQueue,
 };
@@ -54,4 +53,5 @@ pub use item::{
     Record, RecordState, PRUNE_BATCH,
 };
 pub use queue::{BackendKind, Claimed, LeaseToken, Leasing, Queue, PAGE_SIZE};
+pub use queue::{IdentityOutcome, SpoolHeader};
 pub use time::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};

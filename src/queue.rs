@@ -12,7 +12,6 @@
 //! returns `Ok` (for the durable backends), and all-or-nothing when it
 //! returns `Err`.
 
-use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::Result;
 use crate::item::{
     AttemptUpdate, BatchResults, ClientSummary, DeadLetter, DeliveredItem, EnqueueOptions,
@@ -657,4 +656,227 @@ pub trait Leasing: Send + Sync {
     /// is a hint: a caller polls the spool after every wake-up and after
     /// every timeout alike.
     fn wait_for_enqueue(&self, timeout: Duration) -> Result<bool>;
+}
+
+// --- Push identity across export/import (SPEC §7) -------------------
+
+/// The first line of an export: who the exporting spool is as a push
+/// client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpoolHeader {
+    /// The exporting spool's uuid (lowercase, hyphenated).
+    pub uuid: String,
+    /// Its push state when the export began.
+    pub push: PushState,
+}
+
+impl SpoolHeader {
+    /// Check what a header must satisfy: an RFC 4122 uuid in its
+    /// lowercase hyphenated form, a watermark at most the highest number
+    /// assigned, and skips ascending within `(acked, last_assigned]`.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        match uuid::Uuid::parse_str(&self.uuid) {
+            Ok(u) if u.hyphenated().to_string() == self.uuid => {}
+            _ => {
+                return Err(format!(
+                    "spool header: uuid {:?} is not a lowercase hyphenated RFC 4122 uuid",
+                    self.uuid
+                ))
+            }
+        }
+        let p = &self.push;
+        if p.acked > p.last_assigned {
+            return Err(format!(
+                "spool header: push acked {} is above last_assigned {}",
+                p.acked, p.last_assigned
+            ));
+        }
+        let mut prev = p.acked;
+        for &s in &p.skips {
+            if s <= prev || s > p.last_assigned {
+                return Err(format!(
+                    "spool header: push skips must be ascending numbers in {}..={}, not {s}",
+                    p.acked + 1,
+                    p.last_assigned
+                ));
+            }
+            prev = s;
+        }
+        Ok(())
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderLine {
+    spool: HeaderSpool,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderSpool {
+    uuid: String,
+    push: HeaderPush,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderPush {
+    last_assigned: u64,
+    acked: u64,
+    #[serde(default)]
+    skips: Vec<u64>,
+}
+
+impl SpoolHeader {
+    /// The header as the first line of an export, without the newline:
+    /// `{"spool":{"uuid":"…","push":{"last_assigned":N,"acked":M,"skips":[…]}}}`.
+    pub fn to_line(&self) -> String {
+        let line = HeaderLine {
+            spool: HeaderSpool {
+                uuid: self.uuid.clone(),
+                push: HeaderPush {
+                    last_assigned: self.push.last_assigned,
+                    acked: self.push.acked,
+                    skips: self.push.skips.clone(),
+                },
+            },
+        };
+        // Strings and numbers only: serializing cannot fail.
+        serde_json::to_string(&line).unwrap_or_default()
+    }
+
+    /// True when `line` is meant as a header: a JSON object with a
+    /// `spool` field (an item record never has one).
+    pub fn is_header(line: &[u8]) -> bool {
+        serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line)
+            .is_ok_and(|m| m.contains_key("spool"))
+    }
+
+    /// Parse and [check](SpoolHeader::check) a header line. Unknown
+    /// fields are errors; `skips` may be left out.
+    pub fn parse_line(line: &[u8]) -> std::result::Result<SpoolHeader, String> {
+        let h: HeaderLine = serde_json::from_slice(line).map_err(|e| {
+            let why = crate::ops::json::line_error(
+                &e,
+                r#"{"spool": {"uuid": "…", "push": {"last_assigned": 0, "acked": 0}}}"#,
+            );
+            format!("spool header: {why}")
+        })?;
+        let header = SpoolHeader {
+            uuid: h.spool.uuid,
+            push: PushState {
+                last_assigned: h.spool.push.last_assigned,
+                acked: h.spool.push.acked,
+                skips: h.spool.push.skips,
+            },
+        };
+        header.check()?;
+        Ok(header)
+    }
+}
+
+/// What [`crate::Queue::import_with_identity`] did with the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentityOutcome {
+    /// The target took the header's uuid and push state (`--identity`).
+    Adopted,
+    /// The target has the header's uuid: push states merged, in-flight
+    /// numbers kept.
+    Kept,
+    /// The uuids differ: the header was ignored, the records came in
+    /// unsent.
+    Ignored,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U1: &str = "3f0c8a52-5a4e-4c77-9a3e-1f6f1d2b9c10";
+
+    fn push(last_assigned: u64, acked: u64) -> PushState {
+        PushState {
+            last_assigned,
+            acked,
+            skips: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn headers_are_checked() {
+        let ok = SpoolHeader {
+            uuid: U1.into(),
+            push: push(5, 2),
+        };
+        assert!(ok.check().is_ok());
+        for bad in [
+            SpoolHeader {
+                uuid: U1.to_uppercase(),
+                ..ok.clone()
+            },
+            SpoolHeader {
+                uuid: "x".into(),
+                ..ok.clone()
+            },
+            SpoolHeader {
+                push: push(2, 5),
+                ..ok.clone()
+            },
+            SpoolHeader {
+                push: PushState {
+                    skips: vec![2],
+                    ..push(5, 2)
+                },
+                ..ok.clone()
+            },
+            SpoolHeader {
+                push: PushState {
+                    skips: vec![4, 3],
+                    ..push(5, 2)
+                },
+                ..ok.clone()
+            },
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn header_lines_round_trip() {
+        let h = SpoolHeader {
+            uuid: U1.into(),
+            push: PushState {
+                skips: vec![5],
+                ..push(7, 4)
+            },
+        };
+        let line = h.to_line();
+        assert_eq!(
+            line,
+            format!(
+                r#"{{"spool":{{"uuid":"{U1}","push":{{"last_assigned":7,"acked":4,"skips":[5]}}}}}}"#
+            )
+        );
+        assert!(SpoolHeader::is_header(line.as_bytes()));
+        assert_eq!(SpoolHeader::parse_line(line.as_bytes()).unwrap(), h);
+        let short =
+            format!(r#"{{"spool":{{"uuid":"{U1}","push":{{"last_assigned":7,"acked":4}}}}}}"#);
+        assert_eq!(
+            SpoolHeader::parse_line(short.as_bytes()).unwrap().push,
+            push(7, 4)
+        );
+        assert!(!SpoolHeader::is_header(br#"{"id":1,"payload":"a"}"#));
+        for bad in [
+            format!(
+                r#"{{"spool":{{"uuid":"{U1}","push":{{"last_assigned":7,"acked":4}},"x":1}}}}"#
+            ),
+            format!(r#"{{"spool":{{"uuid":"{U1}"}}}}"#),
+            format!(r#"{{"spool":{{"uuid":"{U1}","push":{{"last_assigned":1,"acked":4}}}}}}"#),
+            r#"{"spool":{"uuid":"nope","push":{"last_assigned":0,"acked":0}}}"#.to_string(),
+        ] {
+            assert!(SpoolHeader::parse_line(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
 }

@@ -21,6 +21,8 @@
 //!   in-flight map, clamped cumulative acks, retransmission with the
 //!   original numbers) and [`decide`], which turns each answer into a
 //!   [`Decision`].
+//! * [`retry_after`] — the `Retry-After` a server answers with
+//!   ([`RetryAfter`], [`parse_retry_after`]).
 //! * [`memory`] — push state in memory: [`PushLedger`] for the memory
 //!   backend, [`MemoryReceiver`] for tests.
 //!
@@ -85,6 +87,7 @@
 
 pub mod memory;
 pub mod receiver;
+pub mod retry_after;
 pub mod sender;
 pub mod wire;
 
@@ -93,6 +96,7 @@ pub use self::receiver::{
     apply_item, apply_push, client_state, scoped_key, Accepted, EntryRecord, ItemOutcome,
     PushOutcome, ReceiveLimits, ReceiveRead, ReceiveTxn,
 };
+pub use self::retry_after::{parse_retry_after, RetryAfter};
 pub use self::sender::{
     decide, Ack, Decision, Outbox, Reply, Sent, Settled, Slot, Stop, StopCause,
 };

@@ -45,9 +45,9 @@
 //!   is then abandoned with [`Outbox::abandon`] and goes out as a `skip`
 //!   entry, exactly as for `done --force`, so the stream has no hole.
 
+use super::retry_after::RetryAfter;
 use super::wire::{self, PushResponse, Rejected};
 use crate::error::{Error, ErrorKind, Result};
-use crate::replay::RetryAfter;
 use std::collections::BTreeMap;
 use std::ops::{Range, RangeInclusive};
 

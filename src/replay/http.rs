@@ -17,8 +17,9 @@
 //! used in messages, and every configured header value is masked in any
 //! error text.
 
-use super::{Delivery, Outcome, RetryAfter, Target};
+use super::{Delivery, Outcome, Target};
 use crate::error::{Error, Result};
+pub use crate::push::retry_after::parse_retry_after;
 use crate::tls::{TlsTrust, TrustedRoots};
 use base64::Engine;
 use std::time::Duration;
@@ -355,15 +356,6 @@ impl HttpTarget {
     }
 }
 
-/// Parse a `Retry-After` value: delay seconds or an HTTP date.
-pub fn parse_retry_after(v: &str) -> Option<RetryAfter> {
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(RetryAfter::Delay(Duration::from_secs(secs)));
-    }
-    httpdate::parse_http_date(v).ok().map(RetryAfter::At)
-}
-
 fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(BODY_SNIPPET)]);
     let flat: String = text
@@ -646,19 +638,6 @@ mod tests {
             ("http://h/a@b".to_string(), None)
         );
         assert_eq!(percent_decode("p%40ss%2"), "p@ss%2");
-    }
-
-    #[test]
-    fn retry_after_forms() {
-        assert_eq!(
-            parse_retry_after("120"),
-            Some(RetryAfter::Delay(Duration::from_secs(120)))
-        );
-        assert!(matches!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
-            Some(RetryAfter::At(_))
-        ));
-        assert_eq!(parse_retry_after("soon"), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! | 78 | configuration error: `serve` refuses an unsafe or broken configuration |
 //! | 130 / 143 | interrupted by SIGINT / SIGTERM (replay, watch) |
 
+use spool::replay::ReplayStatus;
 use spool::ErrorKind;
 
 /// Success.
@@ -59,6 +60,17 @@ pub fn for_kind(kind: ErrorKind) -> u8 {
         ErrorKind::Internal => SOFTWARE,
         ErrorKind::Config => CONFIG,
         _ => SOFTWARE,
+    }
+}
+
+/// The exit status of a replay (or push) run whose report was printed
+/// (SPEC §4): 0 when every due item was delivered, 75 when something
+/// stays queued for retry, 1 when an item was dead-lettered.
+pub fn for_replay(status: ReplayStatus) -> Result<(), CliError> {
+    match status {
+        ReplayStatus::Clean => Ok(()),
+        ReplayStatus::Retry => Err(CliError::Silent(TEMP_FAIL)),
+        ReplayStatus::DeadLettered => Err(CliError::Silent(DEAD_LETTERED)),
     }
 }
 
@@ -150,5 +162,13 @@ mod tests {
         assert_eq!(for_kind(ErrorKind::Temporary), 75);
         assert_eq!(for_kind(ErrorKind::PermissionDenied), 77);
         assert_eq!(for_kind(ErrorKind::Config), 78);
+    }
+
+    #[test]
+    fn every_replay_status_has_its_row() {
+        assert!(for_replay(ReplayStatus::Clean).is_ok());
+        let code = |s| for_replay(s).map_err(|e| e.code()).err();
+        assert_eq!(code(ReplayStatus::Retry), Some(75));
+        assert_eq!(code(ReplayStatus::DeadLettered), Some(1));
     }
 }

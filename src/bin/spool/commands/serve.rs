@@ -1,7 +1,8 @@
 //! `spool serve`: receive pushes (and single payloads) over HTTP(S).
 
+use super::signals::Signals;
 use super::{Ctx, Verbosity};
-use crate::exit::{self, CliError};
+use crate::exit::CliError;
 use clap::Args;
 use spool::ops::watch::Level;
 use spool::serve::{auth, ServeEvent, ServeLog, ServeOptions, ServeStop, Server, TlsFiles, Tokens};
@@ -11,7 +12,7 @@ use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Receive pushes from other spools, and single payloads, over HTTP(S)
 ///
@@ -243,38 +244,20 @@ impl ServeLog for StderrLog {
 /// SIGINT/SIGTERM: the first stops the server cleanly. One that comes
 /// more than a second later exits at once (130/143).
 fn install_signals(stop: ServeStop, log: Arc<StderrLog>) -> Result<(), CliError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
-    std::thread::Builder::new()
-        .name("spool-signals".into())
-        .spawn(move || {
-            let mut first: Option<Instant> = None;
-            for sig in signals.forever() {
-                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                match first {
-                    None => {
-                        first = Some(Instant::now());
-                        log.line(Level::Info, "signal", &format!("received {name}"));
-                        stop.stop();
-                    }
-                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
-                    Some(_) => {
-                        log.line(
-                            Level::Warn,
-                            "signal",
-                            &format!("received {name} again: exiting now"),
-                        );
-                        std::process::exit(i32::from(if sig == SIGINT {
-                            exit::INTERRUPTED
-                        } else {
-                            exit::TERMINATED
-                        }));
-                    }
-                }
-            }
-        })
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    let first = log.clone();
+    Signals::handle(
+        move |name| {
+            first.line(Level::Info, "signal", &format!("received {name}"));
+            stop.stop();
+        },
+        Some(Box::new(move |name| {
+            log.line(
+                Level::Warn,
+                "signal",
+                &format!("received {name} again: exiting now"),
+            );
+        })),
+    )?;
     Ok(())
 }
 

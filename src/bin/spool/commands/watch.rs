@@ -1,8 +1,9 @@
 //! `spool watch`: probe the link and replay the spool when it comes back.
 
 use super::replay::{setup_error, OutcomeArgs, PushArgs, ReplayFlags, TargetArgs};
+use super::signals::Signals;
 use super::{Ctx, Verbosity};
-use crate::exit::{self, CliError};
+use crate::exit::CliError;
 use clap::{ArgGroup, Args};
 use spool::ops::watch::{Level, LogEntry, Watch, WatchConfig, WatchLog, WatchStop, WatchTarget};
 use spool::units::parse_duration;
@@ -10,7 +11,7 @@ use spool::OpenMode;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Probe the link; replay the spool as soon as it comes back
 ///
@@ -169,40 +170,22 @@ impl WatchLog for StderrLog {
 /// (`timeout` signals both the child and its group) count as the same
 /// request.
 fn install_signals(stop: WatchStop, log: Arc<StderrLog>) -> Result<(), CliError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
-    std::thread::Builder::new()
-        .name("spool-signals".into())
-        .spawn(move || {
-            let mut first: Option<Instant> = None;
-            for sig in signals.forever() {
-                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                let now = spool::Timestamp::now();
-                match first {
-                    None => {
-                        first = Some(Instant::now());
-                        log.line(now, Level::Info, "signal", &format!("received {name}"));
-                        stop.stop();
-                    }
-                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
-                    Some(_) => {
-                        log.line(
-                            now,
-                            Level::Warn,
-                            "signal",
-                            &format!("received {name} again: exiting now"),
-                        );
-                        std::process::exit(i32::from(if sig == SIGINT {
-                            exit::INTERRUPTED
-                        } else {
-                            exit::TERMINATED
-                        }));
-                    }
-                }
-            }
-        })
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    let first = log.clone();
+    Signals::handle(
+        move |name| {
+            let now = spool::Timestamp::now();
+            first.line(now, Level::Info, "signal", &format!("received {name}"));
+            stop.stop();
+        },
+        Some(Box::new(move |name| {
+            log.line(
+                spool::Timestamp::now(),
+                Level::Warn,
+                "signal",
+                &format!("received {name} again: exiting now"),
+            );
+        })),
+    )?;
     Ok(())
 }
 

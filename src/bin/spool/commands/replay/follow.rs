@@ -2,24 +2,24 @@
 //! library's [`spool::ops::replay::follow`] and
 //! [`spool::ops::replay::follow_push`]).
 
-use super::replay::{
-    finish_outcomes, push_hint, push_report_json, report_json, with_outcomes, Progress,
-};
-use super::{Ctx, Verbosity};
+use super::outcomes::{finish_outcomes, with_outcomes};
+use super::progress::Progress;
+use super::report::{push_refused, push_report_json, report_json};
+use crate::commands::signals::Signals;
+use crate::commands::{Ctx, Verbosity};
 use crate::exit::{self, CliError};
 use clap::Args;
 use spool::ops::replay::{
     follow, follow_push, FollowRequest, FollowRun, PushReplay, PushTarget, ReplayRequest,
     TargetSpec,
 };
-use spool::push::StopCause;
 use spool::replay::follow::{FollowEnd, Signal};
-use spool::replay::push::{PushOptions, PushStatus};
-use spool::replay::{ReplayOptions, ReplayStatus, StopHandle};
+use spool::replay::push::PushOptions;
+use spool::replay::{ReplayOptions, StopHandle};
 use spool::units::parse_duration;
 use spool::Spool;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `--follow` and the options only it takes.
 #[derive(Args, Debug, Clone)]
@@ -59,41 +59,22 @@ impl FollowArgs {
 /// a second later exits at once with 130/143; closer repeats count as the
 /// same request.
 fn install_signals(signal: Signal, verbosity: Verbosity) -> Result<(), CliError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
-    std::thread::Builder::new()
-        .name("spool-signals".into())
-        .spawn(move || {
-            let mut first: Option<Instant> = None;
-            for sig in signals.forever() {
-                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                let say = |msg: String| {
-                    if verbosity >= Verbosity::Normal {
-                        let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
-                    }
-                };
-                match first {
-                    None => {
-                        first = Some(Instant::now());
-                        say(format!(
-                            "received {name}: stopping after the item(s) in flight"
-                        ));
-                        signal.stop();
-                    }
-                    Some(t) if t.elapsed() < Duration::from_secs(1) => {}
-                    Some(_) => {
-                        say(format!("received {name} again: exiting now"));
-                        std::process::exit(i32::from(if sig == SIGINT {
-                            exit::INTERRUPTED
-                        } else {
-                            exit::TERMINATED
-                        }));
-                    }
-                }
-            }
-        })
-        .map_err(|e| CliError::new(exit::SOFTWARE, format!("cannot handle signals: {e}")))?;
+    let say = move |msg: String| {
+        if verbosity >= Verbosity::Normal {
+            let _ = writeln!(std::io::stderr().lock(), "spool: {msg}");
+        }
+    };
+    Signals::handle(
+        move |name| {
+            say(format!(
+                "received {name}: stopping after the item(s) in flight"
+            ));
+            signal.stop();
+        },
+        Some(Box::new(move |name| {
+            say(format!("received {name} again: exiting now"))
+        })),
+    )?;
     Ok(())
 }
 
@@ -172,11 +153,7 @@ pub fn replay(
     if run.follow.end == FollowEnd::Stopped {
         return Ok(());
     }
-    match run.status() {
-        ReplayStatus::Clean => Ok(()),
-        ReplayStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
-        ReplayStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
-    }
+    exit::for_replay(run.status())
 }
 
 /// `spool replay --push --follow`.
@@ -213,28 +190,14 @@ pub fn push(
         .json
         .then(|| follow_json(push_report_json(&run.report, &run.target), &run));
     print_summary(ctx, json, run.summary(), outputs.summary_to_stderr)?;
-    match run.status() {
-        PushStatus::Refused(kind) => {
-            let (message, cause) = run
-                .report
-                .refusal()
-                .map(|s| (s.message.clone(), s.cause))
-                .unwrap_or_else(|| {
-                    (
-                        "the push receiver refused the run".into(),
-                        StopCause::Refused,
-                    )
-                });
-            Err(CliError::new(
-                exit::for_kind(kind),
-                format!("push {}: {message}", ctx.spool.display()),
-            )
-            .hint(push_hint(cause, run.report.in_flight)))
-        }
-        _ if run.follow.end == FollowEnd::Stopped => Ok(()),
-        PushStatus::Clean => Ok(()),
-        PushStatus::Retry => Err(CliError::Silent(exit::TEMP_FAIL)),
-        PushStatus::DeadLettered => Err(CliError::Silent(exit::DEAD_LETTERED)),
+    match run.status().replay_status() {
+        Err(kind) => Err(push_refused(
+            &run.report,
+            kind,
+            &ctx.spool.display().to_string(),
+        )),
+        Ok(_) if run.follow.end == FollowEnd::Stopped => Ok(()),
+        Ok(status) => exit::for_replay(status),
     }
 }
 
