@@ -96,8 +96,12 @@ if [[ " $areas " == *" postgres "* ]] && [ -z "${SPOOL_BENCH_PG_URL:-}" ] &&
 fi
 
 # ---- binaries
+# The three builds the scripts run (a binary and an example built together
+# unify their dependencies' features differently), so that no area's time
+# includes a build.
 cargo build --release --locked >&2
 cargo build --release --locked --example http_sink >&2
+cargo build --release --locked --bin spool --example http_sink >&2
 new="${CARGO_TARGET_DIR:-$root/target}/release/spool"
 new=$(cd "$(dirname "$new")" && pwd)/$(basename "$new")
 tags="new"
@@ -146,8 +150,8 @@ run_area() {
     cli) # (a) 200 one-shot calls each instead of 400, no ageing part;
         # (b) 100,000 lines, median of 3 as by default.
         benches/cli.sh --only ab --calls 200 --drift-calls 0 --json-out "$o.json" ;;
-    scale) # NDJSON 1,000 against 1,000,000 items, 7 runs per command instead of 21.
-        benches/scale.sh --backend ndjson --sizes 1000,1000000 --runs 7 --only oneshot ;;
+    scale) # NDJSON 1,000 against 1,000,000 items, 11 runs per command instead of 21.
+        benches/scale.sh --backend ndjson --sizes 1000,1000000 --runs 11 --only oneshot ;;
     replay) # 3,000 items instead of 10,000; the curl and Python loops 500
         # (at 20 ms: 50), extrapolated per item as the script does.
         benches/replay.sh --only 123 --items 3000 --loop-items 500 --slow-items 400 \
