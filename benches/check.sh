@@ -156,8 +156,8 @@ run_area() {
         # (at 20 ms: 50), extrapolated per item as the script does.
         benches/replay.sh --only 123 --items 3000 --loop-items 500 --slow-items 400 \
             --slow-loop-items 50 --exec-items 1000 --json-out "$o.json" ;;
-    retention) # 5 paired rounds of 2,000 items instead of 7 of 10,000.
-        benches/replay.sh --only 5 --items 2000 --retention-reps 5 --json-out "$o.json" ;;
+    retention) # 9 paired rounds of 2,000 items instead of 7 of 10,000.
+        benches/replay.sh --only 5 --items 2000 --retention-reps 9 --json-out "$o.json" ;;
     follow) # 5 s idle instead of 10, 20 enqueues instead of 100.
         benches/follow.sh --idle 5 --items 20 ;;
     groups) # 16 groups of 20 items instead of 40.
