@@ -40,7 +40,7 @@ only=
 keep=
 
 usage() {
-    sed -n '2,29p' "$0" >&2
+    sed -n '2,30p' "$0" >&2
     echo "areas: $AREAS" >&2
     exit 64
 }
