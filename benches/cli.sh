@@ -7,6 +7,7 @@
 #   benches/cli.sh                  # everything (a few minutes)
 #   benches/cli.sh --only a         # one part; other flags: benches/cli_bench.py --help
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/cli.sh   # keep the work files there
+#   SPOOL_BIN=/path/to/spool benches/cli.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Work files go to $SPOOL_BENCH_DIR, or to a temporary directory that is
 # removed afterwards. Measure on the file system you care about: the
@@ -28,7 +29,7 @@ command -v python3 >/dev/null || missing+=(python3)
 apt_install cli.sh "${missing[@]}"
 
 cargo build --release --locked >&2
-spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"
+spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
 if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
     dir=$SPOOL_BENCH_DIR

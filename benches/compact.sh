@@ -4,6 +4,8 @@
 #
 #   bash benches/compact.sh            # work files under target/bench-compact
 #   BENCH_DIR=/data/tmp bash benches/compact.sh
+#   BENCH_ONLY=compact BENCH_KEY_CASES=1 BENCH_CONTROL=0 bash benches/compact.sh   # the keyed cases only
+#   SPOOL_BIN=/path/to/spool bash benches/compact.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Builds the release binary, generates the spools, measures wall time and
 # peak RSS with /usr/bin/time -v (installed with apt-get when missing),
@@ -42,7 +44,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 
 cargo build --release --quiet --bin spool
-SPOOL=$(pwd)/target/release/spool
+SPOOL=${SPOOL_BIN:-$(pwd)/target/release/spool}
 
 # drop_cache FILE...: write FILEs out and drop them from the page cache.
 drop_cache() {
@@ -179,17 +181,20 @@ ONLY=${BENCH_ONLY:-all}
 if [[ $ONLY == all || $ONLY == compact ]]; then
     echo "generating and compacting ~${SIZE_MB} MB spools in $DIR" >&2
     # Every item with an idempotency key (what most producers send), and
-    # none (the reference's unkeyed enqueue).
-    for keys in 1 0; do
+    # none (the reference's unkeyed enqueue); BENCH_KEY_CASES=1 runs the
+    # keyed cases only.
+    for keys in ${BENCH_KEY_CASES:-1 0}; do
         compact_case "90% garbage" 0.10 "$keys"
         compact_case "10% garbage" 0.90 "$keys"
     done
     # Control for the memory question: the live items of the 90% case
-    # alone, without the garbage.
-    SIZE_SAVED=$SIZE_MB
-    SIZE_MB=$((SIZE_MB / 10))
-    compact_case "no garbage, the live set of 90%" 1.0 0
-    SIZE_MB=$SIZE_SAVED
+    # alone, without the garbage (BENCH_CONTROL=0 leaves it out).
+    if [[ ${BENCH_CONTROL:-1} == 1 ]]; then
+        SIZE_SAVED=$SIZE_MB
+        SIZE_MB=$((SIZE_MB / 10))
+        compact_case "no garbage, the live set of 90%" 1.0 0
+        SIZE_MB=$SIZE_SAVED
+    fi
 fi
 if [[ $ONLY == all || $ONLY == checkpoint ]]; then
 echo "growing a ~${SIZE_MB} MB WAL behind a reader" >&2

@@ -8,6 +8,7 @@
 #   benches/follow.sh                       # everything (about a minute)
 #   benches/follow.sh --items 20 --idle 5   # other flags: benches/follow_bench.py --help
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/follow.sh   # keep the work files there
+#   SPOOL_BIN=/path/to/spool benches/follow.sh   # measure that binary instead (benches/check.sh --baseline)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,4 +25,4 @@ else
     trap 'rm -rf "$dir"' EXIT
 fi
 
-python3 "$root/benches/follow_bench.py" --spool "$target/spool" --dir "$dir" "$@"
+python3 "$root/benches/follow_bench.py" --spool "${SPOOL_BIN:-$target/spool}" --dir "$dir" "$@"

@@ -6,6 +6,7 @@
 #
 #   benches/groups.sh                     # 16 groups x 40 items
 #   GROUP_COUNT=16 PER_GROUP=100 benches/groups.sh
+#   SPOOL_BIN=/path/to/spool benches/groups.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Prints a Markdown table; docs/benchmarks.md records the figures.
 set -euo pipefail
@@ -18,7 +19,7 @@ delay=${DELAY_MS:-20}
 
 cargo build --release --locked --bin spool --example http_sink >&2
 target=${CARGO_TARGET_DIR:-$root/target}/release
-spool=$target/spool
+spool=${SPOOL_BIN:-$target/spool}
 dir=$(mktemp -d)
 sink_pid=
 cleanup() {

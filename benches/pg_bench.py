@@ -13,7 +13,8 @@ import time
 
 from benchlib import check, run_timed
 
-SPOOL = "target/release/spool"
+# SPOOL_BIN measures another spool binary (benches/check.sh --baseline).
+SPOOL = os.environ.get("SPOOL_BIN") or "target/release/spool"
 SINK = "target/release/examples/http_sink"
 
 
@@ -188,7 +189,7 @@ def throughput(base, work, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
-    ap.add_argument("--only", type=int)
+    ap.add_argument("--only", help="which parts to run, e.g. 3 or 123 (default: all)")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--replay-items", type=int, default=1000)
@@ -202,7 +203,7 @@ def main():
              3: lambda: concurrent(base, a.work, a.replay_items),
              4: lambda: throughput(base, a.work, a.throughput_items)}
     for k, f in parts.items():
-        if a.only in (None, k):
+        if a.only is None or str(k) in a.only:
             f()
 
 

@@ -14,6 +14,7 @@
 #   benches/postgres.sh                 # everything (a few minutes)
 #   benches/postgres.sh --only 3        # one part
 #   SPOOL_BENCH_PG_URL=postgresql://… benches/postgres.sh   # another server
+#   SPOOL_BIN=/path/to/spool benches/postgres.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Prints Markdown tables. Performance is measured, never asserted.
 set -euo pipefail

@@ -6,7 +6,9 @@
 #   benches/push.sh                # 100,000 items
 #   benches/push.sh 20000          # fewer
 #   benches/push.sh 100000 --modes push,url   # some contenders only
+#   benches/push.sh 20000 --url-items 1000    # fewer one-item requests (ratio per item/s)
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/push.sh   # keep the work files there
+#   SPOOL_BIN=/path/to/spool benches/push.sh   # measure that binary instead (benches/check.sh --baseline)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +21,7 @@ command -v python3 >/dev/null || missing+=(python3)
 apt_install push.sh "${missing[@]}"
 
 cargo build --release --locked >&2
-spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"
+spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
 if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
     dir=$SPOOL_BENCH_DIR

@@ -7,6 +7,7 @@
 #   benches/replay.sh                 # everything (about 10 minutes)
 #   benches/replay.sh --only 5        # one part (5: retention on vs off, about 3 minutes); other flags: benches/replay_bench.py --help
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/replay.sh   # keep the work files there
+#   SPOOL_BIN=/path/to/spool benches/replay.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Work files go to $SPOOL_BENCH_DIR, or to a temporary directory that is
 # removed afterwards.
@@ -42,5 +43,5 @@ else
     trap 'rm -rf "$dir"' EXIT
 fi
 
-python3 "$root/benches/replay_bench.py" --spool "$target/spool" \
+python3 "$root/benches/replay_bench.py" --spool "${SPOOL_BIN:-$target/spool}" \
     --sink "$target/examples/http_sink" --dir "$dir" "$@"

@@ -11,6 +11,7 @@
 #   benches/scale.sh --backend sqlite --sizes 1000,1000000,10000000 --only oneshot
 #   benches/scale.sh --backend sqlite --only stream --gib 1
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/scale.sh --keep ...   # keep the spools there
+#   SPOOL_BIN=/path/to/spool benches/scale.sh   # measure that binary instead (benches/check.sh --baseline)
 #
 # Disk: a 10M-item SQLite spool is ~1.4 GB; the stream part needs ~3× the
 # batch size at its peak (the spool, its export and a copy). Every spool
@@ -28,7 +29,7 @@ command -v python3 >/dev/null || missing+=(python3)
 apt_install scale.sh "${missing[@]}"
 
 cargo build --release --locked >&2
-spool="${CARGO_TARGET_DIR:-$root/target}/release/spool"
+spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
 if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
     dir=$SPOOL_BENCH_DIR
