@@ -23,10 +23,10 @@
 
 use super::json::ItemJson;
 use super::output::{sink_error, write_to, Destination};
-use crate::backend::identity::SpoolHeader;
 use crate::error::Result;
 use crate::item::{Record, RecordState};
 use crate::queue::Queue;
+use crate::queue::SpoolHeader;
 use serde::Serialize;
 
 /// What [`export`] wrote.

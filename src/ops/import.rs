@@ -2,7 +2,7 @@
 //! spool of any backend, all or nothing.
 //!
 //! An export's first line may be a spool header
-//! ([`crate::backend::identity::SpoolHeader`]: the exporting spool's uuid
+//! ([`crate::queue::SpoolHeader`]: the exporting spool's uuid
 //! and push state). [`import_input_with`] hands it to
 //! [`Queue::import_with_identity`] in the same commit as the records; a
 //! header on any other line is a malformed record. Exports without a
@@ -46,10 +46,10 @@
 //! ([`crate::item::key_problem`]; an export of a spool that older
 //! versions let store one) are errors. Blank lines are skipped.
 
-use crate::backend::identity::{IdentityOutcome, SpoolHeader};
 use crate::error::{Error, Result};
 use crate::item::{Delivery, Evidence, Imported, Item, ItemId, Record, RecordState};
 use crate::queue::Queue;
+use crate::queue::{IdentityOutcome, SpoolHeader};
 use crate::time::Timestamp;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};

@@ -191,11 +191,7 @@ pub fn push(
         .then(|| follow_json(push_report_json(&run.report, &run.target), &run));
     print_summary(ctx, json, run.summary(), outputs.summary_to_stderr)?;
     match run.status().replay_status() {
-        Err(kind) => Err(push_refused(
-            &run.report,
-            kind,
-            &ctx.spool.display().to_string(),
-        )),
+        Err(kind) => Err(push_refused(&run.report, kind, ctx.shown())),
         Ok(_) if run.follow.end == FollowEnd::Stopped => Ok(()),
         Ok(status) => exit::for_replay(status),
     }
