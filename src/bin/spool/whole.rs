@@ -57,21 +57,45 @@ impl<T> Whole<T> {
     }
 }
 
-impl<T: TryFrom<u64>> Whole<T> {
+/// The largest value of a type [`Whole`] parses into, named by its
+/// "too large" error.
+pub trait Largest {
+    const LARGEST: u64;
+}
+
+impl Largest for u32 {
+    const LARGEST: u64 = u32::MAX as u64;
+}
+
+impl Largest for u64 {
+    const LARGEST: u64 = u64::MAX;
+}
+
+impl Largest for usize {
+    const LARGEST: u64 = usize::MAX as u64;
+}
+
+impl<T: TryFrom<u64> + Largest> Whole<T> {
     fn parse(&self, s: &str) -> Result<T, String> {
-        let n = spool::units::parse_whole(s, self.min, self.max, self.example)?;
-        T::try_from(n).map_err(|_| {
+        // A number too large names the largest one taken.
+        let too_large = || {
+            let max = self.max.map_or(T::LARGEST, |m| m.min(T::LARGEST));
             format!(
                 "too large; expected {}",
-                spool::units::whole_forms(self.min, self.max, self.example)
+                spool::units::whole_forms(self.min, Some(max), self.example)
             )
-        })
+        };
+        let n = match spool::units::parse_whole(s, self.min, self.max, self.example) {
+            Err(e) if e.starts_with("too large") => return Err(too_large()),
+            r => r?,
+        };
+        T::try_from(n).map_err(|_| too_large())
     }
 }
 
 impl<T> TypedValueParser for Whole<T>
 where
-    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    T: TryFrom<u64> + Largest + Clone + Send + Sync + 'static,
 {
     type Value = T;
 
@@ -101,7 +125,14 @@ mod tests {
         );
         assert_eq!(
             Whole::<u32>::at_least(1, 5).parse("4294967296"),
-            Err("too large; expected a whole number of 1 or more, such as 5".to_string())
+            Err("too large; expected a whole number from 1 to 4294967295, such as 5".to_string())
+        );
+        assert_eq!(
+            Whole::<u64>::any(20).parse("99999999999999999999"),
+            Err(
+                "too large; expected a whole number up to 18446744073709551615, such as 20"
+                    .to_string()
+            )
         );
         assert_eq!(
             Whole::<usize>::between(1, 256, 8).parse("257"),
