@@ -175,6 +175,39 @@ fn verify_repair_cuts_an_unfinished_move() {
     assert_eq!(ids(&env), vec![2]);
 }
 
+/// `compact` right after a dead-lettering killed between its two appends:
+/// the dead letter the main file never committed is cut off, not kept,
+/// and the item stays pending.
+#[test]
+fn compact_cuts_an_unfinished_move() {
+    if !debug_build_or_skip("killing a move between its two appends") {
+        return;
+    }
+    let env = Env::new("spool.ndjson");
+    env.enqueue("a");
+    env.enqueue("b");
+    killed_at(
+        &env,
+        "index-update:2",
+        &[
+            "replay",
+            "--exec",
+            "false",
+            "--reject-exit",
+            "1",
+            "--limit",
+            "1",
+        ],
+    );
+    let c = env.run(&["compact"]).success();
+    assert!(stderr(&c).contains("cut off"), "{}", stderr(&c));
+    assert_eq!(ids(&env), vec![1, 2]);
+    let dead = env.run(&["--json", "dlq", "list"]).success();
+    assert_eq!(ndjson(&dead.get_output().stdout).len(), 0);
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+}
+
 /// A small write (`done` of one item: its index journal kept in memory)
 /// killed while it writes the index (its write mark set, the commit not
 /// done): readers do without the index and leave it alone, `verify`

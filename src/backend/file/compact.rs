@@ -1,19 +1,23 @@
 //! Compaction of an NDJSON spool: the main, dead-letter and delivered
 //! files rewritten last-write-wins, atomically, keeping the id
 //! high-water mark, the push state and the receiver's ledger; then the
-//! index rebuilt for the new files.
+//! index carried over to the new files. The live lines of the main file
+//! are found in the index when it is caught up with the files (the
+//! garbage is never read), by a scan of the file otherwise.
 
 use super::format::{self, parse_line, Line};
+use super::index::Which;
 use super::io::{copy_all, parent_dir, write_all, FileIo};
+use super::scan::TornTail;
 use super::{
-    client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, scan, torn_notice,
-    CompactReport, FileQueue, Inner, COMPACT_COPY_RUN,
+    client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, push_line, scan,
+    torn_notice, CompactReport, FileQueue, Inner, COMPACT_COPY_RUN,
 };
 use crate::backend::companion;
 use crate::backend::receive::ClientDelta;
 use crate::backend::state::State;
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, ItemId};
+use crate::item::{DeadLetter, ItemId, PushState};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -35,6 +39,7 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         full: bool,
+        from_index: Option<MainPlan>,
     ) -> Result<(CompactReport, Layout, File)> {
         // Dead letters are few: read them whole, as an image.
         let mut dead = State::default();
@@ -98,34 +103,16 @@ impl FileQueue {
             && delivered_torn.is_none()
             && delivered_records < 2 * delivered.len() as u64;
 
-        // The main file: where the last line of each live item is, as the
-        // image would apply the lines (a put of a dead letter's id, or of
-        // a delivered item's, only raises the high-water mark: those files
-        // win).
+        // The main file: where the last line of each live item is, from
+        // the index when it is caught up with the files, from a scan
+        // otherwise.
+        let plan = match from_index {
+            Some(plan) => plan,
+            None => self.scan_main(inner, &dead, &delivered)?,
+        };
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;
-        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
-        let mut high_water = dead.high_water.max(delivered_high);
-        let mut last_push: Option<(u64, usize)> = None;
-        let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
-        let scanned = scan::scan_file_parallel(
-            &self.path,
-            &*self.io,
-            &main.file,
-            format::check_line,
-            |head, offset, len| {
-                high_water = high_water.max(head.id);
-                if head.push {
-                    last_push = Some((offset, len));
-                } else if head.client {
-                    client_lines_at.push((offset, len));
-                } else if !head.put {
-                    live.remove(&head.id);
-                } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
-                    live.insert(head.id, (offset, len));
-                }
-            },
-        )?;
+        let high_water = plan.high_water.max(dead.high_water).max(delivered_high);
 
         // The dead-letter file is replaced first, while every other
         // process still waits on the lock of the old main file. Once the
@@ -190,13 +177,13 @@ impl FileQueue {
         // pass: a line is read in passing when no line of a later id lies
         // before it. The others (an item updated after later ones were
         // enqueued) are read on their own.
-        let pending = live.len() as u64;
-        let max_live = live.keys().next_back().copied().unwrap_or(0);
+        let pending = plan.live.len() as u64;
+        let max_live = plan.live.last().map_or(0, |l| l.0);
         let mut records_after = pending;
         if high_water > max_live {
             records_after += 1;
         }
-        let order: Vec<(u64, usize)> = live.into_values().collect();
+        let order: Vec<(u64, usize)> = plan.live.iter().map(|&(_, off, len)| (off, len)).collect();
         // The new file must not end in a line that carries a batch's `tx`
         // field (it would read as an unfinished batch): such a last line
         // is written without the field.
@@ -216,48 +203,7 @@ impl FileQueue {
             last_len: last_line.as_ref().map(Vec::len),
             delivered_kept: keep_delivered,
         };
-        // The push state, written anew (without any batch frame).
-        let mut push_state = Vec::new();
-        if let Some((offset, len)) = last_push {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            if let Ok(Line::Push(p)) = format::parse_line(&line) {
-                format::write_push(&mut push_state, &p);
-            }
-        }
-        // The receiver's state: every client's lines added up, written as
-        // one line per client (or a few for a long history).
-        let mut receiver = State::default();
-        for &(offset, len) in &client_lines_at {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            if let Ok(Line::Client(c)) = format::parse_line(&line) {
-                let id = c.id.clone();
-                receiver.apply_client_delta(&id, client_delta(c));
-            }
-        }
-        for (id, c) in receiver.receiver.clients() {
-            let mut entries = c.entries.clone();
-            // Rejects the client acknowledged keep their record but are no
-            // longer reported: everything below the first one still
-            // reported (all of them when none is) is acknowledged.
-            let acked = c
-                .rejects
-                .keys()
-                .next()
-                .map_or(c.last_seq, |first| first - 1);
-            let delta = ClientDelta {
-                last_seq: Some(c.last_seq),
-                entries: std::mem::take(&mut entries),
-                acked,
-                at: receiver.receiver_at.get(id).copied(),
-            };
-            client_lines(&mut push_state, id, &delta);
-        }
+        let push_state = plan.state_lines;
         records_after += push_state.iter().filter(|b| **b == b'\n').count() as u64;
         let mut later_min = vec![u64::MAX; order.len()];
         let mut m = u64::MAX;
@@ -318,7 +264,7 @@ impl FileQueue {
         let new_main = new_main.ok_or_else(no_handle)?;
 
         for (path, torn) in [
-            (&self.path, &scanned.torn),
+            (&self.path, &plan.torn),
             (&self.dead_path, &dead_torn),
             (&self.delivered_path, &delivered_torn),
         ] {
@@ -331,17 +277,129 @@ impl FileQueue {
             CompactReport {
                 bytes_before: main_len + dead_len + delivered_len,
                 bytes_after,
-                records_before: scanned.records,
+                records_before: plan.records,
                 records_after,
                 pending,
                 dead_letters: dead.dead.len() as u64,
                 delivered_retained: delivered.len() as u64,
                 high_water,
-                dropped_torn_tail: scanned.torn,
+                dropped_torn_tail: plan.torn,
             },
             layout,
             new_main,
         ))
+    }
+
+    /// What the index, caught up with the files, says a compaction keeps
+    /// of the main file: no line of the file is read.
+    pub(super) fn main_plan_from_index(&self, inner: &Inner) -> Result<MainPlan> {
+        let ix = inner.index()?;
+        let live = ix
+            .live_locs()?
+            .into_iter()
+            .map(|l| (l.id, l.off, l.len))
+            .collect();
+        let mut state_lines = Vec::new();
+        let (push, uuid) = (ix.push()?, ix.uuid()?);
+        if push != PushState::default() || uuid.is_some() {
+            state_lines = push_line(&push, uuid.as_ref());
+        }
+        for (id, delta) in ix.client_ledgers()? {
+            client_lines(&mut state_lines, &id, &delta);
+        }
+        Ok(MainPlan {
+            live,
+            high_water: ix.high_water()?,
+            state_lines,
+            records: ix.file_row(Which::Main)?.map_or(0, |r| r.records),
+            torn: inner.main_tail.torn.clone(),
+        })
+    }
+
+    /// What a compaction keeps of the main file, found by reading every
+    /// line (checked as a normal read checks it) and keeping only where
+    /// each live item's last line is: a put of a dead letter's id, or of a
+    /// retained delivered item's, only raises the high-water mark (those
+    /// files win).
+    fn scan_main(
+        &self,
+        inner: &Inner,
+        dead: &State,
+        delivered: &BTreeMap<ItemId, (u64, usize)>,
+    ) -> Result<MainPlan> {
+        let main = inner.main.as_ref().ok_or_else(no_handle)?;
+        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
+        let mut high_water = 0;
+        let mut last_push: Option<(u64, usize)> = None;
+        let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
+        let scanned = scan::scan_file_parallel(
+            &self.path,
+            &*self.io,
+            &main.file,
+            format::check_line,
+            |head, offset, len| {
+                high_water = high_water.max(head.id);
+                if head.push {
+                    last_push = Some((offset, len));
+                } else if head.client {
+                    client_lines_at.push((offset, len));
+                } else if !head.put {
+                    live.remove(&head.id);
+                } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
+                    live.insert(head.id, (offset, len));
+                }
+            },
+        )?;
+        let read = |offset: u64, len: usize| -> Result<Vec<u8>> {
+            let mut line = vec![0; len];
+            main.file
+                .read_exact_at(&mut line, offset)
+                .map_err(|e| Error::io(&self.path, "read", e))?;
+            Ok(line)
+        };
+        // The push state, written anew (without any batch frame).
+        let mut state_lines = Vec::new();
+        if let Some((offset, len)) = last_push {
+            if let Ok(Line::Push(p)) = format::parse_line(&read(offset, len)?) {
+                format::write_push(&mut state_lines, &p);
+            }
+        }
+        // The receiver's state: every client's lines added up, written as
+        // one line per client (or a few for a long history).
+        let mut receiver = State::default();
+        for &(offset, len) in &client_lines_at {
+            if let Ok(Line::Client(c)) = format::parse_line(&read(offset, len)?) {
+                let id = c.id.clone();
+                receiver.apply_client_delta(&id, client_delta(c));
+            }
+        }
+        for (id, c) in receiver.receiver.clients() {
+            // Rejects the client acknowledged keep their record but are no
+            // longer reported: everything below the first one still
+            // reported (all of them when none is) is acknowledged.
+            let acked = c
+                .rejects
+                .keys()
+                .next()
+                .map_or(c.last_seq, |first| first - 1);
+            let delta = ClientDelta {
+                last_seq: Some(c.last_seq),
+                entries: c.entries.clone(),
+                acked,
+                at: receiver.receiver_at.get(id).copied(),
+            };
+            client_lines(&mut state_lines, id, &delta);
+        }
+        Ok(MainPlan {
+            live: live
+                .into_iter()
+                .map(|(id, (off, len))| (id, off, len))
+                .collect(),
+            high_water,
+            state_lines,
+            records: scanned.records,
+            torn: scanned.torn,
+        })
     }
 
     /// Replace `path` with what `fill` writes: into a temporary file,
@@ -395,6 +453,21 @@ impl FileQueue {
             .map_err(|e| Error::io(dir, "fsync directory", e))?;
         Ok((written, lock.then_some(file)))
     }
+}
+
+/// What a compaction keeps of the main file.
+pub(super) struct MainPlan {
+    /// Each live item's id and where its last line is (offset, length
+    /// without the newline), in id order.
+    live: Vec<(ItemId, u64, usize)>,
+    /// The highest id the file names.
+    high_water: ItemId,
+    /// The push state and the receiver's ledger, as lines written anew.
+    state_lines: Vec<u8>,
+    /// Records (op lines) the file holds.
+    records: u64,
+    /// Its torn tail, which the compaction drops.
+    torn: Option<TornTail>,
 }
 
 /// Where compaction put the live items' lines: one after the other, in

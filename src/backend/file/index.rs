@@ -71,6 +71,7 @@ use std::time::Duration;
 mod apply;
 mod batch;
 mod journal;
+mod keep;
 pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};

@@ -536,13 +536,15 @@ impl FileQueue {
     /// the main file and in the dead-letter or delivered file is kept in
     /// the latter only.
     ///
-    /// Compaction reads the files afresh, not the index, and streams the
-    /// main and delivered files: every line is checked as a normal read
-    /// checks it (a damaged line stops the compaction and changes
-    /// nothing), but only each live item's position is kept, and the
-    /// bytes of its last line are copied as they are. Memory grows with
-    /// the live items, the retained records and the dead letters, never
-    /// with the garbage.
+    /// The index, brought up to date with the files first (which checks
+    /// every line not taken in yet: a damaged line stops the compaction
+    /// and changes nothing), says where each live item's last line is;
+    /// those bytes are copied as they are, and the main file's garbage is
+    /// never read. Without a usable index the main file is streamed
+    /// instead, every line checked, only each live item's position kept.
+    /// The dead-letter and delivered files are streamed. Memory grows
+    /// with the live items, the retained records and the dead letters,
+    /// never with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
         // With delivered items retained, a write call first: it rebuilds
@@ -587,11 +589,21 @@ impl FileQueue {
         // The rewrite drops the main file's `done` lines, which stand in
         // for the delivered file's records until these are synced.
         self.sync_delivered(inner)?;
+        // A move a crash interrupted is cut off first: the compaction
+        // must not keep companion lines the main file never committed.
+        self.track_companions(inner)?;
+        self.settle_moves(inner, true)?;
         let carry = self.index_for_compaction(inner);
+        // With the index caught up, it tells where every live line is:
+        // the main file's garbage is not read at all.
+        let plan = match carry {
+            true => self.main_plan_from_index(inner).ok(),
+            false => None,
+        };
         if let Some(ix) = inner.index.take() {
             let _ = ix.rollback();
         }
-        let r = self.compact_files(inner, full);
+        let r = self.compact_files(inner, full, plan);
         inner.dead = None;
         inner.delivered = None;
         inner.set_tails(Default::default());
