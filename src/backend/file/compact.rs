@@ -291,9 +291,16 @@ impl FileQueue {
     }
 
     /// What the index, caught up with the files, says a compaction keeps
-    /// of the main file: no line of the file is read.
-    pub(super) fn main_plan_from_index(&self, inner: &Inner) -> Result<MainPlan> {
+    /// of the main file: no line of the file is read. `None` when most of the main file's records are live items: the
+    /// whole file is read by the copy anyway, and a scan of it (which
+    /// reads ahead, on every core) costs less than asking the index for
+    /// every line.
+    pub(super) fn main_plan_from_index(&self, inner: &Inner) -> Result<Option<MainPlan>> {
         let ix = inner.index()?;
+        let records = ix.file_row(Which::Main)?.map_or(0, |r| r.records);
+        if ix.depth()?.saturating_mul(2) > records {
+            return Ok(None);
+        }
         let live = ix
             .live_locs()?
             .into_iter()
@@ -307,13 +314,13 @@ impl FileQueue {
         for (id, delta) in ix.client_ledgers()? {
             client_lines(&mut state_lines, &id, &delta);
         }
-        Ok(MainPlan {
+        Ok(Some(MainPlan {
             live,
             high_water: ix.high_water()?,
             state_lines,
-            records: ix.file_row(Which::Main)?.map_or(0, |r| r.records),
+            records,
             torn: inner.main_tail.torn.clone(),
-        })
+        }))
     }
 
     /// What a compaction keeps of the main file, found by reading every
@@ -534,7 +541,8 @@ impl Replacement<'_> {
     fn copy_from(&mut self, from: &File, offset: u64, len: usize) -> std::io::Result<()> {
         self.flush()?;
         copy_all(self.io, from, offset, &mut self.file, len)?;
-        start_writeback(&self.file, self.written, len);
+        self.io
+            .start_writeback(&self.file, self.written, len as u64);
         self.written += len as u64;
         Ok(())
     }
@@ -553,27 +561,10 @@ impl Replacement<'_> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         write_all(self.io, &mut self.file, &self.buf)?;
-        start_writeback(&self.file, self.written, self.buf.len());
+        self.io
+            .start_writeback(&self.file, self.written, self.buf.len() as u64);
         self.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
-    }
-}
-
-/// Ask the kernel to start writing `len` bytes at `offset` of `file` to
-/// disk now, so that the fsync at the end of a large rewrite finds little
-/// left to do. Only a hint: durability still comes from that fsync.
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
-        return;
-    };
-    // SAFETY: sync_file_range only reads its integer arguments; the
-    // descriptor stays open while `file` is borrowed.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
     }
 }

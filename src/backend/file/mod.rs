@@ -595,9 +595,10 @@ impl FileQueue {
         self.settle_moves(inner, true)?;
         let carry = self.index_for_compaction(inner);
         // With the index caught up, it tells where every live line is:
-        // the main file's garbage is not read at all.
+        // the main file's garbage is not read at all (when most of the
+        // file is garbage; see `main_plan_from_index`).
         let plan = match carry {
-            true => self.main_plan_from_index(inner).ok(),
+            true => self.main_plan_from_index(inner).ok().flatten(),
             false => None,
         };
         if let Some(ix) = inner.index.take() {
