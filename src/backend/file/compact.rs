@@ -6,12 +6,13 @@
 //! garbage is never read), by a scan of the file otherwise.
 
 use super::format::{self, parse_line, Line};
-use super::index::Which;
+use super::index::{Index, Which};
 use super::io::{copy_all, parent_dir, write_all, FileIo};
 use super::scan::TornTail;
 use super::{
-    client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, push_line, scan,
-    torn_notice, CompactReport, FileQueue, Inner, COMPACT_COPY_RUN,
+    client_delta, client_lines, cut_notice, file_len, meta, no_handle, open_existing, push_line,
+    scan, torn_notice, Access, CompactReport, FileQueue, Inner, MetaUse, AUTO_COMPACT_MIN_BYTES,
+    AUTO_COMPACT_RATIO, COMPACT_COPY_RUN,
 };
 use crate::backend::companion;
 use crate::backend::receive::ClientDelta;
@@ -567,4 +568,115 @@ impl Replacement<'_> {
         self.buf.clear();
         Ok(())
     }
+}
+
+impl FileQueue {
+    /// Rewrite the main, dead-letter and delivered files last-write-wins:
+    /// each file is written to a temporary file, synced, renamed over the
+    /// original, and the directory synced. The main file ends with a
+    /// `done` line for the high-water mark when it is above every pending
+    /// id, so ids are never reissued. A torn tail is dropped. Concurrent
+    /// writers wait on the lock and then continue on the new file. The
+    /// index is carried over to the new files (or built, when there was
+    /// no usable one) before the lock is let go.
+    ///
+    /// Every delivered record not pruned yet is kept, expired or not
+    /// (`spool compact` prunes the expired ones first, through
+    /// [`crate::Queue::prune_delivered`]). An item that a crash left in
+    /// the main file and in the dead-letter or delivered file is kept in
+    /// the latter only.
+    ///
+    /// The index, brought up to date with the files first (which checks
+    /// every line not taken in yet: a damaged line stops the compaction
+    /// and changes nothing), says where each live item's last line is;
+    /// those bytes are copied as they are, and the main file's garbage is
+    /// never read. Without a usable index the main file is streamed
+    /// instead, every line checked, only each live item's position kept.
+    /// The dead-letter and delivered files are streamed. Memory grows
+    /// with the live items, the retained records and the dead letters,
+    /// never with the garbage.
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.require_writable("compact")?;
+        // With delivered items retained, a write call first: it rebuilds
+        // an index that does not match the files, which restores delivered
+        // records a crash took from the delivered file while the main
+        // file's `done` lines still tell them (see the `retain` module);
+        // the compaction drops those lines.
+        if meta::read(&self.meta_path)?.retain().is_some() && self.delivered_path.exists() {
+            self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))?;
+        }
+        self.locked_unloaded(true, |q, inner| q.compact_locked(inner, true))
+    }
+
+    /// Compact with the exclusive lock held; afterwards every handle and
+    /// the index are opened afresh on the next call. `full`: the delivered
+    /// file too, whatever its garbage (see [`FileQueue::compact_files`]).
+    pub(super) fn compact_locked(&self, inner: &mut Inner, full: bool) -> Result<CompactReport> {
+        // The rewrite drops the main file's `done` lines, which stand in
+        // for the delivered file's records until these are synced.
+        self.sync_delivered(inner)?;
+        // A move a crash interrupted is cut off first: the compaction
+        // must not keep companion lines the main file never committed.
+        self.track_companions(inner)?;
+        self.settle_moves(inner, true)?;
+        let carry = self.index_for_compaction(inner);
+        // With the index caught up, it tells where every live line is:
+        // the main file's garbage is not read at all (when most of the
+        // file is garbage; see `main_plan_from_index`).
+        let plan = match carry {
+            true => self.main_plan_from_index(inner).ok().flatten(),
+            false => None,
+        };
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        let r = self.compact_files(inner, full, plan);
+        inner.dead = None;
+        inner.delivered = None;
+        inner.set_tails(Default::default());
+        let (report, layout, new_main) = r?;
+        // The new main file stays locked (through `new_main`) until its
+        // index is in place; the old one is let go with its handle.
+        let dead = open_existing(&self.dead_path, false)?;
+        let delivered = open_existing(&self.delivered_path, false)?;
+        let companions = [dead.as_ref(), delivered.as_ref()];
+        let carried = match carry {
+            true => self.carry_shared(&new_main, companions, &layout, &report),
+            false => Err(Error::Internal("no index to carry over".into())),
+        };
+        let installed = match carried {
+            Ok(()) => Ok(()),
+            // A full build from the new files.
+            Err(_) => self.build_shared(&new_main, companions, None).map(drop),
+        };
+        if let Err(e) = installed {
+            inner.notices.push(format!(
+                "{}: the index was not rebuilt after compaction ({e}); the next command rebuilds it",
+                self.index_path.display()
+            ));
+        }
+        inner.main = None;
+        drop(new_main);
+        Ok(report)
+    }
+
+    /// Compact the files after a call whose index transaction found it
+    /// due ([`compaction_due`]).
+    pub(super) fn auto_compact(&self, inner: &mut Inner) {
+        if let Err(e) = self.compact_locked(inner, false) {
+            inner
+                .notices
+                .push(format!("automatic compaction failed (nothing lost): {e}"));
+        }
+    }
+}
+
+/// Whether the main file, as `ix` describes it, is large enough and
+/// mostly garbage: [`AUTO_COMPACT_MIN_BYTES`] and [`AUTO_COMPACT_RATIO`]
+/// records per live item.
+pub(super) fn compaction_due(ix: &Index) -> bool {
+    let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
+        return false;
+    };
+    row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
 }

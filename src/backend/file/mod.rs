@@ -81,6 +81,7 @@
 //!   sees it come back.
 
 mod compact;
+mod files;
 pub(crate) mod format;
 pub(crate) mod index;
 pub mod io;
@@ -92,15 +93,14 @@ mod stream;
 mod upkeep;
 pub mod verify;
 
-use self::format::{parse_line, Line};
-use self::index::{Entry, FileNow, FileRow, Index, Loc, Lost, Unusable, Which};
-use self::io::{parent_dir, read_exact_at, write_all, FileIo, RealIo};
+use self::index::{Entry, FileNow, FileRow, Index, Lost, Unusable, Which};
+use self::io::{parent_dir, read_exact_at, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
 use super::receive::ClientDelta;
 use super::{companion, OpenMode, OpenOptions};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, DeliveredItem, Item, ItemId, PushState};
+use crate::item::{ItemId, PushState};
 use crate::push::memory::Recorded;
 use crate::time::{SharedClock, Timestamp};
 use std::collections::BTreeMap;
@@ -521,43 +521,6 @@ impl FileQueue {
         })
     }
 
-    /// Rewrite the main, dead-letter and delivered files last-write-wins:
-    /// each file is written to a temporary file, synced, renamed over the
-    /// original, and the directory synced. The main file ends with a
-    /// `done` line for the high-water mark when it is above every pending
-    /// id, so ids are never reissued. A torn tail is dropped. Concurrent
-    /// writers wait on the lock and then continue on the new file. The
-    /// index is carried over to the new files (or built, when there was
-    /// no usable one) before the lock is let go.
-    ///
-    /// Every delivered record not pruned yet is kept, expired or not
-    /// (`spool compact` prunes the expired ones first, through
-    /// [`crate::Queue::prune_delivered`]). An item that a crash left in
-    /// the main file and in the dead-letter or delivered file is kept in
-    /// the latter only.
-    ///
-    /// The index, brought up to date with the files first (which checks
-    /// every line not taken in yet: a damaged line stops the compaction
-    /// and changes nothing), says where each live item's last line is;
-    /// those bytes are copied as they are, and the main file's garbage is
-    /// never read. Without a usable index the main file is streamed
-    /// instead, every line checked, only each live item's position kept.
-    /// The dead-letter and delivered files are streamed. Memory grows
-    /// with the live items, the retained records and the dead letters,
-    /// never with the garbage.
-    pub fn compact(&self) -> Result<CompactReport> {
-        self.require_writable("compact")?;
-        // With delivered items retained, a write call first: it rebuilds
-        // an index that does not match the files, which restores delivered
-        // records a crash took from the delivered file while the main
-        // file's `done` lines still tell them (see the `retain` module);
-        // the compaction drops those lines.
-        if meta::read(&self.meta_path)?.retain().is_some() && self.delivered_path.exists() {
-            self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))?;
-        }
-        self.locked_unloaded(true, |q, inner| q.compact_locked(inner, true))
-    }
-
     /// Cut a torn trailing line off the main and dead-letter files, if
     /// either has one, and change nothing else (no append, no automatic
     /// compaction). What was cut is reported through
@@ -580,58 +543,6 @@ impl FileQueue {
         // A write call restores what the rebuild found the delivered file
         // lost (see the `retain` module).
         self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))
-    }
-
-    /// Compact with the exclusive lock held; afterwards every handle and
-    /// the index are opened afresh on the next call. `full`: the delivered
-    /// file too, whatever its garbage (see [`FileQueue::compact_files`]).
-    fn compact_locked(&self, inner: &mut Inner, full: bool) -> Result<CompactReport> {
-        // The rewrite drops the main file's `done` lines, which stand in
-        // for the delivered file's records until these are synced.
-        self.sync_delivered(inner)?;
-        // A move a crash interrupted is cut off first: the compaction
-        // must not keep companion lines the main file never committed.
-        self.track_companions(inner)?;
-        self.settle_moves(inner, true)?;
-        let carry = self.index_for_compaction(inner);
-        // With the index caught up, it tells where every live line is:
-        // the main file's garbage is not read at all (when most of the
-        // file is garbage; see `main_plan_from_index`).
-        let plan = match carry {
-            true => self.main_plan_from_index(inner).ok().flatten(),
-            false => None,
-        };
-        if let Some(ix) = inner.index.take() {
-            let _ = ix.rollback();
-        }
-        let r = self.compact_files(inner, full, plan);
-        inner.dead = None;
-        inner.delivered = None;
-        inner.set_tails(Default::default());
-        let (report, layout, new_main) = r?;
-        // The new main file stays locked (through `new_main`) until its
-        // index is in place; the old one is let go with its handle.
-        let dead = open_existing(&self.dead_path, false)?;
-        let delivered = open_existing(&self.delivered_path, false)?;
-        let companions = [dead.as_ref(), delivered.as_ref()];
-        let carried = match carry {
-            true => self.carry_shared(&new_main, companions, &layout, &report),
-            false => Err(Error::Internal("no index to carry over".into())),
-        };
-        let installed = match carried {
-            Ok(()) => Ok(()),
-            // A full build from the new files.
-            Err(_) => self.build_shared(&new_main, companions, None).map(drop),
-        };
-        if let Err(e) = installed {
-            inner.notices.push(format!(
-                "{}: the index was not rebuilt after compaction ({e}); the next command rebuilds it",
-                self.index_path.display()
-            ));
-        }
-        inner.main = None;
-        drop(new_main);
-        Ok(report)
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -740,7 +651,7 @@ impl FileQueue {
         inner.own_delivered = None;
         // Read inside the transaction: afterwards, each read would be a
         // transaction of its own.
-        let due = appended && taken.is_ok() && compaction_due(inner.index()?);
+        let due = appended && taken.is_ok() && compact::compaction_due(inner.index()?);
         inner.compact_due = due;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
@@ -751,16 +662,6 @@ impl FileQueue {
             ));
         }
         r
-    }
-
-    /// Compact the files after a call whose index transaction found it
-    /// due ([`compaction_due`]).
-    fn auto_compact(&self, inner: &mut Inner) {
-        if let Err(e) = self.compact_locked(inner, false) {
-            inner
-                .notices
-                .push(format!("automatic compaction failed (nothing lost): {e}"));
-        }
     }
 
     /// Run `f` with the advisory lock held, without touching the index.
@@ -846,274 +747,6 @@ impl FileQueue {
             }
         }
     }
-
-    /// Open (or keep) the handles on the companion files (dead letters,
-    /// delivered items), following a replacement.
-    fn track_companions(&self, inner: &mut Inner) -> Result<()> {
-        for which in Which::COMPANIONS {
-            self.track_companion(inner, which)?;
-        }
-        Ok(())
-    }
-
-    fn track_companion(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        let path = self.target_path(which);
-        let on_disk = match std::fs::metadata(path) {
-            Ok(m) => Some(m),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(path, "inspect", e)),
-        };
-        let same = match (inner.tracked(which), &on_disk) {
-            (Some(t), Some(m)) => t.dev == m.dev() && t.ino == m.ino(),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            *inner.tail(which) = Tail::default();
-            *inner.slot(which) = match on_disk {
-                None => None,
-                Some(_) => match open_existing(path, self.writable)? {
-                    Some(f) => Some(Tracked::new(f, path)?),
-                    None => None,
-                },
-            };
-        }
-        Ok(())
-    }
-
-    fn target_path(&self, which: Which) -> &Path {
-        match which {
-            Which::Main => &self.path,
-            Which::Dead => &self.dead_path,
-            Which::Delivered => &self.delivered_path,
-        }
-    }
-
-    /// A companion file (dead letters, delivered items), created (mode
-    /// 0600) when missing.
-    fn companion_for_append(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        if inner.tracked(which).is_none() {
-            let path = self.target_path(which);
-            let (file, created) = open_main(path, OpenMode::Create)?;
-            if created {
-                let dir = parent_dir(path);
-                self.io
-                    .sync_dir(dir)
-                    .map_err(|e| Error::io(dir, "fsync directory", e))?;
-            }
-            let t = Tracked::new(file, path)?;
-            *inner.tail(which) = Tail {
-                end: file_len(&t.file, path)?,
-                ..Tail::default()
-            };
-            *inner.slot(which) = Some(t);
-        }
-        Ok(())
-    }
-
-    /// Append `bytes` (whole lines) to a file as one batch and sync it,
-    /// then take them into the index. On failure the file is cut back to
-    /// where the append began.
-    fn append(&self, inner: &mut Inner, which: Which, bytes: &[u8]) -> Result<()> {
-        self.append_with(inner, which, bytes, true)
-    }
-
-    /// [`FileQueue::append`], synced or (`sync` false: only the delivered
-    /// file's records of retained deliveries, see the `retain` module)
-    /// left to the next sync of the file.
-    fn append_with(&self, inner: &mut Inner, which: Which, bytes: &[u8], sync: bool) -> Result<()> {
-        self.append_entries(inner, which, bytes, sync, None)
-    }
-
-    /// [`FileQueue::append_with`] of the delivered file's lines whose
-    /// index entries the caller has (`entries`, one per line, in order):
-    /// kept for the index to take in (see [`OwnLines`]).
-    fn append_entries(
-        &self,
-        inner: &mut Inner,
-        which: Which,
-        bytes: &[u8],
-        sync: bool,
-        entries: Option<Vec<Entry>>,
-    ) -> Result<()> {
-        debug_assert!(entries.is_none() || which == Which::Delivered);
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        if which != Which::Main {
-            self.companion_for_append(inner, which)?;
-        }
-        let path = self.target_path(which);
-        let tail = inner.tail(which).clone();
-        let t = inner.slot(which).as_mut().ok_or_else(no_handle)?;
-        let start = tail.end;
-        let mut buf = Vec::with_capacity(bytes.len() + 1);
-        if tail.needs_newline {
-            buf.push(b'\n');
-        }
-        // Several lines are one batch: framed so that a crash halfway
-        // leaves none of them visible.
-        buf.extend_from_slice(&format::frame_batch(bytes, start + buf.len() as u64));
-        let written = write_all(&*self.io, &mut t.file, &buf)
-            .map_err(|e| Error::io(path, "append to", e))
-            .and_then(|()| match sync {
-                true => self
-                    .io
-                    .sync(&t.file)
-                    .map_err(|e| Error::io(path, "fsync", e)),
-                false => Ok(()),
-            });
-        if let Err(e) = written {
-            // Take back whatever reached the file, so that nothing that
-            // was not reported committed can look committed later.
-            let _ = self
-                .io
-                .truncate(&t.file, start)
-                .and_then(|()| self.io.sync(&t.file));
-            return Err(e);
-        }
-        if which == Which::Delivered {
-            // A sync covers every earlier write to the file.
-            inner.delivered_unsynced = !sync;
-            if let (Some(entries), false) = (entries, tail.needs_newline) {
-                OwnLines::keep(&mut inner.own_delivered, start, &buf, entries);
-            }
-        }
-        self.committed(inner, which, start + buf.len() as u64);
-        Ok(())
-    }
-
-    /// Sync what the delivered file was given unsynced, if anything.
-    fn sync_delivered(&self, inner: &mut Inner) -> Result<()> {
-        if inner.delivered_unsynced {
-            if let Some(t) = &inner.delivered {
-                self.io
-                    .sync(&t.file)
-                    .map_err(|e| Error::io(&self.delivered_path, "fsync", e))?;
-            }
-            inner.delivered_unsynced = false;
-        }
-        Ok(())
-    }
-
-    /// Lines up to `end` of `which` are durable; the index takes them in
-    /// at the end of the call ([`FileQueue::finish`]).
-    fn committed(&self, inner: &mut Inner, which: Which, end: u64) {
-        crate::debug::crash_point("index-update");
-        *inner.tail(which) = Tail {
-            end,
-            needs_newline: false,
-            torn: None,
-        };
-        inner.appended = true;
-    }
-
-    /// Read the lines at `locs` of `which`, nearby ones with one `pread`.
-    fn read_lines(&self, inner: &Inner, which: Which, locs: &[Loc]) -> Result<Vec<Line>> {
-        if locs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let path = self.target_path(which);
-        let t = inner.tracked(which).ok_or_else(no_handle)?;
-        let mut out = Vec::with_capacity(locs.len());
-        let mut i = 0;
-        let mut buf = Vec::new();
-        while i < locs.len() {
-            let start = locs[i].off;
-            let mut end = start + locs[i].len as u64;
-            let mut j = i + 1;
-            while j < locs.len()
-                && locs[j].off >= end
-                && locs[j].off - end <= READ_GAP
-                && locs[j].off + locs[j].len as u64 - start <= READ_SPAN
-            {
-                end = locs[j].off + locs[j].len as u64;
-                j += 1;
-            }
-            buf.resize((end - start) as usize, 0);
-            read_exact_at(&*self.io, &t.file, &mut buf, start)
-                .map_err(|e| Error::io(path, "read", e))?;
-            for loc in &locs[i..j] {
-                let at = (loc.off - start) as usize;
-                let bytes = &buf[at..at + loc.len];
-                let line = match which {
-                    Which::Delivered => format::parse_delivered(bytes),
-                    Which::Main | Which::Dead => parse_line(bytes),
-                }
-                .map_err(|_| self.out_of_step(which, loc))?;
-                let id = match &line {
-                    Line::Put { item, .. } => item.id,
-                    _ => return Err(self.out_of_step(which, loc)),
-                };
-                if id != loc.id {
-                    return Err(self.out_of_step(which, loc));
-                }
-                out.push(line);
-            }
-            i = j;
-        }
-        Ok(out)
-    }
-
-    fn out_of_step(&self, which: Which, loc: &Loc) -> Error {
-        Error::corrupt(
-            &self.index_path,
-            None,
-            format!(
-                "the index places item {} at byte {} of {}, but that line is not it; `spool verify --repair` rebuilds the index",
-                loc.id,
-                loc.off,
-                self.target_path(which).display()
-            ),
-        )
-    }
-
-    /// The pending items at `locs`.
-    fn items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<Item>> {
-        Ok(self
-            .read_lines(inner, Which::Main, locs)?
-            .into_iter()
-            .filter_map(|l| match l {
-                Line::Put { item, .. } => Some(item),
-                _ => None,
-            })
-            .collect())
-    }
-
-    /// The dead letters at `locs`.
-    fn dead_letters(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeadLetter>> {
-        Ok(self
-            .read_lines(inner, Which::Dead, locs)?
-            .into_iter()
-            .filter_map(|l| match l {
-                Line::Put { item, dead_at, .. } => Some(DeadLetter {
-                    item,
-                    dead_at: dead_at.unwrap_or_default(),
-                }),
-                _ => None,
-            })
-            .collect())
-    }
-
-    /// The retained delivered items at `locs`.
-    fn delivered_items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeliveredItem>> {
-        let mut out = Vec::with_capacity(locs.len());
-        for (line, loc) in self
-            .read_lines(inner, Which::Delivered, locs)?
-            .into_iter()
-            .zip(locs)
-        {
-            let delivery = line
-                .delivery()
-                .ok()
-                .flatten()
-                .ok_or_else(|| self.out_of_step(Which::Delivered, loc))?;
-            if let Line::Put { item, .. } = line {
-                out.push(DeliveredItem { item, delivery });
-            }
-        }
-        Ok(out)
-    }
 }
 
 impl Drop for FileQueue {
@@ -1135,16 +768,6 @@ impl Drop for FileQueue {
 
 /// Torn tails found per file.
 type TornTails = Vec<(Which, Option<TornTail>)>;
-
-/// Whether the main file, as `ix` describes it, is large enough and
-/// mostly garbage: [`AUTO_COMPACT_MIN_BYTES`] and [`AUTO_COMPACT_RATIO`]
-/// records per live item.
-fn compaction_due(ix: &Index) -> bool {
-    let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
-        return false;
-    };
-    row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
-}
 
 /// The open companion files (dead letters, delivered items), in
 /// [`Which::COMPANIONS`] order.

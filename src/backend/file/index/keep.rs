@@ -1,12 +1,17 @@
-//! What a compaction keeps, as an index caught up with the files knows
-//! it: where each live item's line is, and the receiver's ledger.
+//! The index and compaction: what a compaction keeps, as an index caught
+//! up with the files knows it (where each live item's line is, the
+//! receiver's ledger), and the index carried over to the compacted files.
 
-use super::{u, Index, Loc};
+use super::{to_i64, u, Index, Loc};
+use crate::backend::file::compact::Layout;
 use crate::backend::receive::ClientDelta;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::push::memory::Recorded;
 use crate::time::Timestamp;
+use rusqlite::{params, Connection};
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 impl Index {
     /// Where every pending item's line is, in id order.
@@ -77,5 +82,121 @@ impl Index {
             ));
         }
         Ok(out)
+    }
+
+    /// The index of a compacted spool, made from `path`, a byte copy of
+    /// the index of the files before the compaction (which must have been
+    /// up to date with them): every pending row gets its line's offset in
+    /// the new file — the live lines lie there one after the other in id
+    /// order, see [`super::compact::Layout`] — and the dead-letter,
+    /// delivered and file rows are dropped, for the caller to add for the
+    /// new files
+    /// before [`Index::finish_carry`]. Everything else (the columns, the
+    /// secondary indexes, the counts, the push state, the receiver's
+    /// ledger, the high-water mark) stays as it is. Fails when the copy
+    /// does not hold exactly the live items the compaction kept.
+    pub fn carry_from(path: &Path, layout: &Layout) -> Result<Index> {
+        let err = |e| Error::sqlite(path, "carry the index over to the compacted file", e);
+        let conn = Connection::open(path).map_err(err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16000; BEGIN;",
+        )
+        .map_err(err)?;
+        let ix = Index {
+            conn,
+            path: path.to_path_buf(),
+            shared: None,
+            seen: None,
+            read_only: false,
+            no_writes: false,
+            mark: None,
+            changed: Cell::new(false),
+            marked: Cell::new(false),
+            boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
+        };
+        // Each line's new offset: the lengths (and newlines) of the lines
+        // before it in id order — a running sum, kept by a function that
+        // the update calls row by row in rowid (id) order, and refuses
+        // any other order. (A window function does the same in a new
+        // table, but several times slower, and the secondary indexes would
+        // have to be made again.) It also counts the rows and their bytes,
+        // to check them against what the compaction kept.
+        use std::sync::atomic::{AtomicI64, Ordering};
+        let seen = std::sync::Arc::new([AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)]);
+        let tally = seen.clone();
+        ix.conn
+            .create_scalar_function(
+                "spool_next_offset",
+                2,
+                rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+                move |ctx| {
+                    let id: i64 = ctx.get(0)?;
+                    let len: i64 = ctx.get(1)?;
+                    let [rows, bytes, last_id] = &*tally;
+                    if id <= last_id.load(Ordering::Relaxed) {
+                        return Err(rusqlite::Error::UserFunctionError(
+                            "rows visited out of id order".into(),
+                        ));
+                    }
+                    last_id.store(id, Ordering::Relaxed);
+                    rows.fetch_add(1, Ordering::Relaxed);
+                    Ok(bytes.fetch_add(len + 1, Ordering::Relaxed))
+                },
+            )
+            .map_err(err)?;
+        ix.conn
+            .execute_batch(if layout.delivered_kept {
+                // The delivered file stayed: its rows and file row stand;
+                // no item of it is in the new main file.
+                "UPDATE pending SET off = spool_next_offset(id, len);
+                 DELETE FROM dead;
+                 UPDATE delivered SET in_main = 0 WHERE in_main <> 0;
+                 DELETE FROM files WHERE name <> 'delivered';
+                 UPDATE state SET dead = 0;"
+            } else {
+                "UPDATE pending SET off = spool_next_offset(id, len);
+                 DELETE FROM dead;
+                 DELETE FROM delivered;
+                 DELETE FROM files;
+                 UPDATE state SET dead = 0, delivered = 0, prune_after = 0;"
+            })
+            .map_err(err)?;
+        ix.conn
+            .remove_function("spool_next_offset", 2)
+            .map_err(err)?;
+        let [rows, bytes, last_id] = &*seen;
+        let (rows, bytes, last_id) = (
+            u(rows.load(Ordering::Relaxed)),
+            u(bytes.load(Ordering::Relaxed)),
+            u(last_id.load(Ordering::Relaxed)),
+        );
+        if (rows, bytes.saturating_sub(rows), last_id)
+            != (layout.pending, layout.lines_len, layout.max_live)
+        {
+            return Err(Error::Internal(format!(
+                "the index before compaction held {rows} items ({} bytes of lines, up to id {last_id}); the compaction kept {} ({} bytes, up to id {})",
+                bytes.saturating_sub(rows),
+                layout.pending,
+                layout.lines_len,
+                layout.max_live
+            )));
+        }
+        if let Some(len) = layout.last_len {
+            ix.conn
+                .execute(
+                    "UPDATE pending SET len = ?2 WHERE id = ?1",
+                    params![to_i64(layout.max_live, "item id")?, len as i64],
+                )
+                .map_err(err)?;
+        }
+        Ok(ix)
+    }
+
+    /// Finish an index made by [`Index::carry_from`]: commit.
+    pub fn finish_carry(&self) -> Result<()> {
+        self.conn
+            .execute_batch("COMMIT")
+            .map_err(self.err("carry the index over to the compacted file"))
     }
 }

@@ -1,0 +1,301 @@
+//! The spool's files as a call handles them: the companion files tracked
+//! and opened for appending, lines appended (and synced) with their index
+//! entries, and lines read back where the index says they are.
+
+use super::format::{self, parse_line, Line};
+use super::index::{Entry, Loc, Which};
+use super::io::{parent_dir, read_exact_at, write_all};
+use super::{
+    file_len, no_handle, open_existing, open_main, FileQueue, Inner, OwnLines, Tail, Tracked,
+    READ_GAP, READ_SPAN,
+};
+use crate::backend::OpenMode;
+use crate::error::{Error, Result};
+use crate::item::{DeadLetter, DeliveredItem, Item};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+impl FileQueue {
+    /// Open (or keep) the handles on the companion files (dead letters,
+    /// delivered items), following a replacement.
+    pub(super) fn track_companions(&self, inner: &mut Inner) -> Result<()> {
+        for which in Which::COMPANIONS {
+            self.track_companion(inner, which)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn track_companion(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        let path = self.target_path(which);
+        let on_disk = match std::fs::metadata(path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(path, "inspect", e)),
+        };
+        let same = match (inner.tracked(which), &on_disk) {
+            (Some(t), Some(m)) => t.dev == m.dev() && t.ino == m.ino(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            *inner.tail(which) = Tail::default();
+            *inner.slot(which) = match on_disk {
+                None => None,
+                Some(_) => match open_existing(path, self.writable)? {
+                    Some(f) => Some(Tracked::new(f, path)?),
+                    None => None,
+                },
+            };
+        }
+        Ok(())
+    }
+
+    pub(super) fn target_path(&self, which: Which) -> &Path {
+        match which {
+            Which::Main => &self.path,
+            Which::Dead => &self.dead_path,
+            Which::Delivered => &self.delivered_path,
+        }
+    }
+
+    /// A companion file (dead letters, delivered items), created (mode
+    /// 0600) when missing.
+    pub(super) fn companion_for_append(&self, inner: &mut Inner, which: Which) -> Result<()> {
+        if inner.tracked(which).is_none() {
+            let path = self.target_path(which);
+            let (file, created) = open_main(path, OpenMode::Create)?;
+            if created {
+                let dir = parent_dir(path);
+                self.io
+                    .sync_dir(dir)
+                    .map_err(|e| Error::io(dir, "fsync directory", e))?;
+            }
+            let t = Tracked::new(file, path)?;
+            *inner.tail(which) = Tail {
+                end: file_len(&t.file, path)?,
+                ..Tail::default()
+            };
+            *inner.slot(which) = Some(t);
+        }
+        Ok(())
+    }
+
+    /// Append `bytes` (whole lines) to a file as one batch and sync it,
+    /// then take them into the index. On failure the file is cut back to
+    /// where the append began.
+    pub(super) fn append(&self, inner: &mut Inner, which: Which, bytes: &[u8]) -> Result<()> {
+        self.append_with(inner, which, bytes, true)
+    }
+
+    /// [`FileQueue::append`], synced or (`sync` false: only the delivered
+    /// file's records of retained deliveries, see the `retain` module)
+    /// left to the next sync of the file.
+    pub(super) fn append_with(
+        &self,
+        inner: &mut Inner,
+        which: Which,
+        bytes: &[u8],
+        sync: bool,
+    ) -> Result<()> {
+        self.append_entries(inner, which, bytes, sync, None)
+    }
+
+    /// [`FileQueue::append_with`] of the delivered file's lines whose
+    /// index entries the caller has (`entries`, one per line, in order):
+    /// kept for the index to take in (see [`OwnLines`]).
+    pub(super) fn append_entries(
+        &self,
+        inner: &mut Inner,
+        which: Which,
+        bytes: &[u8],
+        sync: bool,
+        entries: Option<Vec<Entry>>,
+    ) -> Result<()> {
+        debug_assert!(entries.is_none() || which == Which::Delivered);
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if which != Which::Main {
+            self.companion_for_append(inner, which)?;
+        }
+        let path = self.target_path(which);
+        let tail = inner.tail(which).clone();
+        let t = inner.slot(which).as_mut().ok_or_else(no_handle)?;
+        let start = tail.end;
+        let mut buf = Vec::with_capacity(bytes.len() + 1);
+        if tail.needs_newline {
+            buf.push(b'\n');
+        }
+        // Several lines are one batch: framed so that a crash halfway
+        // leaves none of them visible.
+        buf.extend_from_slice(&format::frame_batch(bytes, start + buf.len() as u64));
+        let written = write_all(&*self.io, &mut t.file, &buf)
+            .map_err(|e| Error::io(path, "append to", e))
+            .and_then(|()| match sync {
+                true => self
+                    .io
+                    .sync(&t.file)
+                    .map_err(|e| Error::io(path, "fsync", e)),
+                false => Ok(()),
+            });
+        if let Err(e) = written {
+            // Take back whatever reached the file, so that nothing that
+            // was not reported committed can look committed later.
+            let _ = self
+                .io
+                .truncate(&t.file, start)
+                .and_then(|()| self.io.sync(&t.file));
+            return Err(e);
+        }
+        if which == Which::Delivered {
+            // A sync covers every earlier write to the file.
+            inner.delivered_unsynced = !sync;
+            if let (Some(entries), false) = (entries, tail.needs_newline) {
+                OwnLines::keep(&mut inner.own_delivered, start, &buf, entries);
+            }
+        }
+        self.committed(inner, which, start + buf.len() as u64);
+        Ok(())
+    }
+
+    /// Sync what the delivered file was given unsynced, if anything.
+    pub(super) fn sync_delivered(&self, inner: &mut Inner) -> Result<()> {
+        if inner.delivered_unsynced {
+            if let Some(t) = &inner.delivered {
+                self.io
+                    .sync(&t.file)
+                    .map_err(|e| Error::io(&self.delivered_path, "fsync", e))?;
+            }
+            inner.delivered_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Lines up to `end` of `which` are durable; the index takes them in
+    /// at the end of the call ([`FileQueue::finish`]).
+    pub(super) fn committed(&self, inner: &mut Inner, which: Which, end: u64) {
+        crate::debug::crash_point("index-update");
+        *inner.tail(which) = Tail {
+            end,
+            needs_newline: false,
+            torn: None,
+        };
+        inner.appended = true;
+    }
+
+    /// Read the lines at `locs` of `which`, nearby ones with one `pread`.
+    pub(super) fn read_lines(
+        &self,
+        inner: &Inner,
+        which: Which,
+        locs: &[Loc],
+    ) -> Result<Vec<Line>> {
+        if locs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let path = self.target_path(which);
+        let t = inner.tracked(which).ok_or_else(no_handle)?;
+        let mut out = Vec::with_capacity(locs.len());
+        let mut i = 0;
+        let mut buf = Vec::new();
+        while i < locs.len() {
+            let start = locs[i].off;
+            let mut end = start + locs[i].len as u64;
+            let mut j = i + 1;
+            while j < locs.len()
+                && locs[j].off >= end
+                && locs[j].off - end <= READ_GAP
+                && locs[j].off + locs[j].len as u64 - start <= READ_SPAN
+            {
+                end = locs[j].off + locs[j].len as u64;
+                j += 1;
+            }
+            buf.resize((end - start) as usize, 0);
+            read_exact_at(&*self.io, &t.file, &mut buf, start)
+                .map_err(|e| Error::io(path, "read", e))?;
+            for loc in &locs[i..j] {
+                let at = (loc.off - start) as usize;
+                let bytes = &buf[at..at + loc.len];
+                let line = match which {
+                    Which::Delivered => format::parse_delivered(bytes),
+                    Which::Main | Which::Dead => parse_line(bytes),
+                }
+                .map_err(|_| self.out_of_step(which, loc))?;
+                let id = match &line {
+                    Line::Put { item, .. } => item.id,
+                    _ => return Err(self.out_of_step(which, loc)),
+                };
+                if id != loc.id {
+                    return Err(self.out_of_step(which, loc));
+                }
+                out.push(line);
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
+    pub(super) fn out_of_step(&self, which: Which, loc: &Loc) -> Error {
+        Error::corrupt(
+            &self.index_path,
+            None,
+            format!(
+                "the index places item {} at byte {} of {}, but that line is not it; `spool verify --repair` rebuilds the index",
+                loc.id,
+                loc.off,
+                self.target_path(which).display()
+            ),
+        )
+    }
+
+    /// The pending items at `locs`.
+    pub(super) fn items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<Item>> {
+        Ok(self
+            .read_lines(inner, Which::Main, locs)?
+            .into_iter()
+            .filter_map(|l| match l {
+                Line::Put { item, .. } => Some(item),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The dead letters at `locs`.
+    pub(super) fn dead_letters(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeadLetter>> {
+        Ok(self
+            .read_lines(inner, Which::Dead, locs)?
+            .into_iter()
+            .filter_map(|l| match l {
+                Line::Put { item, dead_at, .. } => Some(DeadLetter {
+                    item,
+                    dead_at: dead_at.unwrap_or_default(),
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The retained delivered items at `locs`.
+    pub(super) fn delivered_items(
+        &self,
+        inner: &Inner,
+        locs: &[Loc],
+    ) -> Result<Vec<DeliveredItem>> {
+        let mut out = Vec::with_capacity(locs.len());
+        for (line, loc) in self
+            .read_lines(inner, Which::Delivered, locs)?
+            .into_iter()
+            .zip(locs)
+        {
+            let delivery = line
+                .delivery()
+                .ok()
+                .flatten()
+                .ok_or_else(|| self.out_of_step(Which::Delivered, loc))?;
+            if let Line::Put { item, .. } = line {
+                out.push(DeliveredItem { item, delivery });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,572 @@
+//! What the index answers: counts, the push state, where items are
+//! (pages, single items, in-flight entries), key owners, retention's
+//! expired records, due counts and the group gate, stats, and the
+//! receiver's ledger.
+
+use super::{boot_id, u, Index, Loc};
+use crate::error::{Error, Result};
+use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
+use crate::push::wire::Rejected;
+use crate::time::Timestamp;
+use rusqlite::{params, OptionalExtension};
+
+impl Index {
+    pub(super) fn state_u64(&self, column: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached(&format!("SELECT {column} FROM state"))
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))
+    }
+
+    /// Pending items, held included.
+    pub fn depth(&self) -> Result<u64> {
+        self.state_u64("depth")
+    }
+
+    /// Dead letters.
+    pub fn dead_count(&self) -> Result<u64> {
+        self.state_u64("dead")
+    }
+
+    /// Retained delivered records (expired ones not pruned yet included).
+    pub fn delivered_count(&self) -> Result<u64> {
+        self.state_u64("delivered")
+    }
+
+    /// The id high-water mark.
+    pub fn high_water(&self) -> Result<ItemId> {
+        self.state_u64("high_water")
+    }
+
+    /// Items ever evicted by the `drop-oldest` policy.
+    pub fn evicted_total(&self) -> Result<u64> {
+        self.state_u64("evicted_total")
+    }
+
+    /// The push state.
+    pub fn push(&self) -> Result<PushState> {
+        let (assigned, acked, skips): (i64, i64, String) = self
+            .conn
+            .prepare_cached("SELECT push_assigned, push_acked, push_skips FROM state")
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .map_err(self.err("read"))?;
+        let skips: Vec<u64> = serde_json::from_str(&skips)
+            .map_err(|e| Error::corrupt(&self.path, None, format!("bad push skips: {e}")))?;
+        Ok(PushState {
+            last_assigned: u(assigned),
+            acked: u(acked),
+            skips,
+        })
+    }
+
+    /// The uuid a regeneration gave, if any.
+    pub fn uuid(&self) -> Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT uuid FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(self.err("read"))
+    }
+
+    /// The pending item a non-empty key deduplicates to: the oldest
+    /// pending item carrying it.
+    pub fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map(u))
+            .map_err(self.err("read"))
+    }
+
+    pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_map(p, |r| {
+                    Ok(Loc {
+                        id: u(r.get(0)?),
+                        off: u(r.get(1)?),
+                        len: u(r.get(2)?) as usize,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Where pending items after `after` are, in id order.
+    pub fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM pending WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where dead letters after `after` are, in id order.
+    pub fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM dead WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where retained delivered items after `after` are, in id order.
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM delivered WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where retained delivered item `id` is.
+    pub fn delivered_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM delivered WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// The newest retained delivered record that carries the non-empty
+    /// key `key` (the latest `delivered_at`, the highest id among equal
+    /// ones), with its time of delivery (Unix ms). Whether its window is
+    /// still open is the caller's to decide. One lookup in the key index.
+    pub fn delivered_owner(&self, key: &str) -> Result<Option<(ItemId, i64)>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.conn
+            .prepare_cached(
+                "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
+                 ORDER BY delivered_at DESC, id DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([key], |r| Ok((u(r.get(0)?), r.get(1)?)))
+                    .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// The lowest id up to `upto` of a dead letter that carries the
+    /// non-empty key `key` (an import's dedup of dead records, see
+    /// `state::import_lookup`). One lookup in the key index.
+    pub fn dead_owner(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.owner_upto(
+            "SELECT id FROM dead INDEXED BY dead_key WHERE key = ?1 AND key <> '' AND id <= ?2 \
+             ORDER BY id LIMIT 1",
+            key,
+            upto,
+        )
+    }
+
+    /// The lowest id up to `upto` of a retained delivered record that
+    /// carries the non-empty key `key` (an import's dedup of delivered
+    /// records). One range of the key index.
+    pub fn delivered_owner_upto(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        self.owner_upto(
+            "SELECT min(id) FROM delivered INDEXED BY delivered_key \
+             WHERE key = ?1 AND key <> '' AND id <= ?2",
+            key,
+            upto,
+        )
+    }
+
+    pub(super) fn owner_upto(&self, sql: &str, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_row(params![key, upto], |r| r.get::<_, Option<i64>>(0))
+                    .optional()
+            })
+            .map(|o| o.flatten().map(u))
+            .map_err(self.err("read"))
+    }
+
+    /// Up to `limit` delivered records delivered at or before `cutoff`
+    /// (Unix ms; `None`: every record), each with whether the main file
+    /// still holds a live `put` line for it: the late ones (see
+    /// [`Applier`]'s `late`) oldest first, then the others from the
+    /// lowest id up, to the first one still inside its window (their
+    /// delivery times never decrease with the id). The walk starts after
+    /// `state.prune_after` (every record up to it is late or gone) and
+    /// moves it on past the records it returns and the late ones it
+    /// passes, in the call's transaction: the returned records are pruned
+    /// by the call, or the transaction rolls back.
+    pub fn delivered_expired(
+        &self,
+        cutoff: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(ItemId, bool)>> {
+        let cutoff = cutoff.unwrap_or(i64::MAX);
+        let mut out: Vec<(ItemId, bool)> = self
+            .conn
+            .prepare_cached(
+                "SELECT id, in_main FROM delivered WHERE late AND delivered_at <= ?1 \
+                 ORDER BY delivered_at, id LIMIT ?2",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)],
+                    |r| Ok((u(r.get(0)?), r.get(1)?)),
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))?;
+        if out.len() >= limit {
+            return Ok(out);
+        }
+        // Every record the walk passes has an id above `prune_after`, so
+        // the cursor moved when it passed any.
+        let mut cursor = None;
+        {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "SELECT id, delivered_at, late, in_main FROM delivered \
+                     WHERE id > (SELECT prune_after FROM state) ORDER BY id",
+                )
+                .map_err(self.err("read"))?;
+            let mut rows = stmt.query([]).map_err(self.err("read"))?;
+            while out.len() < limit {
+                let Some(r) = rows.next().map_err(self.err("read"))? else {
+                    break;
+                };
+                let row: rusqlite::Result<(i64, i64, bool, bool)> =
+                    (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))();
+                let (id, at, late, in_main) = row.map_err(self.err("read"))?;
+                if !late {
+                    if at > cutoff {
+                        break;
+                    }
+                    out.push((u(id), in_main));
+                }
+                cursor = Some(id);
+            }
+        }
+        if let Some(cursor) = cursor {
+            self.will_write();
+            self.conn
+                .prepare_cached("UPDATE state SET prune_after = ?1")
+                .and_then(|mut s| s.execute([cursor]))
+                .map_err(self.err("update"))?;
+        }
+        Ok(out)
+    }
+
+    /// Where in-flight items with a number above `after` are, in
+    /// sequence order.
+    pub fn in_flight_page(&self, after: u64, limit: usize) -> Result<Vec<Loc>> {
+        self.locs(
+            "SELECT id, off, len FROM pending WHERE push_seq > ?1 ORDER BY push_seq LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    /// Where pending item `id` is.
+    pub fn pending_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM pending WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// Where dead letter `id` is.
+    pub fn dead_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locs("SELECT id, off, len FROM dead WHERE id = ?1", [id])?
+            .pop())
+    }
+
+    /// `None` when `id` is not pending; else its push sequence number.
+    pub fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT push_seq FROM pending WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get::<_, Option<i64>>(0)).optional())
+            .map(|o| o.map(|seq| seq.map(u)))
+            .map_err(self.err("read"))
+    }
+
+    /// `None` when `id` is not a dead letter; else its key.
+    pub fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT key FROM dead WHERE id = ?1")
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(self.err("read"))
+    }
+
+    /// In-flight `(seq, id)` with `after < seq <= upto`.
+    pub fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
+        self.conn
+            .prepare_cached(
+                "SELECT push_seq, id FROM pending WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![
+                        i64::try_from(after).unwrap_or(i64::MAX),
+                        i64::try_from(upto).unwrap_or(i64::MAX)
+                    ],
+                    |r| Ok((u(r.get(0)?), u(r.get(1)?))),
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Pending items a replay at `now` would attempt: not held, unless
+    /// `ignore_backoff` not waiting, and not waiting behind an earlier
+    /// pending item of their ordering group (a walk over `pending_group`:
+    /// the grouped items only).
+    pub fn due_count(&self, now: Timestamp, ignore_backoff: bool) -> Result<u64> {
+        let group_waiting = self
+            .conn
+            .prepare_cached(
+                "SELECT count(*) FROM pending q INDEXED BY pending_group \
+                 WHERE q.group_name IS NOT NULL AND NOT q.held \
+                 AND (?1 IS NULL OR q.next_retry_at IS NULL OR q.next_retry_at <= ?1) \
+                 AND EXISTS (SELECT 1 FROM pending e INDEXED BY pending_group \
+                     WHERE e.group_name = q.group_name AND e.id < q.id)",
+            )
+            .and_then(|mut s| {
+                s.query_row([(!ignore_backoff).then(|| now.as_millis())], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
+            .map(u)
+            .map_err(self.err("read"))?;
+        let depth = self.depth()?.saturating_sub(group_waiting);
+        let held = self.state_u64("held")?;
+        let waiting = if ignore_backoff {
+            0
+        } else {
+            self.conn
+                .prepare_cached(
+                    "SELECT count(*) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+                )
+                .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
+                .map(u)
+                .map_err(self.err("read"))?
+        };
+        Ok(depth.saturating_sub(held).saturating_sub(waiting))
+    }
+
+    /// The first pending item of ordering group `group` (see
+    /// [`crate::Queue::group_head`]).
+    pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM pending INDEXED BY pending_group \
+                 WHERE group_name = ?1 ORDER BY id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([group], |r| r.get::<_, i64>(0)).optional())
+            .map(|id| id.map(u))
+            .map_err(self.err("read"))
+    }
+
+    /// The earliest retry time after `now` of a pending item that is not
+    /// held (see [`crate::Queue::next_retry_after`]).
+    pub fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
+        self.conn
+            .prepare_cached(
+                "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+            )
+            .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, Option<i64>>(0)))
+            .map(|t| t.map(Timestamp::from_millis))
+            .map_err(self.err("read"))
+    }
+
+    /// Counts for `stats`; the bound is the caller's.
+    pub fn stats(&self, now: Timestamp) -> Result<QueueStats> {
+        let mut s = QueueStats {
+            depth: self.depth()?,
+            held: self.state_u64("held")?,
+            dead_letters: self.dead_count()?,
+            high_water: self.high_water()?,
+            evicted_total: self.evicted_total()?,
+            delivered_retained: self.delivered_count()?,
+            ..QueueStats::default()
+        };
+        s.waiting = self
+            .conn
+            .prepare_cached("SELECT count(*) FROM pending WHERE next_retry_at > ?1")
+            .and_then(|mut st| st.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))?;
+        let oldest: Option<(i64, Option<i64>)> = self
+            .conn
+            .prepare_cached("SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1")
+            .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(self.err("read"))?;
+        if let Some((id, at)) = oldest {
+            s.oldest_id = Some(u(id));
+            s.oldest_enqueued_at = at.map(Timestamp::from_secs);
+        }
+        let hist: Vec<(i64, i64)> = self
+            .conn
+            .prepare_cached("SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts")
+            .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(self.err("read"))?;
+        for (a, n) in hist {
+            s.attempts_histogram
+                .insert(u32::try_from(a).unwrap_or(u32::MAX), u(n));
+        }
+        Ok(s)
+    }
+
+    /// A client's `last_seq`.
+    pub fn client_last_seq(&self, client: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT last_seq FROM clients WHERE id = ?1 AND known")
+            .and_then(|mut s| s.query_row([client], |r| r.get::<_, i64>(0)).optional())
+            .map(|o| o.map_or(0, u))
+            .map_err(self.err("read"))
+    }
+
+    pub(super) fn client_entry(
+        &self,
+        client: &str,
+        seq: u64,
+    ) -> Result<Option<(i64, Option<String>)>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached(
+                "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![client, seq], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// The digest recorded for a client's number.
+    pub fn client_digest(&self, client: &str, seq: u64) -> Result<Option<String>> {
+        Ok(self.client_entry(client, seq)?.and_then(|(_, d)| d))
+    }
+
+    /// Whether a client's number is recorded.
+    pub fn client_recorded(&self, client: &str, seq: u64) -> Result<bool> {
+        Ok(self.client_entry(client, seq)?.is_some())
+    }
+
+    /// A client's unacknowledged rejects above `after`.
+    pub fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        self.conn
+            .prepare_cached(
+                "SELECT e.seq, coalesce(e.reason, '') FROM client_entries e JOIN clients c ON c.id = e.client \
+                 WHERE e.client = ?1 AND e.kind = 1 AND e.seq > max(?2, c.acked) ORDER BY e.seq",
+            )
+            .and_then(|mut s| {
+                s.query_map(
+                    params![client, i64::try_from(after).unwrap_or(i64::MAX)],
+                    |r| {
+                        Ok(Rejected {
+                            seq: u(r.get(0)?),
+                            error: r.get(1)?,
+                        })
+                    },
+                )?
+                .collect()
+            })
+            .map_err(self.err("read"))
+    }
+
+    /// Every client, as `spool clients` shows it.
+    /// How many clients are known, from one count.
+    pub fn client_count(&self) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT count(*) FROM clients WHERE known")
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .map(u)
+            .map_err(self.err("read"))
+    }
+
+    pub fn client_summaries(&self) -> Result<Vec<ClientSummary>> {
+        let clients: Vec<(String, i64, Option<i64>)> = self
+            .conn
+            .prepare_cached("SELECT id, last_seq, at FROM clients WHERE known ORDER BY id")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .map_err(self.err("read"))?;
+        clients
+            .into_iter()
+            .map(|(id, last, at)| {
+                Ok(ClientSummary {
+                    rejected: self.client_rejects(&id, 0)?,
+                    client_id: id,
+                    last_seq: u(last),
+                    updated_at: at.map(Timestamp::from_millis),
+                })
+            })
+            .collect()
+    }
+
+    /// Every pending id, ascending (for `verify`).
+    pub fn pending_ids(&self, f: &mut dyn FnMut(ItemId)) -> Result<()> {
+        let mut s = self
+            .conn
+            .prepare("SELECT id FROM pending ORDER BY id")
+            .map_err(self.err("read"))?;
+        let mut rows = s.query([]).map_err(self.err("read"))?;
+        while let Some(r) = rows.next().map_err(self.err("read"))? {
+            f(u(r.get(0).map_err(self.err("read"))?));
+        }
+        Ok(())
+    }
+
+    /// Whether the index was last written in this boot.
+    pub fn written_this_boot(&self) -> Result<bool> {
+        let boot: Option<String> = self
+            .conn
+            .prepare_cached("SELECT boot FROM state")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .map_err(self.err("read"))?;
+        Ok(boot.as_deref() == Some(boot_id()))
+    }
+
+    /// `PRAGMA quick_check`: `None` when the database is sound.
+    pub fn quick_check(&self) -> Result<Option<String>> {
+        let r: String = self
+            .conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(self.err("check"))?;
+        Ok((r != "ok").then_some(r))
+    }
+}
