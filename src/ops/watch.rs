@@ -61,12 +61,12 @@
 //! Events are never produced on the probe thread.
 
 use crate::backend::Spool;
+use crate::child::{self, Ended};
 use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::ops::replay::{
     check_options, push, push_options, replay, PushReplay, PushTarget, ReplayRequest, TargetSpec,
 };
-use crate::replay::child::{self, Ended};
 use crate::replay::events::{Outcomes, WithOutcomes};
 use crate::replay::follow::{ChangeCheck, Signal, SpoolWatcher, Woke};
 use crate::replay::push::{PushEvent, PushHalt, PushOptions, PushReport, PushTransport as _};

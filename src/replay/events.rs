@@ -25,8 +25,8 @@
 //! * [`Outcomes`] holds both for a run (or a daemon's many runs), and
 //!   [`WithOutcomes`] is the observer that feeds it.
 
-use super::child::{self, Ended};
 use super::ReplayObserver;
+use crate::child::{self, Ended};
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId};
 use crate::ops::json::ItemJson;

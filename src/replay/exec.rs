@@ -5,11 +5,11 @@
 //! (`shell: true` runs `/bin/sh -c CMD`), so a payload or key can never
 //! become shell syntax: the payload goes to the child's stdin and the
 //! metadata to its environment. The child runs in its own process group;
-//! a timeout kills the whole group ([`super::child`], shared with the
+//! a timeout kills the whole group ([`crate::child`], shared with the
 //! hooks).
 
-use super::child::{self, Ended};
 use super::{Delivery, Outcome, Target};
+use crate::child::{self, Ended};
 use crate::error::{Error, Result};
 use std::process::Command;
 use std::time::Duration;
