@@ -61,7 +61,7 @@
 //! Events are never produced on the probe thread.
 
 use crate::backend::Spool;
-use crate::child::{self, Ended};
+use crate::child::{self, Stderr};
 use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::ops::replay::{
@@ -975,24 +975,8 @@ impl Hook {
         cmd.args(&self.argv[1..])
             .env("SPOOL_PATH", spool)
             .env("SPOOL_EVENT", self.kind.event());
-        let done = child::run(cmd, &self.argv[0], None, Some(self.timeout))?;
-        match done.ended {
-            Ended::Exited(0) => Ok(()),
-            Ended::TimedOut => Err(done.with_stderr(format!(
-                "`{}` timed out after {}; its process group was killed",
-                self.command,
-                format_duration(self.timeout)
-            ))),
-            Ended::Exited(c) => {
-                Err(done.with_stderr(format!("`{}` exited with {c}", self.command)))
-            }
-            Ended::Signal(s) => {
-                Err(done.with_stderr(format!("`{}` was killed by signal {s}", self.command)))
-            }
-            Ended::Abnormal => {
-                Err(done.with_stderr(format!("`{}` ended abnormally", self.command)))
-            }
-        }
+        child::run(cmd, &self.argv[0], None, Some(self.timeout), Stderr::Tail)?
+            .succeeded(&self.command, self.timeout)
     }
 }
 

@@ -26,7 +26,7 @@
 //!   [`WithOutcomes`] is the observer that feeds it.
 
 use super::ReplayObserver;
-use crate::child::{self, Ended};
+use crate::child::{self, Stderr};
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId};
 use crate::ops::json::ItemJson;
@@ -587,28 +587,11 @@ impl DeadHook {
                     }
                     let mut stdin = json.into_bytes();
                     stdin.push(b'\n');
-                    let failure = match child::run(cmd, &argv[0], Some(&stdin), Some(timeout)) {
-                        Err(e) => Some(e),
-                        Ok(done) => match done.ended {
-                            Ended::Exited(0) => None,
-                            Ended::Exited(c) => {
-                                Some(done.with_stderr(format!("`{shown}` exited with {c}")))
-                            }
-                            Ended::Signal(s) => Some(
-                                done.with_stderr(format!("`{shown}` was killed by signal {s}")),
-                            ),
-                            Ended::TimedOut => Some(done.with_stderr(format!(
-                                "`{shown}` timed out after {}; its process group was killed",
-                                crate::units::format_duration(timeout)
-                            ))),
-                            Ended::Abnormal => {
-                                Some(done.with_stderr(format!("`{shown}` ended abnormally")))
-                            }
-                        },
-                    };
-                    match failure {
-                        None => report.ran += 1,
-                        Some(error) => {
+                    let ran = child::run(cmd, &argv[0], Some(&stdin), Some(timeout), Stderr::Tail)
+                        .and_then(|done| done.succeeded(&shown, timeout));
+                    match ran {
+                        Ok(()) => report.ran += 1,
+                        Err(error) => {
                             report.failed += 1;
                             notice(&OutcomeNotice::HookFailed { id, error });
                         }

@@ -6,10 +6,10 @@
 //! become shell syntax: the payload goes to the child's stdin and the
 //! metadata to its environment. The child runs in its own process group;
 //! a timeout kills the whole group ([`crate::child`], shared with the
-//! hooks).
+//! hooks and the watch probe).
 
 use super::{Delivery, Outcome, Target};
-use crate::child::{self, Ended};
+use crate::child::{self, Ended, Stderr};
 use crate::error::{Error, Result};
 use std::process::Command;
 use std::time::Duration;
@@ -85,7 +85,13 @@ impl Target for ExecTarget {
         if let Some(p) = d.spool_path {
             cmd.env("SPOOL_PATH", p);
         }
-        let done = child::run(cmd, &self.argv[0], Some(&d.item.payload), self.timeout)?;
+        let done = child::run(
+            cmd,
+            &self.argv[0],
+            Some(&d.item.payload),
+            self.timeout,
+            Stderr::Tail,
+        )?;
         Ok(match done.ended {
             Ended::TimedOut => Outcome::failed(done.with_stderr(format!(
                 "command timed out after {}; its process group was killed",
