@@ -2,13 +2,16 @@
 //! `--exec` target, the `--on-dead` hook, watch's
 //! `--on-online`/`--on-offline` hooks and its `exec:` probe.
 //!
-//! The child runs in its own process group with stdout discarded; its
-//! stdin gets the given bytes (or nothing); the tail of its stderr is
-//! kept for the caller's message (read on a thread, so a chatty child
-//! never blocks on a full pipe), or stderr is discarded ([`Stderr`]).
-//! When the bound passes, the whole process group is killed (`SIGKILL`),
-//! so a shell's children go too.
+//! A command given on the command line is split into argv like a shell
+//! would ([`parse_command`]) and run directly, not through a shell (unless
+//! `--exec --shell` asks for `/bin/sh -c`). The child runs in its own
+//! process group with stdout discarded; its stdin gets the given bytes
+//! (or nothing); the tail of its stderr is kept for the caller's message
+//! (read on a thread, so a chatty child never blocks on a full pipe), or
+//! stderr is discarded ([`Stderr`]). When the bound passes, the whole
+//! process group is killed (`SIGKILL`), so a shell's children go too.
 
+use crate::error::{Error, Result};
 use crate::units::format_duration;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -73,7 +76,7 @@ impl Finished {
     /// `` `shown` `` and followed by the tail of its stderr, as hooks and
     /// the `exec:` probe report it (`timeout` is the bound it was run
     /// with): `` `notify.sh` exited with 3: line 4 | line 5 ``.
-    pub fn succeeded(&self, shown: &str, timeout: Duration) -> Result<(), String> {
+    pub fn succeeded(&self, shown: &str, timeout: Duration) -> std::result::Result<(), String> {
         let head = match self.ended {
             Ended::Exited(0) => return Ok(()),
             Ended::Exited(c) => format!("`{shown}` exited with {c}"),
@@ -86,6 +89,19 @@ impl Finished {
         };
         Err(self.with_stderr(head))
     }
+}
+
+/// Split `command` into argv like a shell would (quotes honoured), to run
+/// without one. `flag` names the option it came from in the errors
+/// ([`Error::InvalidInput`]): a command that cannot be split, or an empty
+/// one.
+pub fn parse_command(flag: &str, command: &str) -> Result<Vec<String>> {
+    let argv = shell_words::split(command)
+        .map_err(|e| Error::InvalidInput(format!("cannot parse {flag} {command:?}: {e}")))?;
+    if argv.first().is_none_or(String::is_empty) {
+        return Err(Error::InvalidInput(format!("{flag} needs a command")));
+    }
+    Ok(argv)
 }
 
 /// The last five non-empty lines of `bytes`, joined with ` | `.
@@ -121,7 +137,7 @@ pub fn run(
     stdin: Option<&[u8]>,
     timeout: Option<Duration>,
     stderr: Stderr,
-) -> Result<Finished, String> {
+) -> std::result::Result<Finished, String> {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -296,6 +312,22 @@ mod tests {
             done(Ended::Abnormal, b"").succeeded("x", t),
             Err("`x` ended abnormally".into())
         );
+    }
+
+    #[test]
+    fn commands_split_like_a_shell() {
+        assert_eq!(
+            parse_command("--on-dead", "sh -c 'echo \"$1\"' x").unwrap(),
+            ["sh", "-c", "echo \"$1\"", "x"]
+        );
+        let e = parse_command("--on-dead", "'unclosed").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("cannot parse --on-dead \"'unclosed\":"),
+            "{e}"
+        );
+        let e = parse_command("--exec", "  ").unwrap_err();
+        assert_eq!(e.to_string(), "--exec needs a command");
     }
 
     #[test]

@@ -950,19 +950,10 @@ struct Hook {
 
 impl Hook {
     fn parse(kind: HookKind, command: &str, timeout: Duration) -> Result<Hook> {
-        let argv = shell_words::split(command).map_err(|e| {
-            Error::InvalidInput(format!("cannot parse {} {command:?}: {e}", kind.flag()))
-        })?;
-        if argv.first().is_none_or(String::is_empty) {
-            return Err(Error::InvalidInput(format!(
-                "{} needs a command",
-                kind.flag()
-            )));
-        }
         Ok(Hook {
             kind,
             command: command.to_string(),
-            argv,
+            argv: child::parse_command(kind.flag(), command)?,
             timeout,
         })
     }

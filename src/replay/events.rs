@@ -561,11 +561,7 @@ impl DeadHook {
         spool_path: Option<PathBuf>,
         notice: NoticeFn,
     ) -> Result<DeadHook> {
-        let argv = shell_words::split(command)
-            .map_err(|e| Error::InvalidInput(format!("cannot parse --on-dead {command:?}: {e}")))?;
-        if argv.first().is_none_or(String::is_empty) {
-            return Err(Error::InvalidInput("--on-dead needs a command".into()));
-        }
+        let argv = child::parse_command("--on-dead", command)?;
         if timeout.is_zero() {
             return Err(Error::InvalidInput(
                 "--hook-timeout must be longer than 0s".into(),

@@ -10,7 +10,7 @@
 
 use super::{Delivery, Outcome, Target};
 use crate::child::{self, Ended, Stderr};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::process::Command;
 use std::time::Duration;
 
@@ -35,12 +35,8 @@ impl ExecTarget {
         let argv = if shell {
             vec!["/bin/sh".to_string(), "-c".to_string(), command.to_string()]
         } else {
-            shell_words::split(command)
-                .map_err(|e| Error::InvalidInput(format!("cannot parse --exec {command:?}: {e}")))?
+            child::parse_command("--exec", command)?
         };
-        if argv.is_empty() || argv[0].is_empty() {
-            return Err(Error::InvalidInput("--exec needs a command".into()));
-        }
         Ok(ExecTarget {
             argv,
             reject_exit,
