@@ -24,6 +24,7 @@
 //! subcommand calls one operation here and renders its result.
 
 pub mod backend;
+pub mod child;
 pub mod debug;
 pub mod error;
 pub mod fs_type;

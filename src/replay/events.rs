@@ -25,8 +25,8 @@
 //! * [`Outcomes`] holds both for a run (or a daemon's many runs), and
 //!   [`WithOutcomes`] is the observer that feeds it.
 
-use super::child::{self, Ended};
 use super::ReplayObserver;
+use crate::child::{self, Stderr};
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId};
 use crate::ops::json::ItemJson;
@@ -561,11 +561,7 @@ impl DeadHook {
         spool_path: Option<PathBuf>,
         notice: NoticeFn,
     ) -> Result<DeadHook> {
-        let argv = shell_words::split(command)
-            .map_err(|e| Error::InvalidInput(format!("cannot parse --on-dead {command:?}: {e}")))?;
-        if argv.first().is_none_or(String::is_empty) {
-            return Err(Error::InvalidInput("--on-dead needs a command".into()));
-        }
+        let argv = child::parse_command("--on-dead", command)?;
         if timeout.is_zero() {
             return Err(Error::InvalidInput(
                 "--hook-timeout must be longer than 0s".into(),
@@ -587,28 +583,11 @@ impl DeadHook {
                     }
                     let mut stdin = json.into_bytes();
                     stdin.push(b'\n');
-                    let failure = match child::run(cmd, &argv[0], Some(&stdin), Some(timeout)) {
-                        Err(e) => Some(e),
-                        Ok(done) => match done.ended {
-                            Ended::Exited(0) => None,
-                            Ended::Exited(c) => {
-                                Some(done.with_stderr(format!("`{shown}` exited with {c}")))
-                            }
-                            Ended::Signal(s) => Some(
-                                done.with_stderr(format!("`{shown}` was killed by signal {s}")),
-                            ),
-                            Ended::TimedOut => Some(done.with_stderr(format!(
-                                "`{shown}` timed out after {}; its process group was killed",
-                                crate::units::format_duration(timeout)
-                            ))),
-                            Ended::Abnormal => {
-                                Some(done.with_stderr(format!("`{shown}` ended abnormally")))
-                            }
-                        },
-                    };
-                    match failure {
-                        None => report.ran += 1,
-                        Some(error) => {
+                    let ran = child::run(cmd, &argv[0], Some(&stdin), Some(timeout), Stderr::Tail)
+                        .and_then(|done| done.succeeded(&shown, timeout));
+                    match ran {
+                        Ok(()) => report.ran += 1,
+                        Err(error) => {
                             report.failed += 1;
                             notice(&OutcomeNotice::HookFailed { id, error });
                         }

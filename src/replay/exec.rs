@@ -5,12 +5,12 @@
 //! (`shell: true` runs `/bin/sh -c CMD`), so a payload or key can never
 //! become shell syntax: the payload goes to the child's stdin and the
 //! metadata to its environment. The child runs in its own process group;
-//! a timeout kills the whole group ([`super::child`], shared with the
-//! hooks).
+//! a timeout kills the whole group ([`crate::child`], shared with the
+//! hooks and the watch probe).
 
-use super::child::{self, Ended};
 use super::{Delivery, Outcome, Target};
-use crate::error::{Error, Result};
+use crate::child::{self, Ended, Stderr};
+use crate::error::Result;
 use std::process::Command;
 use std::time::Duration;
 
@@ -35,12 +35,8 @@ impl ExecTarget {
         let argv = if shell {
             vec!["/bin/sh".to_string(), "-c".to_string(), command.to_string()]
         } else {
-            shell_words::split(command)
-                .map_err(|e| Error::InvalidInput(format!("cannot parse --exec {command:?}: {e}")))?
+            child::parse_command("--exec", command)?
         };
-        if argv.is_empty() || argv[0].is_empty() {
-            return Err(Error::InvalidInput("--exec needs a command".into()));
-        }
         Ok(ExecTarget {
             argv,
             reject_exit,
@@ -85,7 +81,13 @@ impl Target for ExecTarget {
         if let Some(p) = d.spool_path {
             cmd.env("SPOOL_PATH", p);
         }
-        let done = child::run(cmd, &self.argv[0], Some(&d.item.payload), self.timeout)?;
+        let done = child::run(
+            cmd,
+            &self.argv[0],
+            Some(&d.item.payload),
+            self.timeout,
+            Stderr::Tail,
+        )?;
         Ok(match done.ended {
             Ended::TimedOut => Outcome::failed(done.with_stderr(format!(
                 "command timed out after {}; its process group was killed",

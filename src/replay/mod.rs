@@ -29,7 +29,6 @@
 //! * Clock, sleep and randomness are injected.
 
 pub mod backoff;
-pub mod child;
 pub mod events;
 pub mod exec;
 pub mod follow;

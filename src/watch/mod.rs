@@ -17,6 +17,10 @@
 //! * [`Probe`] is what `--probe TARGET` checks (`tcp://`, `http(s)://`,
 //!   `exec:`), and [`metrics`] renders and atomically writes the
 //!   Prometheus text of `--metrics-file`.
+//! * [`daemon`] wires them into the daemon of `spool watch`: it runs the
+//!   [`hooks`] (`--on-online`, `--on-offline`) and replay rounds, and
+//!   tells the caller's [`WatchLog`] every [`WatchEvent`] ([`log`],
+//!   [`push_note`]).
 //!
 //! Time is injected everywhere: the monitor waits through a [`Ticker`]
 //! (tests drive a [`ManualTicker`] one probe at a time) and the
@@ -24,19 +28,27 @@
 //! tested by waiting for real.
 
 pub mod coordinator;
+pub mod daemon;
+pub mod hooks;
+pub mod log;
 pub mod metrics;
 pub mod monitor;
 pub mod probe;
+pub mod push_note;
 pub mod worker;
 
 pub use self::coordinator::{
     CoordinatorCounters, Dependency, Deps, DepsBuilder, MissingDependencies, OnlineReport,
     ReconnectConfig, ReconnectCoordinator, ReconnectOutcome,
 };
+pub use self::daemon::{WatchStop, WatchSummary};
+pub use self::hooks::HookKind;
+pub use self::log::{Level, LogEntry, Round, Trigger, WatchEvent, WatchLog};
 pub use self::metrics::{SpoolGauges, WatchCounters, WatchMetrics};
 pub use self::monitor::{
     safe_probe, LinkState, ManualTicker, MonitorHandle, NetworkMonitor, NetworkMonitorBuilder,
     NetworkMonitorConfig, StartState, SystemTicker, Ticker, Transition,
 };
 pub use self::probe::{Probe, ProbeOptions};
+pub use self::push_note::PushNote;
 pub use self::worker::{Poster, Shutdown, Worker};

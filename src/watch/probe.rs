@@ -14,12 +14,13 @@
 //! handshake names its cause, like the `--url` target. An `exec:` command is split like a shell would (quotes
 //! honoured) and run directly, never through a shell, in its own process
 //! group, with stdin/stdout/stderr closed; on timeout the whole group is
-//! killed.
+//! killed ([`crate::child`]).
 //!
 //! Credentials never appear in text: user info in an HTTP URL becomes an
 //! `Authorization: Basic` header and is removed, and the query string is
 //! masked, in [`Probe::describe`] and every error message.
 
+use crate::child::{self, Stderr};
 use crate::error::{Error, Result};
 use crate::replay::http::{
     authority, describe_error, describe_request_error, percent_decode, split_userinfo,
@@ -28,9 +29,7 @@ use crate::tls::{TlsTrust, TrustedRoots};
 use base64::Engine;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use ureq::http;
 
@@ -333,42 +332,10 @@ impl Probe {
     }
 
     fn check_exec(&self, argv: &[String]) -> std::result::Result<(), String> {
-        let shown = shell_words::join(argv);
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", argv[0]))?;
-        let pid = child.id() as i32;
-        let mut child = child;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait());
-        });
-        let status = match rx.recv_timeout(self.timeout) {
-            Ok(r) => r.map_err(|e| format!("cannot wait for {}: {e}", argv[0]))?,
-            Err(_) => {
-                // SAFETY: killpg only sends a signal to the process group
-                // this child leads (it was started with process_group(0)).
-                unsafe {
-                    libc::killpg(pid, libc::SIGKILL);
-                }
-                let _ = rx.recv();
-                return Err(format!(
-                    "`{shown}` timed out after {}; its process group was killed",
-                    crate::units::format_duration(self.timeout)
-                ));
-            }
-        };
-        match (status.code(), status.signal()) {
-            (Some(0), _) => Ok(()),
-            (Some(c), _) => Err(format!("`{shown}` exited with {c}")),
-            (None, Some(s)) => Err(format!("`{shown}` was killed by signal {s}")),
-            (None, None) => Err(format!("`{shown}` ended abnormally")),
-        }
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        child::run(cmd, &argv[0], None, Some(self.timeout), Stderr::Discard)?
+            .succeeded(&shell_words::join(argv), self.timeout)
     }
 }
 
