@@ -473,11 +473,7 @@ impl Queue for SqliteQueue {
     }
 
     fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        let mut out = Vec::with_capacity(records.len());
-        self.import_stream(&mut records.iter().cloned().map(Ok), &mut |_, i| {
-            out.push(i)
-        })?;
-        Ok(out)
+        crate::backend::import_through_stream(self, records)
     }
 
     fn import_stream(
