@@ -1,5 +1,5 @@
-//! Counting a SQLite spool from its indexes: `stats`, the due count, the
-//! head of an ordering group.
+//! Reading a SQLite spool's counts and times from its indexes: `stats`,
+//! the due count, the next retry time, the head of an ordering group.
 
 use super::db::Db;
 use super::rows::{clamp_attempts, read_enqueued_at, read_id};
