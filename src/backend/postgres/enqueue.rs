@@ -3,8 +3,39 @@
 //! pending and retained keys, the depth bound, all under the spool row
 //! lock.
 
-use super::*;
+use super::conn::Tx;
+use super::rows::{id_param, text, u64_of};
+use super::PostgresQueue;
 use crate::backend::policy::{self, EnqueueStore, Limit};
+use crate::error::{Error, Result};
+use crate::item::{DepthLimit, EnqueueOptions, Enqueued, ItemId, NewItem, OnFull};
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// Rows per multi-row INSERT of a batch.
+const ROWS_PER_INSERT: usize = 1000;
+/// Payload bytes per multi-row INSERT of a batch.
+const BYTES_PER_INSERT: usize = 8 << 20;
+
+/// The running state of one enqueue transaction (the spool row is locked,
+/// so these numbers are exact).
+struct Batch {
+    /// Pending items when the enqueue began (reported by `QueueFull`).
+    start_depth: u64,
+    /// Pending items now.
+    depth: u64,
+    /// The highest id issued.
+    high_water: ItemId,
+    /// Items stored minus items coalesced away (evictions adjust the
+    /// counts themselves).
+    added: i64,
+    /// Items evicted.
+    evicted: i64,
+    /// The retention window in milliseconds (`None`: off): a key no
+    /// pending item carries is a dedup hit while a delivered row with it
+    /// is inside the window (SPEC §9).
+    retain_ms: Option<i64>,
+}
 
 impl PostgresQueue {
     /// Enqueue what `items` yields inside `tx` (SPEC §2, §9), telling
@@ -91,7 +122,7 @@ impl PostgresQueue {
     /// Store `chunk`, items that neither coalesce nor evict: dedup against
     /// the table (earlier chunks are in it) and within the chunk, the
     /// bound checked per new item, one multi-row insert.
-    pub(super) fn store_chunk(
+    fn store_chunk(
         &self,
         tx: &mut Tx<'_>,
         chunk: &[Cow<'_, NewItem>],
@@ -166,7 +197,7 @@ impl PostgresQueue {
     /// never attempted, not in flight, not leased), then, while the spool
     /// is full, `drop-oldest` moves the oldest evictable item to the dead
     /// letters, or the enqueue fails with [`Error::QueueFull`].
-    pub(super) fn enqueue_one(
+    fn enqueue_one(
         &self,
         tx: &mut Tx<'_>,
         it: &NewItem,

@@ -3,11 +3,12 @@
 //! the import's one transaction, the spool row locked.
 
 use super::conn::Tx;
-use super::{id_param, u64_of, PostgresQueue};
+use super::rows::{id_param, u64_of};
+use super::PostgresQueue;
 use crate::backend::identity::{Merge, SpoolHeader, Target};
 use crate::backend::policy::{self, ImportStore};
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, DeliveredItem, Imported, ItemId, Record, RecordState};
+use crate::item::{DeliveredItem, Imported, ItemId, Record, RecordState};
 
 impl PostgresQueue {
     /// Store `records` in the open transaction (the spool row locked,
@@ -174,18 +175,12 @@ impl ImportStore for Importing<'_, '_> {
         match rec.state {
             RecordState::Pending | RecordState::Held => {
                 self.pending += 1;
-                self.q.insert_pending(self.tx, &rec.item)
+                self.q.insert_item(self.tx, &rec.item, None)
             }
             RecordState::Dead => {
                 self.dead += 1;
                 let dead_at = rec.dead_at.unwrap_or_default();
-                self.q.insert_dead(
-                    self.tx,
-                    &DeadLetter {
-                        item: rec.item,
-                        dead_at,
-                    },
-                )
+                self.q.insert_item(self.tx, &rec.item, Some(dead_at))
             }
             RecordState::Delivered => {
                 self.delivered += 1;

@@ -5,7 +5,16 @@
 //! token, the exclusive advisory lock of ordered and push replays, and
 //! `LISTEN` for enqueues.
 
-use super::*;
+use super::conn::{self, pg_error};
+use super::rows::{id_param, item_from_row, text, u64_of};
+use super::{channel, PostgresQueue};
+use crate::error::{Error, Result};
+use crate::item::{Evidence, Item, ItemId};
+use crate::queue::{Claimed, LeaseToken, Leasing};
+use crate::time::Timestamp;
+use postgres::fallible_iterator::FallibleIterator;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 /// The claim: due fresh items by id and due waiting items by the time they
 /// became due, each locked with `SKIP LOCKED` so that concurrent claimers

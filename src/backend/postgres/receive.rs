@@ -4,7 +4,8 @@
 //! processes on one spool apply each client's entries once.
 
 use super::conn::Tx;
-use super::{id_param, text, u64_of, PostgresQueue};
+use super::rows::{id_param, text, u64_of};
+use super::PostgresQueue;
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};

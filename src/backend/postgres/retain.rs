@@ -16,7 +16,9 @@
 //! was opened with one other than the system clock (tests).
 
 use super::conn::Tx;
-use super::{id_param, item_from_row, text, u64_of, PostgresQueue, SpoolRow};
+use super::rows::{id_param, item_from_row, text, u64_of};
+use super::spool::SpoolRow;
+use super::PostgresQueue;
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Delivery, Evidence, ItemId};
 use crate::time::Timestamp;

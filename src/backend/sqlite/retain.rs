@@ -1,0 +1,343 @@
+//! Retention of delivered items (SPEC §9) in a SQLite spool: the window
+//! in `spool_meta`, the `spool_delivered` table, dedup against it, and
+//! pruning the records whose window ended (late ones first, then the
+//! others in id order).
+
+use super::db::{sql_id, Db};
+use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_ENQUEUED_AT};
+use super::schema;
+use crate::error::{Error, Result};
+use crate::item::{DeliveredItem, Evidence, ItemId};
+use crate::time::Timestamp;
+use rusqlite::types::Value;
+use rusqlite::{params, OptionalExtension};
+
+/// How many of the highest ids a retained delivery looks at for the last
+/// record in order ([`Db::late`]).
+const LATE_LOOKBACK: i64 = 64;
+
+impl Db<'_> {
+    /// The retention window (`None`: off, or a database older than
+    /// schema version 4).
+    pub fn retain(&self) -> Result<Option<std::time::Duration>> {
+        if !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let Some(v) = schema::get_meta(self.conn, "retain_ms").map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        let ms: u64 = v.trim().parse().map_err(|_| {
+            Error::corrupt(
+                self.path,
+                None,
+                format!("spool_meta retain_ms is not a number: {v:?}"),
+            )
+        })?;
+        Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+    }
+
+    /// Store the retention window.
+    pub fn set_retain(&self, window: Option<std::time::Duration>) -> Result<()> {
+        let r = match window {
+            Some(w) => schema::set_meta(self.conn, "retain_ms", &w.as_millis().to_string()),
+            None => self
+                .conn
+                .execute("DELETE FROM spool_meta WHERE key = 'retain_ms'", [])
+                .map(|_| ()),
+        };
+        r.map_err(|e| self.err(e))
+    }
+
+    /// The newest retained delivered item with `key` whose window has not
+    /// ended at `now`; one seek in `ix_delivered_key`.
+    pub fn delivered_owner(
+        &self,
+        key: &str,
+        now: Timestamp,
+        window: Option<std::time::Duration>,
+    ) -> Result<Option<ItemId>> {
+        let Some(w) = window else {
+            return Ok(None);
+        };
+        if key.is_empty() || !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let after = now
+            .as_millis()
+            .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
+                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row(params![key, after], |r| r.get::<_, i64>(0)).optional())
+            .map(|v| v.map(|v| v.max(0) as u64))
+            .map_err(|e| self.err(e))
+    }
+
+    /// The lowest id up to `upto` of a retained delivered record that
+    /// carries the non-empty key `key` (an import's dedup of delivered
+    /// records): one range of `ix_delivered_key`.
+    pub fn delivered_owner_upto(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
+        if key.is_empty() || !self.layout.has_retention() {
+            return Ok(None);
+        }
+        self.owner_upto(
+            "SELECT min(id) FROM spool_delivered INDEXED BY ix_delivered_key \
+             WHERE idempotency_key = ?1 AND idempotency_key <> '' AND id <= ?2",
+            key,
+            upto,
+        )
+    }
+
+    /// Copy pending item `id` into the retained delivered items, delivered
+    /// at `now` with `evidence` (the caller then removes it from the
+    /// pending set). Whether it was pending.
+    pub fn retain_delivered(&self, id: ItemId, evidence: Evidence, now: Timestamp) -> Result<bool> {
+        let Some(id) = sql_id(id) else {
+            return Ok(false);
+        };
+        // The row is read, then inserted: an `INSERT … SELECT` into a
+        // table with triggers goes through a temporary table, which cost
+        // more than the copy. The values keep their SQLite types.
+        let row: Option<[Value; 7]> = self
+            .conn
+            .prepare_cached(
+                "SELECT payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
+                 group_name, coalesce_key FROM morph_offline_queue WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![id, UNKNOWN_ENQUEUED_AT], |r| {
+                    Ok([
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ])
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))?;
+        let Some([payload, key, attempts, enqueued_at, last_error, group, coalesce_key]) = row
+        else {
+            return Ok(false);
+        };
+        let at = now.as_millis();
+        let late = self.late(id, at).map_err(|e| self.err(e))?;
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO spool_delivered \
+                 (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
+                  coalesce_key, delivered_at, evidence, late) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    payload,
+                    key,
+                    attempts,
+                    enqueued_at,
+                    last_error,
+                    group,
+                    coalesce_key,
+                    at,
+                    evidence.encode(),
+                    late
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(true)
+    }
+
+    /// Whether a record of `id` delivered at `at` (Unix ms) is late, out
+    /// of id order (`migrations/0005_prune_order.sql`): it is in order
+    /// when every kept record has a lower id and the last record in order
+    /// (looked for among the [`LATE_LOOKBACK`] highest ids) was not
+    /// delivered after it. A seek to the end of the table, and in the
+    /// common case one row. A record at or below the prune cursor
+    /// (`prune_after`) is late whatever is kept: the walk in id order
+    /// starts above the cursor and would never reach it.
+    fn late(&self, id: i64, at: i64) -> rusqlite::Result<bool> {
+        let cursor: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta \
+                 WHERE key = 'prune_after'), 0)",
+            )?
+            .query_row([], |r| r.get(0))?;
+        if id <= cursor {
+            return Ok(true);
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, delivered_at, late FROM spool_delivered ORDER BY id DESC LIMIT ?1",
+        )?;
+        let mut rows = stmt.query([LATE_LOOKBACK])?;
+        let mut seen: i64 = 0;
+        while let Some(r) = rows.next()? {
+            let (rid, rat, rlate): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            if seen == 0 && rid >= id {
+                return Ok(true);
+            }
+            seen += 1;
+            if !rlate {
+                return Ok(rat > at);
+            }
+        }
+        // No record in order among the last ones: in order when that was
+        // every record there is.
+        Ok(seen == LATE_LOOKBACK)
+    }
+
+    /// Store an imported delivered record under its own id.
+    pub fn insert_delivered(&self, d: &DeliveredItem) -> Result<()> {
+        let id = self.insert_id(d.item.id)?;
+        let item = &d.item;
+        let late = self
+            .late(id, d.delivery.at.as_millis())
+            .map_err(|e| self.err(e))?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO spool_delivered \
+                 (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
+                  coalesce_key, delivered_at, evidence, late) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    payload_value(&item.payload),
+                    item.key,
+                    item.attempts,
+                    item.enqueued_at.map(|t| t.as_secs()),
+                    item.last_error,
+                    item.group,
+                    item.coalesce_key,
+                    d.delivery.at.as_millis(),
+                    d.delivery.evidence.encode(),
+                    late,
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Delete up to `limit` retained records whose window ended at `now`
+    /// (all of them when retention is off): the late ones oldest first,
+    /// then the others in id order ([`Db::prune_in_order`]); how many.
+    pub fn prune_delivered(
+        &self,
+        now: Timestamp,
+        window: Option<std::time::Duration>,
+        limit: usize,
+    ) -> Result<u64> {
+        if !self.layout.has_retention() || limit == 0 || self.retained_at_start.get() == Some(0) {
+            return Ok(0);
+        }
+        let cutoff = match window {
+            Some(w) => now
+                .as_millis()
+                .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
+            None => i64::MAX,
+        };
+        // Late records, oldest first (ix_delivered_late), then the others
+        // from the lowest id up.
+        let late = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM spool_delivered WHERE id IN (SELECT id FROM spool_delivered \
+                 WHERE late AND delivered_at <= ?1 ORDER BY delivered_at LIMIT ?2)",
+            )
+            .and_then(|mut s| s.execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)]))
+            .map_err(|e| self.err(e))?;
+        let in_order = match limit.saturating_sub(late) {
+            0 => 0,
+            rest => self.prune_in_order(cutoff, rest).map_err(|e| self.err(e))?,
+        };
+        Ok((late + in_order) as u64)
+    }
+
+    /// Delete up to `limit` records in order (not late) delivered at or
+    /// before `cutoff`: their delivery times never decrease in id order,
+    /// so they are the first ones from the lowest id up, to the first
+    /// that is still inside its window. The walk starts after
+    /// `prune_after` in `spool_meta` (every record up to it is late or
+    /// gone) and moves it on past the records it deletes and the late
+    /// ones it passes, so that no late record is walked over twice (the
+    /// first walk after the migration of many late records is the long
+    /// one). How many it deleted.
+    fn prune_in_order(&self, cutoff: i64, limit: usize) -> rusqlite::Result<usize> {
+        let mut ids = Vec::new();
+        // Every record the walk passes has an id above `prune_after`, so
+        // the cursor moved when it passed any.
+        let mut cursor = None;
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id, delivered_at, late FROM spool_delivered WHERE id > \
+                 COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta WHERE key = 'prune_after'), 0) \
+                 ORDER BY id",
+            )?;
+            let mut rows = stmt.query([])?;
+            while ids.len() < limit {
+                let Some(r) = rows.next()? else { break };
+                let (id, at, late): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                if !late {
+                    if at > cutoff {
+                        break;
+                    }
+                    ids.push(id);
+                }
+                cursor = Some(id);
+            }
+        }
+        let mut delete = self
+            .conn
+            .prepare_cached("DELETE FROM spool_delivered WHERE id = ?1")?;
+        for id in &ids {
+            delete.execute([id])?;
+        }
+        if let Some(cursor) = cursor {
+            schema::set_meta(self.conn, "prune_after", &cursor.to_string())?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Up to `limit` retained delivered items after `after`, in id order.
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
+        if !self.layout.has_retention() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {DELIVERED_COLUMNS} FROM spool_delivered WHERE id > ?1 ORDER BY id LIMIT ?2"
+        );
+        self.page_of(&sql, after, limit, delivered_from_row)
+    }
+
+    /// One retained delivered item.
+    pub fn delivered_get(&self, id: ItemId) -> Result<Option<DeliveredItem>> {
+        let Some(id) = sql_id(id) else {
+            return Ok(None);
+        };
+        if !self.layout.has_retention() {
+            return Ok(None);
+        }
+        let sql = format!("SELECT {DELIVERED_COLUMNS} FROM spool_delivered WHERE id = ?1");
+        self.one_of(&sql, id, delivered_from_row)
+    }
+
+    /// Number of retained delivered items (the kept count).
+    pub fn delivered_count(&self) -> Result<u64> {
+        if !self.layout.has_retention() {
+            return Ok(0);
+        }
+        let n: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT n FROM spool_counts WHERE name = 'delivered'")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .map_err(|e| self.err(e))?;
+        Ok(n.unwrap_or(0).max(0) as u64)
+    }
+}
