@@ -414,27 +414,24 @@ pub trait Queue: Send + Sync {
     /// hit), so that importing the same records twice adds nothing the
     /// second time. Empty keys never dedup. The depth bound is not enforced: an import
     /// moves items that were already accepted once.
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>>;
+    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+        let mut out = Vec::with_capacity(records.len());
+        self.import_stream(&mut records.iter().cloned().map(Ok), &mut |_, i| {
+            out.push(i)
+        })?;
+        Ok(out)
+    }
 
     /// [`Queue::import`] of the records `records` yields, as ONE atomic
     /// commit, without needing them all in memory at once; `each` hears
     /// of every record's result as it is decided (the results count only
     /// if this returns `Ok`). An `Err` from `records` stops the import and
     /// nothing of it is stored.
-    ///
-    /// The default collects the records and calls `import`.
     fn import_stream(
         &self,
         records: &mut dyn Iterator<Item = Result<Record>>,
         each: &mut dyn FnMut(&Record, Imported),
-    ) -> Result<()> {
-        let records: Vec<Record> = records.collect::<Result<_>>()?;
-        let results = self.import(&records)?;
-        for (r, i) in records.iter().zip(results) {
-            each(r, i);
-        }
-        Ok(())
-    }
+    ) -> Result<()>;
 
     /// Counts for `stats`, computed without reading every payload where
     /// the backend allows. `now` decides which items are waiting.

@@ -223,18 +223,17 @@ impl Queue for MemoryQueue {
         Ok(ids.iter().map(|id| st.dead.remove(id).is_some()).collect())
     }
 
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
+    fn import_stream(
+        &self,
+        records: &mut dyn Iterator<Item = Result<Record>>,
+        each: &mut dyn FnMut(&Record, Imported),
+    ) -> Result<()> {
         let mut st = self.lock();
         // Work on a copy: the import is all or nothing.
         let mut next = st.clone();
-        let mut results = Vec::with_capacity(records.len());
-        next.import(
-            &mut records.iter().cloned().map(Ok),
-            &mut |_, i| results.push(i),
-            None,
-        )?;
+        next.import(records, each, None)?;
         *st = next;
-        Ok(results)
+        Ok(())
     }
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {

@@ -22,7 +22,6 @@ pub mod sqlite;
 pub(crate) mod state;
 
 use crate::error::{Error, Result};
-use crate::item::{Imported, Record};
 use crate::queue::{BackendKind, Queue};
 use crate::time::{system_clock, SharedClock};
 use std::io::Read;
@@ -430,17 +429,4 @@ pub fn companion(path: &Path, suffix: &str) -> PathBuf {
     s.push(".");
     s.push(suffix);
     PathBuf::from(s)
-}
-
-/// [`Queue::import`] for a backend whose [`Queue::import_stream`] does
-/// the work: the results of `records`, in order, from one atomic import.
-pub(crate) fn import_through_stream(
-    q: &(impl Queue + ?Sized),
-    records: &[Record],
-) -> Result<Vec<Imported>> {
-    let mut out = Vec::with_capacity(records.len());
-    q.import_stream(&mut records.iter().cloned().map(Ok), &mut |_, i| {
-        out.push(i)
-    })?;
-    Ok(out)
 }

@@ -457,13 +457,6 @@ impl Queue for FileQueue {
         })
     }
 
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        let mut out = Vec::with_capacity(records.len());
-        let mut it = records.iter().cloned().map(Ok);
-        self.import_stream(&mut it, &mut |_, i| out.push(i))?;
-        Ok(out)
-    }
-
     fn import_stream(
         &self,
         records: &mut dyn Iterator<Item = Result<Record>>,

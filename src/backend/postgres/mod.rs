@@ -650,10 +650,6 @@ impl Queue for PostgresQueue {
         self.txn("purge dead letters from", true, |tx| self.purge_in(tx, ids))
     }
 
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        crate::backend::import_through_stream(self, records)
-    }
-
     fn import_stream(
         &self,
         records: &mut dyn Iterator<Item = Result<Record>>,

@@ -472,10 +472,6 @@ impl Queue for SqliteQueue {
         })
     }
 
-    fn import(&self, records: &[Record]) -> Result<Vec<Imported>> {
-        crate::backend::import_through_stream(self, records)
-    }
-
     fn import_stream(
         &self,
         records: &mut dyn Iterator<Item = Result<Record>>,
