@@ -181,6 +181,19 @@ impl FileQueue {
             torn: None,
         };
         inner.appended = true;
+        if which == Which::Main {
+            // A record of the main file past every companion line there
+            // is: each of those lines is committed now (the lock was held
+            // since the moves were settled), so that the next call need
+            // not look for an unfinished move (see `Inner::settled`).
+            for c in Which::COMPANIONS {
+                let len = inner.tracked(c).map(|t| (t.ino, t.file.metadata()));
+                inner.settled[c.slot()] = match len {
+                    Some((ino, Ok(m))) => Some((ino, m.len())),
+                    _ => None,
+                };
+            }
+        }
     }
 
     /// Read the lines at `locs` of `which`, nearby ones with one `pread`.

@@ -94,7 +94,7 @@ mod upkeep;
 pub mod verify;
 
 use self::index::{Entry, FileNow, FileRow, Index, Lost, Unusable, Which};
-use self::io::{parent_dir, read_exact_at, FileIo, RealIo};
+use self::io::{parent_dir, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
 use super::receive::ClientDelta;
@@ -282,6 +282,12 @@ struct Inner {
     /// [`Which::slot`] order: lines a reader leaves out (a writer cuts
     /// them off; see [`FileQueue::settle_moves`]).
     unfinished: [Option<u64>; 3],
+    /// Per file, in [`Which::slot`] order: the inode and length at which
+    /// it was last found to end in no unfinished move. Its bytes up to
+    /// there never change (a move the main file committed stays
+    /// committed; only lines past a committed end are ever cut), so while
+    /// it still has that inode and length it is not looked at again.
+    settled: [Option<(u64, u64)>; 3],
 }
 
 impl Inner {
@@ -439,6 +445,7 @@ impl FileQueue {
                 delivered_unsynced: false,
                 known: Default::default(),
                 unfinished: [None; 3],
+                settled: [None; 3],
             }),
         };
         let max_depth = opts.max_depth;

@@ -453,7 +453,7 @@ impl FileQueue {
     fn check_own(&self, t: &Tracked, which: Which, own: &OwnLines) {
         for (e, off, len) in &own.entries {
             let mut buf = vec![0; *len];
-            if read_exact_at(&*self.io, &t.file, &mut buf, *off).is_err() {
+            if super::io::read_exact_at(&*self.io, &t.file, &mut buf, *off).is_err() {
                 return;
             }
             let parsed = Entry::parser(which)(&buf).expect("parse a line just written");
@@ -688,7 +688,19 @@ impl FileQueue {
     pub(super) fn settle_moves(&self, inner: &mut Inner, exclusive: bool) -> Result<()> {
         for which in Which::COMPANIONS {
             inner.unfinished[which.slot()] = None;
+            let Some(t) = inner.tracked(which) else {
+                continue;
+            };
+            let now = t
+                .file
+                .metadata()
+                .map(|m| (m.ino(), m.len()))
+                .map_err(|e| Error::io(self.target_path(which), "inspect", e))?;
+            if inner.settled[which.slot()] == Some(now) {
+                continue;
+            }
             let Some(start) = self.unfinished_move(inner, which)? else {
+                inner.settled[which.slot()] = Some(now);
                 continue;
             };
             if self.writable && exclusive {
