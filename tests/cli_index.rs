@@ -126,16 +126,12 @@ fn killed_between_the_append_and_the_index_update() {
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
 }
 
-#[test]
-fn verify_repair_cuts_an_unfinished_move() {
-    if !debug_build_or_skip("killing a move between its two appends") {
-        return;
-    }
+/// Two items, and the dead-lettering of item 1 killed after its dead
+/// letter was written and before the main file's part.
+fn unfinished_dead_letter() -> Env {
     let env = Env::new("spool.ndjson");
     env.enqueue("a");
     env.enqueue("b");
-    // Dead-lettering item 1, killed after its dead letter was written and
-    // before the main file's part.
     killed_at(
         &env,
         "index-update:2",
@@ -149,6 +145,15 @@ fn verify_repair_cuts_an_unfinished_move() {
             "1",
         ],
     );
+    env
+}
+
+#[test]
+fn verify_repair_cuts_an_unfinished_move() {
+    if !debug_build_or_skip("killing a move between its two appends") {
+        return;
+    }
+    let env = unfinished_dead_letter();
     env.run(&["verify"]).code(65);
     env.run(&["verify", "--repair"]).success();
     let v = env.run(&["verify"]).success();
@@ -183,22 +188,7 @@ fn compact_cuts_an_unfinished_move() {
     if !debug_build_or_skip("killing a move between its two appends") {
         return;
     }
-    let env = Env::new("spool.ndjson");
-    env.enqueue("a");
-    env.enqueue("b");
-    killed_at(
-        &env,
-        "index-update:2",
-        &[
-            "replay",
-            "--exec",
-            "false",
-            "--reject-exit",
-            "1",
-            "--limit",
-            "1",
-        ],
-    );
+    let env = unfinished_dead_letter();
     let c = env.run(&["compact"]).success();
     assert!(stderr(&c).contains("cut off"), "{}", stderr(&c));
     assert_eq!(ids(&env), vec![1, 2]);
