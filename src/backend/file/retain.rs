@@ -13,7 +13,9 @@
 //! tells the retained record (the item's last `put` line and the `done`
 //! line's delivery) until the delivered file is synced — by a later
 //! synced append to it (pruning), before a compaction drops those lines,
-//! and when the spool is closed.
+//! and when the spool is closed. A move whose delivered-file lines also
+//! prune expired records syncs them before the main file's part: nothing
+//! in the main file stands in for a prune.
 //!
 //! * A process killed between the two appends leaves the item in both
 //!   files (its write reached the kernel): the delivered file wins (the
@@ -201,8 +203,13 @@ impl FileQueue {
             let before = inner.tail(dest).clone();
             // The delivered file's records wait for a later sync only
             // when the main file's part follows (its lines tell them,
-            // see the module docs); alone, they are the commit.
-            let sync = dest != Which::Delivered || main_lines.is_empty();
+            // see the module docs); alone, they are the commit. The
+            // `done` lines that prune records have no such stand-in: lost
+            // in a power loss, they would bring the records back.
+            let prunes = entries
+                .as_ref()
+                .is_none_or(|es| es.iter().any(|e| matches!(e, Entry::Done(..))));
+            let sync = dest != Which::Delivered || main_lines.is_empty() || prunes;
             let lines = match main_lines.is_empty() {
                 true => std::borrow::Cow::Borrowed(lines),
                 false => std::borrow::Cow::Owned(format::stamp_at(lines, at, ino)),
