@@ -127,6 +127,12 @@ impl FileQueue {
             for dl in dead.dead.values() {
                 format::write_dead(&mut buf, dl);
             }
+            // The highest id the file named, when no line kept names it:
+            // until the main file is replaced (which carries it too), a
+            // crash must not lower the high-water mark.
+            if dead.high_water > dead.dead.keys().next_back().copied().unwrap_or(0) {
+                format::write_done(&mut buf, dead.high_water);
+            }
             // The eviction count, last: it survives the compaction.
             if dead.evicted_total > 0 {
                 format::write_evicted(&mut buf, dead.evicted_total);
@@ -166,6 +172,12 @@ impl FileQueue {
                         r.seek_relative(offset as i64 - pos as i64)?;
                         w.push_line_from(&mut r, len)?;
                         pos = offset + len as u64;
+                    }
+                    // As for the dead-letter file: the highest id it named.
+                    if delivered_high > delivered.keys().next_back().copied().unwrap_or(0) {
+                        let mut line = Vec::new();
+                        format::write_done(&mut line, delivered_high);
+                        w.push(&line)?;
                     }
                     Ok(())
                 })?
