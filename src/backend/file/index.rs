@@ -652,6 +652,24 @@ impl Index {
     }
 
     /// [`Index::create`] without the transaction.
+    /// An index on `conn` that is not the shared `<spool>.idx` in use
+    /// (a build, a private index, a carry-over), writable, nothing marked.
+    fn unshared(conn: Connection, path: PathBuf) -> Index {
+        Index {
+            conn,
+            path,
+            shared: None,
+            seen: None,
+            read_only: false,
+            no_writes: false,
+            mark: None,
+            changed: Cell::new(false),
+            marked: Cell::new(false),
+            boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
+        }
+    }
+
     fn create_tables(path: Option<&Path>) -> Result<Index> {
         let (conn, shown) = match path {
             Some(p) => (
@@ -665,19 +683,7 @@ impl Index {
             ),
         };
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let ix = Index {
-            conn,
-            path: shown,
-            shared: None,
-            seen: None,
-            read_only: false,
-            no_writes: false,
-            mark: None,
-            changed: Cell::new(false),
-            marked: Cell::new(false),
-            boot_written: Cell::new(false),
-            file_journal: Cell::new(false),
-        };
+        let ix = Index::unshared(conn, shown);
         ix.conn
             .execute_batch(&format!(
                 "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \

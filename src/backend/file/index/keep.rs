@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::push::memory::Recorded;
 use crate::time::Timestamp;
 use rusqlite::{params, Connection};
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -102,19 +101,7 @@ impl Index {
             "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16000; BEGIN;",
         )
         .map_err(err)?;
-        let ix = Index {
-            conn,
-            path: path.to_path_buf(),
-            shared: None,
-            seen: None,
-            read_only: false,
-            no_writes: false,
-            mark: None,
-            changed: Cell::new(false),
-            marked: Cell::new(false),
-            boot_written: Cell::new(false),
-            file_journal: Cell::new(false),
-        };
+        let ix = Index::unshared(conn, path.to_path_buf());
         // Each line's new offset: the lengths (and newlines) of the lines
         // before it in id order — a running sum, kept by a function that
         // the update calls row by row in rowid (id) order, and refuses
