@@ -791,6 +791,51 @@ fn records_a_crash_took_from_the_delivered_file_are_restored_from_the_main_file(
     assert!(!q.enqueue(b"x", "kf").unwrap().deduplicated);
 }
 
+/// A record a crash took while retention was off, or after its window
+/// ended, was pruned as far as anyone could see: the writer that
+/// rebuilds the index writes the `done` line that prunes it, and a window
+/// set later, even one that would still hold the delivery, does not bring
+/// it back (found by the simulator, NDJSON seed 175876576788555).
+#[test]
+fn a_lost_record_that_had_expired_stays_gone_when_a_window_is_set_later() {
+    for off in [true, false] {
+        let (_dir, p, clock, q) = retaining();
+        let dpath = companion(&p, "delivered");
+        let a = add(&q, "a", "ka");
+        q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+        let b = add(&q, "b", "kb");
+        q.deliver(&[(b, Evidence::Http(200))]).unwrap();
+        if off {
+            q.set_retain(None).unwrap();
+        } else {
+            q.set_retain(Some(Duration::from_secs(60))).unwrap();
+            clock.advance(Duration::from_secs(61));
+        }
+        drop(q);
+        // The crash takes both records; the main file's `done` lines,
+        // synced, tell the deliveries.
+        std::fs::write(&dpath, b"").unwrap();
+        std::fs::remove_file(companion(&p, "idx")).unwrap();
+        let q = open_at(&p, OpenMode::ReadWrite, &clock);
+        assert!(delivered(&q).is_empty(), "retention off: {off}");
+        assert!(!q.take_notices().iter().any(|n| n.contains("restored")));
+        let pruned: Vec<u64> = lines(&dpath)
+            .iter()
+            .filter(|v| v["op"] == "done")
+            .map(|v| v["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(pruned, vec![a, b], "retention off: {off}");
+        q.set_retain(Some(HOUR * 24)).unwrap();
+        assert!(delivered(&q).is_empty(), "retention off: {off}");
+        assert!(!q.enqueue(b"x", "ka").unwrap().deduplicated);
+        drop(q);
+        std::fs::remove_file(companion(&p, "idx")).unwrap();
+        let q = open_at(&p, OpenMode::ReadWrite, &clock);
+        assert!(delivered(&q).is_empty(), "retention off: {off}");
+        assert!(!q.enqueue(b"y", "kb").unwrap().deduplicated);
+    }
+}
+
 /// Records pruned from the delivered file stay pruned when the index is
 /// rebuilt from the files, even once a longer window would keep them.
 #[test]

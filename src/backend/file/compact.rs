@@ -659,7 +659,7 @@ impl FileQueue {
         let installed = match carried {
             Ok(()) => Ok(()),
             // A full build from the new files.
-            Err(_) => self.build_shared(&new_main, companions, None).map(drop),
+            Err(_) => self.build_shared(&new_main, companions, false).map(drop),
         };
         if let Err(e) = installed {
             inner.notices.push(format!(

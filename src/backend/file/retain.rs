@@ -26,11 +26,14 @@
 //! * A machine that crashes before the delivered file reached the disk
 //!   loses that file's tail: the records appended last. The index, last
 //!   written before the reboot, is rebuilt, and the rebuild finds the
-//!   main file's retained deliveries inside the window whose records the
-//!   delivered file lacks, after the last one it holds
-//!   ([`crate::backend::file::index::Applier::track_lost`]); they are
-//!   written back to the delivered file before the writing call goes on
-//!   ([`FileQueue::restore_lost`]); a reader tells of them in a notice.
+//!   main file's retained deliveries whose records the delivered file
+//!   lacks, after the last one it holds
+//!   ([`crate::backend::file::index::Applier::track_lost`]). Before the
+//!   writing call goes on, the records of those inside the window are
+//!   written back to the delivered file, and the others are pruned there
+//!   by `done` lines, so that a window set later cannot bring them back
+//!   ([`FileQueue::restore_lost`]); a reader tells of the missing records
+//!   in a notice.
 //!
 //! Expired records (window ended, or retention turned off) are pruned by
 //! `done` lines in the delivered file, in bounded batches, by the calls
@@ -283,47 +286,52 @@ impl FileQueue {
         }
     }
 
-    /// The time (Unix ms) after which a retained delivery is inside the
-    /// window at this call: a rebuild looks for the records of those the
-    /// delivered file lacks. `None`: retention is off, nothing to look for.
-    pub(super) fn lost_cutoff(&self, inner: &Inner) -> Option<i64> {
-        let w = inner.meta.retain()?;
-        Some(self.clock.now().as_millis().saturating_sub(window_ms(w)))
-    }
-
     /// Of the deliveries a rebuild found missing from the delivered file,
-    /// those whose record should be there: retention is on, the window
-    /// still runs, and no record of the id is in the delivered file (a
-    /// record the file does hold is not lost, whatever came before).
-    pub(super) fn still_lost(&self, inner: &Inner, lost: Vec<Lost>) -> Result<Vec<Lost>> {
-        let retain = inner.meta.retain();
-        if lost.is_empty() || retain.is_none() {
-            return Ok(Vec::new());
+    /// those it still lacks (no record of the id in it since), split in
+    /// two: the ones inside the window at this call, whose records belong
+    /// there, and the others (the window ended, or retention is off),
+    /// which are to be pruned.
+    pub(super) fn still_lost(
+        &self,
+        inner: &Inner,
+        lost: Vec<Lost>,
+    ) -> Result<(Vec<Lost>, Vec<Lost>)> {
+        if lost.is_empty() {
+            return Ok(Default::default());
         }
+        let retain = inner.meta.retain();
         let now = self.clock.now();
         let ix = inner.index()?;
-        let mut out = Vec::with_capacity(lost.len());
+        let (mut inside, mut ended) = (Vec::new(), Vec::new());
         for l in lost {
-            if within_window(l.delivery.at, retain, now) && ix.delivered_loc(l.id)?.is_none() {
-                out.push(l);
+            if ix.delivered_loc(l.id)?.is_some() {
+                continue;
+            }
+            match within_window(l.delivery.at, retain, now) {
+                true => inside.push(l),
+                false => ended.push(l),
             }
         }
-        Ok(out)
+        Ok((inside, ended))
     }
 
-    /// Write back the delivered records a crash took from the tail of the
-    /// delivered file (found by a rebuild of the index): each is its
+    /// Settle the delivered records a crash took from the tail of the
+    /// delivered file (found by a rebuild of the index): the record of
+    /// each delivery still inside the window is written back — its
     /// item's last `put` line in the main file with the delivery its
-    /// `done` line tells. Synced, and told in a notice. As upkeep: a
-    /// failure (the main file changed since the rebuild, an I/O error) is
-    /// told in a notice, not returned; the records stay missing until the
-    /// next rebuild (`spool verify --repair`).
+    /// `done` line tells, told in a notice — and the others get the
+    /// `done` line that prunes them, as if they had been pruned before the
+    /// crash: a window set later then cannot bring them back. One synced
+    /// append. As upkeep: a failure (the main file changed since the
+    /// rebuild, an I/O error) is told in a notice, not returned; the
+    /// records stay missing until the next rebuild (`spool verify
+    /// --repair`).
     pub(super) fn restore_lost(&self, inner: &mut Inner, lost: Vec<Lost>) {
-        let restored = self.still_lost(inner, lost).and_then(|lost| {
-            if lost.is_empty() {
+        let restored = self.still_lost(inner, lost).and_then(|(inside, ended)| {
+            if inside.is_empty() && ended.is_empty() {
                 return Ok(0);
             }
-            let locs: Vec<Loc> = lost
+            let locs: Vec<Loc> = inside
                 .iter()
                 .map(|l| Loc {
                     id: l.id,
@@ -332,7 +340,7 @@ impl FileQueue {
                 })
                 .collect();
             let mut out = Vec::new();
-            for (item, l) in self.items(inner, &locs)?.into_iter().zip(&lost) {
+            for (item, l) in self.items(inner, &locs)?.into_iter().zip(&inside) {
                 if item.id != l.id {
                     return Err(Error::Internal(format!(
                         "item {} was read as item {}",
@@ -342,8 +350,11 @@ impl FileQueue {
                 let record = retained(item, l.delivery.at, l.delivery.evidence);
                 format::write_delivered(&mut out, &record);
             }
+            for l in &ended {
+                format::write_done(&mut out, l.id);
+            }
             self.append(inner, Which::Delivered, &out)?;
-            Ok(lost.len())
+            Ok(inside.len())
         });
         let path = self.delivered_path.display();
         match restored {

@@ -482,8 +482,7 @@ impl FileQueue {
             let _ = ix.rollback();
         }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let cutoff = self.lost_cutoff(inner);
-        let (torn, lost) = self.build_shared(&main.file, companion_files(inner), cutoff)?;
+        let (torn, lost) = self.build_shared(&main.file, companion_files(inner), true)?;
         inner.lost = lost;
         if let Some(why) = why.filter(|w| !w.is_empty()) {
             inner.notices.push(format!(
@@ -513,21 +512,21 @@ impl FileQueue {
 
     /// Build the shared index of `main` and the companion files (dead
     /// letters, delivered items) into a temporary file and rename it into
-    /// place. Returns the torn tails found, and the retained deliveries
-    /// delivered after `lost_cutoff` whose records the delivered file
-    /// lacks (see the `retain` module).
+    /// place. Returns the torn tails found, and (`track_lost`) the
+    /// retained deliveries whose records the delivered file lacks (see the
+    /// `retain` module).
     pub(super) fn build_shared(
         &self,
         main: &File,
         companions: [Option<&File>; 2],
-        lost_cutoff: Option<i64>,
+        track_lost: bool,
     ) -> Result<(TornTails, Vec<Lost>)> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
         crate::private_file::create_replacement(&tmp, &self.index_path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::create(Some(&tmp)).and_then(|ix| {
-            let torn = self.load(&ix, main, companions, [None; 2], lost_cutoff)?;
+            let torn = self.load(&ix, main, companions, [None; 2], track_lost)?;
             ix.finish_build()?;
             ix.close()?;
             Ok(torn)
@@ -551,14 +550,13 @@ impl FileQueue {
         }
         let ix = Index::create(None)?;
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let cutoff = self.lost_cutoff(inner);
         let files = companion_files(inner);
         let limits = [inner.unfinished[1], inner.unfinished[2]];
-        let (torn, lost) = self.load(&ix, &main.file, files, limits, cutoff)?;
+        let (torn, lost) = self.load(&ix, &main.file, files, limits, true)?;
         ix.finish_build()?;
         inner.index = Some(ix);
         // A reader cannot write them back: it tells.
-        let lost = self.still_lost(inner, lost)?;
+        let (lost, _) = self.still_lost(inner, lost)?;
         if !lost.is_empty() {
             inner.notices.push(format!(
                 "{}: {} delivered record(s) that the main file's done lines tell of are missing \
@@ -576,8 +574,8 @@ impl FileQueue {
     }
 
     /// Fill a new index from the whole of the files (the companions
-    /// first, as every catch-up reads them), noting the retained
-    /// deliveries after `lost_cutoff` that the delivered file lacks.
+    /// first, as every catch-up reads them), noting (`track_lost`) the
+    /// retained deliveries whose records the delivered file lacks.
     /// Memory holds a few blocks of the file and SQLite's cache, whatever
     /// the size of the spool.
     pub(super) fn load(
@@ -586,19 +584,19 @@ impl FileQueue {
         main: &File,
         companions: [Option<&File>; 2],
         limits: [Option<u64>; 2],
-        lost_cutoff: Option<i64>,
+        track_lost: bool,
     ) -> Result<(TornTails, Vec<Lost>)> {
         let mut torn = Vec::with_capacity(3);
-        if lost_cutoff.is_some() {
+        if track_lost {
             ix.note_pruned()?;
         }
         for ((which, f), limit) in Which::COMPANIONS.into_iter().zip(companions).zip(limits) {
-            let note = lost_cutoff.is_some() && which == Which::Delivered;
+            let note = track_lost && which == Which::Delivered;
             torn.push((which, self.load_companion(ix, which, f, limit, note)?));
         }
         let mut ap = ix.applier()?;
-        if let Some(cutoff) = lost_cutoff {
-            ap.track_lost(cutoff);
+        if track_lost {
+            ap.track_lost();
         }
         let now = FileNow::of(main, &self.path)?;
         let s =

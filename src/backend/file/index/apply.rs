@@ -169,16 +169,10 @@ pub(crate) struct Lost {
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
     /// With [`Applier::track_lost`]: the retained deliveries of the main
-    /// file, inside the window, whose records the delivered file lacks
-    /// and that come after the last one it holds.
+    /// file whose records the delivered file lacks (it holds no record of
+    /// them and no `done` line that pruned one) and that come after the
+    /// last one it holds.
     pub lost: Vec<Lost>,
-}
-
-/// [`Applier::track_lost`]'s state.
-struct LostTrack {
-    /// Deliveries at or before this time (Unix ms) are outside the window.
-    cutoff: i64,
-    found: Vec<Lost>,
 }
 
 /// Applies lines to the index: the one path from "line at offset" to
@@ -206,7 +200,8 @@ pub(crate) struct Applier<'a> {
     /// held for the applier's life.
     insert_plain: Option<Statement<'a>>,
     insert_full: Option<Statement<'a>>,
-    lost: Option<LostTrack>,
+    /// With [`Applier::track_lost`], the lost deliveries found so far.
+    lost: Option<Vec<Lost>>,
     /// The delivered file's `done` lines go to `temp.pruned` too (see
     /// [`Index::note_pruned`]).
     note_pruned: bool,
@@ -309,18 +304,17 @@ impl<'a> Applier<'a> {
     }
 
     /// Note, while applying a whole main file after the delivered file
-    /// (read with [`Applier::noting_pruned`]), the retained deliveries
-    /// delivered after `cutoff` (Unix ms: inside the window) of which the
-    /// delivered file holds no record, pruned or not ([`Applied::lost`]).
+    /// (read with [`Applier::noting_pruned`]), the retained deliveries of
+    /// which the delivered file holds no record, pruned or not
+    /// ([`Applied::lost`]), inside the window or not: the caller writes
+    /// back the records of those inside it and prunes the others, so that
+    /// a window set later cannot bring back a record that had expired.
     /// The delivered file is appended before the main file, in the same
     /// order, and synced only later (see the `retain` module): what a
     /// crash can take from it is its tail, so a delivery whose record it
     /// holds means it holds those before too.
-    pub fn track_lost(&mut self, cutoff: i64) {
-        self.lost = Some(LostTrack {
-            cutoff,
-            found: Vec::new(),
-        });
+    pub fn track_lost(&mut self) {
+        self.lost = Some(Vec::new());
     }
 
     /// Note the delivered file's `done` lines (see [`Index::note_pruned`],
@@ -487,21 +481,18 @@ impl<'a> Applier<'a> {
                         // delivered file.
                         self.set_in_main(iid, false)?;
                     }
-                    let cutoff = self.lost.as_ref().map(|t| t.cutoff);
-                    if let (Some(cutoff), Some(delivery)) = (cutoff, delivery) {
-                        if delivery.at.as_millis() > cutoff {
-                            let held = self.has_delivered(iid)?;
-                            if let Some(t) = &mut self.lost {
-                                match (held, at) {
-                                    (true, _) => t.found.clear(),
-                                    (false, Some((off, len))) => t.found.push(Lost {
-                                        id,
-                                        off,
-                                        len,
-                                        delivery,
-                                    }),
-                                    (false, None) => {}
-                                }
+                    if let (true, Some(delivery)) = (self.lost.is_some(), delivery) {
+                        let held = self.has_delivered(iid)?;
+                        if let Some(found) = &mut self.lost {
+                            match (held, at) {
+                                (true, _) => found.clear(),
+                                (false, Some((off, len))) => found.push(Lost {
+                                    id,
+                                    off,
+                                    len,
+                                    delivery,
+                                }),
+                                (false, None) => {}
                             }
                         }
                     }
@@ -763,7 +754,7 @@ impl<'a> Applier<'a> {
                 .map_err(ix.err("update"))?;
         }
         Ok(Applied {
-            lost: self.lost.map(|t| t.found).unwrap_or_default(),
+            lost: self.lost.unwrap_or_default(),
         })
     }
 }
