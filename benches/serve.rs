@@ -261,6 +261,8 @@ fn push_body(client: &str, acked: u64, first: u64, n: u64, size: usize) -> Vec<u
             key: "",
             payload: p,
             enqueued_at: None,
+            group: None,
+            coalesce_key: None,
         })
         .collect();
     encode_request(client, acked, &entries)

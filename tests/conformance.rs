@@ -128,6 +128,7 @@ policies!(
         delivered_records_import_and_dedup,
         importing_twice_adds_nothing_twice,
         the_due_rule_leaves_out_held_waiting_and_group_waiting_items,
+        groups_and_coalesce_keys_travel_through_a_receiver,
     ],
 );
 
@@ -2149,6 +2150,8 @@ fn request(client: &str, acked: u64, entries: &[(u64, &str, &str)]) -> wire::Pus
                     key,
                     payload: payload.as_bytes(),
                     enqueued_at: Some(T0),
+                    group: None,
+                    coalesce_key: None,
                 }
             }
         })
@@ -2235,6 +2238,129 @@ fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
     assert!(client(&h, "edge-b").is_none());
 }
 
+/// A push request from `client` of items `(seq, payload, group,
+/// coalesce key)`.
+fn grouped_request(
+    client: &str,
+    acked: u64,
+    entries: &[(u64, &str, Option<&str>, Option<&str>)],
+) -> wire::PushRequest {
+    let out: Vec<OutEntry<'_>> = entries
+        .iter()
+        .map(|&(seq, payload, group, coalesce_key)| OutEntry::Item {
+            seq,
+            id: seq,
+            key: "",
+            payload: payload.as_bytes(),
+            enqueued_at: None,
+            group,
+            coalesce_key,
+        })
+        .collect();
+    wire::parse_request(&wire::encode_request(client, acked, &out)).expect("a valid request")
+}
+
+/// SPEC §7 "Groups and coalescing travel": a pushed entry's group and
+/// coalesce key are stored as `enqueue --group/--coalesce-key` stores
+/// them, qualified by the sender like keys (one edge's group never holds
+/// up another's; one edge's coalesce key never replaces another's
+/// items); `/v1/items` does the same with its `Spool-Group` and
+/// `Spool-Coalesce-Key` headers; a replacement makes room in a full
+/// spool.
+fn groups_and_coalesce_keys_travel_through_a_receiver(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let push = |h: &Harness, req: wire::PushRequest| accepted(receive(h, &req, &limits));
+    let r = push(
+        &h,
+        grouped_request(
+            "edge-a",
+            0,
+            &[
+                (1, "a1", Some("orders"), Some("status")),
+                (2, "a2", Some("orders"), None),
+            ],
+        ),
+    );
+    assert_eq!(r.applied, 2);
+    push(
+        &h,
+        grouped_request("edge-b", 0, &[(1, "b1", None, Some("status"))]),
+    );
+    // In a later request: replaces a1, not b1.
+    push(
+        &h,
+        grouped_request("edge-a", 2, &[(3, "a3", None, Some("status"))]),
+    );
+    let mut outcomes = Vec::new();
+    h.q()
+        .receive(&mut |txn| {
+            outcomes.clear();
+            for payload in ["i1", "i2"] {
+                let mut item = NewItem::new(payload.as_bytes(), "");
+                item.group = Some("web".into());
+                item.coalesce_key = Some("cfg".into());
+                outcomes.push(apply_item(txn, &item, Some("tok"), &limits)?);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let replaced: Vec<Vec<ItemId>> = outcomes
+        .iter()
+        .map(|o| match o {
+            ItemOutcome::Enqueued(e) => e.replaced.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(replaced, [vec![], vec![5]]);
+    h.step();
+    let got: Vec<(String, Option<String>, Option<String>)> = drain(&h)
+        .into_iter()
+        .map(|i| {
+            (
+                String::from_utf8(i.payload).unwrap(),
+                i.group,
+                i.coalesce_key,
+            )
+        })
+        .collect();
+    let some = |v: &str| Some(v.to_string());
+    assert_eq!(
+        got,
+        [
+            ("a2".into(), some("edge-a:orders"), None),
+            ("b1".into(), None, some("edge-b:status")),
+            ("a3".into(), None, some("edge-a:status")),
+            ("i2".into(), some("tok:web"), some("tok:cfg")),
+        ]
+    );
+
+    // Full: an entry that replaces an item still fits; one that does not
+    // is refused for room.
+    let mut h = s.open(Some(1));
+    push(
+        &h,
+        grouped_request("edge-a", 0, &[(1, "old", None, Some("status"))]),
+    );
+    let r = push(
+        &h,
+        grouped_request("edge-a", 1, &[(2, "new", None, Some("status"))]),
+    );
+    assert_eq!((r.applied, r.last_seq), (1, 2));
+    let full = receive(
+        &h,
+        &grouped_request("edge-a", 2, &[(3, "more", None, None)]),
+        &limits,
+    );
+    assert!(
+        matches!(full, PushOutcome::Full { last_seq: 2 }),
+        "{full:?}"
+    );
+    h.step();
+    let payloads: Vec<Vec<u8>> = drain(&h).into_iter().map(|i| i.payload).collect();
+    assert_eq!(payloads, [b"new".to_vec()]);
+}
+
 /// SPEC §7 "Keys are scoped per sender": a key from push client A never
 /// deduplicates an item from client B (nor a `/v1/items` key of one token
 /// another token's item), unless the receiver shares one key space.
@@ -2265,8 +2391,7 @@ fn received_keys_are_scoped_per_sender(s: Setup) {
             ] {
                 outcomes.push(apply_item(
                     txn,
-                    payload.as_bytes(),
-                    "invoice-7",
+                    &NewItem::new(payload.as_bytes(), "invoice-7"),
                     sender,
                     &limits,
                 )?);

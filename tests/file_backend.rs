@@ -908,6 +908,8 @@ fn compaction_keeps_the_receiver_state_in_bounded_lines() {
                 key: "",
                 payload: payloads[(s - 1) as usize].as_bytes(),
                 enqueued_at: None,
+                group: None,
+                coalesce_key: None,
             })
             .collect();
         let req = wire::parse_request(&wire::encode_request("edge", acked, &entries)).unwrap();
@@ -951,6 +953,8 @@ fn compaction_keeps_the_receiver_state_in_bounded_lines() {
         key: "",
         payload: b"other",
         enqueued_at: None,
+        group: None,
+        coalesce_key: None,
     }];
     let req = wire::parse_request(&wire::encode_request("edge", 0, &entries)).unwrap();
     let mut out = None;

@@ -912,6 +912,8 @@ fn push_valid(rng: &mut fastrand::Rng) -> Vec<u8> {
                             key,
                             payload,
                             enqueued_at: maybe(rng, |r| Timestamp::from_millis(time_ms(r))),
+                            group: (rng.u8(..3) == 0).then_some(key.as_str()),
+                            coalesce_key: (rng.u8(..3) == 0).then_some("status"),
                         }
                     }
                 })

@@ -1584,6 +1584,8 @@ fn serve_reads_its_metrics_on_a_second_connection() {
                 key: "",
                 payload: client.as_bytes(),
                 enqueued_at: None,
+                group: None,
+                coalesce_key: None,
             }],
         );
         let r = agent

@@ -214,6 +214,8 @@ impl Edge {
                         key: &it.key,
                         payload: &it.payload,
                         enqueued_at: None,
+                        group: None,
+                        coalesce_key: None,
                     }
                 }
                 None => OutEntry::Skip { seq: *seq },
@@ -777,6 +779,8 @@ fn one_item_body(client: &str, acked: u64, seq: u64, payload: &[u8]) -> Vec<u8> 
             key: "",
             payload,
             enqueued_at: None,
+            group: None,
+            coalesce_key: None,
         }],
     )
 }
@@ -851,6 +855,8 @@ fn a_receiver_that_lost_state_stops_the_sender() {
             key: "",
             payload: b"p",
             enqueued_at: None,
+            group: None,
+            coalesce_key: None,
         })
         .collect();
     let (status, answer) = serve(&mut rx, &wire::encode_request(CLIENT, 0, &entries));

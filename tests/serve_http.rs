@@ -27,6 +27,8 @@ fn item(seq: u64, key: &'static str, payload: &'static str) -> OutEntry<'static>
         key,
         payload: payload.as_bytes(),
         enqueued_at: None,
+        group: None,
+        coalesce_key: None,
     }
 }
 
@@ -382,6 +384,66 @@ fn single_items_with_keys_limits_and_a_full_spool() {
             (&"first".into(), &"k1".into())
         );
         assert_eq!(items[1]["payload_base64"], "AP9ieXRlcw==");
+    });
+}
+
+/// SPEC §7 "Groups and coalescing travel": `/v1/items` takes the
+/// `Spool-Group` and `Spool-Coalesce-Key` headers, and an item pushed from
+/// a grouped edge stays grouped at the centre, each qualified by its
+/// sender like a key.
+#[test]
+fn groups_and_coalesce_keys_travel() {
+    each_backend(|env| {
+        env.run(&["init"]).success();
+        let s = Serve::start(env, &[]);
+        let a = agent();
+        let url = s.url("/v1/items");
+        let headers = [("Spool-Group", "web"), ("Spool-Coalesce-Key", "cfg")];
+        let first = post(&a, &url, &headers, b"v1");
+        assert_eq!(first.status, 201, "{}", first.body);
+        let r = post(&a, &url, &headers, b"v2");
+        assert_eq!(r.status, 201, "{}", r.body);
+        let long = "g".repeat(2000);
+        let r = post(&a, &url, &[("Spool-Group", long.as_str())], b"x");
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.error().contains("Spool-Group"), "{}", r.body);
+
+        let edge = Env::new("edge.db");
+        edge.run(&["init"]).success();
+        edge.run(&["enqueue", "--group", "orders", "o1"]).success();
+        edge.run(&["enqueue", "--coalesce-key", "status", "s1"])
+            .success();
+        edge.run(&["replay", "--push", &s.url("/v1/push")])
+            .success();
+        edge.run(&["enqueue", "--coalesce-key", "status", "s2"])
+            .success();
+        edge.run(&["replay", "--push", &s.url("/v1/push")])
+            .success();
+        let uuid = edge.run(&["config", "uuid"]).get_output().stdout.clone();
+        let uuid = String::from_utf8(uuid).unwrap().trim().to_string();
+        let stopped = s.stop();
+        assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+
+        let got: Vec<(String, serde_json::Value, serde_json::Value)> = env
+            .drain()
+            .iter()
+            .map(|i| {
+                (
+                    i["payload"].as_str().unwrap().to_string(),
+                    i["group"].clone(),
+                    i["coalesce_key"].clone(),
+                )
+            })
+            .collect();
+        let scoped = |v: &str| serde_json::Value::from(format!("{uuid}:{v}"));
+        assert_eq!(
+            got,
+            [
+                ("v2".into(), "web".into(), "cfg".into()),
+                ("o1".into(), scoped("orders"), serde_json::Value::Null),
+                ("s2".into(), serde_json::Value::Null, scoped("status")),
+            ]
+        );
     });
 }
 

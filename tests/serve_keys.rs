@@ -32,6 +32,8 @@ fn item(seq: u64, key: &'static str, payload: &'static str) -> OutEntry<'static>
         key,
         payload: payload.as_bytes(),
         enqueued_at: None,
+        group: None,
+        coalesce_key: None,
     }
 }
 

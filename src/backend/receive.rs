@@ -12,7 +12,7 @@
 
 use super::state::{State, View};
 use crate::error::{Error, Result};
-use crate::item::{Enqueued, Item, ItemId};
+use crate::item::{Enqueued, Item, ItemId, NewItem};
 use crate::push::memory::Recorded;
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
@@ -37,6 +37,9 @@ pub(crate) struct ClientDelta {
 pub(crate) struct ReceiveChanges {
     /// Items enqueued, in order.
     pub items: Vec<Item>,
+    /// Pending items of the spool that enqueued items replaced (their
+    /// coalesce key), ascending; to be removed before `items` are added.
+    pub replaced: Vec<ItemId>,
     /// Per-client changes.
     pub clients: BTreeMap<String, ClientDelta>,
 }
@@ -128,9 +131,14 @@ impl<V: View> ReceiveRead for Receive<'_, V> {
 }
 
 impl<V: View> ReceiveTxn for Receive<'_, V> {
-    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
+    fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
+        let key = item.key.as_str();
         if !key.is_empty() {
-            let existing = match self.state.key_owner(key)? {
+            let owner = self
+                .state
+                .key_owner(key)?
+                .filter(|id| !self.changes.replaced.contains(id));
+            let existing = match owner {
                 Some(id) => Some(id),
                 None => self.keys.get(key).copied(),
             };
@@ -142,12 +150,32 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
                 }));
             }
         }
+        // The items its coalesce key replaces: the spool's, then this
+        // transaction's own (never attempted, not in flight either).
+        let (mut theirs, mut own) = (Vec::new(), Vec::new());
+        if let Some(ck) = item.coalesce_key.as_deref() {
+            theirs = self.state.coalescible(ck)?;
+            theirs.retain(|id| !self.changes.replaced.contains(id));
+            own = (self.changes.items.iter())
+                .filter(|it| it.coalesce_key.as_deref() == Some(ck))
+                .map(|it| it.id)
+                .collect();
+        }
         if let Some(bound) = self.state.max_depth() {
-            let depth = self.depth + self.changes.items.len() as u64;
+            let depth = self.depth + self.changes.items.len() as u64
+                - (self.changes.replaced.len() + theirs.len() + own.len()) as u64;
             if depth >= bound {
                 return Ok(None);
             }
         }
+        self.changes
+            .items
+            .retain(|it| it.coalesce_key.is_none() || it.coalesce_key != item.coalesce_key);
+        self.keys.retain(|_, id| !own.contains(id));
+        self.changes.replaced.extend(&theirs);
+        self.changes.replaced.sort_unstable();
+        let mut replaced = theirs;
+        replaced.extend(own);
         self.next_id = self
             .next_id
             .checked_add(1)
@@ -156,12 +184,19 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
         if !key.is_empty() {
             self.keys.insert(key.to_string(), id);
         }
-        self.changes
-            .items
-            .push(Item::new(id, payload.to_vec(), key.to_string(), self.now));
+        let NewItem {
+            payload,
+            key,
+            group,
+            coalesce_key,
+        } = item;
+        let mut stored = Item::new(id, payload, key, self.now);
+        stored.group = group;
+        stored.coalesce_key = coalesce_key;
+        self.changes.items.push(stored);
         Ok(Some(Enqueued {
             id,
-            deduplicated: false,
+            replaced,
             ..Default::default()
         }))
     }
@@ -208,6 +243,9 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
 impl State {
     /// Apply what a receiving transaction did (after it was made durable).
     pub(crate) fn apply_receive(&mut self, changes: ReceiveChanges) {
+        for id in changes.replaced {
+            self.remove_pending(id);
+        }
         for item in changes.items {
             self.insert_pending(item);
         }

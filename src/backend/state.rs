@@ -43,6 +43,9 @@ pub(crate) trait View {
     fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>>;
     /// The pending item a non-empty key deduplicates to.
     fn key_owner(&self, key: &str) -> Result<Option<ItemId>>;
+    /// The pending items a new item with coalesce key `ck` replaces
+    /// ([`coalescible`]), in id order.
+    fn coalescible(&self, ck: &str) -> Result<Vec<ItemId>>;
     /// Pending items, held ones included.
     fn depth(&self) -> Result<u64>;
     /// The highest id ever seen.
@@ -76,6 +79,14 @@ impl View for State {
     }
     fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
         Ok(self.keys.get(key).copied())
+    }
+    fn coalescible(&self, ck: &str) -> Result<Vec<ItemId>> {
+        Ok(self
+            .pending
+            .values()
+            .filter(|p| coalescible(p, ck))
+            .map(|p| p.id)
+            .collect())
     }
     fn depth(&self) -> Result<u64> {
         Ok(self.pending.len() as u64)

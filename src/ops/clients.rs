@@ -62,6 +62,8 @@ mod tests {
                 key: "",
                 payload: b"x",
                 enqueued_at: None,
+                group: None,
+                coalesce_key: None,
             }],
         );
         let req = wire::parse_request(&body).unwrap();

@@ -219,9 +219,9 @@ impl ReceiveRead for MemoryReceiver {
 }
 
 impl ReceiveTxn for MemoryReceiver {
-    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
-        if !key.is_empty() {
-            if let Some((id, _)) = self.pending.iter().find(|(_, it)| it.key == key) {
+    fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
+        if !item.key.is_empty() {
+            if let Some((id, _)) = self.pending.iter().find(|(_, it)| it.key == item.key) {
                 self.deduplicated += 1;
                 return Ok(Some(Enqueued {
                     id: *id,
@@ -230,16 +230,31 @@ impl ReceiveTxn for MemoryReceiver {
                 }));
             }
         }
-        if self.max_depth.is_some_and(|m| self.pending.len() >= m) {
+        // Every pending item here is unattempted and not in flight: the
+        // coalesce key alone decides.
+        let ck = item.coalesce_key.clone();
+        let coalesces = |it: &NewItem| ck.is_some() && it.coalesce_key == ck;
+        let replaced = self.pending.iter().filter(|(_, it)| coalesces(it)).count();
+        if self
+            .max_depth
+            .is_some_and(|m| self.pending.len() - replaced >= m)
+        {
             return Ok(None);
         }
+        let replaced: Vec<ItemId> = self
+            .pending
+            .iter()
+            .filter(|(_, it)| coalesces(it))
+            .map(|(id, _)| *id)
+            .collect();
+        self.pending.retain(|(_, it)| !coalesces(it));
         let id = self.next_id.max(1);
         self.next_id = id + 1;
-        self.pending.push((id, NewItem::new(payload, key)));
+        self.pending.push((id, item));
         self.stored += 1;
         Ok(Some(Enqueued {
             id,
-            deduplicated: false,
+            replaced,
             ..Default::default()
         }))
     }

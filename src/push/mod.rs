@@ -64,7 +64,9 @@
 //!     .in_flight()
 //!     .map(|(seq, _)| {
 //!         let (id, payload) = items[(seq - 1) as usize];
-//!         wire::OutEntry::Item { seq, id, key: "", payload, enqueued_at: None }
+//!         wire::OutEntry::Item {
+//!             seq, id, key: "", payload, enqueued_at: None, group: None, coalesce_key: None,
+//!         }
 //!     })
 //!     .collect();
 //! let body = wire::encode_request("edge-1", outbox.watermark(), &entries);

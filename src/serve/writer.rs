@@ -19,6 +19,7 @@ use super::metrics::Metrics;
 use super::{ServeEvent, ServeLog};
 use crate::backend::Spool;
 use crate::error::{Error, ErrorKind};
+use crate::item::NewItem;
 use crate::push::receiver::{
     apply_item, apply_push, client_state, ItemOutcome, PushOutcome, ReceiveLimits,
 };
@@ -47,8 +48,7 @@ pub(crate) enum Work {
     /// `POST /v1/items`; `sender` is the token's name when a token file
     /// is in use (the key's scope).
     Item {
-        payload: Vec<u8>,
-        key: String,
+        item: NewItem,
         sender: Option<String>,
     },
     /// `GET /v1/clients/{id}`.
@@ -175,11 +175,9 @@ impl Writer {
             for (work, _) in &writes {
                 done.push(match work {
                     Work::Push(req) => Done::Push(apply_push(txn, req, &limits)?),
-                    Work::Item {
-                        payload,
-                        key,
-                        sender,
-                    } => Done::Item(apply_item(txn, payload, key, sender.as_deref(), &limits)?),
+                    Work::Item { item, sender } => {
+                        Done::Item(apply_item(txn, item, sender.as_deref(), &limits)?)
+                    }
                     Work::Client(id) => Done::Client(client_state(txn, id)?),
                 });
             }

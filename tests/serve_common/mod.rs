@@ -311,6 +311,8 @@ pub fn items_body(client: &str, acked: u64, first: u64, payloads: &[&str]) -> Ve
             key: "",
             payload: p.as_bytes(),
             enqueued_at: None,
+            group: None,
+            coalesce_key: None,
         })
         .collect();
     wire::encode_request(client, acked, &entries)

@@ -259,6 +259,8 @@ fn build_request(q: &dyn Queue, uuid: &str, max: u64) -> Result<Option<Request>>
                 key: &it.key,
                 payload: &it.payload,
                 enqueued_at: it.enqueued_at,
+                group: it.group.as_deref(),
+                coalesce_key: it.coalesce_key.as_deref(),
             }),
             None if ps.skips.contains(&seq) => entries.push(OutEntry::Skip { seq }),
             None => {

@@ -40,6 +40,9 @@ impl View for FileView<'_> {
     fn key_owner(&self, key: &str) -> Result<Option<ItemId>> {
         self.inner.index()?.key_owner(key)
     }
+    fn coalescible(&self, ck: &str) -> Result<Vec<ItemId>> {
+        self.inner.index()?.coalescible(ck)
+    }
     fn depth(&self) -> Result<u64> {
         self.inner.index()?.depth()
     }
@@ -581,6 +584,9 @@ impl Queue for FileQueue {
             f(&mut rx)?;
             let changes = rx.finish();
             let mut buf = Vec::new();
+            for id in &changes.replaced {
+                format::write_done(&mut buf, *id);
+            }
             for it in &changes.items {
                 format::write_put(&mut buf, it, None);
             }

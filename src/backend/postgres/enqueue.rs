@@ -275,18 +275,7 @@ impl EnqueueStore for Enqueuing<'_, '_> {
     }
 
     fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
-        // A claim that took one of them first has counted its attempt (the
-        // DELETE re-reads a row a claim changed meanwhile and leaves it);
-        // one that comes later skips the rows this locks.
-        let rows = self.tx.query(
-            "DELETE FROM {s}.items WHERE spool = $1 AND coalesce_key = $2 \
-             AND attempts = 0 AND push_seq IS NULL \
-             AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now})) \
-             RETURNING id",
-            &[self.q.spool(), &text(ck), &self.q.now_param()],
-        )?;
-        let mut ids: Vec<ItemId> = rows.iter().map(|r| u64_of(r.get(0))).collect();
-        ids.sort_unstable();
+        let ids = self.q.coalesce(self.tx, ck)?;
         let n = ids.len() as u64;
         self.b.depth = self.b.depth.saturating_sub(n);
         self.b.added -= n as i64;

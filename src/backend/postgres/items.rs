@@ -11,6 +11,16 @@ use crate::time::Timestamp;
 use postgres::types::ToSql;
 use std::collections::{HashMap, HashSet};
 
+/// The pending items a new item with coalesce key `$2` replaces (SPEC
+/// §9): that key, never attempted, not in flight to a push receiver, not
+/// leased (`$3`: the injected clock's now, or `NULL` for the server's).
+macro_rules! coalescible {
+    () => {
+        "spool = $1 AND coalesce_key = $2 AND attempts = 0 AND push_seq IS NULL \
+         AND (lease_until IS NULL OR lease_until <= COALESCE($3::int8, {now}))"
+    };
+}
+
 impl PostgresQueue {
     /// The pending items that carry `keys`, by key.
     pub(super) fn key_owners(
@@ -29,6 +39,35 @@ impl PostgresQueue {
             .iter()
             .map(|r| (r.get::<_, Vec<u8>>(0), u64_of(r.get(1))))
             .collect())
+    }
+
+    /// Remove the pending items a new item with coalesce key `ck`
+    /// replaces (never attempted, not in flight, not leased; SPEC §9),
+    /// returning their ids in id order.
+    pub(super) fn coalesce(&self, tx: &mut Tx<'_>, ck: &str) -> Result<Vec<ItemId>> {
+        // A claim that took one of them first has counted its attempt (the
+        // DELETE re-reads a row a claim changed meanwhile and leaves it);
+        // one that comes later skips the rows this locks.
+        let rows = tx.query(
+            concat!(
+                "DELETE FROM {s}.items WHERE ",
+                coalescible!(),
+                " RETURNING id"
+            ),
+            &[self.spool(), &text(ck), &self.now_param()],
+        )?;
+        let mut ids: Vec<ItemId> = rows.iter().map(|r| u64_of(r.get(0))).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// How many pending items [`PostgresQueue::coalesce`] would remove.
+    pub(super) fn coalescible_count(&self, tx: &mut Tx<'_>, ck: &str) -> Result<u64> {
+        let row = tx.query_one(
+            concat!("SELECT count(*) FROM {s}.items WHERE ", coalescible!()),
+            &[self.spool(), &text(ck), &self.now_param()],
+        )?;
+        Ok(u64_of(row.get(0)))
     }
 
     pub(super) fn key_owner(&self, tx: &mut Tx<'_>, key: &str) -> Result<Option<ItemId>> {

@@ -21,6 +21,8 @@ pub(super) struct PgReceive<'q, 't, 'c> {
     depth: u64,
     max_depth: Option<u64>,
     added: u64,
+    /// Pending items that enqueued items replaced (their coalesce key).
+    removed: u64,
 }
 
 impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
@@ -38,12 +40,18 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
             depth,
             max_depth,
             added: 0,
+            removed: 0,
         }
     }
 
-    /// The high-water mark reached and the number of items enqueued.
-    pub fn finish(self) -> Result<(ItemId, u64)> {
-        Ok((self.high_water, self.added))
+    /// The pending items now.
+    fn depth(&self) -> u64 {
+        (self.depth + self.added).saturating_sub(self.removed)
+    }
+
+    /// The high-water mark reached and how the depth changed.
+    pub fn finish(self) -> Result<(ItemId, i64)> {
+        Ok((self.high_water, self.added as i64 - self.removed as i64))
     }
 }
 
@@ -66,30 +74,39 @@ impl ReceiveRead for PgReceive<'_, '_, '_> {
 }
 
 impl ReceiveTxn for PgReceive<'_, '_, '_> {
-    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
-        if let Some(id) = self.q.key_owner(self.tx, key)? {
+    fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
+        if let Some(id) = self.q.key_owner(self.tx, &item.key)? {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
                 ..Default::default()
             }));
         }
+        let ck = item.coalesce_key.as_deref();
         if let Some(bound) = self.max_depth {
-            if self.depth + self.added >= bound {
+            let replaceable = match ck {
+                Some(ck) => self.q.coalescible_count(self.tx, ck)?,
+                None => 0,
+            };
+            if self.depth().saturating_sub(replaceable) >= bound {
                 return Ok(None);
             }
         }
+        let replaced = match ck {
+            Some(ck) => self.q.coalesce(self.tx, ck)?,
+            None => Vec::new(),
+        };
+        self.removed += replaced.len() as u64;
         let next = self
             .high_water
             .checked_add(1)
             .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-        let item = NewItem::new(payload, key);
         self.q.insert_fresh(self.tx, &[(next, &item)])?;
         self.high_water = next;
         self.added += 1;
         Ok(Some(Enqueued {
             id: next,
-            deduplicated: false,
+            replaced,
             ..Default::default()
         }))
     }

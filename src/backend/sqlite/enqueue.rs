@@ -56,6 +56,18 @@ impl Db<'_> {
         Ok(ids)
     }
 
+    /// How many pending items [`Db::coalesce`] would remove.
+    pub fn coalescible_count(&self, ck: &str) -> Result<u64> {
+        self.conn
+            .prepare_cached(
+                "SELECT count(*) FROM morph_offline_queue \
+                 WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL",
+            )
+            .and_then(|mut s| s.query_row([ck], |r| r.get::<_, i64>(0)))
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.err(e))
+    }
+
     /// The oldest pending item `drop-oldest` may evict: not held, not in
     /// flight.
     pub fn oldest_evictable(&self) -> Result<Option<ItemId>> {

@@ -4,7 +4,7 @@
 
 use super::db::Db;
 use crate::error::{Error, Result};
-use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
+use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
@@ -74,19 +74,30 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
 }
 
 impl ReceiveTxn for SqliteReceive<'_, '_> {
-    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>> {
-        if let Some(id) = self.db.key_owner(key)? {
+    fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
+        if let Some(id) = self.db.key_owner(&item.key)? {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
                 ..Default::default()
             }));
         }
+        let ck = item.coalesce_key.as_deref();
         if let Some(room) = self.room()? {
-            if room == 0 {
+            let replaceable = match ck {
+                Some(ck) => self.db.coalescible_count(ck)?,
+                None => 0,
+            };
+            if room + replaceable == 0 {
                 return Ok(None);
             }
-            self.room = Some(Some(room - 1));
+        }
+        let replaced = match ck {
+            Some(ck) => self.db.coalesce(ck)?,
+            None => Vec::new(),
+        };
+        if let Some(room) = self.room()? {
+            self.room = Some(Some(room + replaced.len() as u64 - 1));
         }
         let next = match self.next_id {
             Some(n) => n,
@@ -95,11 +106,16 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
         .checked_add(1)
         .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
         self.next_id = Some(next);
-        let item = NewItem::new(payload, key);
-        self.db.insert_fresh(&[(next, &item)], self.now)?;
+        match ck {
+            // The fresh-row insert leaves the coalesce key out.
+            Some(_) => self
+                .db
+                .insert_pending(&Item::from_new(next, &item, self.now))?,
+            None => self.db.insert_fresh(&[(next, &item)], self.now)?,
+        }
         Ok(Some(Enqueued {
             id: next,
-            deduplicated: false,
+            replaced,
             ..Default::default()
         }))
     }

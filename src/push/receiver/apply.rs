@@ -138,7 +138,14 @@ pub fn apply_push<T: ReceiveTxn + ?Sized>(
                     rejected += 1;
                 }
                 Ok(payload) => {
-                    match txn.enqueue(payload, &limits.stored_key(Some(client), &item.key))? {
+                    let stored = limits.stored_item(
+                        Some(client),
+                        payload,
+                        &item.key,
+                        item.group.as_deref(),
+                        item.coalesce_key.as_deref(),
+                    );
+                    match txn.enqueue(stored)? {
                         Some(e) => {
                             txn.record(
                                 client,

@@ -1,6 +1,8 @@
 //! The receiver's per-entry policy ([`ReceiveLimits`]) and the key a
 //! receiving spool stores for a key a sender sent ([`scoped_key`]).
 
+use crate::item::NewItem;
+
 /// The receiver's per-entry policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReceiveLimits {
@@ -37,6 +39,31 @@ impl ReceiveLimits {
         match sender {
             Some(sender) if !self.shared_keys => scoped_key(sender, key),
             _ => key.to_string(),
+        }
+    }
+
+    /// The item a receiving spool stores for one that `sender` sent (see
+    /// [`ReceiveLimits::stored_key`]): its key, group and coalesce key
+    /// qualified alike, so that one sender's group never holds up another
+    /// sender's items and one sender's coalesce key never replaces
+    /// another's. An empty group or coalesce key is none.
+    pub fn stored_item(
+        &self,
+        sender: Option<&str>,
+        payload: &[u8],
+        key: &str,
+        group: Option<&str>,
+        coalesce_key: Option<&str>,
+    ) -> NewItem {
+        let scoped = |v: Option<&str>| {
+            v.filter(|v| !v.is_empty())
+                .map(|v| self.stored_key(sender, v))
+        };
+        NewItem {
+            payload: payload.to_vec(),
+            key: self.stored_key(sender, key),
+            group: scoped(group),
+            coalesce_key: scoped(coalesce_key),
         }
     }
 }

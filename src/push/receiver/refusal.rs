@@ -53,6 +53,17 @@ pub(super) fn check<'a>(
             verified: true,
         });
     }
+    for (what, value) in [
+        ("group", item.group.as_deref()),
+        ("coalesce key", item.coalesce_key.as_deref()),
+    ] {
+        if let Some(reason) = value.and_then(|v| name_problem(what, v, limits)) {
+            return Err(Refusal {
+                reason,
+                verified: true,
+            });
+        }
+    }
     if payload.len() as u64 > limits.max_payload {
         return Err(Refusal {
             reason: format!(
@@ -64,6 +75,23 @@ pub(super) fn check<'a>(
         });
     }
     Ok(payload)
+}
+
+/// Why a group or coalesce key (`what`) cannot be stored, if it cannot:
+/// the rules of a key.
+pub(super) fn name_problem(what: &str, value: &str, limits: &ReceiveLimits) -> Option<String> {
+    if value.contains('\0') {
+        return Some(format!(
+            "the {what} contains a NUL byte, which no {what} may contain"
+        ));
+    }
+    (value.len() > limits.max_key_len).then(|| {
+        format!(
+            "{what} of {} bytes is over the receiver's limit of {} bytes",
+            value.len(),
+            limits.max_key_len
+        )
+    })
 }
 
 #[cfg(test)]
@@ -93,6 +121,8 @@ mod tests {
             },
             enqueued_at: None,
             digest: wire::digest("", b""),
+            group: None,
+            coalesce_key: None,
         }));
         let a = accepted(push(
             &mut rx,
@@ -137,6 +167,49 @@ mod tests {
         for r in &a.response.rejected {
             assert!(!r.error.contains('\n'));
         }
+    }
+
+    #[test]
+    fn groups_and_coalesce_keys_follow_the_rules_of_keys() {
+        let mut rx = MemoryReceiver::new(None);
+        let with = |seq: u64, group: &str, ck: &str| {
+            let mut e = item(seq, "", b"x");
+            if let Entry::Item(i) = &mut e {
+                i.group = Some(group.into());
+                i.coalesce_key = Some(ck.into());
+            }
+            e
+        };
+        let a = accepted(push(
+            &mut rx,
+            &req(
+                0,
+                vec![
+                    with(1, "a\0b", "c"),
+                    with(2, "g", "12345"),
+                    with(3, "g", "c"),
+                ],
+            ),
+        ));
+        assert_eq!((a.response.applied, a.rejected), (1, 2));
+        let reasons: Vec<&str> = a
+            .response
+            .rejected
+            .iter()
+            .map(|r| r.error.as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "the group contains a NUL byte, which no group may contain",
+                "coalesce key of 5 bytes is over the receiver's limit of 4 bytes",
+            ]
+        );
+        let stored = &rx.pending()[0].1;
+        assert_eq!(
+            (stored.group.as_deref(), stored.coalesce_key.as_deref()),
+            (Some("edge-1:g"), Some("edge-1:c"))
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! [`EntryRecord`], what it records of a new item entry.
 
 use crate::error::Result;
-use crate::item::Enqueued;
+use crate::item::{Enqueued, NewItem};
 use crate::push::wire::Rejected;
 
 /// The receiver's reads, for one client at a time.
@@ -27,9 +27,11 @@ pub trait ReceiveTxn: ReceiveRead {
     /// Enqueue one item into the receiving spool under the spool's own
     /// rules: a non-empty key that a pending item already carries is a
     /// dedup hit (nothing stored, `Some` with `deduplicated`), which works
-    /// even when the spool is full. `Ok(None)`: the spool is full and
-    /// nothing was stored.
-    fn enqueue(&mut self, payload: &[u8], key: &str) -> Result<Option<Enqueued>>;
+    /// even when the spool is full; else the item replaces the pending
+    /// items its coalesce key coalesces (never attempted, not in flight:
+    /// `replaced`), and is stored with its group. `Ok(None)`: the spool
+    /// is full even after those replacements, and nothing changed.
+    fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>>;
 
     /// Record what became of a new item entry. Called at most once per
     /// number and client, in ascending order; never for a skip entry

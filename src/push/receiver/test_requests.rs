@@ -16,6 +16,8 @@ pub(super) fn item(seq: u64, key: &str, payload: &[u8]) -> Entry {
         payload: Payload::Bytes(payload.to_vec()),
         enqueued_at: None,
         digest: wire::digest(key, payload),
+        group: None,
+        coalesce_key: None,
     }))
 }
 

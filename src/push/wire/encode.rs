@@ -23,6 +23,10 @@ pub enum OutEntry<'a> {
         payload: &'a [u8],
         /// When it was enqueued (`null` on the wire when unknown).
         enqueued_at: Option<Timestamp>,
+        /// Its ordering group (left out on the wire when `None`).
+        group: Option<&'a str>,
+        /// Its coalesce key (left out on the wire when `None`).
+        coalesce_key: Option<&'a str>,
     },
     /// An abandoned sequence number.
     Skip {
@@ -54,6 +58,10 @@ enum WireEntry<'a> {
         payload_base64: Option<Cow<'a, str>>,
         enqueued_at: Option<Cow<'a, str>>,
         digest: Cow<'a, str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        coalesce_key: Option<&'a str>,
     },
     Skip {
         seq: u64,
@@ -120,6 +128,8 @@ fn wire_entry<'a>(
             key,
             payload,
             enqueued_at,
+            group,
+            coalesce_key,
         } => {
             let (text, b64) = payload_fields(payload);
             WireEntry::Item {
@@ -130,6 +140,8 @@ fn wire_entry<'a>(
                 payload_base64: b64,
                 enqueued_at: enqueued_at.map(|t| Cow::Owned(t.to_rfc3339())),
                 digest: digest_of(key, payload),
+                group,
+                coalesce_key,
             }
         }
         OutEntry::Skip { seq } => WireEntry::Skip { seq, skip: true },
@@ -164,7 +176,10 @@ fn json_len<T: Serialize>(value: &T) -> usize {
 /// use spool::push::wire::{encode_request, encoded_entry_len, request_overhead, OutEntry};
 ///
 /// let entries = [
-///     OutEntry::Item { seq: 7, id: 3, key: "k", payload: b"\x00\xff", enqueued_at: None },
+///     OutEntry::Item {
+///         seq: 7, id: 3, key: "k", payload: b"\x00\xff", enqueued_at: None,
+///         group: Some("orders"), coalesce_key: None,
+///     },
 ///     OutEntry::Skip { seq: 8 },
 /// ];
 /// let total: usize = entries.iter().map(encoded_entry_len).sum();
@@ -215,6 +230,8 @@ impl PushRequest {
                         payload_base64: b64,
                         enqueued_at: item.enqueued_at.as_deref().map(Cow::Borrowed),
                         digest: Cow::Borrowed(&item.digest),
+                        group: item.group.as_deref(),
+                        coalesce_key: item.coalesce_key.as_deref(),
                     }
                 }
                 Entry::Skip { seq } => WireEntry::Skip {
@@ -249,6 +266,8 @@ mod tests {
                     key: "order-7",
                     payload: b"hello",
                     enqueued_at: Some(t),
+                    group: None,
+                    coalesce_key: None,
                 },
                 OutEntry::Item {
                     seq: 43,
@@ -256,6 +275,8 @@ mod tests {
                     key: "",
                     payload: &[0xff, 0],
                     enqueued_at: None,
+                    group: None,
+                    coalesce_key: None,
                 },
                 OutEntry::Skip { seq: 44 },
             ],

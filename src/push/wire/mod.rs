@@ -44,6 +44,9 @@
 //! * `acked` may be left out and means 0; `key` may be left out and means
 //!   `""`; `enqueued_at` may be left out or `null`. Every other field of
 //!   the example is required.
+//! * `group` and `coalesce_key` (strings or `null`) may be left out; `null`
+//!   and `""` mean none. A sender writes them only for items that have
+//!   them, so that receivers without them keep taking other items.
 //! * `enqueued_at` is carried as text and not interpreted: the receiving
 //!   spool stamps its own enqueue time, as it does for any enqueue.
 //! * An empty `entries` array is valid: it is how a sender reports its
@@ -139,6 +142,8 @@ mod tests {
                                     payload,
                                     enqueued_at,
                                     digest: d,
+                                    group: None,
+                                    coalesce_key: None,
                                 }))
                             }
                         }
@@ -198,6 +203,7 @@ mod tests {
         ) {
             let body = encode_request("c", seq - 1, &[OutEntry::Item {
                 seq, id: 1, key: &key, payload: &payload, enqueued_at: None,
+                group: None, coalesce_key: None,
             }]);
             let r = parse_request(&body).unwrap();
             let Entry::Item(e) = &r.entries[0] else { panic!() };

@@ -259,6 +259,8 @@ struct EntryFields {
     payload_base64: Option<String>,
     enqueued_at: Option<Option<String>>,
     digest: Option<String>,
+    group: Option<Option<String>>,
+    coalesce_key: Option<Option<String>>,
 }
 
 impl EntryFields {
@@ -271,6 +273,8 @@ impl EntryFields {
             ("payload_base64", self.payload_base64.is_some()),
             ("enqueued_at", self.enqueued_at.is_some()),
             ("digest", self.digest.is_some()),
+            ("group", self.group.is_some()),
+            ("coalesce_key", self.coalesce_key.is_some()),
         ]
         .into_iter()
         .find_map(|(name, present)| present.then_some(name))
@@ -306,10 +310,16 @@ impl<'de> Visitor<'de> for EntryVisitor {
                     value(&mut map, "enqueued_at")?,
                 )?,
                 "digest" => put(&mut f.digest, "digest", value(&mut map, "digest")?)?,
+                "group" => put(&mut f.group, "group", value(&mut map, "group")?)?,
+                "coalesce_key" => put(
+                    &mut f.coalesce_key,
+                    "coalesce_key",
+                    value(&mut map, "coalesce_key")?,
+                )?,
                 other => {
                     return Err(de::Error::custom(format_args!(
                         "unknown field {other:?} (an entry has seq, skip, id, key, payload, \
-                         payload_base64, enqueued_at, digest)"
+                         payload_base64, enqueued_at, digest, group, coalesce_key)"
                     )))
                 }
             }
@@ -360,6 +370,8 @@ fn build_entry<E: de::Error>(f: EntryFields) -> Result<Entry, E> {
         payload,
         enqueued_at: f.enqueued_at.flatten(),
         digest,
+        group: f.group.flatten().filter(|g| !g.is_empty()),
+        coalesce_key: f.coalesce_key.flatten().filter(|c| !c.is_empty()),
     })))
 }
 
@@ -441,6 +453,47 @@ mod tests {
         assert_eq!(e.enqueued_at, None);
         let empty = parse_request(br#"{"client_id":"c","entries":[]}"#).unwrap();
         assert!(empty.entries.is_empty());
+    }
+
+    #[test]
+    fn groups_and_coalesce_keys_are_optional_strings() {
+        let entry = |extra: &str| {
+            format!(
+                r#"{{"client_id":"c","entries":[{{"seq":1,"id":1,"payload":"","digest":"{D}"{extra}}}]}}"#
+            )
+        };
+        let item = |extra: &str| match parse_request(entry(extra).as_bytes()).unwrap().entries[0]
+            .clone()
+        {
+            Entry::Item(e) => (e.group, e.coalesce_key),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(item(""), (None, None));
+        assert_eq!(
+            item(r#","group":"orders","coalesce_key":"status""#),
+            (Some("orders".into()), Some("status".into()))
+        );
+        assert_eq!(item(r#","group":null,"coalesce_key":"""#), (None, None));
+        assert!(bad(&entry(r#","group":7"#)).starts_with("entries[0]: "));
+        assert!(bad(&entry(r#","group":"a","group":"b""#)).contains("duplicate"));
+        let skip = r#"{"client_id":"c","entries":[{"seq":1,"skip":true,"group":"g"}]}"#;
+        assert!(bad(skip).contains("\"group\""), "{}", bad(skip));
+        // What the sender writes, the receiver reads back.
+        let body = super::super::encode_request(
+            "c",
+            0,
+            &[super::super::OutEntry::Item {
+                seq: 1,
+                id: 1,
+                key: "",
+                payload: b"x",
+                enqueued_at: None,
+                group: Some("orders"),
+                coalesce_key: Some("status"),
+            }],
+        );
+        let r = parse_request(&body).unwrap();
+        assert_eq!(r.encode(), body);
     }
 
     #[test]

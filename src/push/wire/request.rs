@@ -59,6 +59,12 @@ pub struct ItemEntry {
     /// [`is_well_formed_digest`](super::is_well_formed_digest)) but not yet checked against key and
     /// payload.
     pub digest: String,
+    /// The item's ordering group at the client; `None` when left out,
+    /// `null` or empty.
+    pub group: Option<String>,
+    /// The item's coalesce key at the client; `None` when left out,
+    /// `null` or empty.
+    pub coalesce_key: Option<String>,
 }
 
 /// The payload of an item entry.

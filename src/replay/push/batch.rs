@@ -40,6 +40,8 @@ pub(super) fn out_item(item: &Item, seq: u64) -> OutEntry<'_> {
         key: &item.key,
         payload: &item.payload,
         enqueued_at: item.enqueued_at,
+        group: item.group.as_deref(),
+        coalesce_key: item.coalesce_key.as_deref(),
     }
 }
 

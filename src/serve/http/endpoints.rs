@@ -5,6 +5,7 @@
 use super::body::{read_body, Limit, BLOCKING_ABOVE};
 use super::budget::{parsed_cost, Refused, ENTRY_COST};
 use super::{Answer, Seen, Shared};
+use crate::item::NewItem;
 use crate::push::receiver::{ItemOutcome, PushOutcome};
 use crate::push::wire;
 use crate::serve::auth::{self, Grant};
@@ -172,6 +173,16 @@ pub(super) async fn items(
         _ => None,
     };
     let key = idempotency_key(req.headers().get("idempotency-key"), shared.max_key_len)?;
+    let group = header_text(
+        req.headers().get("spool-group"),
+        "Spool-Group",
+        shared.max_key_len,
+    )?;
+    let coalesce_key = header_text(
+        req.headers().get("spool-coalesce-key"),
+        "Spool-Coalesce-Key",
+        shared.max_key_len,
+    )?;
     // The payload is bounded by --max-payload and, like every body, by
     // --max-body: the smaller one names the 413.
     let limit = if shared.max_payload <= shared.max_body {
@@ -193,8 +204,12 @@ pub(super) async fn items(
         .map_err(Refused::answer)?;
     let weight = payload.len();
     let work = Work::Item {
-        payload,
-        key,
+        item: NewItem {
+            payload,
+            key,
+            group: Some(group).filter(|g| !g.is_empty()),
+            coalesce_key: Some(coalesce_key).filter(|c| !c.is_empty()),
+        },
         sender,
     };
     match submit(shared, work, weight).await? {
@@ -214,21 +229,28 @@ pub(super) async fn items(
 /// none is `""`; a value that is not UTF-8 or is longer than `max` bytes
 /// is 400.
 pub(crate) fn idempotency_key(value: Option<&HeaderValue>, max: usize) -> Result<String, Answer> {
+    header_text(value, "Idempotency-Key", max)
+}
+
+/// The text of header `name` (`Idempotency-Key`, `Spool-Group`,
+/// `Spool-Coalesce-Key`): none is `""`; a value that is not UTF-8 or is
+/// longer than `max` bytes is 400.
+fn header_text(value: Option<&HeaderValue>, name: &str, max: usize) -> Result<String, Answer> {
     let Some(v) = value else {
         return Ok(String::new());
     };
-    let key = std::str::from_utf8(v.as_bytes())
-        .map_err(|_| Answer::error(400, "the Idempotency-Key header is not UTF-8"))?;
-    if key.len() > max {
+    let text = std::str::from_utf8(v.as_bytes())
+        .map_err(|_| Answer::error(400, format!("the {name} header is not UTF-8")))?;
+    if text.len() > max {
         return Err(Answer::error(
             400,
             format!(
-                "the Idempotency-Key header is {} bytes, over the limit of {max}",
-                key.len()
+                "the {name} header is {} bytes, over the limit of {max}",
+                text.len()
             ),
         ));
     }
-    Ok(key.to_string())
+    Ok(text.to_string())
 }
 
 pub(super) async fn clients(

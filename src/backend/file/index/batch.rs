@@ -140,6 +140,17 @@ impl Index {
             .map_err(self.err("read"))
     }
 
+    /// The indexed pending items a new item with coalesce key `ck`
+    /// replaces (SPEC §9: that key, never attempted, not in flight), in id
+    /// order, outside a batch.
+    pub fn coalescible(&self, ck: &str) -> Result<Vec<ItemId>> {
+        self.ids(
+            "SELECT id FROM pending WHERE coalesce_key = ?1 AND attempts = 0 \
+             AND push_seq IS NULL ORDER BY id",
+            [ck],
+        )
+    }
+
     /// The pending items a new item with coalesce key `ck` replaces (SPEC
     /// §9: that key, never attempted, not in flight), in id order: the
     /// indexed ones the batch has not removed yet, then the batch's own.

@@ -20,9 +20,10 @@ use std::time::Duration;
 /// the spool given by -s (created when missing). Endpoints:
 ///   POST /v1/push        a batch from an edge spool, each entry applied
 ///                        exactly once (200; 409 gap; 503 full)
-///   POST /v1/items       body = one payload, Idempotency-Key = its key:
-///                        201 {"id", "deduplicated": false}; 200 on a
-///                        dedup hit; 503 when the spool is full
+///   POST /v1/items       body = one payload, Idempotency-Key = its key,
+///                        Spool-Group and Spool-Coalesce-Key its group and
+///                        coalesce key: 201 {"id", "deduplicated": false};
+///                        200 on a dedup hit; 503 when the spool is full
 ///   GET  /v1/clients/ID  {"last_seq", "rejected"} of one client
 ///   GET  /healthz        200 when the spool can be read
 ///   GET  /metrics        Prometheus text: spool gauges, server series
