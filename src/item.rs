@@ -627,6 +627,11 @@ pub struct ClientSummary {
     pub rejected: Vec<crate::push::wire::Rejected>,
     /// When the client last pushed, when known.
     pub updated_at: Option<Timestamp>,
+    /// The receiver that last applied the client's entries, `host:pid`,
+    /// where the backend records it: PostgreSQL, whose spool several
+    /// `spool serve` may share (`None` elsewhere, and before a receiver
+    /// that records it served the client).
+    pub served_by: Option<String>,
 }
 
 /// Counts that every backend can answer without reading every payload.

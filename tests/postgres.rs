@@ -687,7 +687,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5",
+        "1,2,3,4,5,6",
         "every migration applied once"
     );
     assert_eq!(
@@ -1152,8 +1152,8 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 
 /// A schema at version 1 (as an older spool binary left it): a read-only
 /// open reads it as it is, without the columns of versions 2 and 3
-/// (retention reads as off); the first writable open migrates it to
-/// version 5 and every row stays.
+/// (retention reads as off, no client tells its receiver); the first
+/// writable open migrates it to version 6 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -1167,13 +1167,15 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migrations 0005, 0004, 0003 and 0002
+    // Back to version 1: what migrations 0006, 0005, 0004, 0003 and 0002
     // changed is undone (version 1 tied rows to their spool with foreign
     // keys).
     psql(
         &base,
         &format!(
             "BEGIN; \
+             ALTER TABLE {schema}.push_clients DROP COLUMN served_by; \
+             DELETE FROM {schema}.spool_schema WHERE version = 6; \
              DROP INDEX {schema}.dead_letters_key; \
              DELETE FROM {schema}.spool_schema WHERE version = 5; \
              DROP TRIGGER spools_cascade ON {schema}.spools; \
@@ -1207,6 +1209,7 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     assert_eq!((st.depth, st.dead_letters, st.evicted_total), (1, 1, 0));
     assert_eq!((st.delivered_retained, st.retain), (0, None));
     assert_eq!(ro.retain().unwrap(), None);
+    assert!(ro.push_clients().unwrap().is_empty());
     assert!(ro.delivered_page(0, 10).unwrap().is_empty());
     assert_eq!(ro.delivered_get(a).unwrap(), None);
     assert_eq!(
@@ -1231,7 +1234,7 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5"
+        "1,2,3,4,5,6"
     );
     // Version 5 finds dead letters by key.
     assert_eq!(

@@ -263,6 +263,94 @@ fn exactly_once_when_the_sender_is_killed_between_send_and_ack() {
     check_exactly_once(&central, &edge, &ok, &refused);
 }
 
+/// Several receivers over one PostgreSQL spool (SPEC §7): the edge goes
+/// to one instance and then another, each behind a proxy that loses
+/// requests and answers, and one instance is killed with requests in
+/// flight (the edge goes on with another, as behind a load balancer).
+#[test]
+fn exactly_once_through_several_receivers_over_postgresql() {
+    let Some(central) = pg_env("exactly_once_through_several_receivers_over_postgresql") else {
+        return;
+    };
+    central.run(&["init"]).success();
+    let edge = Env::new("edge.db");
+    let (ok, refused) = fill_edge(&edge, 300);
+    let mix = Mix {
+        pass: 4,
+        drop_request: 1,
+        drop_response: 2,
+        reset_mid_body: 1,
+        delay: 1,
+    };
+    let mut a = Serve::start(
+        &central,
+        &["--max-payload", &MAX.to_string(), "--commit-delay", "20ms"],
+    );
+    let b = start_central(&central);
+    let (pa, pb) = (
+        Proxy::start(addr(&a), mix, 21),
+        Proxy::start(addr(&b), mix, 22),
+    );
+    // A stream through instance A, killed once part of it is applied.
+    let pusher = {
+        let mut c = edge.std_cmd();
+        c.args([
+            "replay",
+            "--push",
+            &pa.url("/v1/push"),
+            "--batch",
+            "5",
+            "--max-attempts",
+            "50",
+            "--backoff-base",
+            "20ms",
+            "--backoff-max",
+            "100ms",
+        ]);
+        c.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c.spawn().unwrap()
+    };
+    let start = Instant::now();
+    while central_size(&central) < 40 {
+        assert!(start.elapsed() < Duration::from_secs(60), "nothing arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(a.pid() as libc::pid_t, libc::SIGKILL) };
+    let _ = a.wait();
+    let mut pusher = pusher;
+    let _ = pusher.kill();
+    let _ = pusher.wait();
+    // The rest through B and a new A, alternately.
+    let a = start_central(&central);
+    pa.set_upstream(addr(&a));
+    let start = Instant::now();
+    let mut runs = 0;
+    while edge.size() > 0 {
+        runs += 1;
+        assert!(
+            runs < 300 && start.elapsed() < Duration::from_secs(150),
+            "the edge did not empty: {} left after {runs} runs",
+            edge.size()
+        );
+        let proxy = if runs % 2 == 0 { &pa } else { &pb };
+        push_once(&edge, &proxy.url("/v1/push"));
+    }
+    let faults: Vec<String> = (pa.faults().into_iter().chain(pb.faults()))
+        .map(|f| format!("{f:?}"))
+        .collect();
+    assert!(
+        faults.iter().any(|f| f.starts_with("DropResponse")),
+        "no answer was lost after a commit: {faults:?}"
+    );
+    for s in [a, b] {
+        let stopped = s.stop();
+        assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    }
+    check_exactly_once(&central, &edge, &ok, &refused);
+}
+
 fn central_size(central: &Env) -> u64 {
     let out = central.run(&["size"]);
     let out = out.get_output();

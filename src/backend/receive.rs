@@ -303,6 +303,7 @@ impl State {
                     })
                     .collect(),
                 updated_at: self.receiver_at.get(id).copied(),
+                served_by: None,
             })
             .collect()
     }

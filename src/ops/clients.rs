@@ -29,6 +29,9 @@ pub struct ClientJson<'a> {
     pub rejected: &'a [Rejected],
     /// When it last pushed (RFC 3339), or null when unknown.
     pub updated_at: Option<String>,
+    /// The receiver (`host:pid`) that last applied its entries, or null
+    /// when the backend does not record it.
+    pub served_by: Option<&'a str>,
 }
 
 impl<'a> ClientJson<'a> {
@@ -39,6 +42,7 @@ impl<'a> ClientJson<'a> {
             last_seq: c.last_seq,
             rejected: &c.rejected,
             updated_at: c.updated_at.map(|t| t.to_rfc3339()),
+            served_by: c.served_by.as_deref(),
         }
     }
 }

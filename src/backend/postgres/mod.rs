@@ -103,6 +103,9 @@ pub struct PostgresQueue {
     /// only for an older schema opened read-only): without them retention
     /// reads as off, with nothing retained.
     retention: bool,
+    /// `push_clients` has `served_by` (version 6 or later; false only for
+    /// an older schema opened read-only).
+    served_by: bool,
     /// The channel enqueues notify (`LISTEN` once, on first wait).
     listening: Mutex<bool>,
 }
@@ -147,6 +150,7 @@ impl PostgresQueue {
             read_only: !opts.mode.writable(),
             v1: found == Found::Version(1) && !opts.mode.writable(),
             retention: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 3),
+            served_by: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 6),
             listening: Mutex::new(false),
         };
         match (exists, opts.mode) {
@@ -207,6 +211,7 @@ impl PostgresQueue {
             read_only: true,
             v1: self.v1,
             retention: self.retention,
+            served_by: self.served_by,
             listening: Mutex::new(false),
         }
     }

@@ -134,12 +134,18 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
     fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
         let now = self.q.now_param();
         self.tx.execute(
-            "INSERT INTO {s}.push_clients (spool, client_id, last_seq, updated_at) \
-             VALUES ($1, $2, $3, COALESCE($4::int8, {now})) \
+            "INSERT INTO {s}.push_clients (spool, client_id, last_seq, updated_at, served_by) \
+             VALUES ($1, $2, $3, COALESCE($4::int8, {now}), $5) \
              ON CONFLICT (spool, client_id) DO UPDATE \
              SET last_seq = greatest({s}.push_clients.last_seq, excluded.last_seq), \
-                 updated_at = excluded.updated_at",
-            &[self.q.spool(), &text(client), &id_param(seq), &now],
+                 updated_at = excluded.updated_at, served_by = excluded.served_by",
+            &[
+                self.q.spool(),
+                &text(client),
+                &id_param(seq),
+                &now,
+                &instance(),
+            ],
         )?;
         Ok(())
     }
@@ -189,10 +195,34 @@ fn client_rejects(
         .collect())
 }
 
+/// This process as a receiver, `host:pid`: what `spool clients` shows of
+/// the instance that last served a client.
+fn instance() -> &'static str {
+    static INSTANCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: gethostname(2) writes at most `buf.len()` bytes into
+        // `buf`, which lives for the call.
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        let host = match rc {
+            0 if end > 0 => String::from_utf8_lossy(&buf[..end]).into_owned(),
+            _ => "localhost".to_string(),
+        };
+        format!("{host}:{}", std::process::id())
+    })
+}
+
 /// Every client of the receiving spool, by id.
 pub(super) fn clients(q: &PostgresQueue, tx: &mut Tx<'_>) -> Result<Vec<ClientSummary>> {
     let rows = tx.query(
-        "SELECT client_id, last_seq, updated_at FROM {s}.push_clients WHERE spool = $1 ORDER BY client_id",
+        if q.served_by {
+            "SELECT client_id, last_seq, updated_at, served_by FROM {s}.push_clients \
+             WHERE spool = $1 ORDER BY client_id"
+        } else {
+            "SELECT client_id, last_seq, updated_at, NULL::text FROM {s}.push_clients \
+             WHERE spool = $1 ORDER BY client_id"
+        },
         &[q.spool()],
     )?;
     let mut out = Vec::with_capacity(rows.len());
@@ -204,6 +234,7 @@ pub(super) fn clients(q: &PostgresQueue, tx: &mut Tx<'_>) -> Result<Vec<ClientSu
             last_seq: u64_of(r.get(1)),
             rejected,
             updated_at: r.get::<_, Option<i64>>(2).map(Timestamp::from_millis),
+            served_by: r.get(3),
         });
     }
     Ok(out)

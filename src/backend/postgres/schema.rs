@@ -12,22 +12,24 @@
 //! read-only open reads it as it is (version 1 has no ordering groups,
 //! coalesce keys or overflow policy: they read as none, `reject` and 0;
 //! versions 1 and 2 retain no delivered items: retention reads as off,
-//! with nothing retained).
+//! with nothing retained; before version 6 no client tells which receiver
+//! served it).
 
 use super::conn::{quote_ident, render, Conn};
 use super::url::PgTarget;
 use crate::error::{Error, Result};
 
 /// The schema version this code writes and understands.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     include_str!("migrations/0001_spool.sql"),
     include_str!("migrations/0002_policies.sql"),
     include_str!("migrations/0003_retention.sql"),
     include_str!("migrations/0004_no_row_fk.sql"),
     include_str!("migrations/0005_dead_key.sql"),
+    include_str!("migrations/0006_served_by.sql"),
 ];
 
 /// What the database holds for a schema.

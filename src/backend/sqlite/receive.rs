@@ -236,6 +236,7 @@ pub(super) fn clients(db: &Db<'_>) -> Result<Vec<ClientSummary>> {
             last_seq: u64::try_from(last_seq).unwrap_or(0),
             rejected,
             updated_at: at.map(Timestamp::from_millis),
+            served_by: None,
         });
     }
     Ok(out)

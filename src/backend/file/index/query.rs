@@ -533,6 +533,7 @@ impl Index {
                     client_id: id,
                     last_seq: u(last),
                     updated_at: at.map(Timestamp::from_millis),
+                    served_by: None,
                 })
             })
             .collect()

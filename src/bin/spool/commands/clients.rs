@@ -12,10 +12,13 @@ use spool::OpenMode;
 /// For a spool that `spool serve` receives into: one row per pushing
 /// client (the sending spool's uuid) with the highest sequence number
 /// processed (last_seq), how many rejected entries it has not
-/// acknowledged yet, and when it last pushed. On a terminal, a table;
-/// otherwise tab-separated lines (client, last_seq, rejects, last push)
-/// without a header. With --json, one object per client (NDJSON):
-///   client_id, last_seq, rejected [{seq, error}], updated_at (or null)
+/// acknowledged yet, when it last pushed, and (on PostgreSQL, whose spool
+/// several `spool serve` may share) which receiver served it last, as
+/// host:pid. On a terminal, a table; otherwise tab-separated lines
+/// (client, last_seq, rejects, last push, served by) without a header;
+/// "-" for what is not known. With --json, one object per client (NDJSON):
+///   client_id, last_seq, rejected [{seq, error}], updated_at (or null),
+///   served_by (or null)
 /// Never creates or changes the spool.
 ///
 /// Examples:
@@ -39,7 +42,7 @@ pub fn run(_args: ClientsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         ctx.note("no client has pushed into this spool");
         return Ok(());
     }
-    let rows: Vec<[String; 4]> = all
+    let rows: Vec<[String; 5]> = all
         .iter()
         .map(|c| {
             [
@@ -50,11 +53,12 @@ pub fn run(_args: ClientsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
                     Some(t) => format!("{} ({} ago)", t.to_rfc3339(), render::age(now.since(t))),
                     None => "-".into(),
                 },
+                c.served_by.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
     if ctx.out.is_terminal() {
-        let mut t = render::table(&["client", "last seq", "rejects", "last push"]);
+        let mut t = render::table(&["client", "last seq", "rejects", "last push", "served by"]);
         for r in rows {
             t.add_row(r.to_vec());
         }
