@@ -1,7 +1,7 @@
 //! `stats`: what an operator or a monitoring system wants to know about a
 //! spool, cheaply.
 //!
-//! Counts come from [`Queue::stats`], which backends answer without
+//! Counts come from [`Queue::stats`](crate::Queue::stats), which backends answer without
 //! reading every payload; sizes come from [`Spool::files`] (the main
 //! file, the SQLite WAL and shared-memory files, NDJSON companions).
 //! [`StatsReport::json`] is the stable `--json` object and

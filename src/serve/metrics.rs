@@ -20,7 +20,7 @@
 //! commit saves.
 //!
 //! The spool's gauges and the client count come from a snapshot
-//! ([`spool_state`]) that the server computes on a read-only handle of
+//! (`spool_state`) that the server computes on a read-only handle of
 //! the spool, off the writer thread, and reuses for up to a second: a
 //! scrape costs the same with ten clients and a hundred thousand.
 

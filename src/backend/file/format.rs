@@ -49,7 +49,7 @@ pub enum Line {
         item: Item,
         dead_at: Option<Timestamp>,
         /// `deliveredAt`: only the `.delivered` file's lines carry it
-        /// (see [`parse_delivered`]).
+        /// (see `parse_delivered`).
         delivered_at: Option<Timestamp>,
         /// `evidence`, as written ([`Evidence::encode`]'s form).
         evidence: Option<String>,
@@ -659,7 +659,7 @@ fn done_delivery(
     }
 }
 
-/// What [`check_line`] learns of a line: its op and id.
+/// What `check_line` learns of a line: its op and id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {
     /// A `put` line (else `done`).

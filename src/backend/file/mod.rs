@@ -11,7 +11,7 @@
 //! | `<spool>.delivered`| retained delivered items (SPEC §9), same format,     |
 //! |                    | `put` lines with `deliveredAt` and `evidence`        |
 //! | `<spool>.meta`     | uuid and depth bound (JSON, replaced atomically)     |
-//! | `<spool>.idx`      | the derived index (SQLite, see [`index`])            |
+//! | `<spool>.idx`      | the derived index (SQLite, see `index`)            |
 //!
 //! The main file replays last-write-wins per id, exactly as the reference
 //! reads it; delivered and dead-lettered items leave it through `done`
@@ -27,7 +27,7 @@
 //! counts, the push state and the receiver's ledger — and reads a payload
 //! with one `pread` of its line. The files stay the source of truth: the
 //! index is checked against them at every call (the files' identity and a
-//! fingerprint of the bytes it covers; see [`index`]) and caught up with
+//! fingerprint of the bytes it covers; see `index`) and caught up with
 //! what was appended since (by another process, by the reference, or
 //! before a crash cut a writer short between its append and its index
 //! update) by reading only that tail. An index that does not match is
@@ -63,7 +63,7 @@
 //!   ([`FileQueue::compact`]) or automatically after a mutation once the
 //!   main file is over 4 MiB and at least three quarters of its records
 //!   are garbage; it carries the index over to the new files (see
-//!   [`index::Index::carry_from`]), or builds one when there was none.
+//!   `Index::carry_from`), or builds one when there was none.
 //! * A write that reaches a companion file as well (a move between the
 //!   files: dead-lettering, requeue, a retained delivery, an eviction, a
 //!   push ack, an import of dead or delivered records) writes the
@@ -72,7 +72,7 @@
 //!   (`format::stamp_at`), then that part: the main file is the one
 //!   commit point. A crash between the two leaves the companion lines an
 //!   unfinished move, which every reader leaves out and the next writer
-//!   cuts off (see [`FileQueue::settle_moves`]); `verify` reports it and
+//!   cuts off (see `FileQueue::settle_moves`); `verify` reports it and
 //!   `verify --repair` cuts it. Such a write changes all of its files or
 //!   none. (Files written before this rule may hold an item in both the
 //!   main and a companion file; the companion file wins, as it did.) A
