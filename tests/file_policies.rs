@@ -196,7 +196,17 @@ fn an_index_rebuilt_from_the_files_finds_the_same_candidates() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
+    // Version 8 keeps the last error of pending items (`shape --by
+    // error`).
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('pending')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(columns.iter().any(|c| c == "last_error"), "{columns:?}");
     // Version 7 finds dead letters by key (an import's dedup).
     let dead_key: i64 = conn
         .query_row(

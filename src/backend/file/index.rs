@@ -66,7 +66,9 @@ use std::time::Duration;
 /// (records delivered in id order have no entry in a time index) and
 /// `state.prune_after`; version 6 the index of pending items by ordering
 /// group (`pending_group`), which the due rule reads; version 7 the index
-/// of dead letters by key (`dead_key`), which an import's dedup reads.
+/// of dead letters by key (`dead_key`), which an import's dedup reads;
+/// version 8 the last error of pending items, which `spool shape --by
+/// error` groups by.
 mod apply;
 mod batch;
 mod journal;
@@ -76,7 +78,7 @@ pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 7;
+pub(crate) const INDEX_VERSION: i64 = 8;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -136,7 +138,8 @@ CREATE TABLE pending (
     held INTEGER NOT NULL,
     push_seq INTEGER,
     group_name TEXT,
-    coalesce_key TEXT
+    coalesce_key TEXT,
+    last_error TEXT
 );
 CREATE TABLE attempts (attempts INTEGER PRIMARY KEY, n INTEGER NOT NULL);
 CREATE TABLE dead (
@@ -269,6 +272,8 @@ pub(crate) struct Row {
     pub push_seq: Option<u64>,
     pub group: Option<String>,
     pub coalesce_key: Option<String>,
+    /// Why the last attempt failed (`spool shape --by error` reads it).
+    pub last_error: Option<String>,
     /// Unix milliseconds (lines of the `.delivered` file).
     pub delivered_at: Option<i64>,
 }
@@ -287,6 +292,7 @@ impl Row {
             push_seq: item.push_seq,
             group: item.group.clone(),
             coalesce_key: item.coalesce_key.clone(),
+            last_error: item.last_error.clone(),
             delivered_at: None,
         }
     }
@@ -307,6 +313,7 @@ impl From<Line> for Entry {
                 push_seq: item.push_seq,
                 group: item.group,
                 coalesce_key: item.coalesce_key,
+                last_error: item.last_error,
                 delivered_at: delivered_at.map(Timestamp::as_millis),
             }),
             Line::Done { id, delivery } => Entry::Done(id, delivery),

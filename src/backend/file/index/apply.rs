@@ -11,9 +11,9 @@ use rusqlite::Statement;
 const FRESH_ROWS: usize = 256;
 
 /// The columns a fresh row binds: every column of `pending`, or (a
-/// "plain" row: not held, no retry time, push number, group or coalesce
-/// key — what a batch enqueue stores) the first six.
-const FULL_COLUMNS: usize = 11;
+/// "plain" row: not held, no retry time, push number, group, coalesce
+/// key or last error — what a batch enqueue stores) the first six.
+const FULL_COLUMNS: usize = 12;
 const PLAIN_COLUMNS: usize = 6;
 
 /// The `INSERT` of `rows` fresh rows of `cols` columns each.
@@ -22,7 +22,7 @@ fn fresh_insert_sql(rows: usize, cols: usize) -> String {
         "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, held) VALUES "
     } else {
         "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
-         group_name, coalesce_key) VALUES "
+         group_name, coalesce_key, last_error) VALUES "
     });
     for r in 0..rows {
         if r > 0 {
@@ -31,7 +31,7 @@ fn fresh_insert_sql(rows: usize, cols: usize) -> String {
         sql.push_str(if cols == PLAIN_COLUMNS {
             "(?,?,?,?,?,?,0)"
         } else {
-            "(?,?,?,?,?,?,?,?,?,?,?)"
+            "(?,?,?,?,?,?,?,?,?,?,?,?)"
         });
     }
     sql
@@ -53,6 +53,7 @@ impl Fresh {
             && self.seq.is_none()
             && self.row.group.is_none()
             && self.row.coalesce_key.is_none()
+            && self.row.last_error.is_none()
     }
 }
 
@@ -425,7 +426,8 @@ impl<'a> Applier<'a> {
                     row.held,
                     seq,
                     row.group,
-                    row.coalesce_key
+                    row.coalesce_key,
+                    row.last_error
                 ];
                 // Is it a dead letter or a delivered item, and what was it
                 // before?
@@ -460,11 +462,12 @@ impl<'a> Applier<'a> {
                 self.came(row.held, row.attempts);
                 let sql = if old.is_some() {
                     "UPDATE pending SET off = ?2, len = ?3, key = ?4, attempts = ?5, enqueued_at = ?6, \
-                     next_retry_at = ?7, held = ?8, push_seq = ?9, group_name = ?10, coalesce_key = ?11 \
-                     WHERE id = ?1"
+                     next_retry_at = ?7, held = ?8, push_seq = ?9, group_name = ?10, coalesce_key = ?11, \
+                     last_error = ?12 WHERE id = ?1"
                 } else {
                     "INSERT INTO pending (id, off, len, key, attempts, enqueued_at, next_retry_at, held, push_seq, \
-                     group_name, coalesce_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                     group_name, coalesce_key, last_error) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 };
                 ix.conn
                     .prepare_cached(sql)
@@ -777,6 +780,7 @@ fn insert_fresh(stmt: &mut Statement<'_>, rows: &[Fresh], cols: usize) -> rusqli
             stmt.raw_bind_parameter(at + 9, f.seq)?;
             stmt.raw_bind_parameter(at + 10, r.group.as_deref())?;
             stmt.raw_bind_parameter(at + 11, r.coalesce_key.as_deref())?;
+            stmt.raw_bind_parameter(at + 12, r.last_error.as_deref())?;
         }
     }
     stmt.raw_execute().map(drop)

@@ -319,6 +319,7 @@ impl OwnRows {
             && row.next_retry_at.is_none()
             && row.push_seq.is_none()
             && row.coalesce_key.is_none()
+            && row.last_error.is_none()
             && row.delivered_at.is_none()
             && self.rows.len() + row.key.len() + row.group.as_ref().map_or(0, String::len) + 64
                 <= OWN_ROWS_MAX;
@@ -366,6 +367,7 @@ impl OwnRows {
                 push_seq: None,
                 group,
                 coalesce_key: None,
+                last_error: None,
                 delivered_at: None,
             };
             let placed = (row, off, len);
