@@ -14,9 +14,14 @@
 //!   RSS (`VmHWM`), the answers, and a lone small push's latency
 //!   meanwhile.
 //!
+//! * `receivers`: `/v1/items` into one PostgreSQL spool
+//!   (`SPOOL_BENCH_PG_URL`) through one instance with 1 and 16 clients,
+//!   and through two instances sharing the spool.
+//!
 //! Run with `cargo bench --bench serve` (throughput), `cargo bench
-//! --bench serve -- metrics`, `cargo bench --bench serve -- memory`, or
-//! `-- throughput metrics memory` for all (release build of the real
+//! --bench serve -- metrics`, `cargo bench --bench serve -- memory`,
+//! `cargo bench --bench serve -- receivers`, or
+//! `-- throughput metrics memory receivers` for all (release build of the real
 //! binary; `SPOOL_BENCH_DIR` puts the spools on a particular disk,
 //! default a temp dir; `SPOOL_BENCH_SECONDS` sets each timed phase's
 //! length, default 5). The clients run on the same machine as the
@@ -127,7 +132,9 @@ fn agent() -> ureq::Agent {
 
 /// `clients` keep-alive clients posting to `addr` for `secs`; returns
 /// (requests, elapsed).
-fn throughput(addr: &str, clients: usize, secs: f64) -> (u64, Duration) {
+/// `clients` keep-alive clients posting to `addrs` (client `c` to
+/// `addrs[c % addrs.len()]`) for `secs` seconds: requests done, time.
+fn throughput(addrs: &[&str], clients: usize, secs: f64) -> (u64, Duration) {
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let barrier = Barrier::new(clients + 1);
@@ -135,6 +142,7 @@ fn throughput(addr: &str, clients: usize, secs: f64) -> (u64, Duration) {
     std::thread::scope(|s| {
         for c in 0..clients {
             let (done, stop, barrier) = (&done, &stop, &barrier);
+            let addr = addrs[c % addrs.len()];
             s.spawn(move || {
                 let mut conn = Conn::new(addr);
                 barrier.wait();
@@ -567,6 +575,53 @@ fn main() {
     if wants("memory") {
         bench_memory(&dir, secs);
     }
+    if wants("receivers") {
+        bench_receivers(secs);
+    }
+}
+
+/// `/v1/items` into one PostgreSQL spool (`SPOOL_BENCH_PG_URL`, e.g. the
+/// cluster `benches/postgres.sh` starts): one instance with 1 and 16
+/// keep-alive clients, then two instances sharing the spool with 16
+/// clients split between them. All on one machine: the clients, the
+/// servers and PostgreSQL share its cores.
+fn bench_receivers(secs: f64) {
+    let Ok(base) = std::env::var("SPOOL_BENCH_PG_URL") else {
+        println!("receivers: skipped, SPOOL_BENCH_PG_URL is not set");
+        return;
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}spool=serve-bench-{}", std::process::id());
+    let spool = Path::new(&url);
+    let addr = |base: &str| base.strip_prefix("http://").expect("http").to_string();
+    let (a, base_a) = serve(spool, &[]);
+    let addr_a = addr(&base_a);
+    throughput(&[&addr_a], 4, 0.5);
+    let (n1, d1) = throughput(&[&addr_a], 1, secs);
+    let (n16, d16) = throughput(&[&addr_a], 16, secs);
+    let (b, base_b) = serve(spool, &[]);
+    let addr_b = addr(&base_b);
+    throughput(&[&addr_b], 4, 0.5);
+    let (n2, d2) = throughput(&[&addr_a, &addr_b], 16, secs);
+    stop(a);
+    stop(b);
+    let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
+    let (r1, r16, r2) = (rate(n1, d1), rate(n16, d16), rate(n2, d2));
+    println!("### `/v1/items` into one PostgreSQL spool, one and two `spool serve` instances\n");
+    println!("| instances | clients | requests | seconds | requests/s | vs one client |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (inst, clients, n, d, r) in [
+        (1, 1, n1, d1, r1),
+        (1, 16, n16, d16, r16),
+        (2, 16, n2, d2, r2),
+    ] {
+        println!(
+            "| {inst} | {clients} | {n} | {:.2} | {r:.0} | {:.1}x |",
+            d.as_secs_f64(),
+            r / r1
+        );
+    }
+    println!();
 }
 
 /// `/v1/items` throughput with 1 and 16 clients, and a lone request's
@@ -578,7 +633,7 @@ fn bench_throughput(dir: &Path, secs: f64) {
     let addr = base.strip_prefix("http://").expect("http").to_string();
 
     // Warm up (creates the tables, fills caches).
-    throughput(&addr, 4, 0.5);
+    throughput(&[&addr], 4, 0.5);
 
     // A lone client: the latency of each request, one after another.
     let a = agent();
@@ -602,9 +657,9 @@ fn bench_throughput(dir: &Path, secs: f64) {
             .unwrap()
     };
     let before = text(&a);
-    let (n1, d1) = throughput(&addr, 1, secs);
+    let (n1, d1) = throughput(&[&addr], 1, secs);
     let mid = text(&a);
-    let (n16, d16) = throughput(&addr, 16, secs);
+    let (n16, d16) = throughput(&[&addr], 16, secs);
     let after = text(&a);
     let groups = |from: &str, to: &str| {
         let commits =
