@@ -1,7 +1,14 @@
-//! `spool shape`'s counts in one aggregate query: the items of one set
-//! grouped by the raw value of the dimension and the age bucket, which
-//! SQLite computes with a `CASE` over the bucket edges. Error texts are
-//! grouped verbatim (distinct texts are few); the library merges them
+//! `spool shape`'s counts in one query over the set's table, counted as
+//! the rows stream by.
+//!
+//! SQLite's `GROUP BY` sorts its input when no index covers the grouping:
+//! on a million items, grouping by error text and age bucket in SQL took
+//! 600–900 ms, while one scan reading the three columns takes about
+//! 110 ms. So the statement only selects the raw value, whether the item
+//! was attempted and its enqueue time, and this module counts them into
+//! cells in a hash map keyed by the value's bytes (no allocation per
+//! row: distinct values are few, except for key prefixes of keys without
+//! a separator). Error texts are kept verbatim; the library merges them
 //! into their classes.
 
 use super::db::Db;
@@ -9,27 +16,24 @@ use super::rows::UNKNOWN_ENQUEUED_AT;
 use crate::error::Result;
 use crate::ops::shape::{ShapeBy, ShapeCell, ShapeQuery, ShapeState};
 use rusqlite::types::ValueRef;
+use std::collections::HashMap;
 
 /// The key up to its first `:` or `/` (the whole key when it has
 /// neither), as [`crate::ops::shape::key_prefix`] cuts it.
-const KEY_PREFIX: &str = "CASE \
-     WHEN instr(idempotency_key, ':') = 0 AND instr(idempotency_key, '/') = 0 \
-         THEN idempotency_key \
-     WHEN instr(idempotency_key, ':') = 0 \
-         THEN substr(idempotency_key, 1, instr(idempotency_key, '/') - 1) \
-     WHEN instr(idempotency_key, '/') = 0 \
-         THEN substr(idempotency_key, 1, instr(idempotency_key, ':') - 1) \
-     ELSE substr(idempotency_key, 1, \
-         min(instr(idempotency_key, ':'), instr(idempotency_key, '/')) - 1) END";
+fn key_prefix(key: &[u8]) -> &[u8] {
+    key.iter()
+        .position(|b| *b == b':' || *b == b'/')
+        .map_or(key, |i| &key[..i])
+}
 
 impl Db<'_> {
-    /// The cells of `q` in one `GROUP BY` over the set's table.
+    /// The cells of `q` from one scan of the set's table.
     pub fn shape_cells(&self, q: &ShapeQuery) -> Result<Vec<ShapeCell>> {
         let value = match q.by {
             ShapeBy::Error => "last_error",
             ShapeBy::Group => "group_name",
-            ShapeBy::Attempts => "attempts",
-            ShapeBy::KeyPrefix => KEY_PREFIX,
+            ShapeBy::Attempts => "NULL",
+            ShapeBy::KeyPrefix => "idempotency_key",
         };
         let (table, filter) = match q.state {
             ShapeState::Pending => ("morph_offline_queue", "WHERE held = 0"),
@@ -37,42 +41,72 @@ impl Db<'_> {
             ShapeState::Dead => ("spool_dead_letters", ""),
             ShapeState::Delivered => ("spool_delivered", ""),
         };
-        // ?1: now in ms; ?2: the "unknown" enqueue time. Edges are our own
-        // integers, written into the statement.
-        let mut bucket = String::from(
-            "CASE WHEN enqueued_at IS NULL OR enqueued_at = ?2 THEN 0",
-        );
-        for (i, e) in q.edges_ms.iter().enumerate() {
-            bucket.push_str(&format!(" WHEN ?1 - enqueued_at * 1000 < {e} THEN {i}"));
-        }
-        bucket.push_str(&format!(" ELSE {} END", q.edges_ms.len()));
-        let sql = format!(
-            "SELECT {value} AS v, attempts > 0 AS a, {bucket} AS b, count(*) \
-             FROM {table} {filter} GROUP BY v, a, b"
-        );
+        let sql = format!("SELECT {value}, attempts, enqueued_at FROM {table} {filter}");
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(
-                rusqlite::params![q.now.as_millis(), UNKNOWN_ENQUEUED_AT],
-                |r| {
-                    let value = match r.get_ref(0)? {
-                        ValueRef::Null => None,
-                        ValueRef::Integer(i) => Some(i.to_string()),
-                        ValueRef::Real(f) => Some(f.to_string()),
-                        ValueRef::Text(b) | ValueRef::Blob(b) => {
-                            Some(String::from_utf8_lossy(b).into_owned())
-                        }
-                    };
-                    Ok(ShapeCell {
-                        value,
-                        attempted: r.get::<_, bool>(1)?,
-                        bucket: usize::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
-                        count: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                    })
-                },
-            )
-            .map_err(|e| self.err(e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))
+        let mut rows = stmt.query([]).map_err(|e| self.err(e))?;
+        let now = q.now.as_millis();
+        let width = q.edges_ms.len() + 1;
+        // Key: a tag byte (0: no value, 1: a value; +2 when attempted),
+        // then the value's bytes. Counts per bucket.
+        let mut cells: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+        let mut key: Vec<u8> = Vec::with_capacity(128);
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let attempts: i64 = r.get(1).map_err(|e| self.err(e))?;
+            let bucket = match r.get::<_, Option<i64>>(2).map_err(|e| self.err(e))? {
+                None | Some(UNKNOWN_ENQUEUED_AT) => 0,
+                Some(secs) => {
+                    let age = now.saturating_sub(secs.saturating_mul(1000)).max(0);
+                    q.edges_ms.partition_point(|e| *e <= age)
+                }
+            };
+            key.clear();
+            let attempted = if attempts > 0 { 2 } else { 0 };
+            if q.by == ShapeBy::Attempts {
+                key.push(1 + attempted);
+                key.extend_from_slice(attempts.to_string().as_bytes());
+            } else {
+                match r.get_ref(0).map_err(|e| self.err(e))? {
+                    ValueRef::Null => key.push(attempted),
+                    ValueRef::Text(b) | ValueRef::Blob(b) => {
+                        key.push(1 + attempted);
+                        key.extend_from_slice(if q.by == ShapeBy::KeyPrefix {
+                            key_prefix(b)
+                        } else {
+                            b
+                        });
+                    }
+                    ValueRef::Integer(i) => {
+                        key.push(1 + attempted);
+                        key.extend_from_slice(i.to_string().as_bytes());
+                    }
+                    ValueRef::Real(f) => {
+                        key.push(1 + attempted);
+                        key.extend_from_slice(f.to_string().as_bytes());
+                    }
+                }
+            }
+            match cells.get_mut(key.as_slice()) {
+                Some(counts) => counts[bucket] += 1,
+                None => {
+                    let mut counts = vec![0; width];
+                    counts[bucket] = 1;
+                    cells.insert(key.clone(), counts);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (key, counts) in cells {
+            let (tag, bytes) = (key[0], &key[1..]);
+            let value = (tag & 1 == 1).then(|| String::from_utf8_lossy(bytes).into_owned());
+            for (bucket, count) in counts.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+                out.push(ShapeCell {
+                    value: value.clone(),
+                    attempted: tag & 2 == 2,
+                    bucket,
+                    count,
+                });
+            }
+        }
+        Ok(out)
     }
 }
