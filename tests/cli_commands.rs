@@ -859,6 +859,20 @@ fn shape_refuses_bad_arguments_with_64_and_changes_nothing() {
 }
 
 #[test]
+fn shape_reads_a_reference_database_without_changing_it() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference.sqlite");
+    let env = Env::new("reference.sqlite");
+    std::fs::copy(&fixture, &env.path).unwrap();
+    let before = std::fs::read(&env.path).unwrap();
+    let total = env.drain().len().to_string();
+    let out = stdout(&env.run(&["shape", "--by", "attempts"]).success());
+    let second = out.lines().nth(1).unwrap_or_default();
+    assert!(second.starts_with(&format!("TOTAL\t{total}\t")), "{out}");
+    assert_eq!(std::fs::read(&env.path).unwrap(), before);
+}
+
+#[test]
 fn stats_json_prometheus_and_text() {
     each_backend(|env| {
         env.run(&["init", "--max-depth", "10"]).success();
