@@ -767,30 +767,62 @@ fn shape_prints_tsv_when_piped_and_the_spec_json() {
         let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
         assert_eq!(
             lines[0],
-            ["error", "T", "5m", "10m", "20m", "40m", "80m", "160m", "320m", "640m", "1280m", "1280m+"],
+            [
+                "error", "T", "5m", "10m", "20m", "40m", "80m", "160m", "320m", "640m", "1280m",
+                "1280m+"
+            ],
             "{out}"
         );
         assert_eq!(
             lines[1..],
             [
                 vec!["TOTAL", "3", "3", "0", "0", "0", "0", "0", "0", "0", "0", "0"],
-                vec!["never attempted", "3", "3", "0", "0", "0", "0", "0", "0", "0", "0", "0"],
+                vec![
+                    "never attempted",
+                    "3",
+                    "3",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0"
+                ],
             ],
             "{out}"
         );
         let out = stdout(
-            &env.run(&["shape", "--by", "key-prefix", "--first", "1m", "--buckets", "3", "--top", "1"])
-                .success(),
+            &env.run(&[
+                "shape",
+                "--by",
+                "key-prefix",
+                "--first",
+                "1m",
+                "--buckets",
+                "3",
+                "--top",
+                "1",
+            ])
+            .success(),
         );
         assert_eq!(
             out,
             "key-prefix\tT\t1m\t2m\t2m+\nTOTAL\t3\t3\t0\t0\norder\t2\t2\t0\t0\n(other)\t1\t1\t0\t0\n"
         );
-        let held = stdout(&env.run(&["shape", "--state", "held", "--by", "attempts"]).success());
+        let held = stdout(
+            &env.run(&["shape", "--state", "held", "--by", "attempts"])
+                .success(),
+        );
         assert!(held.contains("\nTOTAL\t1\t1\t"), "{held}");
         assert!(held.contains("\n0\t1\t1\t"), "{held}");
 
-        let v = json_out(&env.run(&["shape", "--json", "--state", "dead", "--buckets", "2"]).success());
+        let v = json_out(
+            &env.run(&["shape", "--json", "--state", "dead", "--buckets", "2"])
+                .success(),
+        );
         assert_eq!(
             v,
             serde_json::json!({

@@ -3922,12 +3922,12 @@ fn shape_spool(h: &mut Harness) {
     fail(h, a4, "connection error: connection refused (127.0.0.1:10)");
     fail(h, a5, "HTTP 503");
     h.q().set_held(&[a6], true).unwrap();
+    assert!(h.q().dead_letter(d1, &OnFull::eviction_error(3)).unwrap());
+    fail(h, d2, "command exited with 1: boom");
     assert!(h
         .q()
-        .dead_letter(d1, &OnFull::eviction_error(3))
+        .dead_letter(d2, "command exited with 1: boom")
         .unwrap());
-    fail(h, d2, "command exited with 1: boom");
-    assert!(h.q().dead_letter(d2, "command exited with 1: boom").unwrap());
     assert_eq!(h.q().mark_done(&[r1]).unwrap(), [true]);
     h.step();
 }

@@ -96,9 +96,7 @@ fn classify(text: &str, depth: usize) -> String {
     }
     // `--push`, the receiver's reasons for a reject (stored verbatim), and
     // a lone item too large for it.
-    if text.starts_with("too large for the push receiver")
-        || is_receiver_reject(text)
-    {
+    if text.starts_with("too large for the push receiver") || is_receiver_reject(text) {
         return "push rejected".into();
     }
 
@@ -111,9 +109,14 @@ fn classify(text: &str, depth: usize) -> String {
         let kind = strip_authority(kind);
         return match kind {
             "timed out" => "timeout".into(),
-            "connection refused" | "connection reset" | "connection aborted"
-            | "host unreachable" | "network unreachable" | "network down"
-            | "address not available" | "broken pipe" => kind.into(),
+            "connection refused"
+            | "connection reset"
+            | "connection aborted"
+            | "host unreachable"
+            | "network unreachable"
+            | "network down"
+            | "address not available"
+            | "broken pipe" => kind.into(),
             "unexpected end of file" => "connection closed".into(),
             other => format!("connection error: {}", fallback(other)),
         };
@@ -334,7 +337,10 @@ mod tests {
                 "connection error: connection refused (127.0.0.1:40117)",
                 "connection refused",
             ),
-            ("connection error: connection reset (h.example:443)", "connection reset"),
+            (
+                "connection error: connection reset (h.example:443)",
+                "connection reset",
+            ),
             ("connection error: timed out (h.example:443)", "timeout"),
             (
                 "connection error: unexpected end of file (h.example:80)",
@@ -390,12 +396,18 @@ mod tests {
                  wants a client certificate)",
                 "TLS: alert handshake failure",
             ),
-            ("TLS error: certificate is signed by an unknown issuer", "TLS: unknown issuer"),
+            (
+                "TLS error: certificate is signed by an unknown issuer",
+                "TLS: unknown issuer",
+            ),
             // --exec (src/replay/exec.rs, src/child.rs)
             ("command exited with 1", "exit 1"),
             ("command exited with 1: line 4 | line 5", "exit 1"),
             ("command exited with 3: oops", "exit 3"),
-            ("command rejected the item (exit 65): bad", "exit 65 (rejected)"),
+            (
+                "command rejected the item (exit 65): bad",
+                "exit 65 (rejected)",
+            ),
             ("command killed by signal 9", "signal 9"),
             (
                 "command timed out after 30s; its process group was killed",
@@ -411,7 +423,10 @@ mod tests {
                 "cannot run the command",
             ),
             // Budgets (src/replay/mod.rs, src/replay/outcome.rs)
-            ("HTTP 503 Service Unavailable: busy (gave up after 5 attempts)", "HTTP 503"),
+            (
+                "HTTP 503 Service Unavailable: busy (gave up after 5 attempts)",
+                "HTTP 503",
+            ),
             ("command exited with 1 (gave up after 3 attempts)", "exit 1"),
             (
                 "attempts (5) already reach --max-attempts 5; dead-lettered without another \
@@ -439,7 +454,10 @@ mod tests {
                 "push request failed: connection error: connection refused (127.0.0.1:7001)",
                 "connection refused",
             ),
-            ("push request failed: connection error: ConnectionReset", "connection error: ConnectionReset"),
+            (
+                "push request failed: connection error: ConnectionReset",
+                "connection error: ConnectionReset",
+            ),
             ("push request failed: HTTP 503", "HTTP 503"),
             (
                 "receiver answered HTTP 200 with a body that is not a push response (expected \
@@ -472,7 +490,10 @@ mod tests {
                 "digest sha256:00ff does not match the key and payload (computed sha256:abcd)",
                 "push rejected",
             ),
-            ("invalid payload_base64: Invalid byte 37, offset 0.", "push rejected"),
+            (
+                "invalid payload_base64: Invalid byte 37, offset 0.",
+                "push rejected",
+            ),
             (
                 "the Idempotency-Key header is refused: the idempotency key contains a NUL byte",
                 "push rejected",

@@ -462,7 +462,12 @@ mod tests {
     #[test]
     fn edges_double_and_bad_options_are_refused() {
         let o = ShapeOptions::default();
-        let e: Vec<u64> = o.edges().unwrap().iter().map(|d| d.as_secs() / 60).collect();
+        let e: Vec<u64> = o
+            .edges()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_secs() / 60)
+            .collect();
         assert_eq!(e, [5, 10, 20, 40, 80, 160, 320, 640, 1280]);
         for bad in [
             ShapeOptions {
@@ -491,7 +496,10 @@ mod tests {
                 ..o.clone()
             },
         ] {
-            assert!(matches!(bad.edges(), Err(Error::InvalidInput(_))), "{bad:?}");
+            assert!(
+                matches!(bad.edges(), Err(Error::InvalidInput(_))),
+                "{bad:?}"
+            );
         }
         assert!(ShapeOptions {
             buckets: MAX_BUCKETS,

@@ -112,11 +112,10 @@ pub fn run(args: ShapeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             spool::Error::InvalidInput(m) => m,
             other => other.to_string(),
         };
-        return Err(CliError::new(
-            exit::USAGE,
-            format!("{ACTION} {}: {why}", ctx.shown()),
-        )
-        .hint("e.g. --first 5m --buckets 10 (edges 5m 10m … 1280m, then 1280m+)"));
+        return Err(
+            CliError::new(exit::USAGE, format!("{ACTION} {}: {why}", ctx.shown()))
+                .hint("e.g. --first 5m --buckets 10 (edges 5m 10m … 1280m, then 1280m+)"),
+        );
     }
     let spool = ctx.open(OpenMode::ReadOnly, ACTION)?;
     let s = shape(&*spool, &opts, ctx.now()).map_err(|e| ctx.fail(ACTION, e))?;
