@@ -79,6 +79,9 @@ _spool() {
             spool,serve)
                 cmd="spool__subcmd__serve"
                 ;;
+            spool,shape)
+                cmd="spool__subcmd__shape"
+                ;;
             spool,show)
                 cmd="spool__subcmd__show"
                 ;;
@@ -190,6 +193,9 @@ _spool() {
             spool__subcmd__help,serve)
                 cmd="spool__subcmd__help__subcmd__serve"
                 ;;
+            spool__subcmd__help,shape)
+                cmd="spool__subcmd__help__subcmd__shape"
+                ;;
             spool__subcmd__help,show)
                 cmd="spool__subcmd__help__subcmd__show"
                 ;;
@@ -227,7 +233,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats shape replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -859,7 +865,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help)
-            opts="init enqueue drain list show done hold release attempts size stats replay watch serve clients compact checkpoint verify dlq export import config completions man help"
+            opts="init enqueue drain list show done hold release attempts size stats shape replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1209,6 +1215,20 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help__subcmd__serve)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__help__subcmd__shape)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1682,6 +1702,52 @@ _spool() {
                     return 0
                     ;;
                 --commit-delay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__shape)
+            opts="-s -q -v -h -V --by --state --buckets --first --top --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --by)
+                    COMPREPLY=($(compgen -W "error group attempts key-prefix" -- "${cur}"))
+                    return 0
+                    ;;
+                --state)
+                    COMPREPLY=($(compgen -W "pending held dead delivered" -- "${cur}"))
+                    return 0
+                    ;;
+                --buckets)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --first)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --top)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

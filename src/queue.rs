@@ -437,6 +437,23 @@ pub trait Queue: Send + Sync {
     /// the backend allows. `now` decides which items are waiting.
     fn stats(&self, now: Timestamp) -> Result<QueueStats>;
 
+    /// The counts behind `spool shape` (SPEC §11): the items of
+    /// `query.state` counted by the raw value of `query.by` and by age
+    /// bucket at `query.now`, as [`crate::ops::shape::ShapeQuery::cell`]
+    /// defines them. A value may come in several cells of the same bucket
+    /// (the caller adds them up). Reads only; takes no lock that blocks
+    /// enqueue or replay.
+    ///
+    /// The provided implementation walks the set page by page
+    /// ([`crate::ops::shape::scan_cells`]); backends that can count in
+    /// one aggregate query override it.
+    fn shape_cells(
+        &self,
+        query: &crate::ops::shape::ShapeQuery,
+    ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
+        crate::ops::shape::scan_cells(self, query)
+    }
+
     // --- Push: the spool as a sending client (SPEC §7) ------------------
     //
     // An item is *in flight* once it has a push sequence number and until

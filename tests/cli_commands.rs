@@ -756,6 +756,155 @@ fn size_prints_only_the_number() {
 // ---------------------------------------------------------------- stats
 
 #[test]
+fn shape_prints_tsv_when_piped_and_the_spec_json() {
+    each_backend_and_postgres("shape", |env| {
+        env.enqueue_key("a", "order:1");
+        env.enqueue_key("b", "order/2");
+        env.enqueue_key("c", "tenant:7");
+        let hold = env.enqueue("d");
+        env.run(&["hold", &hold.to_string()]).success();
+        let out = stdout(&env.run(&["shape"]).success());
+        let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
+        assert_eq!(
+            lines[0],
+            [
+                "error", "T", "5m", "10m", "20m", "40m", "80m", "160m", "320m", "640m", "1280m",
+                "1280m+"
+            ],
+            "{out}"
+        );
+        assert_eq!(
+            lines[1..],
+            [
+                vec!["TOTAL", "3", "3", "0", "0", "0", "0", "0", "0", "0", "0", "0"],
+                vec![
+                    "never attempted",
+                    "3",
+                    "3",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0",
+                    "0"
+                ],
+            ],
+            "{out}"
+        );
+        let out = stdout(
+            &env.run(&[
+                "shape",
+                "--by",
+                "key-prefix",
+                "--first",
+                "1m",
+                "--buckets",
+                "3",
+                "--top",
+                "1",
+            ])
+            .success(),
+        );
+        assert_eq!(
+            out,
+            "key-prefix\tT\t1m\t2m\t2m+\nTOTAL\t3\t3\t0\t0\norder\t2\t2\t0\t0\n(other)\t1\t1\t0\t0\n"
+        );
+        let held = stdout(
+            &env.run(&["shape", "--state", "held", "--by", "attempts"])
+                .success(),
+        );
+        assert!(held.contains("\nTOTAL\t1\t1\t"), "{held}");
+        assert!(held.contains("\n0\t1\t1\t"), "{held}");
+
+        let v = json_out(
+            &env.run(&["shape", "--json", "--state", "dead", "--buckets", "2"])
+                .success(),
+        );
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "by": "error",
+                "state": "dead",
+                "edges_seconds": [300],
+                "rows": [{"value": "TOTAL", "total": 0, "counts": [0, 0]}],
+            })
+        );
+        let v = json_out(&env.run(&["--json", "shape", "--by", "group"]).success());
+        assert_eq!(v["by"], "group");
+        assert_eq!(v["state"], "pending");
+        assert_eq!(
+            v["edges_seconds"],
+            serde_json::json!([300, 600, 1200, 2400, 4800, 9600, 19200, 38400, 76800])
+        );
+        assert_eq!(
+            v["rows"],
+            serde_json::json!([
+                {"value": "TOTAL", "total": 3, "counts": [3, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
+                {"value": "(no group)", "total": 3, "counts": [3, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
+            ])
+        );
+    });
+}
+
+#[test]
+fn shape_refuses_bad_arguments_with_64_and_changes_nothing() {
+    each_backend_and_postgres("shape arguments", |env| {
+        env.enqueue_key("a", "k");
+        // The spool file itself (the SQLite -shm changes with any reader)
+        // and its items.
+        let state = || (std::fs::read(&env.path).ok(), env.drain());
+        let before = state();
+        for args in [
+            &["shape", "--buckets", "0"][..],
+            &["shape", "--buckets", "33"],
+            &["shape", "--buckets", "-1"],
+            &["shape", "--top", "0"],
+            &["shape", "--by", "nope"],
+            &["shape", "--state", "gone"],
+            &["shape", "--first", "soon"],
+        ] {
+            env.run(args).code(64).stdout("");
+        }
+        for args in [
+            &["shape", "--first", "0s"][..],
+            &["shape", "--first", "1500ms"],
+            &["shape", "--first", "365d", "--buckets", "32"],
+        ] {
+            let a = env.run(args).code(64).stdout("");
+            let err = stderr(&a);
+            assert!(
+                err.starts_with("spool: error: show the shape of ") && err.contains("bucket"),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 2, "{err}");
+        }
+        assert!(state() == before, "the spool changed");
+    });
+    // A read-only command never creates a spool.
+    each_backend(|env| {
+        assert_error(env.run(&["shape"]), 66, &env.path);
+        assert!(env.files().is_empty());
+    });
+}
+
+#[test]
+fn shape_reads_a_reference_database_without_changing_it() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference.sqlite");
+    let env = Env::new("reference.sqlite");
+    std::fs::copy(&fixture, &env.path).unwrap();
+    let before = std::fs::read(&env.path).unwrap();
+    let total = env.drain().len().to_string();
+    let out = stdout(&env.run(&["shape", "--by", "attempts"]).success());
+    let second = out.lines().nth(1).unwrap_or_default();
+    assert!(second.starts_with(&format!("TOTAL\t{total}\t")), "{out}");
+    assert_eq!(std::fs::read(&env.path).unwrap(), before);
+}
+
+#[test]
 fn stats_json_prometheus_and_text() {
     each_backend(|env| {
         env.run(&["init", "--max-depth", "10"]).success();

@@ -26,6 +26,7 @@ const COMMANDS: &[&str] = &[
     "attempts",
     "size",
     "stats",
+    "shape",
     "replay",
     "watch",
     "serve",

@@ -203,6 +203,9 @@ conformance!(
         an_adopting_import_keeps_numbers_above_the_watermark,
         a_same_uuid_import_merges_the_push_state,
         another_uuid_import_ignores_the_header,
+        shape_counts_pending_items_by_error_class_and_age,
+        shape_counts_each_state,
+        shape_counts_by_group_attempts_and_key_prefix,
     ],
     // Cases about paths and files, which the memory backend has not.
     durable: [
@@ -3974,4 +3977,230 @@ fn the_due_rule_leaves_out_held_waiting_and_group_waiting_items(s: Setup) {
     assert_eq!(count(&h, now, false, None), 4);
     assert!(!page(&h, now, true, 0, 100).contains(&behind_held));
     assert!(!page(&h, now, true, 0, 100).contains(&behind_waiting));
+}
+
+// ---------------------------------------------------------------- shape (SPEC §11)
+
+/// A spool with known ages and errors for `spool shape`, the clock at
+/// `T0 + 300s` at the end. With edges 60s, 120s, 240s the buckets are
+/// [0,60) [60,120) [120,240) [240,…):
+///
+/// | item | key      | group | age | bucket | state   | last error                  |
+/// |------|----------|-------|-----|--------|---------|-----------------------------|
+/// | a1   | tenant/1 |       | 300 | 3      | pending | HTTP 503 … busy             |
+/// | a2   | tenant/2 |       | 240 | 3      | pending | HTTP 503 … x                |
+/// | a3   | order:3  | eu    | 239 | 2      | pending | connection refused (…:9)    |
+/// | a4   | order:4  | eu    | 120 | 2      | pending | connection refused (…:10)   |
+/// | a5   |          |       | 60  | 1      | pending | HTTP 503                    |
+/// | a6   | h        |       | 59  | 0      | held    | —                           |
+/// | a7   | plain    |       | 0   | 0      | pending | —                           |
+/// | d1   | d1       |       | 290 | 3      | dead    | evicted: spool full (…)     |
+/// | d2   | d2       |       | 100 | 1      | dead    | command exited with 1: boom |
+/// | r1   | r1       |       | 10  | 0      | deliv.  | —                           |
+fn shape_spool(h: &mut Harness) {
+    use spool::AttemptUpdate;
+    let at = |h: &Harness, s: u64| h.clock.set(T0.saturating_add(secs(s)));
+    let fail = |h: &Harness, id: ItemId, e: &str| {
+        let u = AttemptUpdate {
+            attempts: 1,
+            next_retry_at: None,
+            last_error: Some(e.into()),
+        };
+        assert!(h.q().record_attempt(id, &u).unwrap());
+    };
+    h.q().set_retain(Some(secs(86_400))).unwrap();
+    let a1 = add(h, "a1", "tenant/1");
+    at(h, 10);
+    let d1 = add(h, "d1", "d1");
+    at(h, 60);
+    let a2 = add(h, "a2", "tenant/2");
+    at(h, 61);
+    let mut eu = NewItem::new(&b"a3"[..], "order:3");
+    eu.group = Some("eu".into());
+    let a3 = h
+        .q()
+        .enqueue_batch(&[eu], &EnqueueOptions::default())
+        .unwrap()[0]
+        .id;
+    at(h, 180);
+    let mut eu = NewItem::new(&b"a4"[..], "order:4");
+    eu.group = Some("eu".into());
+    let a4 = h
+        .q()
+        .enqueue_batch(&[eu], &EnqueueOptions::default())
+        .unwrap()[0]
+        .id;
+    at(h, 200);
+    let d2 = add(h, "d2", "d2");
+    at(h, 240);
+    let a5 = add(h, "a5", "");
+    at(h, 241);
+    let a6 = add(h, "a6", "h");
+    at(h, 290);
+    let r1 = add(h, "r1", "r1");
+    at(h, 300);
+    add(h, "a7", "plain");
+    h.step();
+    fail(h, a1, "HTTP 503 Service Unavailable: busy");
+    fail(h, a2, "HTTP 503 Service Unavailable: x");
+    fail(h, a3, "connection error: connection refused (127.0.0.1:9)");
+    fail(h, a4, "connection error: connection refused (127.0.0.1:10)");
+    fail(h, a5, "HTTP 503");
+    h.q().set_held(&[a6], true).unwrap();
+    assert!(h.q().dead_letter(d1, &OnFull::eviction_error(3)).unwrap());
+    fail(h, d2, "command exited with 1: boom");
+    assert!(h
+        .q()
+        .dead_letter(d2, "command exited with 1: boom")
+        .unwrap());
+    assert_eq!(h.q().mark_done(&[r1]).unwrap(), [true]);
+    h.step();
+}
+
+fn shape_of(
+    h: &Harness,
+    by: spool::ops::shape::ShapeBy,
+    state: spool::ops::shape::ShapeState,
+    top: usize,
+) -> Vec<(String, u64, Vec<u64>)> {
+    use spool::ops::shape::{scan_cells, shape, ShapeOptions, ShapeQuery};
+    let opts = ShapeOptions {
+        by,
+        state,
+        first: secs(60),
+        buckets: 4,
+        top,
+    };
+    // The backend's aggregate and the generic walk count the same cells.
+    let q = ShapeQuery {
+        by,
+        state,
+        now: h.now(),
+        edges_ms: vec![60_000, 120_000, 240_000],
+    };
+    let merged = |cells: Vec<spool::ops::shape::ShapeCell>| {
+        let mut m = BTreeMap::new();
+        for c in cells {
+            *m.entry((c.value, c.attempted, c.bucket)).or_insert(0u64) += c.count;
+        }
+        m
+    };
+    assert_eq!(
+        merged(h.q().shape_cells(&q).unwrap()),
+        merged(scan_cells(h.q(), &q).unwrap()),
+        "{by:?} {state:?}"
+    );
+    let s = shape(h.q(), &opts, h.now()).unwrap();
+    assert_eq!(s.by, by);
+    assert_eq!(s.state, state);
+    s.rows
+        .into_iter()
+        .map(|r| (r.value, r.total, r.counts))
+        .collect()
+}
+
+fn rows(r: &[(&str, u64, [u64; 4])]) -> Vec<(String, u64, Vec<u64>)> {
+    r.iter()
+        .map(|(v, t, c)| (v.to_string(), *t, c.to_vec()))
+        .collect()
+}
+
+/// `spool shape --by error`: one row per cause class, busiest first (ties
+/// by value) under TOTAL; buckets hold ages below their edge and not
+/// below the previous one; `--top` folds the rest into `(other)`.
+fn shape_counts_pending_items_by_error_class_and_age(s: Setup) {
+    use spool::ops::shape::{ShapeBy, ShapeState};
+    let mut h = s.open(None);
+    shape_spool(&mut h);
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Pending, 20),
+        rows(&[
+            ("TOTAL", 6, [1, 1, 2, 2]),
+            ("HTTP 503", 3, [0, 1, 0, 2]),
+            ("connection refused", 2, [0, 0, 2, 0]),
+            ("never attempted", 1, [1, 0, 0, 0]),
+        ])
+    );
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Pending, 1),
+        rows(&[
+            ("TOTAL", 6, [1, 1, 2, 2]),
+            ("HTTP 503", 3, [0, 1, 0, 2]),
+            ("(other)", 3, [1, 0, 2, 0]),
+        ])
+    );
+    // Exactly `top` values: no (other) row.
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Pending, 3).len(),
+        4
+    );
+}
+
+/// `spool shape --state held|dead|delivered`: each set on its own, aged
+/// since enqueue.
+fn shape_counts_each_state(s: Setup) {
+    use spool::ops::shape::{ShapeBy, ShapeState};
+    let mut h = s.open(None);
+    shape_spool(&mut h);
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Held, 20),
+        rows(&[
+            ("TOTAL", 1, [1, 0, 0, 0]),
+            ("never attempted", 1, [1, 0, 0, 0]),
+        ])
+    );
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Dead, 20),
+        rows(&[
+            ("TOTAL", 2, [0, 1, 0, 1]),
+            ("evicted", 1, [0, 0, 0, 1]),
+            ("exit 1", 1, [0, 1, 0, 0]),
+        ])
+    );
+    assert_eq!(
+        shape_of(&h, ShapeBy::Error, ShapeState::Delivered, 20),
+        rows(&[
+            ("TOTAL", 1, [1, 0, 0, 0]),
+            ("no failed attempt", 1, [1, 0, 0, 0]),
+        ])
+    );
+}
+
+/// `spool shape --by group|attempts|key-prefix`.
+fn shape_counts_by_group_attempts_and_key_prefix(s: Setup) {
+    use spool::ops::shape::{ShapeBy, ShapeState};
+    let mut h = s.open(None);
+    shape_spool(&mut h);
+    assert_eq!(
+        shape_of(&h, ShapeBy::Group, ShapeState::Pending, 20),
+        rows(&[
+            ("TOTAL", 6, [1, 1, 2, 2]),
+            ("(no group)", 4, [1, 1, 0, 2]),
+            ("eu", 2, [0, 0, 2, 0]),
+        ])
+    );
+    assert_eq!(
+        shape_of(&h, ShapeBy::Attempts, ShapeState::Pending, 20),
+        rows(&[
+            ("TOTAL", 6, [1, 1, 2, 2]),
+            ("1", 5, [0, 1, 2, 2]),
+            ("0", 1, [1, 0, 0, 0]),
+        ])
+    );
+    assert_eq!(
+        shape_of(&h, ShapeBy::KeyPrefix, ShapeState::Pending, 20),
+        rows(&[
+            ("TOTAL", 6, [1, 1, 2, 2]),
+            ("order", 2, [0, 0, 2, 0]),
+            ("tenant", 2, [0, 0, 0, 2]),
+            ("(no key)", 1, [0, 1, 0, 0]),
+            ("plain", 1, [1, 0, 0, 0]),
+        ])
+    );
+    // An empty set: the TOTAL row alone, all zero.
+    let e = Harness::new(s.backend, None);
+    assert_eq!(
+        shape_of(&e, ShapeBy::Error, ShapeState::Dead, 20),
+        rows(&[("TOTAL", 0, [0, 0, 0, 0])])
+    );
 }

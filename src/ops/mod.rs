@@ -34,6 +34,7 @@ pub mod output;
 pub mod preview;
 pub mod release;
 pub mod replay;
+pub mod shape;
 pub mod show;
 pub mod size;
 pub mod stats;

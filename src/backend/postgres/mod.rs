@@ -60,6 +60,7 @@ mod receive;
 mod retain;
 mod rows;
 pub mod schema;
+mod shape;
 mod spool;
 mod stats;
 pub mod url;
@@ -668,6 +669,16 @@ impl Queue for PostgresQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.txn("read stats of", false, |tx| self.stats_in(tx, now))
+    }
+
+    fn shape_cells(
+        &self,
+        query: &crate::ops::shape::ShapeQuery,
+    ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
+        if !self.can_shape(query) {
+            return crate::ops::shape::scan_cells(self, query);
+        }
+        self.txn("count the shape of", false, |tx| self.shape_in(tx, query))
     }
 
     fn push_state(&self) -> Result<PushState> {

@@ -60,6 +60,7 @@ mod receive;
 mod retain;
 mod rows;
 mod schema;
+mod shape;
 mod stats;
 
 use self::db::Db;
@@ -484,6 +485,16 @@ impl Queue for SqliteQueue {
 
     fn stats(&self, now: Timestamp) -> Result<QueueStats> {
         self.snapshot("read stats of", |db| db.stats(now))
+    }
+
+    fn shape_cells(
+        &self,
+        query: &crate::ops::shape::ShapeQuery,
+    ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
+        if self.layout != Layout::Spool {
+            return crate::ops::shape::scan_cells(self, query);
+        }
+        self.read("count the shape of", |db| db.shape_cells(query))
     }
 
     fn push_state(&self) -> Result<PushState> {

@@ -33,6 +33,7 @@ pub const SECTIONS: &[Section] = &[
         body: "\
 spool enqueue '{\"event\":\"signup\"}' --key signup-42
 some-producer | spool -s /var/spool/app/outbox.db enqueue --lines
+spool shape
 spool list --min-attempts 3
 spool show 17 --raw | jq .
 spool list --json | jq -r 'select(.attempts > 5) | .id' | spool done -
@@ -49,7 +50,7 @@ Durations are written 500ms, 5s, 2m, 1h, 1h30m (a bare number is seconds);
 sizes 512, 64KiB, 16MiB; counts and ids are whole numbers (20, 1000). Data
 goes to stdout, diagnostics to stderr.
 
-Commands that only read (drain, list, show, size, stats, verify without
+Commands that only read (drain, list, show, size, stats, shape, verify without
 --repair, dlq list/show/export, export) never create or modify a spool.
 
 With --json, items are objects with id, payload (or payload_base64 when

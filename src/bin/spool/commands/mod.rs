@@ -25,6 +25,7 @@ mod man;
 mod release;
 mod replay;
 mod serve;
+mod shape;
 mod show;
 mod signals;
 mod size;
@@ -55,6 +56,7 @@ pub enum Command {
     Attempts(attempts::AttemptsArgs),
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
+    Shape(shape::ShapeArgs),
     Replay(replay::ReplayArgs),
     Watch(watch::WatchArgs),
     Serve(serve::ServeArgs),
@@ -85,6 +87,7 @@ impl Command {
             Command::Attempts(a) => attempts::run(a, ctx),
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
+            Command::Shape(a) => shape::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
             Command::Watch(a) => watch::run(a, ctx),
             Command::Serve(a) => serve::run(a, ctx),
