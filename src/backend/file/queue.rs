@@ -225,6 +225,26 @@ impl Queue for FileQueue {
         })
     }
 
+    fn shape_cells(
+        &self,
+        query: &crate::ops::shape::ShapeQuery,
+    ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
+        use crate::ops::shape::ShapeState;
+        // Pending and held items from the index, which has every column
+        // shape groups by; dead letters and retained records (few, and
+        // not all of their columns are indexed) page by page.
+        let held = match query.state {
+            ShapeState::Pending => false,
+            ShapeState::Held => true,
+            ShapeState::Dead | ShapeState::Delivered => {
+                return crate::ops::shape::scan_cells(self, query)
+            }
+        };
+        self.locked(Access::Read, MetaUse::Skip, |_, inner| {
+            inner.index()?.shape_cells(query, held)
+        })
+    }
+
     fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredItem>> {
         self.locked(Access::Read, MetaUse::Skip, |q, inner| {
             let locs = inner.index()?.delivered_page(after, limit)?;

@@ -11,6 +11,31 @@ use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
 
 impl Index {
+    /// The cells of `spool shape` over the pending items (`held`: the
+    /// held ones, else the others), from one scan of the `pending` table
+    /// (see [`crate::backend::shape_sql`]).
+    pub fn shape_cells(
+        &self,
+        q: &crate::ops::shape::ShapeQuery,
+        held: bool,
+    ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
+        use crate::ops::shape::ShapeBy;
+        let value = match q.by {
+            ShapeBy::Error => "last_error",
+            ShapeBy::Group => "group_name",
+            ShapeBy::Attempts => "NULL",
+            ShapeBy::KeyPrefix => "key",
+        };
+        let sql = format!(
+            "SELECT {value}, attempts, enqueued_at FROM pending WHERE held = {}",
+            u8::from(held)
+        );
+        self.conn
+            .prepare(&sql)
+            .and_then(|mut stmt| crate::backend::shape_sql::count_cells(&mut stmt, q, None))
+            .map_err(self.err("read"))
+    }
+
     pub(super) fn state_u64(&self, column: &str) -> Result<u64> {
         self.conn
             .prepare_cached(&format!("SELECT {column} FROM state"))
