@@ -87,6 +87,12 @@ impl PostgresQueue {
         } else {
             q.edges_ms.clone()
         };
+        // The planner cannot tell how few (value, bucket) groups there
+        // are and plans for about 200,000: with the default 4 MB of
+        // work_mem it then sorts the rows on disk. With room for that
+        // many it hashes them in memory (~30% faster on a million items,
+        // and no temporary files), for this read transaction only.
+        tx.execute("SET LOCAL work_mem = '64MB'", &[])?;
         let rows = tx.query(sql, &[self.spool(), &q.now.as_millis(), &edges])?;
         Ok(rows
             .iter()
