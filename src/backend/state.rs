@@ -12,7 +12,7 @@
 //! applies them to its index; the memory backend simply does both.
 
 use super::identity::Merge;
-use super::policy::{self, EnqueueStore, ImportStore, Limit};
+use super::policy::{self, EnqueueStore, ImportKeys, ImportStore, Limit};
 use crate::error::{Error, Result};
 use crate::item::{
     AttemptUpdate, DeadLetter, DeliveredItem, Delivery, DepthLimit, EnqueueOptions, Enqueued,
@@ -300,101 +300,6 @@ pub(crate) fn prepare_requeue(v: &impl View, id: ItemId) -> Result<Option<Item>>
     // Back in the stream, it is a new entry with a new number.
     item.push_seq = None;
     Ok(Some(item))
-}
-
-/// The keys of the dead letters and of the retained delivered records a
-/// spool held when an import started: each key with the lowest id that
-/// carries it ([`import_lookup`]).
-#[derive(Debug, Default)]
-pub(crate) struct ImportKeys {
-    pub dead: HashMap<String, ItemId>,
-    pub delivered: HashMap<String, ItemId>,
-}
-
-/// The dedup rule of an import for dead and delivered records (SPEC §3:
-/// importing the same export twice adds nothing twice): a dead record
-/// whose non-empty key a dead letter of the spool already carries, or a
-/// delivered record whose non-empty key a retained delivered record
-/// already carries, is a dedup hit on that record (the lowest id with the
-/// key). Only what the spool held before the import counts — an export
-/// may hold several dead letters with one key (each enqueue after a death
-/// is a new item), and the first import keeps them all. Pending and held
-/// records dedup against pending keys, as enqueues do; that is the
-/// caller's. `None` for a record without a key: nothing to look up.
-pub(crate) fn import_lookup(r: &Record) -> Option<ImportLookup<'_>> {
-    if r.item.key.is_empty() {
-        return None;
-    }
-    match r.state {
-        RecordState::Dead => Some(ImportLookup::Dead(&r.item.key)),
-        RecordState::Delivered => Some(ImportLookup::Delivered(&r.item.key)),
-        RecordState::Pending | RecordState::Held => None,
-    }
-}
-
-/// Where [`import_lookup`] looks for a record's key.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum ImportLookup<'a> {
-    /// Among the dead letters.
-    Dead(&'a str),
-    /// Among the retained delivered records.
-    Delivered(&'a str),
-}
-
-/// What importing `r` does given the high-water mark `hw` (raised by each
-/// record kept) and the highest id the spool can keep (`max_id`): its id
-/// in this spool and whether it kept its own, and the
-/// record to store, normalised as every backend stores it. Dedup is the
-/// caller's (it knows which keys the batch has stored so far).
-pub(crate) fn import_record(
-    r: &Record,
-    hw: &mut ItemId,
-    max_id: ItemId,
-) -> Result<(Imported, Record)> {
-    let (id, kept) = if r.item.id > *hw && r.item.id <= max_id {
-        (r.item.id, true)
-    } else {
-        (
-            hw.checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-            false,
-        )
-    };
-    *hw = id;
-    let mut rec = r.clone();
-    rec.item.id = id;
-    // Enqueue times have second precision in every backend.
-    rec.item.enqueued_at = rec
-        .item
-        .enqueued_at
-        .map(|t| Timestamp::from_secs(t.as_secs()));
-    rec.item.held = r.state == RecordState::Held;
-    // Push numbers belong to the exporting spool's stream.
-    rec.item.push_seq = None;
-    if r.state == RecordState::Dead && rec.dead_at.is_none() {
-        return Err(Error::InvalidInput(format!(
-            "dead record {} has no dead_at",
-            r.item.id
-        )));
-    }
-    if r.state == RecordState::Delivered {
-        if rec.delivery.is_none() {
-            return Err(Error::InvalidInput(format!(
-                "delivered record {} has no delivered_at",
-                r.item.id
-            )));
-        }
-        rec.item.held = false;
-        rec.item.next_retry_at = None;
-    }
-    Ok((
-        Imported {
-            id,
-            kept_id: kept,
-            deduplicated: false,
-        },
-        rec,
-    ))
 }
 
 /// A pending item a new item with coalesce key `ck` replaces: same
@@ -800,7 +705,7 @@ impl State {
     }
 
     /// The keys of the dead letters and retained delivered records this
-    /// spool holds now, for the import about to start ([`import_lookup`]).
+    /// spool holds now, for the import about to start ([`policy::import_lookup`]).
     pub fn import_keys(&self) -> ImportKeys {
         let mut keys = ImportKeys::default();
         for (id, d) in &self.dead {

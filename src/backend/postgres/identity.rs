@@ -18,7 +18,7 @@ impl PostgresQueue {
     /// (whether or not the spool has a window: without one they are
     /// pruned as expired by the next mutation). A dead or delivered
     /// record whose key a dead letter or retained record the spool held
-    /// already carries is a dedup hit (`state::import_lookup`).
+    /// already carries is a dedup hit (`policy::import_lookup`).
     pub(super) fn import_records(
         &self,
         tx: &mut Tx<'_>,

@@ -15,7 +15,7 @@ pub(super) const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
 impl Db<'_> {
     /// The lowest id up to `upto` of a dead letter that carries the
     /// non-empty key `key` (an import's dedup of dead records, see
-    /// `state::import_lookup`): one seek in `ix_dead_key`.
+    /// `policy::import_lookup`): one seek in `ix_dead_key`.
     pub fn dead_owner(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
         if key.is_empty() || !self.layout.is_spool() {
             return Ok(None);

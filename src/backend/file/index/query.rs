@@ -189,7 +189,7 @@ impl Index {
 
     /// The lowest id up to `upto` of a dead letter that carries the
     /// non-empty key `key` (an import's dedup of dead records, see
-    /// `state::import_lookup`). One lookup in the key index.
+    /// `policy::import_lookup`). One lookup in the key index.
     pub fn dead_owner(&self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
         self.owner_upto(
             "SELECT id FROM dead INDEXED BY dead_key WHERE key = ?1 AND key <> '' AND id <= ?2 \
