@@ -186,25 +186,7 @@ fn exactly_once_when_the_server_is_killed_mid_stream() {
     );
     let proxy = Proxy::start(addr(&server), Mix::CLEAN, 1);
     let url = proxy.url("/v1/push");
-    let pusher = {
-        let mut c = edge.std_cmd();
-        c.args([
-            "replay",
-            "--push",
-            &url,
-            "--batch",
-            "5",
-            "--max-attempts",
-            "50",
-            "--backoff-base",
-            "20ms",
-            "--backoff-max",
-            "100ms",
-        ]);
-        c.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        c.spawn().unwrap()
-    };
+    let pusher = spawn_pusher(&edge, &url);
     // Kill the server once part of the stream has been applied.
     let start = Instant::now();
     while central_size(&central) < 50 {
@@ -292,25 +274,7 @@ fn exactly_once_through_several_receivers_over_postgresql() {
         Proxy::start(addr(&b), mix, 22),
     );
     // A stream through instance A, killed once part of it is applied.
-    let pusher = {
-        let mut c = edge.std_cmd();
-        c.args([
-            "replay",
-            "--push",
-            &pa.url("/v1/push"),
-            "--batch",
-            "5",
-            "--max-attempts",
-            "50",
-            "--backoff-base",
-            "20ms",
-            "--backoff-max",
-            "100ms",
-        ]);
-        c.stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        c.spawn().unwrap()
-    };
+    let pusher = spawn_pusher(&edge, &pa.url("/v1/push"));
     let start = Instant::now();
     while central_size(&central) < 40 {
         assert!(start.elapsed() < Duration::from_secs(60), "nothing arrived");
@@ -349,6 +313,28 @@ fn exactly_once_through_several_receivers_over_postgresql() {
         assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
     }
     check_exactly_once(&central, &edge, &ok, &refused);
+}
+
+/// `replay --push URL` of the edge in small batches with a patient
+/// retry budget, running in the background.
+fn spawn_pusher(edge: &Env, url: &str) -> std::process::Child {
+    let mut c = edge.std_cmd();
+    c.args([
+        "replay",
+        "--push",
+        url,
+        "--batch",
+        "5",
+        "--max-attempts",
+        "50",
+        "--backoff-base",
+        "20ms",
+        "--backoff-max",
+        "100ms",
+    ]);
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    c.spawn().unwrap()
 }
 
 fn central_size(central: &Env) -> u64 {

@@ -11,7 +11,6 @@ mod serve_common;
 
 use cli_common::*;
 use serve_common::*;
-use spool::push::wire::{self, OutEntry};
 use std::sync::{Arc, Barrier};
 
 /// Three instances over one fresh PostgreSQL spool; `None` (SKIPPED)
@@ -26,20 +25,9 @@ fn receivers(what: &str) -> Option<(Env, Vec<Serve>)> {
 /// A push body of client `client` with the numbers `seqs`.
 fn batch(client: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<u8> {
     let first = *seqs.start();
-    let payloads: Vec<String> = seqs.clone().map(|s| format!("{client} {s}")).collect();
-    let entries: Vec<OutEntry<'_>> = seqs
-        .zip(&payloads)
-        .map(|(seq, p)| OutEntry::Item {
-            seq,
-            id: seq,
-            key: "",
-            payload: p.as_bytes(),
-            enqueued_at: None,
-            group: None,
-            coalesce_key: None,
-        })
-        .collect();
-    wire::encode_request(client, first - 1, &entries)
+    let payloads: Vec<String> = seqs.map(|s| format!("{client} {s}")).collect();
+    let payloads: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    items_body(client, first - 1, first, &payloads)
 }
 
 /// POST `body` with `headers` to both `urls` from two threads released
