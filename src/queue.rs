@@ -656,6 +656,11 @@ pub trait Leasing: Send + Sync {
     /// else's lease has not run out.
     fn skipped_now(&self, ignore_backoff: bool) -> Result<(u64, u64)>;
 
+    /// The items whose lease has not run out (a replayer holds them now),
+    /// with the time each lease ends: ids above `after`, ascending, at
+    /// most `limit`. What `spool list` shows of them.
+    fn leases_after(&self, after: ItemId, limit: usize) -> Result<Vec<(ItemId, Timestamp)>>;
+
     /// Take the spool's exclusive replay lock (`--ordered`, `--push`),
     /// waiting up to `wait`; [`crate::Error::ReplayLocked`] when another
     /// process keeps it. Held until [`Leasing::unlock_exclusive`] or the

@@ -67,6 +67,42 @@ fn psql(base: &str, sql: &str) -> String {
 /// nobody else can claim it; once it ran out the item is due again, the
 /// new claim has a new token, and the first replayer's outcome is refused
 /// ("lease lost") without changing anything.
+/// `spool list` tells a leased item from a due one: a replayer holds
+/// it, and nobody else takes it before its lease ends.
+#[test]
+fn list_shows_the_items_a_replayer_holds() {
+    let Some(url) = new_spool("list_leases") else {
+        return;
+    };
+    let s = open_with(&url, OpenMode::Create, None);
+    for p in ["a", "b", "c"] {
+        s.enqueue(p.as_bytes(), "").unwrap();
+    }
+    let claimed = leasing(&s)
+        .claim(1, Duration::from_secs(600), false)
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let out = bin().args(["-s", &url, "list"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let when: Vec<(String, String)> = text
+        .lines()
+        .map(|l| {
+            let cells: Vec<&str> = l.split('\t').collect();
+            (cells[0].to_string(), cells[4].to_string())
+        })
+        .collect();
+    let leased = claimed[0].item.id.to_string();
+    assert_eq!(when.len(), 3, "{text}");
+    for (id, w) in &when {
+        if *id == leased {
+            assert!(w.starts_with("leased, ") && w.ends_with(" left"), "{text}");
+        } else {
+            assert_eq!(w, "due", "{text}");
+        }
+    }
+}
+
 #[test]
 fn an_expired_lease_cannot_record_over_the_new_holder() {
     let Some(url) = new_spool("expired_lease") else {

@@ -200,6 +200,9 @@ pub enum RetryState {
     Behind(ItemId),
     /// At this time, this long from now.
     At(Timestamp, Duration),
+    /// Claimed by a replayer (PostgreSQL), whose lease ends at this time,
+    /// this long from now: another replayer takes it only after that.
+    Leased(Timestamp, Duration),
     /// Never: delivered this long ago (a retained delivered item).
     Delivered(Duration),
     /// Never: dead-lettered this long ago.
@@ -291,6 +294,11 @@ pub struct Rows<'a> {
     preview_chars: usize,
     heads: std::collections::HashMap<String, Option<ItemId>>,
     rows: usize,
+    /// The live leases read last (a spool with leases), and the ids
+    /// they cover (`leases_from..=leases_upto`; none read yet: empty).
+    leases: std::collections::BTreeMap<ItemId, Timestamp>,
+    leases_from: ItemId,
+    leases_upto: ItemId,
 }
 
 impl<'a> Rows<'a> {
@@ -302,7 +310,29 @@ impl<'a> Rows<'a> {
             preview_chars,
             heads: std::collections::HashMap::new(),
             rows: 0,
+            leases: std::collections::BTreeMap::new(),
+            leases_from: 1,
+            leases_upto: 0,
         }
+    }
+
+    /// The end of item `id`'s live lease, if it has one: the leases are
+    /// read a page at a time, in id order (rows come in id order; a row
+    /// below what was read is looked up from the start again).
+    fn lease_of(&mut self, id: ItemId) -> Result<Option<Timestamp>> {
+        let Some(leasing) = self.queue.leasing() else {
+            return Ok(None);
+        };
+        if id < self.leases_from || id > self.leases_upto {
+            let page = leasing.leases_after(id.saturating_sub(1), PAGE_SIZE)?;
+            self.leases_from = id;
+            self.leases_upto = match page.last() {
+                Some((last, _)) if page.len() == PAGE_SIZE => *last,
+                _ => ItemId::MAX,
+            };
+            self.leases = page.into_iter().collect();
+        }
+        Ok(self.leases.get(&id).copied())
     }
 
     /// The row of `entry` ([`Row::listed`], with the group rule).
@@ -315,6 +345,12 @@ impl<'a> Rows<'a> {
         let Listed::Pending(item) = entry else {
             return Ok(row);
         };
+        if !item.held {
+            if let Some(until) = self.lease_of(item.id)?.filter(|t| *t > self.now) {
+                row.retry = RetryState::Leased(until, until.since(self.now));
+                return Ok(row);
+            }
+        }
         let Some(group) = item.group.as_ref().filter(|_| !item.held) else {
             return Ok(row);
         };

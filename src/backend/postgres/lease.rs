@@ -400,6 +400,21 @@ impl Leasing for PostgresQueue {
         })
     }
 
+    fn leases_after(&self, after: ItemId, limit: usize) -> Result<Vec<(ItemId, Timestamp)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.txn("read the leases of", false, |tx| {
+            let rows = tx.query(
+                "SELECT id, lease_until FROM {s}.items WHERE spool = $1 AND id > $2 \
+                 AND lease_until > COALESCE($3::int8, {now}) ORDER BY id LIMIT $4",
+                &[self.spool(), &id_param(after), &self.now_param(), &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (u64_of(r.get(0)), Timestamp::from_millis(r.get(1))))
+                .collect())
+        })
+    }
+
     fn lock_exclusive(&self, wait: Duration) -> Result<()> {
         let key = format!("spool replay {}.{}", self.target.schema, self.target.spool);
         let deadline = Instant::now() + wait;

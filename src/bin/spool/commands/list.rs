@@ -27,7 +27,8 @@ use spool::{OpenMode, PAGE_SIZE};
 /// characters. Held items are listed (next retry "held"); an item of an
 /// ordering group that waits for an earlier pending item of its group
 /// shows "behind #ID" (that item goes first; `list --due` leaves it out,
-/// whatever its own retry time). While items are
+/// whatever its own retry time); on PostgreSQL an item a replayer holds
+/// shows "leased, 4m left". While items are
 /// in flight to a push receiver (`replay --push`), a "push" column shows
 /// their sequence numbers ("-" for the others; in the plain lines it is
 /// the last field). Items are read page by page; never creates or changes
@@ -163,6 +164,7 @@ fn cells(row: &Row) -> [String; 8] {
             RetryState::Held => "held".into(),
             RetryState::Behind(head) => format!("behind #{head}"),
             RetryState::At(_, d) => format!("in {}", render::duration(d)),
+            RetryState::Leased(_, d) => format!("leased, {} left", render::duration(d)),
             RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", render::age(d)),
         },
         row.size.to_string(),
