@@ -125,6 +125,20 @@ pub fn duration(d: Duration) -> String {
     spool::units::format_duration(d)
 }
 
+/// When replay will try an item, for people: `due`, `held`, `behind #7`,
+/// `in 5m`, `leased, 4m left`, `3h ago` (delivered or dead-lettered).
+pub fn retry(r: &spool::ops::list::RetryState) -> String {
+    use spool::ops::list::RetryState;
+    match *r {
+        RetryState::Due => "due".into(),
+        RetryState::Held => "held".into(),
+        RetryState::Behind(head) => format!("behind #{head}"),
+        RetryState::At(_, d) => format!("in {}", duration(d)),
+        RetryState::Leased(_, d) => format!("leased, {} left", duration(d)),
+        RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", age(d)),
+    }
+}
+
 /// A byte count for people: `512 B`, `1.5 KiB`, `16.0 MiB`.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -6,8 +6,7 @@ use crate::render;
 use clap::{Args, ValueEnum};
 use spool::ops::json::ItemJson;
 use spool::ops::list::{
-    any_in_flight, list_states, ListOptions, Listed, RetryState, Row, Rows, StateFilter,
-    PREVIEW_CHARS,
+    any_in_flight, list_states, ListOptions, Listed, Row, Rows, StateFilter, PREVIEW_CHARS,
 };
 use spool::{OpenMode, PAGE_SIZE};
 
@@ -159,14 +158,7 @@ fn cells(row: &Row) -> [String; 8] {
         row.key.clone(),
         row.attempts.to_string(),
         row.age.map(render::age).unwrap_or_else(|| "-".into()),
-        match row.retry {
-            RetryState::Due => "due".into(),
-            RetryState::Held => "held".into(),
-            RetryState::Behind(head) => format!("behind #{head}"),
-            RetryState::At(_, d) => format!("in {}", render::duration(d)),
-            RetryState::Leased(_, d) => format!("leased, {} left", render::duration(d)),
-            RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", render::age(d)),
-        },
+        render::retry(&row.retry),
         row.size.to_string(),
         row.preview.clone(),
         row.last_error.clone().unwrap_or_default(),
