@@ -1869,13 +1869,17 @@ _spool() {
             return 0
             ;;
         spool__subcmd__top)
-            opts="-s -q -v -h -V --interval --read-only --once --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --interval --read-only --filter --once --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --filter)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

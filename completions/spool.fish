@@ -228,6 +228,7 @@ complete -c spool -n "__fish_spool_using_subcommand shape" -s v -l verbose -d 'P
 complete -c spool -n "__fish_spool_using_subcommand shape" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spool -n "__fish_spool_using_subcommand shape" -s V -l version -d 'Print version'
 complete -c spool -n "__fish_spool_using_subcommand top" -l interval -d 'Time between refreshes' -r
+complete -c spool -n "__fish_spool_using_subcommand top" -l filter -d 'Start with this filter, as if typed after `/`' -r
 complete -c spool -n "__fish_spool_using_subcommand top" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand top" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"

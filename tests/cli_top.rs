@@ -234,7 +234,11 @@ fn a_hold_through_the_keys_changes_the_spool() {
 fn read_only_refuses_actions() {
     let env = Env::new("spool.db");
     enqueue(&env, "keep-me");
-    let mut top = Top::start(&env, &["--interval", "100ms", "--read-only"]);
+    let mut top = Top::start(
+        &env,
+        &["--interval", "100ms", "--read-only", "--filter", "keep"],
+    );
+    top.wait_for("filter: keep");
     top.wait_for("keep-me");
     top.keys("h");
     top.wait_for("read-only: actions are disabled");

@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 ///   spool top
 ///   spool top --interval 250ms
 ///   spool top --read-only
+///   spool top --filter 'HTTP 503'
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct TopArgs {
@@ -61,6 +62,10 @@ pub struct TopArgs {
     /// Show only: refuse hold, release, requeue and mark done
     #[arg(long)]
     read_only: bool,
+
+    /// Start with this filter, as if typed after `/`
+    #[arg(long, value_name = "TEXT")]
+    filter: Option<String>,
 
     /// Run one refresh without a terminal and print its cost as JSON (benchmarks)
     #[arg(long, hide = true)]
@@ -83,8 +88,12 @@ pub fn run(args: TopArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         read_only: args.read_only,
         ..TopOptions::default()
     };
+    let mut model = Top::new(opts);
+    if let Some(f) = &args.filter {
+        model.set_filter(f);
+    }
     if args.once {
-        return once(ctx, opts);
+        return once(ctx, model);
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(CliError::new(
@@ -101,7 +110,6 @@ pub fn run(args: TopArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let flag = stop.clone();
     let signals = Signals::handle(move |_| flag.store(true, Ordering::SeqCst), None)?;
     let mut screen = Screen::new(args.interval);
-    let mut model = Top::new(opts);
     let guard = TerminalGuard::enter()
         .map_err(|e| CliError::new(exit::IO, format!("top {}: terminal: {e}", ctx.shown())))?;
     let result = screen.run(ctx, &spool, &mut model, &stop);
@@ -114,10 +122,10 @@ pub fn run(args: TopArgs, ctx: &mut Ctx) -> Result<(), CliError> {
 }
 
 /// One refresh without a terminal: `{"counts_ms", "rows_ms", "shape_ms",
-/// "refresh_ms", "depth", "rows"}` on stdout (`benches/top.sh`).
-fn once(ctx: &mut Ctx, opts: TopOptions) -> Result<(), CliError> {
+/// "refresh_ms", "depth", "rows", "scanned"}` on stdout
+/// (`benches/top.sh`).
+fn once(ctx: &mut Ctx, mut model: Top) -> Result<(), CliError> {
     let spool = ctx.open(OpenMode::ReadOnly, ACTION)?;
-    let mut model = Top::new(opts);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     model
         .refresh(&spool, ctx.now())
@@ -130,6 +138,7 @@ fn once(ctx: &mut Ctx, opts: TopOptions) -> Result<(), CliError> {
         "shape_ms": c.shape.map(ms),
         "depth": model.header().depth,
         "rows": model.rows().len(),
+        "scanned": model.scanned(),
     }))
 }
 
