@@ -798,16 +798,40 @@ fn matches(needle: &str, entry: &Listed) -> bool {
         return true;
     }
     let item = entry.item();
-    let has = |s: &str| s.to_lowercase().contains(needle);
+    let has = |bytes: &[u8], limit: usize| shown_contains(bytes, limit, needle);
     item.id.to_string().contains(needle)
-        || has(&preview::escape(item.key.as_bytes()))
+        || has(item.key.as_bytes(), usize::MAX)
         || item
             .group
             .as_deref()
-            .is_some_and(|g| has(&preview::escape(g.as_bytes())))
-        || item.last_error.as_deref().is_some_and(has)
-        || matches!(entry, Listed::Delivered(d) if has(&d.delivery.evidence.describe()))
-        || has(&preview::preview(&item.payload, 200))
+            .is_some_and(|g| has(g.as_bytes(), usize::MAX))
+        || item
+            .last_error
+            .as_deref()
+            .is_some_and(|e| has(e.as_bytes(), usize::MAX))
+        || matches!(entry, Listed::Delivered(d)
+            if has(d.delivery.evidence.describe().as_bytes(), usize::MAX))
+        || has(&item.payload, 200)
+}
+
+/// Whether the first `limit` characters of `bytes`, escaped as
+/// [`preview`] shows them, contain the lowercased `needle`, ignoring
+/// case. Printable ASCII without a backslash is its own escaped form: it
+/// is searched in place, without building the escaped text (a refresh
+/// that filters reads up to [`TopOptions::scan`] entries).
+fn shown_contains(bytes: &[u8], limit: usize, needle: &str) -> bool {
+    let head = &bytes[..bytes.len().min(limit)];
+    let plain = head.iter().all(|b| (0x20..0x7f).contains(b) && *b != b'\\');
+    if plain {
+        let n = needle.as_bytes();
+        return n.is_empty() || head.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n));
+    }
+    let shown = if limit == usize::MAX {
+        preview::escape(bytes)
+    } else {
+        preview::preview(bytes, limit)
+    };
+    shown.to_lowercase().contains(needle)
 }
 
 #[cfg(test)]
@@ -837,5 +861,16 @@ mod tests {
         assert!(Action::Done.applies_to(Tab::Held));
         assert!(!Action::Hold.applies_to(Tab::Dead));
         assert!(!Action::Requeue.applies_to(Tab::Delivered));
+    }
+
+    #[test]
+    fn the_filter_sees_text_as_shown() {
+        assert!(shown_contains(b"Order-42", 200, "order-4"));
+        assert!(!shown_contains(b"Order-42", 3, "order"));
+        // Escaped forms: a newline shows as \n, a backslash doubled.
+        assert!(shown_contains(b"a\nb", 200, "a\\nb"));
+        assert!(shown_contains(b"line1\nline2", 200, "1\\nl"));
+        assert!(shown_contains("Grüße".as_bytes(), 200, "grü"));
+        assert!(!shown_contains(b"plain", 200, "ü"));
     }
 }
