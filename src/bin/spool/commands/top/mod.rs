@@ -241,10 +241,8 @@ impl Screen {
                 continue;
             }
             match event::read().map_err(io)? {
-                Event::Key(k) if k.kind != KeyEventKind::Release => {
-                    if self.key(k, ctx, model) {
-                        return Ok(());
-                    }
+                Event::Key(k) if k.kind != KeyEventKind::Release && self.key(k, ctx, model) => {
+                    return Ok(());
                 }
                 _ => {}
             }
