@@ -15,9 +15,9 @@
 //! tool gives it a read-only one, as `stats` and `list` use, so it never
 //! takes a lock that blocks `enqueue` or `replay`. It reads the counts
 //! ([`crate::Queue::stats`], the push state, and on PostgreSQL the number
-//! of running leases) and at most [`TopOptions::scan`] entries of one tab,
-//! page by page from a cursor, keeping at most [`TopOptions::rows`]
-//! rows: never the whole spool. The shape aggregates (one query each on
+//! of running leases and the leases of the rows shown) and at most
+//! [`TopOptions::scan`] entries of one tab, page by page from a cursor,
+//! keeping at most [`TopOptions::rows`] rows: never the whole spool. The shape aggregates (one query each on
 //! SQLite and PostgreSQL, a walk on NDJSON) are the exception; they are
 //! recomputed at most every [`TopOptions::shape_every`], and never more
 //! often than ten times their own cost, so that a slow one cannot take
@@ -384,6 +384,9 @@ pub struct TopRow {
     pub row: Row,
     /// The ordering group, escaped.
     pub group: Option<String>,
+    /// PostgreSQL: when the lease of the replayer that holds the item
+    /// runs out (`None`: not leased, or another backend).
+    pub lease_until: Option<Timestamp>,
 }
 
 /// What the last refresh cost, piece by piece.
@@ -548,6 +551,7 @@ impl Top {
                             .group
                             .as_deref()
                             .map(|g| preview::escape(g.as_bytes())),
+                        lease_until: None,
                     });
                 }
                 if scanned >= self.opts.scan as u64 {
@@ -557,6 +561,16 @@ impl Top {
             }
             if !full {
                 break;
+            }
+        }
+        if let (Spool::Postgres(q), Tab::Pending | Tab::Held) = (spool, self.tab) {
+            let ids: Vec<ItemId> = rows.iter().map(|r| r.row.id).collect();
+            if !ids.is_empty() {
+                let leases: std::collections::HashMap<ItemId, Timestamp> =
+                    q.leases(&ids)?.into_iter().collect();
+                for r in &mut rows {
+                    r.lease_until = leases.get(&r.row.id).copied();
+                }
             }
         }
         self.rows = rows;

@@ -209,6 +209,7 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
     if push {
         names.insert(1, "push");
     }
+    let now = model.samples().back().map(|s| s.at).unwrap_or_default();
     let rows = model.rows().iter().map(|r| {
         let row = &r.row;
         let mut c = vec![
@@ -217,7 +218,10 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
             r.group.clone().unwrap_or_default(),
             row.attempts.to_string(),
             row.age.map(render::age).unwrap_or_else(|| "-".into()),
-            retry(row.retry),
+            match r.lease_until {
+                Some(t) => format!("leased {}", render::age(t.since(now))),
+                None => retry(row.retry),
+            },
             row.size.to_string(),
             row.preview.clone(),
             row.last_error.clone().unwrap_or_default(),
@@ -233,7 +237,7 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
         Constraint::Length(10),
         Constraint::Length(4),
         Constraint::Length(7),
-        Constraint::Length(11),
+        Constraint::Length(13),
         Constraint::Length(7),
         Constraint::Min(20),
         Constraint::Min(20),
