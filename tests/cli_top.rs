@@ -314,3 +314,46 @@ fn without_a_terminal_it_exits_64_with_a_hint() {
         .assert()
         .code(64);
 }
+
+#[test]
+fn on_postgresql_the_header_and_the_rows_show_leases() {
+    let base = match std::env::var("SPOOL_TEST_PG_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            if std::env::var("SPOOL_REQUIRE_PG").is_ok_and(|v| v == "1") {
+                panic!("SPOOL_REQUIRE_PG=1 but SPOOL_TEST_PG_URL is not set");
+            }
+            eprintln!("SKIPPED: on_postgresql_the_header_and_the_rows_show_leases needs PostgreSQL (SPOOL_TEST_PG_URL is not set)");
+            return;
+        }
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!(
+        "{base}{sep}spool=top-{}-{}",
+        std::process::id(),
+        fastrand::u32(..)
+    );
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+        path: url.clone().into(),
+    };
+    enqueue(&env, "leased-one");
+    enqueue(&env, "free-one");
+    let spool = spool::Spool::open(
+        std::path::Path::new(&url),
+        &spool::OpenOptions::new(spool::OpenMode::ReadWrite),
+    )
+    .unwrap();
+    let claimed = spool
+        .leasing()
+        .expect("PostgreSQL leases")
+        .claim(1, Duration::from_secs(600), false)
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let mut top = Top::start(&env, &["--interval", "100ms"]);
+    top.wait_for("leased 1 ");
+    top.wait_for("leased 9m");
+    top.keys("q");
+    assert_eq!(top.exit_code(), 0);
+    top.assert_restored();
+}

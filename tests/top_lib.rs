@@ -308,3 +308,30 @@ fn mark_done_refuses_an_item_in_flight_as_spool_done_does() {
         assert_eq!(h.q().size().unwrap(), 1);
     });
 }
+
+#[test]
+fn leases_show_on_postgresql_rows_only() {
+    each_backend(|h, reader| {
+        for n in 1..=3 {
+            h.q().enqueue(format!("p{n}").as_bytes(), "").unwrap();
+        }
+        if let Some(leasing) = h.q().leasing() {
+            let claimed = leasing.claim(1, Duration::from_secs(600), false).unwrap();
+            assert_eq!(claimed.len(), 1);
+        }
+        let mut top = Top::new(TopOptions::default());
+        top.refresh(reader, h.now()).unwrap();
+        let leased: Vec<u64> = top
+            .rows()
+            .iter()
+            .filter(|r| r.lease_until.is_some())
+            .map(|r| r.row.id)
+            .collect();
+        if h.backend == Backend::Postgres {
+            assert_eq!(leased, vec![1]);
+            assert_eq!(top.header().leased, Some(1));
+        } else {
+            assert!(leased.is_empty());
+        }
+    });
+}
