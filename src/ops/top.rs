@@ -21,7 +21,8 @@
 //! SQLite and PostgreSQL, a walk on NDJSON) are the exception; they are
 //! recomputed at most every [`TopOptions::shape_every`], and never more
 //! often than ten times their own cost, so that a slow one cannot take
-//! over the refreshes.
+//! over the refreshes; the tool computes them on a thread of their own
+//! ([`read_shapes`]), so that the screen never waits for them.
 //!
 //! # The delivery rate
 //!
@@ -306,6 +307,10 @@ pub struct TopOptions {
     pub shape_every: Duration,
     /// Refuse every action.
     pub read_only: bool,
+    /// Compute the shapes inside [`Top::refresh`] when they are due
+    /// (`false`: the caller computes them with [`read_shapes`] and hands
+    /// them over with [`Top::set_shapes`]).
+    pub inline_shapes: bool,
 }
 
 impl Default for TopOptions {
@@ -319,6 +324,7 @@ impl Default for TopOptions {
             dead_top: 5,
             shape_every: Duration::from_secs(5),
             read_only: false,
+            inline_shapes: true,
         }
     }
 }
@@ -468,40 +474,44 @@ impl Top {
             rows: t2 - t1,
             shape: None,
         };
-        let shape_due = match self.shape_at {
-            None => true,
-            Some(at) => at.elapsed() >= self.opts.shape_every.max(self.shape_cost * 10),
-        };
-        if shape_due {
+        if self.opts.inline_shapes && self.shapes_due() {
             self.refresh_shapes(spool, now)?;
         }
         Ok(())
     }
 
+    /// Whether the shapes should be computed again: never yet, or
+    /// [`TopOptions::shape_every`] (and ten times their last cost) ago.
+    pub fn shapes_due(&self) -> bool {
+        match self.shape_at {
+            None => true,
+            Some(at) => at.elapsed() >= self.opts.shape_every.max(self.shape_cost * 10),
+        }
+    }
+
     /// Compute the shape by error class of the pending items and the
     /// top dead-letter reasons now, whenever they were last computed.
     pub fn refresh_shapes(&mut self, spool: &Spool, now: Timestamp) -> Result<()> {
-        let t = Instant::now();
-        let opts = |state, top| ShapeOptions {
-            by: ShapeBy::Error,
-            state,
-            top,
-            ..ShapeOptions::default()
-        };
-        self.shape = Some(shape(
-            spool.queue(),
-            &opts(ShapeState::Pending, self.opts.shape_top),
-            now,
-        )?);
-        self.dead_reasons = Some(shape(
-            spool.queue(),
-            &opts(ShapeState::Dead, self.opts.dead_top),
-            now,
-        )?);
-        self.shape_cost = t.elapsed();
-        self.shape_at = Some(Instant::now());
-        self.costs.shape = Some(self.shape_cost);
+        let shapes = read_shapes(spool.queue(), &self.opts, now)?;
+        self.set_shapes(shapes);
         Ok(())
+    }
+
+    /// Take shapes [`read_shapes`] computed elsewhere (the tool computes
+    /// them on a thread of their own, so that a slow walk never holds up
+    /// the screen).
+    pub fn set_shapes(&mut self, shapes: Shapes) {
+        self.shape = Some(shapes.pending);
+        self.dead_reasons = Some(shapes.dead);
+        self.shape_cost = shapes.cost;
+        self.shape_at = Some(Instant::now());
+        self.costs.shape = Some(shapes.cost);
+    }
+
+    /// Note that shapes are being computed elsewhere now: they are not
+    /// due again until [`TopOptions::shape_every`] after this.
+    pub fn shapes_started(&mut self) {
+        self.shape_at = Some(Instant::now());
     }
 
     fn sample(&mut self, now: Timestamp, h: &Header) {
@@ -736,6 +746,37 @@ impl Top {
             tab: self.tab,
         })
     }
+}
+
+/// The two shapes `top` shows, and what computing them cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shapes {
+    /// The pending items by error class.
+    pub pending: Shape,
+    /// The dead letters by error class.
+    pub dead: Shape,
+    /// The time both took.
+    pub cost: Duration,
+}
+
+/// The shapes of `top` at `now`: the pending items and the dead letters
+/// by error class ([`super::shape`]), at most [`TopOptions::shape_top`]
+/// and [`TopOptions::dead_top`] rows. Reads only.
+pub fn read_shapes(queue: &dyn Queue, opts: &TopOptions, now: Timestamp) -> Result<Shapes> {
+    let t = Instant::now();
+    let by_error = |state, top| ShapeOptions {
+        by: ShapeBy::Error,
+        state,
+        top,
+        ..ShapeOptions::default()
+    };
+    let pending = shape(queue, &by_error(ShapeState::Pending, opts.shape_top), now)?;
+    let dead = shape(queue, &by_error(ShapeState::Dead, opts.dead_top), now)?;
+    Ok(Shapes {
+        pending,
+        dead,
+        cost: t.elapsed(),
+    })
 }
 
 /// Items that left the pending set between `a` and `b` other than as

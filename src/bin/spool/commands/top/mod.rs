@@ -17,12 +17,12 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{cursor, execute, terminal};
 use ratatui::Terminal;
-use spool::ops::top::{apply, Action, Plan, Scope, Tab, Top, TopOptions};
+use spool::ops::top::{apply, read_shapes, Action, Plan, Scope, Shapes, Tab, Top, TopOptions};
 use spool::units::parse_duration;
-use spool::OpenMode;
+use spool::{OpenMode, Timestamp};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// Watch a spool live: counts, depth and delivery rate, shape, items
@@ -84,16 +84,19 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 const ACTION: &str = "show";
 
 pub fn run(args: TopArgs, ctx: &mut Ctx) -> Result<(), CliError> {
-    let opts = TopOptions {
+    let mut opts = TopOptions {
         read_only: args.read_only,
         ..TopOptions::default()
     };
-    let mut model = Top::new(opts);
-    if let Some(f) = &args.filter {
-        model.set_filter(f);
-    }
+    let model = |opts: TopOptions| {
+        let mut model = Top::new(opts);
+        if let Some(f) = &args.filter {
+            model.set_filter(f);
+        }
+        model
+    };
     if args.once {
-        return once(ctx, model);
+        return once(ctx, model(opts));
     }
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(CliError::new(
@@ -106,13 +109,16 @@ pub fn run(args: TopArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         .hint("in scripts use `spool shape` (or --json) or `spool stats` (or --json)"));
     }
     let spool = ctx.open(OpenMode::ReadOnly, ACTION)?;
+    let mut shapes = ShapeWorker::start(&spool, opts.clone());
+    opts.inline_shapes = shapes.is_none();
+    let mut model = model(opts);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let signals = Signals::handle(move |_| flag.store(true, Ordering::SeqCst), None)?;
     let mut screen = Screen::new(args.interval);
     let guard = TerminalGuard::enter()
         .map_err(|e| CliError::new(exit::IO, format!("top {}: terminal: {e}", ctx.shown())))?;
-    let result = screen.run(ctx, &spool, &mut model, &stop);
+    let result = screen.run(ctx, &spool, &mut model, shapes.as_mut(), &stop);
     drop(guard);
     result?;
     match signals.exit_code() {
@@ -140,6 +146,58 @@ fn once(ctx: &mut Ctx, mut model: Top) -> Result<(), CliError> {
         "rows": model.rows().len(),
         "scanned": model.scanned(),
     }))
+}
+
+/// The shapes, computed on a thread of their own with a read-only handle
+/// of its own, so that a slow one (a walk over a large NDJSON spool) never
+/// holds up the screen.
+struct ShapeWorker {
+    ask: mpsc::Sender<Timestamp>,
+    answers: mpsc::Receiver<spool::Result<Shapes>>,
+    busy: bool,
+}
+
+impl ShapeWorker {
+    /// `None` when the spool has no second handle or the thread cannot
+    /// start: the model then computes the shapes itself.
+    fn start(spool: &spool::Spool, opts: TopOptions) -> Option<ShapeWorker> {
+        let reader = spool.reader().ok().flatten()?;
+        let (ask, asked) = mpsc::channel::<Timestamp>();
+        let (tell, answers) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("spool-top-shapes".into())
+            .spawn(move || {
+                for now in asked {
+                    if tell.send(read_shapes(reader.queue(), &opts, now)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(ShapeWorker {
+            ask,
+            answers,
+            busy: false,
+        })
+    }
+
+    /// Hand the model the shapes that are ready, and ask for new ones when
+    /// they are due; the error of a computation that failed.
+    fn poll(&mut self, model: &mut Top, now: Timestamp) -> Option<spool::Error> {
+        let mut failed = None;
+        if let Ok(answer) = self.answers.try_recv() {
+            self.busy = false;
+            match answer {
+                Ok(shapes) => model.set_shapes(shapes),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if !self.busy && model.shapes_due() && self.ask.send(now).is_ok() {
+            self.busy = true;
+            model.shapes_started();
+        }
+        failed
+    }
 }
 
 /// Raw mode and the alternate screen, left when dropped and by the
@@ -220,6 +278,7 @@ impl Screen {
         ctx: &Ctx,
         spool: &spool::Spool,
         model: &mut Top,
+        mut shapes: Option<&mut ShapeWorker>,
         stop: &AtomicBool,
     ) -> Result<(), CliError> {
         let io = |e: std::io::Error| CliError::new(exit::IO, format!("top: terminal: {e}"));
@@ -227,6 +286,9 @@ impl Screen {
         loop {
             if Instant::now() >= self.next_refresh {
                 self.refresh(ctx, spool, model);
+            }
+            if let Some(e) = shapes.as_mut().and_then(|w| w.poll(model, ctx.now())) {
+                self.error = Some(ctx.fail("compute the shape of", e).to_string_line());
             }
             term.draw(|f| self.page = draw::draw(f, model, self))
                 .map_err(io)?;
