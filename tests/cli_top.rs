@@ -194,6 +194,8 @@ fn the_header_shows_the_depth_and_a_new_enqueue_appears() {
         }
         let mut top = Top::start(&env, &["--interval", "100ms"]);
         top.wait_for("depth 3 ");
+        // The shape, computed on the side: three items never attempted.
+        top.wait_for("never attempted");
         enqueue(&env, "from-another-process");
         top.wait_for("depth 4 ");
         top.wait_for("from-another-process");

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{pg_url, Backend, Harness};
-use spool::ops::top::{apply, Action, Refusal, Scope, Tab, Top, TopOptions};
+use spool::ops::top::{apply, read_shapes, Action, Refusal, Scope, Tab, Top, TopOptions};
 use spool::{Error, OpenMode, OpenOptions, Spool};
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,5 +333,27 @@ fn leases_show_on_postgresql_rows_only() {
         } else {
             assert!(leased.is_empty());
         }
+    });
+}
+
+#[test]
+fn shapes_can_be_computed_elsewhere_and_handed_over() {
+    each_backend(|h, reader| {
+        five(h);
+        let opts = TopOptions {
+            inline_shapes: false,
+            ..TopOptions::default()
+        };
+        let mut top = Top::new(opts.clone());
+        top.refresh(reader, h.now()).unwrap();
+        assert!(top.shape().is_none(), "not computed inside the refresh");
+        assert!(top.shapes_due());
+        top.shapes_started();
+        assert!(!top.shapes_due(), "not asked for twice");
+        let shapes = read_shapes(reader.queue(), &opts, h.now()).unwrap();
+        top.set_shapes(shapes);
+        assert_eq!(top.shape().unwrap().rows[0].total, 3);
+        assert_eq!(top.dead_reasons().unwrap().rows[0].total, 1);
+        assert!(!top.shapes_due());
     });
 }
