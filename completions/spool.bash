@@ -91,6 +91,9 @@ _spool() {
             spool,stats)
                 cmd="spool__subcmd__stats"
                 ;;
+            spool,top)
+                cmd="spool__subcmd__top"
+                ;;
             spool,verify)
                 cmd="spool__subcmd__verify"
                 ;;
@@ -205,6 +208,9 @@ _spool() {
             spool__subcmd__help,stats)
                 cmd="spool__subcmd__help__subcmd__stats"
                 ;;
+            spool__subcmd__help,top)
+                cmd="spool__subcmd__help__subcmd__top"
+                ;;
             spool__subcmd__help,verify)
                 cmd="spool__subcmd__help__subcmd__verify"
                 ;;
@@ -233,7 +239,7 @@ _spool() {
 
     case "${cmd}" in
         spool)
-            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats shape replay watch serve clients compact checkpoint verify dlq export import config completions man help"
+            opts="-s -q -v -h -V --spool --backend --allow-network-fs --json --quiet --verbose --help --version init enqueue drain list ls show done hold release attempts size stats shape top replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -865,7 +871,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help)
-            opts="init enqueue drain list show done hold release attempts size stats shape replay watch serve clients compact checkpoint verify dlq export import config completions man help"
+            opts="init enqueue drain list show done hold release attempts size stats shape top replay watch serve clients compact checkpoint verify dlq export import config completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1271,6 +1277,20 @@ _spool() {
             return 0
             ;;
         spool__subcmd__help__subcmd__stats)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__help__subcmd__top)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1829,6 +1849,40 @@ _spool() {
                 return 0
             fi
             case "${prev}" in
+                --spool)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backend)
+                    COMPREPLY=($(compgen -W "sqlite file" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spool__subcmd__top)
+            opts="-s -q -v -h -V --interval --read-only --filter --once --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --filter)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --spool)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

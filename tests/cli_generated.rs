@@ -27,6 +27,7 @@ const COMMANDS: &[&str] = &[
     "size",
     "stats",
     "shape",
+    "top",
     "replay",
     "watch",
     "serve",

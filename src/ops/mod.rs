@@ -38,6 +38,7 @@ pub mod shape;
 pub mod show;
 pub mod size;
 pub mod stats;
+pub mod top;
 pub mod verify;
 pub mod watch;
 

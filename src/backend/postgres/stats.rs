@@ -3,10 +3,10 @@
 //! sizes).
 
 use super::conn::Tx;
-use super::rows::u64_of;
+use super::rows::{id_param, u64_of};
 use super::PostgresQueue;
 use crate::error::Result;
-use crate::item::QueueStats;
+use crate::item::{ItemId, QueueStats};
 use crate::time::Timestamp;
 use std::time::Duration;
 
@@ -71,17 +71,37 @@ impl PostgresQueue {
         Ok(s)
     }
 
-    /// Counts of `stats` beyond [`QueueStats`]: leased items, and the
-    /// table and index sizes of the whole schema in bytes.
+    /// The running leases among the pending items `ids`: `(id,
+    /// lease_until)` for each one a replayer holds now (its lease has not
+    /// run out), by id. One indexed read; `spool top` shows them beside
+    /// its rows.
+    pub fn leases(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, Timestamp)>> {
+        let ids: Vec<i64> = ids.iter().map(|id| id_param(*id)).collect();
+        self.txn("read the leases of", false, |tx| {
+            let rows = tx.query(
+                "SELECT id, lease_until FROM {s}.items WHERE spool = $1 AND id = ANY($2) \
+                 AND lease_until IS NOT NULL AND lease_until > COALESCE($3::int8, {now}) ORDER BY id",
+                &[self.spool(), &ids, &self.now_param()],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| (u64_of(r.get(0)), Timestamp::from_millis(r.get(1))))
+                .collect())
+        })
+    }
+
+    /// Counts of `stats` beyond [`QueueStats`]: leased items (leases
+    /// running at the spool's clock, as claims decide), and the table and
+    /// index sizes of the whole schema in bytes.
     pub fn extra_stats(&self) -> Result<(u64, u64)> {
         self.txn("read stats of", false, |tx| {
             let row = tx.query_one(
                 "SELECT (SELECT count(*) FROM {s}.items WHERE spool = $1 AND lease_until IS NOT NULL \
-                         AND lease_until > {now}), \
+                         AND lease_until > COALESCE($3::int8, {now})), \
                         COALESCE((SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c \
                          JOIN pg_namespace n ON n.oid = c.relnamespace \
                          WHERE n.nspname = $2 AND c.relkind = 'r'), 0)::int8",
-                &[self.spool(), &self.target.schema],
+                &[self.spool(), &self.target.schema, &self.now_param()],
             )?;
             Ok((u64_of(row.get(0)), u64_of(row.get(1))))
         })

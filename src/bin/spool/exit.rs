@@ -133,6 +133,19 @@ impl CliError {
         }
     }
 
+    /// The message and hint on one line, for a status bar (`spool top`).
+    pub fn to_string_line(&self) -> String {
+        match self {
+            CliError::Failed {
+                message,
+                hint: Some(h),
+                ..
+            } => format!("error: {message} (hint: {h})"),
+            CliError::Failed { message, .. } => format!("error: {message}"),
+            CliError::ClosedPipe | CliError::Silent(_) => format!("exit {}", self.code()),
+        }
+    }
+
     /// Write the message (and hint) to stderr and give the exit code.
     pub fn report(self) -> u8 {
         use std::io::Write;

@@ -30,6 +30,7 @@ mod show;
 mod signals;
 mod size;
 mod stats;
+mod top;
 mod verify;
 mod watch;
 
@@ -57,6 +58,7 @@ pub enum Command {
     Size(size::SizeArgs),
     Stats(stats::StatsArgs),
     Shape(shape::ShapeArgs),
+    Top(top::TopArgs),
     Replay(replay::ReplayArgs),
     Watch(watch::WatchArgs),
     Serve(serve::ServeArgs),
@@ -88,6 +90,7 @@ impl Command {
             Command::Size(a) => size::run(a, ctx),
             Command::Stats(a) => stats::run(a, ctx),
             Command::Shape(a) => shape::run(a, ctx),
+            Command::Top(a) => top::run(a, ctx),
             Command::Replay(a) => replay::run(a, ctx),
             Command::Watch(a) => watch::run(a, ctx),
             Command::Serve(a) => serve::run(a, ctx),
