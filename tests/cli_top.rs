@@ -354,7 +354,7 @@ fn on_postgresql_the_header_and_the_rows_show_leases() {
     assert_eq!(claimed.len(), 1);
     let mut top = Top::start(&env, &["--interval", "100ms"]);
     top.wait_for("leased 1 ");
-    top.wait_for("leased 9m");
+    top.wait_for("leased, 9m");
     top.keys("q");
     assert_eq!(top.exit_code(), 0);
     top.assert_restored();

@@ -324,7 +324,7 @@ fn leases_show_on_postgresql_rows_only() {
         let leased: Vec<u64> = top
             .rows()
             .iter()
-            .filter(|r| r.lease_until.is_some())
+            .filter(|r| matches!(r.row.retry, spool::ops::list::RetryState::Leased(..)))
             .map(|r| r.row.id)
             .collect();
         if h.backend == Backend::Postgres {

@@ -390,9 +390,6 @@ pub struct TopRow {
     pub row: Row,
     /// The ordering group, escaped.
     pub group: Option<String>,
-    /// PostgreSQL: when the lease of the replayer that holds the item
-    /// runs out (`None`: not leased, or another backend).
-    pub lease_until: Option<Timestamp>,
 }
 
 /// What the last refresh cost, piece by piece.
@@ -561,7 +558,6 @@ impl Top {
                             .group
                             .as_deref()
                             .map(|g| preview::escape(g.as_bytes())),
-                        lease_until: None,
                     });
                 }
                 if scanned >= self.opts.scan as u64 {
@@ -571,16 +567,6 @@ impl Top {
             }
             if !full {
                 break;
-            }
-        }
-        if let (Spool::Postgres(q), Tab::Pending | Tab::Held) = (spool, self.tab) {
-            let ids: Vec<ItemId> = rows.iter().map(|r| r.row.id).collect();
-            if !ids.is_empty() {
-                let leases: std::collections::HashMap<ItemId, Timestamp> =
-                    q.leases(&ids)?.into_iter().collect();
-                for r in &mut rows {
-                    r.lease_until = leases.get(&r.row.id).copied();
-                }
             }
         }
         self.rows = rows;

@@ -3,10 +3,10 @@
 //! sizes).
 
 use super::conn::Tx;
-use super::rows::{id_param, u64_of};
+use super::rows::u64_of;
 use super::PostgresQueue;
 use crate::error::Result;
-use crate::item::{ItemId, QueueStats};
+use crate::item::QueueStats;
 use crate::time::Timestamp;
 use std::time::Duration;
 
@@ -69,25 +69,6 @@ impl PostgresQueue {
             *s.attempts_histogram.entry(0).or_default() += rest;
         }
         Ok(s)
-    }
-
-    /// The running leases among the pending items `ids`: `(id,
-    /// lease_until)` for each one a replayer holds now (its lease has not
-    /// run out), by id. One indexed read; `spool top` shows them beside
-    /// its rows.
-    pub fn leases(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, Timestamp)>> {
-        let ids: Vec<i64> = ids.iter().map(|id| id_param(*id)).collect();
-        self.txn("read the leases of", false, |tx| {
-            let rows = tx.query(
-                "SELECT id, lease_until FROM {s}.items WHERE spool = $1 AND id = ANY($2) \
-                 AND lease_until IS NOT NULL AND lease_until > COALESCE($3::int8, {now}) ORDER BY id",
-                &[self.spool(), &ids, &self.now_param()],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| (u64_of(r.get(0)), Timestamp::from_millis(r.get(1))))
-                .collect())
-        })
     }
 
     /// Counts of `stats` beyond [`QueueStats`]: leased items (leases

@@ -8,7 +8,6 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Sparkline, Table, TableState};
 use ratatui::Frame;
-use spool::ops::list::RetryState;
 use spool::ops::shape::Shape;
 use spool::ops::top::{Tab, Top};
 use std::time::Duration;
@@ -209,7 +208,6 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
     if push {
         names.insert(1, "push");
     }
-    let now = model.samples().back().map(|s| s.at).unwrap_or_default();
     let rows = model.rows().iter().map(|r| {
         let row = &r.row;
         let mut c = vec![
@@ -218,10 +216,7 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
             r.group.clone().unwrap_or_default(),
             row.attempts.to_string(),
             row.age.map(render::age).unwrap_or_else(|| "-".into()),
-            match r.lease_until {
-                Some(t) => format!("leased {}", render::age(t.since(now))),
-                None => retry(row.retry),
-            },
+            render::retry(&row.retry),
             row.size.to_string(),
             row.preview.clone(),
             row.last_error.clone().unwrap_or_default(),
@@ -274,16 +269,6 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
         &mut state,
     );
     area.height.saturating_sub(2) as usize
-}
-
-fn retry(r: RetryState) -> String {
-    match r {
-        RetryState::Due => "due".into(),
-        RetryState::Held => "held".into(),
-        RetryState::Behind(head) => format!("behind #{head}"),
-        RetryState::At(_, d) => format!("in {}", render::duration(d)),
-        RetryState::Delivered(d) | RetryState::Dead(d) => format!("{} ago", render::age(d)),
-    }
 }
 
 fn status_line(f: &mut Frame, area: Rect, model: &Top, screen: &Screen) {
