@@ -152,7 +152,9 @@ pub fn run(args: ListArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     Ok(())
 }
 
-fn cells(row: &Row) -> [String; 8] {
+/// A row's cells: id, key, attempts, age, next retry, size, preview,
+/// last error (also `spool top`'s, which adds the group).
+pub(super) fn cells(row: &Row) -> [String; 8] {
     [
         row.id.to_string(),
         row.key.clone(),

@@ -210,17 +210,8 @@ fn list_table(f: &mut Frame, area: Rect, model: &Top) -> usize {
     }
     let rows = model.rows().iter().map(|r| {
         let row = &r.row;
-        let mut c = vec![
-            row.id.to_string(),
-            row.key.clone(),
-            r.group.clone().unwrap_or_default(),
-            row.attempts.to_string(),
-            row.age.map(render::age).unwrap_or_else(|| "-".into()),
-            render::retry(&row.retry),
-            row.size.to_string(),
-            row.preview.clone(),
-            row.last_error.clone().unwrap_or_default(),
-        ];
+        let mut c = super::super::list::cells(row).to_vec();
+        c.insert(2, r.group.clone().unwrap_or_default());
         if push {
             c.insert(1, row.push_seq.map_or("-".into(), |s| s.to_string()));
         }
