@@ -12,3 +12,16 @@ apt_install() {
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq "$@" >/dev/null
 }
+
+# The work directory of benchmark NAME in $dir: $SPOOL_BENCH_DIR (created
+# when missing, kept), else a new temporary directory under $TMPDIR (or
+# BASE, default /tmp) that is removed when the script exits.
+bench_dir() {
+    if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
+        dir=$SPOOL_BENCH_DIR
+        mkdir -p "$dir"
+    else
+        dir=$(mktemp -d "${TMPDIR:-${2:-/tmp}}/spool-$1-bench.XXXXXX")
+        trap 'rm -rf "$dir"' EXIT
+    fi
+}

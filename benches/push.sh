@@ -23,12 +23,6 @@ apt_install push.sh "${missing[@]}"
 cargo build --release --locked >&2
 spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
-if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
-    dir=$SPOOL_BENCH_DIR
-    mkdir -p "$dir"
-else
-    dir=$(mktemp -d "${TMPDIR:-/var/tmp}/spool-push-bench.XXXXXX")
-    trap 'rm -rf "$dir"' EXIT
-fi
+bench_dir push /var/tmp
 
 python3 benches/push_bench.py --spool "$spool" --dir "$dir" --items "${1:-100000}" "${@:2}"

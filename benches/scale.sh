@@ -31,12 +31,6 @@ apt_install scale.sh "${missing[@]}"
 cargo build --release --locked >&2
 spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
-if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
-    dir=$SPOOL_BENCH_DIR
-    mkdir -p "$dir"
-else
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/spool-scale-bench.XXXXXX")
-    trap 'rm -rf "$dir"' EXIT
-fi
+bench_dir scale
 
 python3 "$root/benches/scale_bench.py" --spool "$spool" --dir "$dir" "$@"

@@ -49,13 +49,7 @@ if [ -z "${SPOOL_BIN:-}" ]; then
 fi
 spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 
-if [ -n "${SPOOL_BENCH_DIR:-}" ]; then
-    dir=$SPOOL_BENCH_DIR
-    mkdir -p "$dir"
-else
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/spool-top-bench.XXXXXX")
-    trap 'rm -rf "$dir"' EXIT
-fi
+bench_dir top
 
 # A spool of $items items: JSON payloads of about 60 bytes, keys, enqueued
 # in batches of 100,000 lines (one commit each).
