@@ -44,6 +44,26 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
     }
 }
 
+// The statements on a client's rejects walk ix_push_unacked_rejects:
+// what is not acknowledged yet, never the client's whole history. Left to
+// itself the planner takes the primary key (client_id, seq), which visits
+// every entry the client ever sent, on every request.
+
+/// Forget the refused numbers without a digest up to `?2`.
+pub(super) const PRUNE_REJECTS: &str =
+    "DELETE FROM spool_push_entries INDEXED BY ix_push_unacked_rejects \
+     WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL AND digest IS NULL";
+
+/// Forget the reasons of the refused numbers up to `?2` (keeping digests).
+pub(super) const FORGET_REASONS: &str =
+    "UPDATE spool_push_entries INDEXED BY ix_push_unacked_rejects SET reason = NULL \
+     WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL";
+
+/// The rejects not acknowledged yet above `?2`.
+pub(super) const CLIENT_REJECTS: &str =
+    "SELECT seq, reason FROM spool_push_entries INDEXED BY ix_push_unacked_rejects \
+     WHERE client_id = ?1 AND seq > ?2 AND reason IS NOT NULL ORDER BY seq";
+
 fn seq_param(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
@@ -150,14 +170,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
-        // Both statements walk ix_push_unacked_rejects: what is not
-        // acknowledged yet, never the client's whole history.
-        for sql in [
-            "DELETE FROM spool_push_entries \
-             WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL AND digest IS NULL",
-            "UPDATE spool_push_entries SET reason = NULL \
-             WHERE client_id = ?1 AND seq <= ?2 AND reason IS NOT NULL",
-        ] {
+        for sql in [PRUNE_REJECTS, FORGET_REASONS] {
             self.db
                 .conn
                 .prepare_cached(sql)
@@ -185,10 +198,7 @@ fn client_rejects(db: &Db<'_>, client: &str, after: u64) -> Result<Vec<Rejected>
         return Ok(Vec::new());
     }
     db.conn
-        .prepare_cached(
-            "SELECT seq, reason FROM spool_push_entries \
-             WHERE client_id = ?1 AND seq > ?2 AND reason IS NOT NULL ORDER BY seq",
-        )
+        .prepare_cached(CLIENT_REJECTS)
         .and_then(|mut s| {
             s.query_map(params![client, seq_param(after)], |r| {
                 Ok(Rejected {

@@ -252,6 +252,11 @@ mod tests {
         conn.execute_batch(schema::MIGRATION_0003).unwrap();
         assert_plan(&conn, GROUP_HEAD, "COVERING INDEX ix_queue_group");
         assert_plan_all(&conn, COUNT_GROUP_WAITING, "ix_queue_group");
+        // A push client's rejects: never its whole history.
+        use super::super::receive::{CLIENT_REJECTS, FORGET_REASONS, PRUNE_REJECTS};
+        for sql in [PRUNE_REJECTS, FORGET_REASONS, CLIENT_REJECTS] {
+            assert_plan(&conn, sql, "INDEX ix_push_unacked_rejects");
+        }
     }
 
     /// The plan of `sql` is one step, and it uses `index`.
@@ -276,12 +281,14 @@ mod tests {
         );
     }
 
-    /// The `EXPLAIN QUERY PLAN` lines of `sql`, its parameters bound to 1.
+    /// The `EXPLAIN QUERY PLAN` lines of `sql`, its (one or two) parameters
+    /// bound to 1.
     fn plan_of(conn: &Connection, sql: &str) -> Vec<String> {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         let params: &[&dyn rusqlite::ToSql] = match stmt.parameter_count() {
             0 => &[],
-            _ => &[&1],
+            1 => &[&1],
+            _ => &[&1, &1],
         };
         stmt.query_map(params, |r| r.get(3))
             .unwrap()
