@@ -80,6 +80,32 @@ def run(spool, workdir, n, mode, extra=()):
     return t, server_cpu
 
 
+def floor(workdir, n, batch):
+    """The write floor: benches/write_floor.rs (already built by push.sh)."""
+    out = subprocess.run(["cargo", "bench", "--quiet", "--locked", "--bench", "write_floor", "--",
+                          str(n), str(batch), workdir],
+                         check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = [x for x in out.stdout.splitlines() if x.startswith("floor: ")][-1]
+    return float(line.split(" in ")[1].split(" s,")[0])
+
+
+CONTENDERS = [
+    ("push", "`replay --push` (batch 2000, pipeline 2: the defaults)", "push", ()),
+    ("compress", "`replay --push --compress`", "push", ("--compress",)),
+    ("url", "`replay --url …/v1/items` (one item per request)", "url", ()),
+    ("url16", "`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),
+    ("pipe1", "`replay --push --batch 500 --pipeline 1`", "push", ("--batch", "500", "--pipeline", "1")),
+    ("pipe2", "`replay --push --batch 500 --pipeline 2`", "push", ("--batch", "500", "--pipeline", "2")),
+    ("floor", "write floor: Rust inserts into a SQLite spool's table, 2000 per transaction, synchronous=FULL",
+     "floor", ()),
+]
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--spool", required=True)
@@ -89,8 +115,10 @@ def main():
                     help="items for the one-item-per-request contenders (default: --items); "
                          "the ratio compares items/s, which does not depend on the count")
     ap.add_argument("--modes", default="push,compress,url,url16",
-                    help="which contenders, comma-separated (push, compress, url, url16); "
-                         "the ratio column needs url")
+                    help="which contenders, comma-separated (push, compress, url, url16, pipe1, "
+                         "pipe2, floor); the ratio columns need url, pipe1 and floor")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds, the contenders interleaved in each; the median is reported")
     args = ap.parse_args()
     wanted = set(args.modes.split(","))
     info = machine_info(args.dir)
@@ -98,29 +126,40 @@ def main():
           f"{info['fs']}, load {info['load']}\n")
     n = args.items
     url_n = args.url_items or n
-    rows = []
-    base = None
-    for key, label, mode, extra in [
-        ("push", "`replay --push` (batch 2000, the default)", "push", ()),
-        ("compress", "`replay --push --compress`", "push", ("--compress",)),
-        ("url", "`replay --url …/v1/items` (one item per request)", "url", ()),
-        ("url16", "`replay --url …/v1/items --concurrency 16`", "url", ("--concurrency", "16")),
-    ]:
-        if key not in wanted:
-            continue
+    chosen = [c for c in CONTENDERS if c[0] in wanted]
+    rates = {c[0]: [] for c in chosen}
+    cpus = {c[0]: [] for c in chosen}
+    for r in range(args.rounds):
+        for key, label, mode, extra in chosen:
+            k = url_n if mode == "url" else n
+            if mode == "floor":
+                wall = floor(args.dir, k, 2000)
+                cpu, server_cpu = 0.0, 0.0
+                note = ""
+            else:
+                t, server_cpu = run(args.spool, args.dir, k, mode, extra)
+                wall, cpu = t.wall, t.cpu
+                note = f", sender CPU {cpu:.2f} s, server CPU {server_cpu:.2f} s"
+            rates[key].append(k / wall)
+            cpus[key].append((cpu, server_cpu))
+            print(f"round {r + 1}: {label}: {k:,} items in {wall:.2f} s, {k / wall:,.0f} items/s{note}",
+                  flush=True)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}\n")
+    base = median(rates["url"]) if "url" in rates else None
+    print("| items of ~100 bytes | items | items/s (median) | sender CPU s | server CPU s | × one item per request |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for key, label, mode, _ in chosen:
         k = url_n if mode == "url" else n
-        t, server_cpu = run(args.spool, args.dir, k, mode, extra)
-        rows.append((label, k, t.wall, k / t.wall, t.cpu, server_cpu))
-        if key == "url":
-            base = k / t.wall
-        print(f"{label}: {k:,} items in {t.wall:.2f} s, {k / t.wall:,.0f} items/s, sender CPU {t.cpu:.2f} s, "
-              f"server CPU {server_cpu:.2f} s", flush=True)
-    print()
-    print("| items of ~100 bytes | items | seconds | items/s | sender CPU s | server CPU s | × one item per request |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, k, wall, rate, cpu, scpu in rows:
+        rate = median(rates[key])
+        cpu, scpu = cpus[key][rates[key].index(rate)]
         ratio = f"{rate / base:.1f}×" if base else "–"
-        print(f"| {label} | {k:,} | {wall:.2f} | {rate:,.0f} | {cpu:.2f} | {scpu:.2f} | {ratio} |")
+        print(f"| {label} | {k:,} | {rate:,.0f} | {cpu:.2f} | {scpu:.2f} | {ratio} |")
+    if "pipe1" in rates and "pipe2" in rates:
+        print(f"\npipeline 2 ÷ pipeline 1 at batch 500: {median(rates['pipe2']) / median(rates['pipe1']):.2f}× "
+              f"(target ≥ 1.6×)")
+    if "push" in rates and "floor" in rates:
+        print(f"push (defaults) ÷ write floor: {median(rates['push']) / median(rates['floor']):.2f}× "
+              f"(target ≥ 0.7×)")
 
 
 if __name__ == "__main__":

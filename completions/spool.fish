@@ -252,6 +252,7 @@ complete -c spool -n "__fish_spool_using_subcommand replay" -l cacert -d 'Also t
 complete -c spool -n "__fish_spool_using_subcommand replay" -l push -d 'Push the items to the push receiver at URL, in numbered batches' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l batch -d 'Entries per push request' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l batch-bytes -d 'Bytes per push request body, before compression (one entry may exceed it)' -r
+complete -c spool -n "__fish_spool_using_subcommand replay" -l pipeline -d 'Push requests in flight at once (1 waits for each acknowledgement)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
 complete -c spool -n "__fish_spool_using_subcommand replay" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r
@@ -305,6 +306,7 @@ complete -c spool -n "__fish_spool_using_subcommand watch" -l cacert -d 'Also tr
 complete -c spool -n "__fish_spool_using_subcommand watch" -l push -d 'Push the items to the push receiver at URL, in numbered batches' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l batch -d 'Entries per push request' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l batch-bytes -d 'Bytes per push request body, before compression (one entry may exceed it)' -r
+complete -c spool -n "__fish_spool_using_subcommand watch" -l pipeline -d 'Push requests in flight at once (1 waits for each acknowledgement)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l max-attempts -d 'Failed attempts (cumulative, across runs) before an item is dead-lettered' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-base -d 'Wait after the first failed attempt (doubles per attempt, with jitter)' -r
 complete -c spool -n "__fish_spool_using_subcommand watch" -l backoff-max -d 'Longest wait between attempts (a Retry-After may ask for more)' -r

@@ -16,8 +16,19 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// `replay --push URL ARGS…` with test-friendly backoff.
+/// One push run, one request at a time (`--pipeline 1`): the scripted
+/// receiver's faults then meet the requests in a known order. Pipelining
+/// is tested in tests/push_sender.rs and tests/push_e2e.rs.
 fn push(env: &Env, url: &str, args: &[&str]) -> Assert {
-    let mut all = vec!["replay", "--push", url, "--backoff-base", "10ms"];
+    let mut all = vec![
+        "replay",
+        "--push",
+        url,
+        "--pipeline",
+        "1",
+        "--backoff-base",
+        "10ms",
+    ];
     all.extend_from_slice(args);
     env.run(&all)
 }
@@ -364,7 +375,15 @@ fn a_killed_sender_resends_the_same_numbers_and_the_receiver_counts_duplicates()
         enqueue_lines(env, 5);
         let mut child = env
             .std_cmd()
-            .args(["replay", "--push", &rx.url(), "--batch", "3"])
+            .args([
+                "replay",
+                "--push",
+                &rx.url(),
+                "--batch",
+                "3",
+                "--pipeline",
+                "1",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -607,6 +626,14 @@ fn options_that_do_not_apply_to_push_are_usage_errors() {
         env.run(&all).code(64);
     }
     env.run(&["replay", "--push", url, "--batch", "0"]).code(64);
+    for n in ["0", "65", "-1", "two"] {
+        let a = env
+            .run(&["replay", "--push", url, "--pipeline", n])
+            .code(64);
+        assert!(stderr(&a).contains("--pipeline"), "{}", stderr(&a));
+    }
+    env.run(&["replay", "--exec", "true", "--pipeline", "2"])
+        .code(64);
     env.run(&["replay", "--push", "ftp://x/y"]).code(64);
     assert_eq!(
         item(&env, 1)["push_seq"],

@@ -50,8 +50,14 @@ fn fill_edge(edge: &Env, n: usize) -> (Vec<String>, Vec<String>) {
     (ok, refused)
 }
 
-/// One `replay --push` run of the edge through `url`; its exit code.
+/// One `replay --push` run of the edge through `url` (with the default
+/// `--pipeline`); its exit code.
 fn push_once(edge: &Env, url: &str) -> i32 {
+    push_once_with(edge, url, &[])
+}
+
+/// One `replay --push` run with `extra` arguments; its exit code.
+fn push_once_with(edge: &Env, url: &str, extra: &[&str]) -> i32 {
     let out = edge
         .cmd()
         .args([
@@ -69,6 +75,7 @@ fn push_once(edge: &Env, url: &str) -> i32 {
             "--backoff-max",
             "40ms",
         ])
+        .args(extra)
         .output()
         .unwrap();
     let code = out.status.code().unwrap_or(-1);
@@ -82,6 +89,11 @@ fn push_once(edge: &Env, url: &str) -> i32 {
 
 /// Push until the edge is empty (bounded).
 fn push_until_empty(edge: &Env, url: &str) {
+    push_until_empty_with(edge, url, &[]);
+}
+
+/// Push with `extra` arguments until the edge is empty (bounded).
+fn push_until_empty_with(edge: &Env, url: &str, extra: &[&str]) {
     let start = Instant::now();
     let mut runs = 0;
     while edge.size() > 0 {
@@ -91,7 +103,7 @@ fn push_until_empty(edge: &Env, url: &str) {
             "the edge did not empty: {} left after {runs} runs",
             edge.size()
         );
-        push_once(edge, url);
+        push_once_with(edge, url, extra);
     }
 }
 
@@ -172,6 +184,33 @@ fn exactly_once_through_a_network_that_loses_and_breaks_things() {
         assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
         check_exactly_once(&central, &edge, &ok, &refused);
     }
+}
+
+#[test]
+fn exactly_once_with_a_deep_pipeline_through_a_network_that_loses_and_breaks_things() {
+    let edge = Env::new("edge.ndjson");
+    let central = Env::new("central.db");
+    // Slow commits keep several requests of the stream in flight at once.
+    let server = Serve::start(
+        &central,
+        &["--max-payload", &MAX.to_string(), "--commit-delay", "5ms"],
+    );
+    let proxy = Proxy::start(
+        addr(&server),
+        Mix {
+            pass: 4,
+            drop_request: 1,
+            drop_response: 1,
+            reset_mid_body: 1,
+            delay: 2,
+        },
+        21,
+    );
+    let (ok, refused) = fill_edge(&edge, 300);
+    push_until_empty_with(&edge, &proxy.url("/v1/push"), &["--pipeline", "4"]);
+    let stopped = server.stop();
+    assert_eq!(stopped.code, Some(0), "{}", stopped.stderr);
+    check_exactly_once(&central, &edge, &ok, &refused);
 }
 
 #[test]

@@ -205,6 +205,9 @@ fn opts() -> PushOptions {
             base: Duration::from_secs(1),
             max: Duration::from_secs(60),
         },
+        // One request at a time, so that a script's faults meet the
+        // requests in a known order; the pipelined tests say otherwise.
+        pipeline: 1,
         ..PushOptions::default()
     }
 }
@@ -722,4 +725,237 @@ fn a_regenerated_uuid_starts_a_new_stream_from_one() {
     assert_eq!(last.client_id, new);
     let seqs: Vec<u64> = last.entries.iter().map(|e| e.seq()).collect();
     assert_eq!(seqs, [1, 2, 3]);
+}
+
+/// Holds the first request of the stream (the one starting at 1) until
+/// the receiver has answered a later one, so that the later one
+/// overtakes it: the receiver sees a gap.
+struct Overtaking {
+    inner: Receiver,
+    /// Whether a later request was answered.
+    gate: Mutex<bool>,
+    turn: std::sync::Condvar,
+}
+
+impl PushTransport for Overtaking {
+    fn send(&self, body: &[u8]) -> PushAnswer {
+        let first = wire::parse_request(body).unwrap().entries[0].seq();
+        let held = first == 1 && !*self.gate.lock().unwrap();
+        if held {
+            let g = self.gate.lock().unwrap();
+            let (_g, waited) = self
+                .turn
+                .wait_timeout_while(g, Duration::from_secs(20), |g| !*g)
+                .unwrap();
+            assert!(!waited.timed_out(), "the second request never came");
+        }
+        let answer = self.inner.send(body);
+        if first > 1 {
+            *self.gate.lock().unwrap() = true;
+            self.turn.notify_all();
+        }
+        answer
+    }
+    fn describe(&self) -> String {
+        "overtaking".into()
+    }
+}
+
+#[test]
+fn a_pipelined_request_that_overtakes_the_one_ahead_is_resent_after_it() {
+    for backend in ["q.db", "q.ndjson"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, c) = clock();
+        let mut o = OpenOptions::new(OpenMode::Create);
+        o.clock = c.clone();
+        let s = Spool::open(&dir.path().join(backend), &o).unwrap();
+        for i in 1..=12 {
+            s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
+        }
+        let rx = Overtaking {
+            inner: Receiver::new(),
+            gate: Mutex::new(false),
+            turn: std::sync::Condvar::new(),
+        };
+        let log = Log::default();
+        let r = PushSender::new(
+            &*s,
+            &rx,
+            PushOptions {
+                batch: 3,
+                pipeline: 2,
+                ..opts()
+            },
+            c.clone(),
+        )
+        .unwrap()
+        .with_observer(&log)
+        .run()
+        .unwrap();
+        assert_eq!(r.status(), PushStatus::Clean, "{backend}: {r:?}");
+        assert_eq!((r.delivered, r.in_flight, r.watermark), (12, 0, 12));
+        assert_eq!(r.failed_requests, 0, "a gap is not a failure");
+        let seqs = rx.inner.seqs();
+        // The receiver saw 4..6 first (refused as a gap), then 1..3.
+        assert_eq!(seqs[0], vec![4, 5, 6], "{backend}: {seqs:?}");
+        assert_eq!(seqs[1], vec![1, 2, 3], "{backend}: {seqs:?}");
+        assert!(
+            seqs[2..].iter().any(|s| s == &vec![4, 5, 6]),
+            "{backend}: 4..6 resent: {seqs:?}"
+        );
+        assert_eq!(rx.inner.payloads(), numbers(12), "{backend}: exactly once");
+        assert!(
+            log.events().iter().any(|e| e.starts_with("Resend")),
+            "{:?}",
+            log.events()
+        );
+        assert_eq!(
+            log.settled.lock().unwrap().len(),
+            12,
+            "each item reported once"
+        );
+        assert_eq!(s.size().unwrap(), 0);
+    }
+}
+
+/// Counts how many requests are at the receiver at once.
+struct Slow {
+    inner: Receiver,
+    now: Mutex<(usize, usize)>,
+}
+
+impl PushTransport for Slow {
+    fn send(&self, body: &[u8]) -> PushAnswer {
+        {
+            let mut n = self.now.lock().unwrap();
+            n.0 += 1;
+            n.1 = n.1.max(n.0);
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        let answer = self.inner.send(body);
+        self.now.lock().unwrap().0 -= 1;
+        answer
+    }
+    fn describe(&self) -> String {
+        "slow".into()
+    }
+}
+
+#[test]
+fn the_pipeline_keeps_that_many_requests_in_flight_and_one_waits_for_each() {
+    for pipeline in [1, 3] {
+        let (_, c) = clock();
+        let s = spool_with(30, &c);
+        let rx = Slow {
+            inner: Receiver::new(),
+            now: Mutex::new((0, 0)),
+        };
+        let log = Log::default();
+        let r = PushSender::new(
+            &*s,
+            &rx,
+            PushOptions {
+                batch: 3,
+                pipeline,
+                ..opts()
+            },
+            c.clone(),
+        )
+        .unwrap()
+        .with_observer(&log)
+        .run()
+        .unwrap();
+        assert_eq!(r.status(), PushStatus::Clean, "{r:?}");
+        assert_eq!(rx.inner.payloads(), numbers(30));
+        let most = rx.now.lock().unwrap().1;
+        assert_eq!(most, pipeline, "requests at the receiver at once");
+        // Whatever order the requests arrived in, the events report the
+        // acknowledgements in sequence order.
+        let acked: Vec<String> = log
+            .events()
+            .into_iter()
+            .filter(|e| e.starts_with("Acked"))
+            .collect();
+        let mut sorted = acked.clone();
+        sorted.sort_by_key(|e| {
+            e.split("last_seq: ")
+                .nth(1)
+                .and_then(|t| t.split(',').next().and_then(|n| n.parse::<u64>().ok()))
+        });
+        assert_eq!(acked, sorted);
+    }
+}
+
+#[test]
+fn a_pipelined_stream_through_lost_answers_and_drops_applies_everything_once() {
+    for seed in 0..4u64 {
+        let (_, c) = clock();
+        let s = spool_with(40, &c);
+        let faults = [Fault::Normal, Fault::LoseAnswer, Fault::Drop, Fault::Normal];
+        let script = (0..12).map(|i| faults[((i + seed) % 4) as usize].clone());
+        let rx = Receiver::new().script(script);
+        let log = Log::default();
+        let r = run(
+            &*s,
+            &rx,
+            PushOptions {
+                batch: 2,
+                pipeline: 3,
+                max_attempts: 20,
+                ..opts()
+            },
+            &c,
+            &log,
+        );
+        assert_eq!(r.status(), PushStatus::Clean, "seed {seed}: {r:?}");
+        assert_eq!(rx.payloads(), numbers(40), "seed {seed}: exactly once");
+        assert_eq!(r.delivered, 40);
+        assert_eq!(s.size().unwrap(), 0);
+        let settled = log.settled.lock().unwrap().clone();
+        assert_eq!(settled.len(), 40, "seed {seed}: each item reported once");
+    }
+}
+
+#[test]
+fn a_stop_finishes_every_pipelined_request_in_flight() {
+    let (_, c) = clock();
+    let s = spool_with(10, &c);
+    let rx = Receiver::new();
+    let stop = StopHandle::default();
+    *rx.stop_at.lock().unwrap() = Some((0, stop.clone()));
+    let r = PushSender::new(
+        &*s,
+        &rx,
+        PushOptions {
+            batch: 2,
+            pipeline: 2,
+            ..opts()
+        },
+        c.clone(),
+    )
+    .unwrap()
+    .with_stop_handle(stop)
+    .run()
+    .unwrap();
+    assert_eq!(r.halt, Some(PushHalt::Signal));
+    assert!((1..=2).contains(&r.requests), "{r:?}");
+    // Every answer was applied before the run ended: what was sent is
+    // delivered, or in flight when a request overtook the one ahead of
+    // it (a gap, resent by the next run).
+    assert!(r.delivered >= 2, "{r:?}");
+    assert_eq!(r.delivered + r.in_flight, 2 * r.requests, "{r:?}");
+    assert_eq!(s.size().unwrap(), 10 - r.delivered);
+}
+
+#[test]
+fn a_pipeline_outside_one_to_sixty_four_is_refused() {
+    let (_, c) = clock();
+    let s = spool_with(1, &c);
+    let rx = Receiver::new();
+    for pipeline in [0, 65] {
+        let e = PushSender::new(&*s, &rx, PushOptions { pipeline, ..opts() }, c.clone())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("--pipeline"), "{e}");
+    }
 }

@@ -12,7 +12,9 @@ use crate::replay::follow::{
     Watching, DEFAULT_POLL,
 };
 use crate::replay::http::{HttpOptions, HttpPush, HttpPushOptions, HttpTarget};
-use crate::replay::push::{PushHalt, PushOptions, PushReport, PushSender, PushStatus};
+use crate::replay::push::{
+    PushHalt, PushOptions, PushReport, PushSender, PushShape, PushStatus, MAX_PIPELINE,
+};
 use crate::replay::{
     ItemOutcome, ReplayLock, ReplayObserver, ReplayOptions, ReplayReport, ReplayStatus, StopHandle,
     StopReason, SyncWorker, Target,
@@ -253,11 +255,16 @@ pub fn push(spool: &Spool, req: &PushReplay<'_>) -> Result<PushRun> {
 }
 
 /// The push options for replay options `o` (the flags `--url` and
-/// `--push` share) and the batch bounds. Refuses, naming the flag, what
-/// does not apply to a push: one stream per client goes out in order, one
-/// request at a time, and every acknowledgement is committed before the
-/// next request.
-pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result<PushOptions> {
+/// `--push` share) and the shape of the requests. Refuses, naming the
+/// flag, what does not apply to a push: one stream per client goes out in
+/// sequence order (`--pipeline` requests at a time), and every
+/// acknowledgement is committed for its whole batch.
+pub fn push_options(o: &ReplayOptions, shape: PushShape) -> Result<PushOptions> {
+    let PushShape {
+        batch,
+        batch_bytes,
+        pipeline,
+    } = shape;
     let refuse = |flag: &str, why: &str| {
         Err(Error::Unsupported(format!(
             "{flag} does not apply to --push: {why}"
@@ -266,7 +273,7 @@ pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result
     if o.concurrency > 1 {
         return refuse(
             "--concurrency",
-            "a spool is one push stream, sent in order one request at a time (use --batch to send more per request)",
+            "a spool is one push stream, sent in sequence order (use --batch to send more per request, --pipeline for more requests in flight)",
         );
     }
     if o.ordered {
@@ -290,6 +297,11 @@ pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result
             "--batch-bytes must be at least 1 byte".into(),
         ));
     }
+    if !(1..=MAX_PIPELINE).contains(&pipeline) {
+        return Err(Error::Unsupported(format!(
+            "--pipeline must be between 1 and {MAX_PIPELINE}"
+        )));
+    }
     Ok(PushOptions {
         max_attempts: o.max_attempts,
         backoff: o.backoff,
@@ -299,6 +311,7 @@ pub fn push_options(o: &ReplayOptions, batch: usize, batch_bytes: u64) -> Result
         dry_run: o.dry_run,
         batch,
         batch_bytes,
+        pipeline,
     })
 }
 

@@ -12,7 +12,7 @@ use crate::ops::replay::{
     check_options, push, push_options, replay, PushReplay, PushTarget, ReplayRequest, TargetSpec,
 };
 use crate::replay::events::Outcomes;
-use crate::replay::push::{PushHalt, PushOptions, PushTransport as _};
+use crate::replay::push::{PushHalt, PushOptions, PushShape, PushTransport as _};
 use crate::replay::{ReplayObserver, ReplayOptions, StopHandle};
 use crate::time::SharedClock;
 use crate::tls::TlsTrust;
@@ -115,10 +115,9 @@ pub enum WatchTarget {
     Push {
         /// The receiver.
         target: PushTarget,
-        /// Entries per request (`--batch`).
-        batch: usize,
-        /// Body bytes per request (`--batch-bytes`).
-        batch_bytes: u64,
+        /// How the stream is cut into requests (`--batch`,
+        /// `--batch-bytes`, `--pipeline`).
+        shape: PushShape,
     },
 }
 
@@ -240,12 +239,8 @@ impl Watch {
                 let options = cfg.options;
                 (Delivery::Replay { target, options }, shown)
             }
-            WatchTarget::Push {
-                target,
-                batch,
-                batch_bytes,
-            } => {
-                let options = push_options(&cfg.options, batch, batch_bytes)?;
+            WatchTarget::Push { target, shape } => {
+                let options = push_options(&cfg.options, shape)?;
                 let shown = target.build()?.describe();
                 (Delivery::Push { target, options }, shown)
             }
@@ -361,8 +356,11 @@ mod tests {
                 url: url.into(),
                 http: Default::default(),
             },
-            batch: 10,
-            batch_bytes: 1000,
+            shape: PushShape {
+                batch: 10,
+                batch_bytes: 1000,
+                pipeline: 2,
+            },
         };
         let mut pushing = ok;
         pushing.target = push("http://127.0.0.1:9/v1/push");
@@ -385,8 +383,10 @@ mod tests {
                 url: "http://h/v1/push".into(),
                 http: Default::default(),
             },
-            batch: 0,
-            batch_bytes: 1,
+            shape: PushShape {
+                batch: 0,
+                ..PushShape::default()
+            },
         };
         assert!(Watch::new(bad).is_err());
     }

@@ -323,6 +323,19 @@ impl Ack {
         self.previous + 1..=self.last_seq
     }
 
+    /// The same acknowledgement seen from a later watermark: an earlier
+    /// answer of a pipelined stream may have moved it past `previous`.
+    /// What this one settles is then only what lies beyond `watermark`
+    /// (nothing, when `last_seq` is not above it).
+    pub fn rebase(mut self, watermark: u64) -> Ack {
+        if watermark > self.previous {
+            self.previous = watermark;
+            self.last_seq = self.last_seq.max(watermark);
+            self.rejected.retain(|r| r.seq > watermark);
+        }
+        self
+    }
+
     /// The receiver's reason when it refused `seq`.
     pub fn reason(&self, seq: u64) -> Option<&str> {
         self.rejected
@@ -925,6 +938,28 @@ mod tests {
         assert!(s.message.contains("line one line two"), "{}", s.message);
         assert!(!s.message.contains('\n'));
         assert!(s.message.len() < 400);
+    }
+
+    #[test]
+    fn a_rebased_ack_settles_only_beyond_the_newer_watermark() {
+        let body =
+            r#"{"last_seq":6,"rejected":[{"seq":2,"error":"two"},{"seq":5,"error":"five"}]}"#;
+        let Decision::Ack(ack) = decide(&sent(1..4, 0, 8), ok(body)) else {
+            panic!()
+        };
+        let later = ack.clone().rebase(3);
+        assert_eq!((later.previous, later.last_seq), (3, 6));
+        assert_eq!(later.seqs(), 4..=6);
+        assert_eq!(later.reason(2), None, "settled by the earlier answer");
+        assert_eq!(later.reason(5), Some("five"));
+        let moot = ack.clone().rebase(7);
+        assert!(moot.seqs().is_empty(), "{moot:?}");
+        assert!(moot.rejected.is_empty());
+        assert_eq!(
+            ack.clone().rebase(0),
+            ack,
+            "an older watermark changes nothing"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::push::wire::{self, OutEntry};
 use crate::queue::PAGE_SIZE;
 use crate::replay::events::{Event, EventKind};
 use crate::replay::ItemOutcome;
+use std::collections::HashMap;
 
 /// One entry of a batch being built.
 #[derive(Clone, Debug)]
@@ -69,10 +70,19 @@ impl Batch {
 
 impl PushSender<'_> {
     /// The next request: the in-flight entries from where the receiver
-    /// stands, then new items, numbered and committed before it is sent.
-    pub(super) fn build(&self, run: &mut Run, report: &mut PushReport) -> Result<Batch> {
+    /// stands (or from `from`, just past the requests still in flight),
+    /// then new items, numbered and committed before it is sent.
+    pub(super) fn build(
+        &self,
+        run: &mut Run,
+        report: &mut PushReport,
+        from: Option<u64>,
+    ) -> Result<Batch> {
         let mut state = self.queue.push_state()?;
-        let start = (state.acked + 1).max(run.resend_from.unwrap_or(0));
+        run.acked = run.acked.max(state.acked);
+        let start = (state.acked + 1)
+            .max(run.resend_from.unwrap_or(0))
+            .max(from.unwrap_or(0));
         let budget = run.max_bytes;
         let limit = self.opts.limit.unwrap_or(u64::MAX);
         let mut bytes = wire::request_overhead(&run.uuid, state.acked, 0) as u64;
@@ -181,6 +191,8 @@ impl PushSender<'_> {
             if !picked.is_empty() {
                 let ids: Vec<ItemId> = picked.iter().map(|i| i.id).collect();
                 let assigned = self.queue.push_assign(&ids)?;
+                let mut picked: HashMap<ItemId, Item> =
+                    picked.into_iter().map(|i| (i.id, i)).collect();
                 for (id, seq) in assigned {
                     if seq != state.last_assigned + 1 {
                         return Err(Error::Internal(format!(
@@ -190,7 +202,7 @@ impl PushSender<'_> {
                         )));
                     }
                     state.last_assigned = seq;
-                    if let Some(mut item) = picked.iter().find(|i| i.id == id).cloned() {
+                    if let Some(mut item) = picked.remove(&id) {
                         item.push_seq = Some(seq);
                         entries.push(Planned::Item(item));
                     }
@@ -202,6 +214,7 @@ impl PushSender<'_> {
                     .count() as u64;
             }
         }
+        run.highest = run.highest.max(state.last_assigned);
         if let Some(last) = entries.last() {
             report.sent += new_items;
             run.sent_upto = run.sent_upto.max(last.seq());

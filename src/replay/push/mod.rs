@@ -10,9 +10,13 @@
 //! [`super::http::HttpPush`], anything in tests). Nothing here opens a
 //! socket.
 //!
-//! One request at a time, each built afresh from the spool:
+//! Up to [`PushOptions::pipeline`] requests are in flight at once (see
+//! `send.rs`: answers are applied in sequence order, and anything but an
+//! acknowledgement resumes the stream from the watermark). Each request
+//! is built afresh from the spool:
 //!
-//! 1. **The in-flight entries first**, from `watermark + 1` in sequence
+//! 1. **The in-flight entries first**, from `watermark + 1` (or just past
+//!    the requests still in flight) in sequence
 //!    order: each number is an in-flight item, or a `skip` when its item
 //!    left the spool (`done --force`, a 413 dead-letter, a writer that
 //!    does not know about push).
@@ -56,9 +60,15 @@
 //!   for it; so does a backoff that would end after the deadline.
 //! * `--limit` counts distinct items put into a request in this run;
 //!   resending the same entries does not count again, skips never count.
-//! * A batch starts at `watermark + 1`, so a 409 gap always means the
-//!   receiver is below the watermark (it lost state, and the run stops);
-//!   `Resend` is honoured all the same for a receiver that asks for it.
+//! * With one request in flight a batch starts at `watermark + 1`, so a
+//!   409 gap means the receiver is below the watermark (it lost state, and
+//!   the run stops). With several, a request may reach the receiver before
+//!   the one ahead of it and be answered with a gap at the watermark it
+//!   was sent with: that is a `Resend`, and once the answers before it are
+//!   applied the stream resumes from the watermark.
+//! * An answer already covered by an earlier answer's cumulative ack
+//!   changes nothing, whatever it says (short of a refusal, which stops
+//!   the run all the same).
 
 mod batch;
 mod send;
@@ -77,6 +87,10 @@ use std::time::Duration;
 pub const DEFAULT_BATCH: usize = 2000;
 /// The default bound on one request body, in bytes (`--batch-bytes`).
 pub const DEFAULT_BATCH_BYTES: u64 = 4 * 1024 * 1024;
+/// The default number of requests in flight at once (`--pipeline`).
+pub const DEFAULT_PIPELINE: usize = 2;
+/// The most requests in flight at once.
+pub const MAX_PIPELINE: usize = 64;
 
 /// The longest single sleep between two looks at the stop flag.
 const SLEEP_SLICE: Duration = Duration::from_millis(100);
@@ -96,6 +110,28 @@ pub enum PushAnswer {
     /// No answer: timeout, connection refused or dropped, TLS failure.
     /// The text is safe to show (no credentials).
     Failed(String),
+}
+
+/// How a push stream is cut into requests (`--batch`, `--batch-bytes`,
+/// `--pipeline`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PushShape {
+    /// Entries per request.
+    pub batch: usize,
+    /// Bytes of request body, before compression.
+    pub batch_bytes: u64,
+    /// Requests in flight at once.
+    pub pipeline: usize,
+}
+
+impl Default for PushShape {
+    fn default() -> Self {
+        PushShape {
+            batch: DEFAULT_BATCH,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            pipeline: DEFAULT_PIPELINE,
+        }
+    }
 }
 
 /// Moves request bodies to a receiver and answers back.
@@ -135,6 +171,9 @@ pub struct PushOptions {
     /// Bytes of request body, before compression (a lone entry may be
     /// larger).
     pub batch_bytes: u64,
+    /// Requests in flight at once (1 = wait for each answer; at most
+    /// [`MAX_PIPELINE`]).
+    pub pipeline: usize,
 }
 
 impl Default for PushOptions {
@@ -148,6 +187,7 @@ impl Default for PushOptions {
             dry_run: false,
             batch: DEFAULT_BATCH,
             batch_bytes: DEFAULT_BATCH_BYTES,
+            pipeline: DEFAULT_PIPELINE,
         }
     }
 }
@@ -439,6 +479,10 @@ struct Run {
     max_bytes: u64,
     /// Where the receiver asked the next request to start.
     resend_from: Option<u64>,
+    /// The watermark as far as this run knows it.
+    acked: u64,
+    /// The highest number assigned as far as this run knows it.
+    highest: u64,
     /// The highest number put into a request in this run.
     sent_upto: u64,
     /// Consecutive failed requests.
@@ -480,6 +524,11 @@ impl<'a> PushSender<'a> {
             return Err(Error::Unsupported(
                 "--max-attempts must be at least 1".into(),
             ));
+        }
+        if !(1..=MAX_PIPELINE).contains(&opts.pipeline) {
+            return Err(Error::Unsupported(format!(
+                "--pipeline must be between 1 and {MAX_PIPELINE}"
+            )));
         }
         Ok(PushSender {
             queue,
@@ -554,6 +603,8 @@ impl<'a> PushSender<'a> {
                 max_entries: self.opts.batch,
                 max_bytes: self.opts.batch_bytes,
                 resend_from: None,
+                acked: 0,
+                highest: 0,
                 sent_upto: 0,
                 failures: 0,
                 cursor: 0,

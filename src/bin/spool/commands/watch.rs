@@ -193,8 +193,7 @@ pub fn run(args: WatchArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     let target = match &args.push.push {
         Some(_) => WatchTarget::Push {
             target: args.push.target(&args.target, ctx, "watch")?,
-            batch: args.push.batch,
-            batch_bytes: args.push.batch_bytes,
+            shape: args.push.shape(),
         },
         None => WatchTarget::Replay(args.target.spec()),
     };

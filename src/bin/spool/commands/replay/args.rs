@@ -8,7 +8,7 @@ use spool::ops::replay::{PushTarget, TargetSpec};
 use spool::replay::exec::parse_exit_codes;
 use spool::replay::http::HttpPushOptions;
 use spool::replay::http::{parse_statuses, HttpOptions};
-use spool::replay::push::DEFAULT_BATCH;
+use spool::replay::push::{PushShape, DEFAULT_BATCH, DEFAULT_PIPELINE, MAX_PIPELINE};
 use spool::replay::{Backoff, ReplayOptions};
 use spool::tls::TlsTrust;
 use spool::units::{parse_duration, parse_size};
@@ -34,12 +34,31 @@ pub struct PushArgs {
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size, conflicts_with_all = ["exec", "url"])]
     pub batch_bytes: u64,
 
+    /// Push requests in flight at once (1 waits for each acknowledgement)
+    ///
+    /// Requests go out in sequence order and their answers are applied in
+    /// that order; acknowledgements stay cumulative. A request that reaches
+    /// the receiver before the one ahead of it is answered 409 and resent.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PIPELINE, conflicts_with_all = ["exec", "url"],
+          allow_negative_numbers = true,
+          value_parser = crate::whole::Whole::<usize>::between(1, MAX_PIPELINE as u64, 2))]
+    pub pipeline: usize,
+
     /// Compress push request bodies with gzip (Content-Encoding: gzip)
     #[arg(long, conflicts_with_all = ["exec", "url"])]
     pub compress: bool,
 }
 
 impl PushArgs {
+    /// How the stream is cut into requests.
+    pub fn shape(&self) -> PushShape {
+        PushShape {
+            batch: self.batch,
+            batch_bytes: self.batch_bytes,
+            pipeline: self.pipeline,
+        }
+    }
+
     /// The push receiver and how to reach it (`-H`, `--timeout`,
     /// `--cacert`, `--compress`). The options of `--url` and `--exec`
     /// are usage errors here: clap's `requires` is satisfied by any

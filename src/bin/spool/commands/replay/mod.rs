@@ -170,8 +170,8 @@ fn run_push(args: ReplayArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "push";
     let target = args.push.target(&args.target, ctx, ACTION)?;
     let flags = args.replay.options_for(args.target.timeout);
-    let options = push_options(&flags, args.push.batch, args.push.batch_bytes)
-        .map_err(|e| setup_error(ctx, ACTION, e))?;
+    let options =
+        push_options(&flags, args.push.shape()).map_err(|e| setup_error(ctx, ACTION, e))?;
     let dry_run = options.dry_run;
     // Refuse a bad URL, header or --cacert before touching the spool.
     target.build().map_err(|e| setup_error(ctx, ACTION, e))?;
