@@ -4070,6 +4070,7 @@ fn shape_of(
         first: secs(60),
         buckets: 4,
         top,
+        yield_to_writers: false,
     };
     // The backend's aggregate and the generic walk count the same cells.
     let q = ShapeQuery {
@@ -4077,6 +4078,7 @@ fn shape_of(
         state,
         now: h.now(),
         edges_ms: vec![60_000, 120_000, 240_000],
+        yield_to_writers: false,
     };
     let merged = |cells: Vec<spool::ops::shape::ShapeCell>| {
         let mut m = BTreeMap::new();

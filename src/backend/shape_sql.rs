@@ -24,14 +24,25 @@ fn key_prefix(key: &[u8]) -> &[u8] {
         .map_or(key, |i| &key[..i])
 }
 
+/// How far a scan in id order got: for a walk in chunks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Seen {
+    /// Rows counted.
+    pub rows: usize,
+    /// The id of the last one (a fourth column of the statement).
+    pub last_id: i64,
+}
+
 /// Run `stmt`, whose rows are (the raw value of `q.by`, the attempt count,
 /// the enqueue time in Unix seconds or NULL), and count them into the
 /// cells of `q`. An enqueue time equal to `unknown` counts as unknown
-/// (age 0).
+/// (age 0). With `seen`, the rows carry their id as a fourth column, and
+/// `seen` says how many rows there were and the last id.
 pub(crate) fn count_cells(
     stmt: &mut rusqlite::Statement<'_>,
     q: &ShapeQuery,
     unknown: Option<i64>,
+    mut seen: Option<&mut Seen>,
 ) -> rusqlite::Result<Vec<ShapeCell>> {
     let mut rows = stmt.query([])?;
     let now = q.now.as_millis();
@@ -41,6 +52,10 @@ pub(crate) fn count_cells(
     let mut cells: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
     let mut key: Vec<u8> = Vec::with_capacity(128);
     while let Some(r) = rows.next()? {
+        if let Some(seen) = seen.as_deref_mut() {
+            seen.rows += 1;
+            seen.last_id = r.get(3)?;
+        }
         let attempts: i64 = r.get(1)?;
         let bucket = match r.get::<_, Option<i64>>(2)? {
             None => 0,

@@ -750,10 +750,13 @@ pub struct Shapes {
 /// and [`TopOptions::dead_top`] rows. Reads only.
 pub fn read_shapes(queue: &dyn Queue, opts: &TopOptions, now: Timestamp) -> Result<Shapes> {
     let t = Instant::now();
+    // Recomputed every few seconds for as long as top runs: never keep
+    // enqueue or replay waiting for it.
     let by_error = |state, top| ShapeOptions {
         by: ShapeBy::Error,
         state,
         top,
+        yield_to_writers: true,
         ..ShapeOptions::default()
     };
     let pending = shape(queue, &by_error(ShapeState::Pending, opts.shape_top), now)?;

@@ -137,6 +137,14 @@ const READ_GAP: u64 = 4096;
 /// ... up to this many bytes at a time.
 const READ_SPAN: u64 = 1 << 20;
 
+/// The longest pause between two tries for a lock another process holds.
+const LOCK_POLL_MAX: Duration = Duration::from_millis(2);
+
+/// What a reader walking the set in chunks leaves between two chunks
+/// without the lock, so that a waiting writer (which looks at least every
+/// [`LOCK_POLL_MAX`]) gets in.
+const CHUNK_GAP: Duration = Duration::from_millis(3);
+
 /// What [`FileQueue::compact`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactReport {
@@ -728,7 +736,10 @@ impl FileQueue {
                         });
                     }
                     std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
+                    // Short pauses: a reader that walks the set in chunks
+                    // (`shape`) leaves gaps of CHUNK_GAP between them, and a
+                    // waiting writer must look within one.
+                    pause = (pause * 2).min(LOCK_POLL_MAX);
                     continue;
                 }
                 Err(TryLockError::Error(e)) => return Err(Error::io(&self.path, "lock", e)),

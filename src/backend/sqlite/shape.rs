@@ -25,7 +25,7 @@ impl Db<'_> {
         let sql = format!("SELECT {value}, attempts, enqueued_at FROM {table} {filter}");
         self.conn
             .prepare(&sql)
-            .and_then(|mut stmt| count_cells(&mut stmt, q, Some(UNKNOWN_ENQUEUED_AT)))
+            .and_then(|mut stmt| count_cells(&mut stmt, q, Some(UNKNOWN_ENQUEUED_AT), None))
             .map_err(|e| self.err(e))
     }
 }

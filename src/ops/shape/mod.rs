@@ -113,6 +113,11 @@ pub struct ShapeOptions {
     /// At most this many value rows (default 20); the rest are summed in
     /// an `(other)` row.
     pub top: usize,
+    /// Let writers in while counting (default false): a backend whose
+    /// readers block writers (NDJSON) counts in chunks with gaps between
+    /// them, a little slower. For views that recompute the shape over and
+    /// over while the spool is in use (`spool top`).
+    pub yield_to_writers: bool,
 }
 
 impl Default for ShapeOptions {
@@ -123,6 +128,7 @@ impl Default for ShapeOptions {
             first: Duration::from_secs(300),
             buckets: 10,
             top: 20,
+            yield_to_writers: false,
         }
     }
 }
@@ -181,6 +187,8 @@ pub struct ShapeQuery {
     pub now: Timestamp,
     /// The bucket edges in milliseconds, ascending.
     pub edges_ms: Vec<i64>,
+    /// See [`ShapeOptions::yield_to_writers`].
+    pub yield_to_writers: bool,
 }
 
 impl ShapeQuery {
@@ -363,6 +371,7 @@ pub fn shape(queue: &dyn Queue, opts: &ShapeOptions, now: Timestamp) -> Result<S
             .iter()
             .map(|e| i64::try_from(e.as_millis()).unwrap_or(i64::MAX))
             .collect(),
+        yield_to_writers: opts.yield_to_writers,
     };
     let cells = queue.shape_cells(&q)?;
     Ok(rows_of(opts, edges, cells))
@@ -439,6 +448,7 @@ mod tests {
             state: ShapeState::Pending,
             now: Timestamp::from_secs(10_000),
             edges_ms: edges_s.iter().map(|s| s * 1000).collect(),
+            yield_to_writers: false,
         }
     }
 

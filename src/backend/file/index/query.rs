@@ -11,13 +11,17 @@ use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
 
 impl Index {
-    /// The cells of `spool shape` over the pending items (`held`: the
-    /// held ones, else the others), from one scan of the `pending` table
-    /// (see [`crate::backend::shape_sql`]).
+    /// The cells of `spool shape` over at most `limit` pending items
+    /// (`held`: the held ones, else the others) with an id above `after`,
+    /// in id order, from one scan of the `pending` table (see
+    /// [`crate::backend::shape_sql`]); `seen` says how far it got.
     pub fn shape_cells(
         &self,
         q: &crate::ops::shape::ShapeQuery,
         held: bool,
+        after: i64,
+        limit: usize,
+        seen: &mut crate::backend::shape_sql::Seen,
     ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
         use crate::ops::shape::ShapeBy;
         let value = match q.by {
@@ -27,12 +31,16 @@ impl Index {
             ShapeBy::KeyPrefix => "key",
         };
         let sql = format!(
-            "SELECT {value}, attempts, enqueued_at FROM pending WHERE held = {}",
-            u8::from(held)
+            "SELECT {value}, attempts, enqueued_at, id FROM pending \
+             WHERE held = {} AND id > {after} ORDER BY id LIMIT {}",
+            u8::from(held),
+            i64::try_from(limit).unwrap_or(i64::MAX)
         );
         self.conn
             .prepare(&sql)
-            .and_then(|mut stmt| crate::backend::shape_sql::count_cells(&mut stmt, q, None))
+            .and_then(|mut stmt| {
+                crate::backend::shape_sql::count_cells(&mut stmt, q, None, Some(seen))
+            })
             .map_err(self.err("read"))
     }
 

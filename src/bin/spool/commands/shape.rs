@@ -105,6 +105,8 @@ pub fn run(args: ShapeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         first: args.first,
         buckets: args.buckets,
         top: args.top,
+        // One scan: an operator's one-off look, as fast as it can be.
+        yield_to_writers: false,
     };
     // Bad options are a usage error, told before the spool is opened.
     if let Err(e) = opts.edges() {
