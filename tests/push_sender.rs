@@ -224,7 +224,24 @@ fn spool_with(n: usize, clock: &SharedClock) -> Spool {
     s
 }
 
-fn run(q: &dyn Queue, rx: &Receiver, o: PushOptions, clock: &SharedClock, log: &Log) -> PushReport {
+/// A spool file (`q.db`, `q.ndjson`) in `dir` with `n` items `p1`, `p2`, ….
+fn file_spool_with(dir: &std::path::Path, backend: &str, n: usize, clock: &SharedClock) -> Spool {
+    let mut o = OpenOptions::new(OpenMode::Create);
+    o.clock = clock.clone();
+    let s = Spool::open(&dir.join(backend), &o).unwrap();
+    for i in 1..=n {
+        s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
+    }
+    s
+}
+
+fn run(
+    q: &dyn Queue,
+    rx: &dyn PushTransport,
+    o: PushOptions,
+    clock: &SharedClock,
+    log: &Log,
+) -> PushReport {
     PushSender::new(q, rx, o, clock.clone())
         .unwrap()
         .with_observer(log)
@@ -242,12 +259,7 @@ fn every_item_arrives_once_in_batches_with_contiguous_numbers() {
     for backend in ["q.db", "q.ndjson"] {
         let dir = tempfile::tempdir().unwrap();
         let (_, c) = clock();
-        let mut o = OpenOptions::new(OpenMode::Create);
-        o.clock = c.clone();
-        let s = Spool::open(&dir.path().join(backend), &o).unwrap();
-        for i in 1..=23 {
-            s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
-        }
+        let s = file_spool_with(dir.path(), backend, 23, &c);
         let rx = Receiver::new();
         let log = Log::default();
         let r = run(&*s, &rx, PushOptions { batch: 5, ..opts() }, &c, &log);
@@ -766,19 +778,14 @@ fn a_pipelined_request_that_overtakes_the_one_ahead_is_resent_after_it() {
     for backend in ["q.db", "q.ndjson"] {
         let dir = tempfile::tempdir().unwrap();
         let (_, c) = clock();
-        let mut o = OpenOptions::new(OpenMode::Create);
-        o.clock = c.clone();
-        let s = Spool::open(&dir.path().join(backend), &o).unwrap();
-        for i in 1..=12 {
-            s.enqueue(format!("p{i}").as_bytes(), "").unwrap();
-        }
+        let s = file_spool_with(dir.path(), backend, 12, &c);
         let rx = Overtaking {
             inner: Receiver::new(),
             gate: Mutex::new(false),
             turn: std::sync::Condvar::new(),
         };
         let log = Log::default();
-        let r = PushSender::new(
+        let r = run(
             &*s,
             &rx,
             PushOptions {
@@ -786,12 +793,9 @@ fn a_pipelined_request_that_overtakes_the_one_ahead_is_resent_after_it() {
                 pipeline: 2,
                 ..opts()
             },
-            c.clone(),
-        )
-        .unwrap()
-        .with_observer(&log)
-        .run()
-        .unwrap();
+            &c,
+            &log,
+        );
         assert_eq!(r.status(), PushStatus::Clean, "{backend}: {r:?}");
         assert_eq!((r.delivered, r.in_flight, r.watermark), (12, 0, 12));
         assert_eq!(r.failed_requests, 0, "a gap is not a failure");
@@ -851,7 +855,7 @@ fn the_pipeline_keeps_that_many_requests_in_flight_and_one_waits_for_each() {
             now: Mutex::new((0, 0)),
         };
         let log = Log::default();
-        let r = PushSender::new(
+        let r = run(
             &*s,
             &rx,
             PushOptions {
@@ -859,12 +863,9 @@ fn the_pipeline_keeps_that_many_requests_in_flight_and_one_waits_for_each() {
                 pipeline,
                 ..opts()
             },
-            c.clone(),
-        )
-        .unwrap()
-        .with_observer(&log)
-        .run()
-        .unwrap();
+            &c,
+            &log,
+        );
         assert_eq!(r.status(), PushStatus::Clean, "{r:?}");
         assert_eq!(rx.inner.payloads(), numbers(30));
         let most = rx.now.lock().unwrap().1;
