@@ -828,6 +828,9 @@ fn push_delivers_to_a_spool_serve_receiver_and_stops_cleanly_on_sigterm() {
                 &auth,
                 "--batch",
                 "2",
+                // One request at a time: the log below counts them.
+                "--pipeline",
+                "1",
                 "--compress",
                 "--interval",
                 "50ms",

@@ -255,11 +255,7 @@ impl Queue for FileQueue {
         // on). Ids partition the set, so no item counts twice; each chunk
         // is consistent, the whole a picture of a spool that may change
         // meanwhile.
-        let chunk = if query.yield_to_writers {
-            SHAPE_CHUNK
-        } else {
-            usize::MAX
-        };
+        let chunk = query.yield_to_writers.then_some(SHAPE_CHUNK);
         let mut cells = Vec::new();
         let mut after = 0;
         loop {
@@ -269,7 +265,7 @@ impl Queue for FileQueue {
                     .index()?
                     .shape_cells(query, held, after, chunk, &mut seen)
             })?);
-            if seen.rows < chunk {
+            if chunk.is_none_or(|n| seen.rows < n) {
                 return Ok(cells);
             }
             after = seen.last_id;

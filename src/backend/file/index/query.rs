@@ -11,16 +11,17 @@ use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
 
 impl Index {
-    /// The cells of `spool shape` over at most `limit` pending items
-    /// (`held`: the held ones, else the others) with an id above `after`,
-    /// in id order, from one scan of the `pending` table (see
-    /// [`crate::backend::shape_sql`]); `seen` says how far it got.
+    /// The cells of `spool shape` over the pending items (`held`: the
+    /// held ones, else the others) with an id above `after` — at most
+    /// `limit` of them in id order, or all — from one scan of the
+    /// `pending` table (see [`crate::backend::shape_sql`]); `seen` says how
+    /// far it got.
     pub fn shape_cells(
         &self,
         q: &crate::ops::shape::ShapeQuery,
         held: bool,
         after: i64,
-        limit: usize,
+        limit: Option<usize>,
         seen: &mut crate::backend::shape_sql::Seen,
     ) -> Result<Vec<crate::ops::shape::ShapeCell>> {
         use crate::ops::shape::ShapeBy;
@@ -30,12 +31,19 @@ impl Index {
             ShapeBy::Attempts => "NULL",
             ShapeBy::KeyPrefix => "key",
         };
-        let sql = format!(
-            "SELECT {value}, attempts, enqueued_at, id FROM pending \
-             WHERE held = {} AND id > {after} ORDER BY id LIMIT {}",
-            u8::from(held),
-            i64::try_from(limit).unwrap_or(i64::MAX)
-        );
+        let held = u8::from(held);
+        let sql = match limit {
+            // A chunk, in id order.
+            Some(limit) => format!(
+                "SELECT {value}, attempts, enqueued_at, id FROM pending \
+                 WHERE held = {held} AND id > {after} ORDER BY id LIMIT {limit}"
+            ),
+            // Everything at once: a plain scan.
+            None => format!(
+                "SELECT {value}, attempts, enqueued_at, id FROM pending \
+                 WHERE held = {held} AND id > {after}"
+            ),
+        };
         self.conn
             .prepare(&sql)
             .and_then(|mut stmt| {
