@@ -14,6 +14,7 @@
 //! [`crate::Clock`], and every failure is a typed [`crate::Error`].
 
 pub mod attempts;
+pub mod browse;
 pub mod checkpoint;
 pub mod clients;
 pub mod compact;

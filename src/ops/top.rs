@@ -47,57 +47,18 @@
 //! [`TopOptions::rows`] items, and only while a filter is set — an action
 //! never reaches items the operator has not seen counted.
 
-use super::list::{Listed, Row, Rows};
-use super::preview;
+use super::browse::{window, Bounds, Filter};
 use super::shape::{shape, Shape, ShapeBy, ShapeOptions, ShapeState};
 use crate::backend::Spool;
 use crate::error::Result;
 use crate::item::ItemId;
-use crate::queue::{BackendKind, Queue, PAGE_SIZE};
+use crate::queue::{BackendKind, Queue};
 use crate::time::Timestamp;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// One of the lists of `top`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Tab {
-    /// Pending items that are not held.
-    Pending,
-    /// Held items.
-    Held,
-    /// Dead letters.
-    Dead,
-    /// Retained delivered items.
-    Delivered,
-}
-
-impl Tab {
-    /// The tabs in the order they are shown.
-    pub const ALL: [Tab; 4] = [Tab::Pending, Tab::Held, Tab::Dead, Tab::Delivered];
-
-    /// The tab's title.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tab::Pending => "pending",
-            Tab::Held => "held",
-            Tab::Dead => "dead",
-            Tab::Delivered => "delivered",
-        }
-    }
-
-    /// The tab after this one (wrapping).
-    pub fn next(self) -> Tab {
-        let i = Tab::ALL.iter().position(|t| *t == self).unwrap_or(0);
-        Tab::ALL[(i + 1) % Tab::ALL.len()]
-    }
-
-    /// The tab before this one (wrapping).
-    pub fn previous(self) -> Tab {
-        let i = Tab::ALL.iter().position(|t| *t == self).unwrap_or(0);
-        Tab::ALL[(i + Tab::ALL.len() - 1) % Tab::ALL.len()]
-    }
-}
+pub use super::browse::{Entry as TopRow, Tab};
 
 /// What an operator can do from `top`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -383,15 +344,6 @@ pub struct Sample {
     pub rate: Option<f64>,
 }
 
-/// One row of a tab, with what the filter and the actions need.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopRow {
-    /// What a table shows ([`Row`]: escaped key, preview, last error).
-    pub row: Row,
-    /// The ordering group, escaped.
-    pub group: Option<String>,
-}
-
 /// What the last refresh cost, piece by piece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Costs {
@@ -528,50 +480,26 @@ impl Top {
     }
 
     fn read_rows(&mut self, spool: &Spool, now: Timestamp) -> Result<()> {
-        let queue = spool.queue();
-        let want = self.opts.rows.max(1);
-        let needle = self.filter.to_lowercase();
-        let mut rows = Vec::new();
-        let mut maker = Rows::new(queue, now, self.opts.preview_chars);
-        let mut after = self.window_after;
-        let mut scanned = 0u64;
-        let mut more = false;
-        'pages: loop {
-            let (entries, full) = read_page(queue, self.tab, after)?;
-            for entry in entries {
-                after = entry.item().id;
-                scanned += 1;
-                let keep = match (self.tab, &entry) {
-                    (Tab::Pending, Listed::Pending(i)) => !i.held,
-                    (Tab::Held, Listed::Pending(i)) => i.held,
-                    _ => true,
-                };
-                if keep && matches(&needle, &entry) {
-                    if rows.len() == want {
-                        more = true;
-                        break 'pages;
-                    }
-                    rows.push(TopRow {
-                        row: maker.row(&entry)?,
-                        group: entry
-                            .item()
-                            .group
-                            .as_deref()
-                            .map(|g| preview::escape(g.as_bytes())),
-                    });
-                }
-                if scanned >= self.opts.scan as u64 {
-                    more = true;
-                    break 'pages;
-                }
-            }
-            if !full {
-                break;
-            }
-        }
-        self.rows = rows;
-        self.scanned = scanned;
-        self.more = more;
+        let filter = Filter {
+            text: self.filter.clone(),
+            ..Filter::default()
+        };
+        let bounds = Bounds {
+            rows: self.opts.rows,
+            scan: self.opts.scan,
+            preview_chars: self.opts.preview_chars,
+        };
+        let w = window(
+            spool.queue(),
+            self.tab,
+            &filter,
+            self.window_after,
+            bounds,
+            now,
+        )?;
+        self.rows = w.rows;
+        self.scanned = w.scanned;
+        self.more = w.next.is_some();
         self.reselect();
         Ok(())
     }
@@ -810,74 +738,6 @@ pub fn read_header(spool: &Spool, now: Timestamp) -> Result<Header> {
     })
 }
 
-/// One page of the set behind `tab` after `after`, and whether it was
-/// full (there may be more).
-fn read_page(queue: &dyn Queue, tab: Tab, after: ItemId) -> Result<(Vec<Listed>, bool)> {
-    let entries: Vec<Listed> = match tab {
-        Tab::Pending | Tab::Held => queue
-            .page(after, PAGE_SIZE)?
-            .into_iter()
-            .map(Listed::Pending)
-            .collect(),
-        Tab::Dead => queue
-            .dead_page(after, PAGE_SIZE)?
-            .into_iter()
-            .map(Listed::Dead)
-            .collect(),
-        Tab::Delivered => queue
-            .delivered_page(after, PAGE_SIZE)?
-            .into_iter()
-            .map(Listed::Delivered)
-            .collect(),
-    };
-    let full = entries.len() == PAGE_SIZE;
-    Ok((entries, full))
-}
-
-/// Whether `entry` matches the lowercased filter `needle`: its id, key,
-/// group, last error (a delivered item's evidence too) or the first 200
-/// characters of its payload, escaped as shown, contain it.
-fn matches(needle: &str, entry: &Listed) -> bool {
-    if needle.is_empty() {
-        return true;
-    }
-    let item = entry.item();
-    let has = |bytes: &[u8], limit: usize| shown_contains(bytes, limit, needle);
-    item.id.to_string().contains(needle)
-        || has(item.key.as_bytes(), usize::MAX)
-        || item
-            .group
-            .as_deref()
-            .is_some_and(|g| has(g.as_bytes(), usize::MAX))
-        || item
-            .last_error
-            .as_deref()
-            .is_some_and(|e| has(e.as_bytes(), usize::MAX))
-        || matches!(entry, Listed::Delivered(d)
-            if has(d.delivery.evidence.describe().as_bytes(), usize::MAX))
-        || has(&item.payload, 200)
-}
-
-/// Whether the first `limit` characters of `bytes`, escaped as
-/// [`preview`] shows them, contain the lowercased `needle`, ignoring
-/// case. Printable ASCII without a backslash is its own escaped form: it
-/// is searched in place, without building the escaped text (a refresh
-/// that filters reads up to [`TopOptions::scan`] entries).
-fn shown_contains(bytes: &[u8], limit: usize, needle: &str) -> bool {
-    let head = &bytes[..bytes.len().min(limit)];
-    let plain = head.iter().all(|b| (0x20..0x7f).contains(b) && *b != b'\\');
-    if plain {
-        let n = needle.as_bytes();
-        return n.is_empty() || head.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n));
-    }
-    let shown = if limit == usize::MAX {
-        preview::escape(bytes)
-    } else {
-        preview::preview(bytes, limit)
-    };
-    shown.to_lowercase().contains(needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -905,16 +765,5 @@ mod tests {
         assert!(Action::Done.applies_to(Tab::Held));
         assert!(!Action::Hold.applies_to(Tab::Dead));
         assert!(!Action::Requeue.applies_to(Tab::Delivered));
-    }
-
-    #[test]
-    fn the_filter_sees_text_as_shown() {
-        assert!(shown_contains(b"Order-42", 200, "order-4"));
-        assert!(!shown_contains(b"Order-42", 3, "order"));
-        // Escaped forms: a newline shows as \n, a backslash doubled.
-        assert!(shown_contains(b"a\nb", 200, "a\\nb"));
-        assert!(shown_contains(b"line1\nline2", 200, "1\\nl"));
-        assert!(shown_contains("Grüße".as_bytes(), 200, "grü"));
-        assert!(!shown_contains(b"plain", 200, "ü"));
     }
 }
