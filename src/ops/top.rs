@@ -71,6 +71,8 @@ pub enum Action {
     Requeue,
     /// Remove pending items, held or not (`spool done`).
     Done,
+    /// Remove dead letters (`spool dlq purge`; the console, not `top`).
+    Purge,
 }
 
 impl Action {
@@ -81,6 +83,7 @@ impl Action {
             Action::Release => "release",
             Action::Requeue => "requeue",
             Action::Done => "mark done",
+            Action::Purge => "purge",
         }
     }
 
@@ -91,6 +94,7 @@ impl Action {
             Action::Release => "released",
             Action::Requeue => "requeued",
             Action::Done => "marked done",
+            Action::Purge => "purged",
         }
     }
 
@@ -102,6 +106,7 @@ impl Action {
                 | (Action::Release, Tab::Held)
                 | (Action::Requeue, Tab::Dead)
                 | (Action::Done, Tab::Pending | Tab::Held)
+                | (Action::Purge, Tab::Dead)
         )
     }
 
@@ -113,6 +118,7 @@ impl Action {
             Action::Release => "the held tab",
             Action::Requeue => "the dead tab",
             Action::Done => "the pending or held tab",
+            Action::Purge => "the dead tab",
         }
     }
 }
@@ -239,6 +245,7 @@ pub fn apply(queue: &dyn Queue, plan: &Plan) -> Result<Applied> {
         Action::Done => {
             super::done::done(queue, &super::done::DoneOptions { ids, force: false })?.ids
         }
+        Action::Purge => super::dlq::purge(queue, &super::dlq::Selection::Ids(ids))?,
     };
     Ok(Applied {
         action: plan.action,
@@ -698,7 +705,7 @@ pub fn read_shapes(queue: &dyn Queue, opts: &TopOptions, now: Timestamp) -> Resu
 
 /// Items that left the pending set between `a` and `b` other than as
 /// dead letters (see the module docs).
-fn delivered_between(a: &Header, b: &Header) -> u64 {
+pub(crate) fn delivered_between(a: &Header, b: &Header) -> u64 {
     let issued = b.high_water.saturating_sub(a.high_water) as i128;
     let grew = b.depth as i128 - a.depth as i128;
     let died = b.dead_letters as i128 - a.dead_letters as i128;

@@ -6,16 +6,23 @@
 //! ```text
 //! # edge boxes of site A may push only as themselves
 //! 3f7c0d…e1  name=site-a  0a6e1c2d-*  7b9d4e10-1111-4c4c-9a9a-0123456789ab
-//! # the webhook producer (POST /v1/items) and the operator: any client
+//! # the webhook producer (POST /v1/items): any client
 //! 9b1a22…0c  name=webhooks
+//! # the on-call operator: may also act in the console
+//! 51c0e7…9d  name=oncall  role=admin
 //! ```
 //!
 //! * Blank lines and lines whose first non-blank character is `#` are
 //!   ignored. A token is the first word of its line (any run of
 //!   non-blank characters, at least [`MIN_TOKEN_LEN`] of them); the other
-//!   words are `name=NAME` (at most one) and globs over client ids, where
-//!   `*` matches any run of characters and `?` one character. A line
-//!   without globs lets the token act as every client.
+//!   words are `name=NAME` (at most one), `role=admin` (at most one) and
+//!   globs over client ids, where `*` matches any run of characters and
+//!   `?` one character. A line without globs lets the token act as every
+//!   client.
+//! * Every valid token may read the console (`spool serve --console`);
+//!   only a token with `role=admin` may act there (hold, release,
+//!   requeue, purge, mark done). Files without `role=` keep working:
+//!   their tokens push and read.
 //! * The name stands for the token wherever one must be shown or kept:
 //!   the access log, key scopes. Without `name=` it is the first 8 hex
 //!   digits of the token's SHA-256, which names the token without
@@ -113,6 +120,12 @@ struct TokenEntry {
     name: String,
     /// Globs over client ids; empty: every client.
     clients: Vec<String>,
+    /// `role=admin`: may act in the console.
+    admin: bool,
+    /// What a console session cookie names the token by: the first 16
+    /// hex digits of the SHA-256 of its digest (unique per token, and
+    /// telling nothing about it).
+    handle: String,
 }
 
 /// A token that was presented and found: what the request may do.
@@ -160,8 +173,28 @@ impl Tokens {
             }
             let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
             let mut name = None;
+            let mut admin = None;
             let mut clients = Vec::new();
             for word in words {
+                if let Some(v) = word.strip_prefix("role=") {
+                    if admin.is_some() {
+                        return Err(bad_file(
+                            what,
+                            format!("line {n}: more than one role= on one line"),
+                        ));
+                    }
+                    if v != "admin" {
+                        return Err(bad_file(
+                            what,
+                            format!(
+                                "line {n}: the only role is role=admin (a token without it \
+                                 pushes and reads the console)"
+                            ),
+                        ));
+                    }
+                    admin = Some(true);
+                    continue;
+                }
                 if let Some(v) = word.strip_prefix("name=") {
                     if name.is_some() {
                         return Err(bad_file(
@@ -212,10 +245,13 @@ impl Tokens {
                     .into(),
                 });
             }
+            let handle: [u8; 32] = Sha256::digest(digest).into();
             entries.push(TokenEntry {
                 name: name.unwrap_or_else(|| default_name(&digest)),
                 digest,
                 clients,
+                admin: admin.unwrap_or(false),
+                handle: handle[..8].iter().map(|b| format!("{b:02x}")).collect(),
             });
             lines.push(n);
         }
@@ -281,6 +317,33 @@ impl Tokens {
     /// hex digits of its SHA-256).
     pub fn name(&self, grant: Grant) -> &str {
         self.entries.get(grant.0).map_or("", |e| e.name.as_str())
+    }
+
+    /// True when the token behind `grant` has `role=admin`: it may act
+    /// in the console.
+    pub fn is_admin(&self, grant: Grant) -> bool {
+        self.entries.get(grant.0).is_some_and(|e| e.admin)
+    }
+
+    /// The handle a console session names the token behind `grant` by.
+    pub(crate) fn handle(&self, grant: Grant) -> &str {
+        self.entries.get(grant.0).map_or("", |e| e.handle.as_str())
+    }
+
+    /// The token whose handle is `handle`.
+    pub(crate) fn by_handle(&self, handle: &str) -> Option<Grant> {
+        self.entries
+            .iter()
+            .position(|e| e.handle == handle)
+            .map(Grant)
+    }
+
+    /// The secret that signs the console sessions of the token behind
+    /// `grant`: its digest, known only to whoever holds the token file.
+    /// Every server reading the same file signs alike (no sticky
+    /// sessions); a token taken out of the file ends its sessions.
+    pub(crate) fn session_key(&self, grant: Grant) -> &[u8] {
+        self.entries.get(grant.0).map_or(&[][..], |e| &e.digest[..])
     }
 
     /// True when the token behind `grant` may act as `client`.
@@ -389,6 +452,28 @@ mod tests {
         assert_eq!(t.authenticate(b"alpha-token-012345678"), None);
         assert_eq!(t.authenticate(b""), None);
         assert_eq!(t.authenticate(b"# comment"), None);
+    }
+
+    #[test]
+    fn admin_roles_and_session_handles() {
+        let t = parse("alpha-token-0123456789 role=admin edge-*\nbeta-token-0123456789 name=ro\n")
+            .unwrap();
+        let a = t.authenticate(b"alpha-token-0123456789").unwrap();
+        let b = t.authenticate(b"beta-token-0123456789").unwrap();
+        assert!(t.is_admin(a) && !t.is_admin(b));
+        assert!(t.may_act_as(a, "edge-1") && !t.may_act_as(a, "role=admin"));
+        assert_eq!(t.handle(a).len(), 16);
+        assert_ne!(t.handle(a), t.handle(b));
+        assert_eq!(t.by_handle(t.handle(b)), Some(b));
+        assert_eq!(t.by_handle("0000000000000000"), None);
+        assert_ne!(t.session_key(a), t.session_key(b));
+        for bad in [
+            "alpha-token-0123456789 role=root",
+            "alpha-token-0123456789 role=admin role=admin",
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("line 1: ") && e.contains("role="), "{e}");
+        }
     }
 
     #[test]

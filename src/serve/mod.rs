@@ -92,6 +92,7 @@
 //! ```
 
 pub mod auth;
+pub(crate) mod console;
 pub(crate) mod http;
 pub mod lock;
 pub mod metrics;
@@ -193,6 +194,10 @@ pub struct ServeOptions {
     /// Sleep this long inside every write transaction: a slow disk, for
     /// tests and benchmarks of group commit. Zero in production.
     pub commit_delay: Duration,
+    /// Serve the console under `/console/` (`--console`; see
+    /// [`console`]). Without tokens it is read-only, and only allowed on a
+    /// loopback address.
+    pub console: bool,
 }
 
 impl Default for ServeOptions {
@@ -214,6 +219,7 @@ impl Default for ServeOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             commit_delay: Duration::ZERO,
+            console: false,
         }
     }
 }
@@ -231,6 +237,14 @@ impl ServeOptions {
             return Err(Error::Unsupported(format!(
                 "refusing to listen on {} without tokens: anyone who can reach it could push \
                  into the spool (give --token-file, or --insecure-no-auth on a trusted network)",
+                self.listen
+            )));
+        }
+        if self.console && self.tokens.is_none() && !is_loopback(self.listen.ip()) {
+            return Err(Error::Unsupported(format!(
+                "refusing to serve the console on {} without tokens: anyone who can reach it \
+                 could read the spool's payloads (give --token-file, or listen on a loopback \
+                 address)",
                 self.listen
             )));
         }
@@ -347,10 +361,27 @@ pub struct Access<'a> {
     pub error: Option<&'a str>,
 }
 
+/// An action taken in the console, for the server's log.
+#[derive(Clone, Debug)]
+pub struct ConsoleAction<'a> {
+    /// The name of the token whose session acted.
+    pub token: &'a str,
+    /// What was done: `hold`, `release`, `requeue`, `purge`, `mark done`.
+    pub action: &'a str,
+    /// Items the operator confirmed.
+    pub requested: usize,
+    /// The items it changed.
+    pub changed: &'a [crate::item::ItemId],
+    /// Items that were no longer there (another process moved them).
+    pub gone: usize,
+}
+
 /// Something that happened in a server.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ServeEvent<'a> {
+    /// An operator acted in the console.
+    ConsoleAction(&'a ConsoleAction<'a>),
     /// A request was answered.
     Access(&'a Access<'a>),
     /// A write transaction (or a read) failed; its requests were answered
@@ -396,7 +427,7 @@ impl ServeEvent<'_> {
         match self {
             ServeEvent::Access(a) if a.status >= 500 => Level::Warn,
             ServeEvent::Access(_) | ServeEvent::Connection { .. } => Level::Detail,
-            ServeEvent::Stopping { .. } => Level::Info,
+            ServeEvent::Stopping { .. } | ServeEvent::ConsoleAction(_) => Level::Info,
             ServeEvent::StorageError { .. }
             | ServeEvent::ReadError(_)
             | ServeEvent::AcceptError(_)
@@ -427,6 +458,29 @@ impl fmt::Display for ServeEvent<'_> {
                 }
                 if let Some(e) = a.error {
                     write!(f, " error={e:?}")?;
+                }
+                Ok(())
+            }
+            ServeEvent::ConsoleAction(a) => {
+                write!(
+                    f,
+                    "console: token {} {} {} of {} item(s)",
+                    a.token,
+                    a.action,
+                    a.changed.len(),
+                    a.requested
+                )?;
+                if a.gone > 0 {
+                    write!(f, " ({} gone)", a.gone)?;
+                }
+                let ids: Vec<String> = a.changed.iter().take(20).map(|i| i.to_string()).collect();
+                if !ids.is_empty() {
+                    write!(
+                        f,
+                        ": ids {}{}",
+                        ids.join(","),
+                        if a.changed.len() > 20 { ",…" } else { "" }
+                    )?;
                 }
                 Ok(())
             }
@@ -630,6 +684,7 @@ impl Server {
             budget: Arc::new(Semaphore::new(budget)),
             budget_total: budget,
             state: http::StateCache::new(reader.clone()),
+            console: opts.console.then(|| console::Console::new(tls.is_some())),
         });
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -639,6 +694,9 @@ impl Server {
             .enable_time()
             .build()
             .map_err(|e| Error::Internal(format!("cannot start the server runtime: {e}")))?;
+        if shared.console.is_some() {
+            runtime.spawn(console::sample(shared.clone(), stop.tx.subscribe()));
+        }
         let served = runtime.block_on(accept_loop(
             listener,
             shared,

@@ -103,6 +103,10 @@ pub(crate) enum Job {
     Health {
         reply: Reply<u64>,
     },
+    /// Run this on the writer's spool, between write groups: the
+    /// console's actions, and its reads of a memory spool (which has no
+    /// second handle). It answers through a channel of its own.
+    Run(Box<dyn FnOnce(&Spool) + Send>),
 }
 
 /// The writer's equipment.
@@ -236,6 +240,7 @@ impl Writer {
                 let size = self.spool.size();
                 let _ = reply.send(self.reported(size));
             }
+            Job::Run(run) => run(&self.spool),
             Job::Write { reply, .. } => {
                 let _ = reply.send(Err(Failure { temporary: false }));
             }

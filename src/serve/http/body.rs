@@ -44,18 +44,18 @@ pub(crate) fn content_encoding(value: Option<&HeaderValue>) -> Result<Encoding, 
 }
 
 /// A limit on a body, and how a 413 names it.
-pub(super) struct Limit {
+pub(crate) struct Limit {
     /// Most bytes, once decompressed.
-    pub(super) bytes: u64,
+    pub(crate) bytes: u64,
     /// What is limited: "request body", "payload".
-    pub(super) what: &'static str,
+    pub(crate) what: &'static str,
     /// The option that sets it: "--max-body", "--max-payload".
-    pub(super) flag: &'static str,
+    pub(crate) flag: &'static str,
 }
 
 /// Read the body: at most `max_body` bytes as received and at most
 /// `limit` once inflated, holding the memory budget for what it keeps.
-pub(super) async fn read_body(
+pub(crate) async fn read_body(
     shared: &Shared,
     req: Request<Incoming>,
     limit: &Limit,

@@ -37,7 +37,7 @@ mod budget;
 mod endpoints;
 mod state;
 
-pub(crate) use self::body::{content_encoding, gunzip, Encoding, Gunzip};
+pub(crate) use self::body::{content_encoding, gunzip, read_body, Encoding, Gunzip, Limit};
 pub(crate) use self::budget::Reservation;
 pub(crate) use self::endpoints::{client_of_path, idempotency_key};
 pub(crate) use self::state::StateCache;
@@ -84,22 +84,27 @@ pub(crate) struct Shared {
     pub budget_total: usize,
     /// The spool's state for `/metrics` and `/healthz`.
     pub state: StateCache,
+    /// `--console`: the browser view under `/console/`.
+    pub console: Option<crate::serve::console::Console>,
 }
 
 /// An answer, before it becomes a response.
 pub(crate) struct Answer {
     pub(crate) status: u16,
-    body: Vec<u8>,
-    content_type: &'static str,
+    pub(crate) body: Vec<u8>,
+    pub(crate) content_type: &'static str,
     retry_after: bool,
-    allow: Option<&'static str>,
+    pub(crate) allow: Option<&'static str>,
     challenge: bool,
     /// The error text, for the access log.
     pub(crate) note: Option<String>,
+    /// More headers (the console's cookies, redirects and security
+    /// headers).
+    pub(crate) headers: Vec<(&'static str, String)>,
 }
 
 impl Answer {
-    fn json(status: u16, body: Vec<u8>) -> Answer {
+    pub(crate) fn json(status: u16, body: Vec<u8>) -> Answer {
         Answer {
             status,
             body,
@@ -108,17 +113,18 @@ impl Answer {
             allow: None,
             challenge: false,
             note: None,
+            headers: Vec::new(),
         }
     }
 
-    fn error(status: u16, message: impl Into<String>) -> Answer {
+    pub(crate) fn error(status: u16, message: impl Into<String>) -> Answer {
         let message = message.into();
         let mut a = Answer::json(status, ErrorBody::new(message.clone()).to_json());
         a.note = Some(message);
         a
     }
 
-    fn retry(mut self) -> Answer {
+    pub(crate) fn retry(mut self) -> Answer {
         self.retry_after = true;
         self
     }
@@ -126,10 +132,10 @@ impl Answer {
 
 /// What a request revealed, for the access log.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     client: Option<String>,
     /// The name of the request's valid token.
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     bytes_in: u64,
     body_read: bool,
     /// The share of the memory budget this request holds, kept until the
@@ -152,6 +158,7 @@ fn endpoint_of(path: &str) -> &'static str {
         "/healthz" => "healthz",
         "/metrics" => "metrics",
         p if p.starts_with("/v1/clients/") => "clients",
+        p if p == "/console" || p.starts_with("/console/") => "console",
         _ => "other",
     }
 }
@@ -225,6 +232,11 @@ fn response(a: Answer, retry_after: Duration, close: bool) -> Response<Full<Byte
     if close {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    for (name, value) in a.headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.append(header::HeaderName::from_static(name), v);
+        }
+    }
     r
 }
 
@@ -236,6 +248,11 @@ async fn route(
     seen: &mut Seen,
 ) -> Answer {
     let endpoint = endpoint_of(path);
+    if endpoint == "console" {
+        if let Some(console) = &shared.console {
+            return console.handle(shared, req, method, path, seen).await;
+        }
+    }
     let (allow, allowed) = match endpoint {
         "push" | "items" => ("POST", *method == Method::POST),
         // HEAD is GET without the body (hyper leaves the body out).

@@ -48,6 +48,12 @@ impl StateCache {
         }
     }
 
+    /// The read-only handle of the spool (`None`: a memory spool, read
+    /// on the writer thread).
+    pub(crate) fn reader(&self) -> Option<Arc<Spool>> {
+        self.reader.clone()
+    }
+
     pub(super) async fn get(&self, shared: &Shared) -> Result<Arc<SpoolState>, Answer> {
         let unreadable = || Answer::error(503, "the spool cannot be read; see the server's log");
         let mut last = self.last.lock().await;

@@ -70,6 +70,16 @@ use std::time::Duration;
 /// at once). /metrics and /healthz answer from a snapshot of the
 /// spool's state taken at most once a second.
 ///
+/// Console: with --console, a browser view of the spool is served at
+/// /console/ (counts, the last hour's depth and delivery rate, the shape
+/// table, the lists with filters, an item's detail, the push clients).
+/// With a token file, a browser logs in once with any token and keeps a
+/// session cookie; only a token with role=admin on its line may act
+/// (hold, release, requeue, purge dead letters, mark done; at most 1,000
+/// items per action, confirmed with the count), and every action is
+/// logged with the token's name. Without a token file the console is
+/// read-only, and --console is refused on a non-loopback address.
+///
 /// Prints `listening on http(s)://ADDR` on stdout once ready (with the
 /// real port for --listen 127.0.0.1:0); nothing is created when the
 /// address cannot be bound. With -v, one access line per request on
@@ -119,6 +129,10 @@ pub struct ServeArgs {
     /// Memory that all requests may hold at once (over it: 503 + Retry-After)
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     memory_budget: u64,
+
+    /// Serve the browser console at /console/ (read-only without --token-file)
+    #[arg(long)]
+    console: bool,
 
     /// Listen on a non-loopback address without tokens (trusted networks only)
     #[arg(long)]
@@ -234,6 +248,7 @@ impl ServeLog for StderrLog {
                     ServeEvent::AcceptError(_) => "accept_error",
                     ServeEvent::Stopping { .. } => "stopping",
                     ServeEvent::Abandoned { .. } => "abandoned",
+                    ServeEvent::ConsoleAction(_) => "console_action",
                     _ => "event",
                 };
                 self.line(level, name, &e.to_string());
@@ -314,6 +329,7 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         max_connections: args.max_connections as usize,
         max_connections_per_peer: args.max_connections_per_peer as usize,
         commit_delay: args.commit_delay.unwrap_or_default(),
+        console: args.console,
         ..ServeOptions::default()
     };
     if let Some(f) = &token_file {
@@ -356,6 +372,9 @@ pub fn run(args: ServeArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             .json(&serde_json::json!({"listening_on": server.url()}))?;
     } else {
         ctx.out.line(&format!("listening on {}", server.url()))?;
+        if args.console {
+            ctx.note(&format!("console: {}/console/", server.url()));
+        }
     }
     ctx.out.flush()?;
     let report = server.run(&stop, log).map_err(|e| failed(ctx, e))?;
