@@ -1,7 +1,7 @@
 //! The console's pages: server-rendered HTML ([`maud`] escapes every
 //! value it interpolates; payloads, keys and errors are escaped once
 //! more by [`crate::ops::preview`] so that control characters show as
-//! `\n`, `\x1b`…). No inline script or style: one stylesheet and one
+//! `\n`, `\u001b`…). No inline script or style: one stylesheet and one
 //! script, both served from the binary.
 
 use super::data::Counts;
@@ -272,7 +272,10 @@ fn hidden_filter(f: &Filter) -> Markup {
 
 /// An age in whole seconds (enqueue times have second precision).
 fn age(d: Duration) -> String {
-    format_duration(Duration::from_secs(d.as_secs().max(1)))
+    match d.as_secs() {
+        0 => "0s".into(),
+        s => format_duration(Duration::from_secs(s)),
+    }
 }
 
 fn retry_text(r: &RetryState) -> String {
