@@ -1671,7 +1671,7 @@ _spool() {
             return 0
             ;;
         spool__subcmd__serve)
-            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --max-entries --memory-budget --insecure-no-auth --shared-keys --header-timeout --request-timeout --max-connections --max-connections-per-peer --commit-delay --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
+            opts="-s -q -v -h -V --listen --token-file --tls-cert --tls-key --max-body --max-payload --max-entries --memory-budget --console --insecure-no-auth --shared-keys --header-timeout --request-timeout --max-connections --max-connections-per-peer --commit-delay --spool --backend --allow-network-fs --json --quiet --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

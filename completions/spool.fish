@@ -349,6 +349,7 @@ complete -c spool -n "__fish_spool_using_subcommand serve" -l commit-delay -d 'S
 complete -c spool -n "__fish_spool_using_subcommand serve" -s s -l spool -d 'The spool to use [default: $SPOOL_PATH, else ./spool.db]' -r -F
 complete -c spool -n "__fish_spool_using_subcommand serve" -l backend -d 'The backend of a spool being created (an existing spool keeps its own)' -r -f -a "sqlite\t'SQLite database (WAL mode)'
 file\t'Append-only NDJSON file'"
+complete -c spool -n "__fish_spool_using_subcommand serve" -l console -d 'Serve the browser console at /console/ (read-only without --token-file)'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l insecure-no-auth -d 'Listen on a non-loopback address without tokens (trusted networks only)'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l shared-keys -d 'One key space for every client and token: keys are stored as sent'
 complete -c spool -n "__fish_spool_using_subcommand serve" -l allow-network-fs -d 'Create spools on a network file system (NFS, SMB/CIFS…), and do not warn about one'

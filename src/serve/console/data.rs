@@ -7,8 +7,9 @@
 //! The counts are read at most once per [`LIVE_MAX_AGE`] however many
 //! pages and browsers ask; one sample of them is kept per
 //! [`SAMPLE_EVERY`] for the last hour (in memory: a restarted server
-//! starts a new hour). The shapes are computed at most once per
-//! [`SHAPE_MAX_AGE`] per dimension and set.
+//! starts a new hour). A shape is computed once per dimension and set,
+//! then again in the background when it is older than [`SHAPE_MAX_AGE`]
+//! and asked for.
 
 use crate::backend::Spool;
 use crate::error::Result as SpoolResult;
@@ -50,7 +51,15 @@ pub(crate) struct Console {
     /// Served over TLS: cookies are `Secure`, the origin is `https://`.
     pub(crate) tls: bool,
     live: tokio::sync::Mutex<Live>,
-    shapes: tokio::sync::Mutex<HashMap<(ShapeBy, ShapeState), (Instant, Arc<Shape>)>>,
+    shapes: tokio::sync::Mutex<HashMap<(ShapeBy, ShapeState), Cached>>,
+}
+
+/// A shape, when it was computed, and whether a newer one is being
+/// computed.
+struct Cached {
+    at: Instant,
+    shape: Arc<Shape>,
+    refreshing: bool,
 }
 
 /// The counts now and the samples of the last hour, oldest first.
@@ -103,31 +112,73 @@ impl Console {
         })
     }
 
-    /// The shape of `state` by `by`, computed at most once per
-    /// [`SHAPE_MAX_AGE`]; and how old it is.
+    /// The shape of `state` by `by`, and how old it is. One older than
+    /// [`SHAPE_MAX_AGE`] is computed again: now when `wait` (the shape
+    /// page), else in the background while the last one is returned (the
+    /// overview: a shape walks the whole set, the overview never waits
+    /// for it but the first time).
     pub(crate) async fn shape(
         &self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         by: ShapeBy,
         state: ShapeState,
+        wait: bool,
     ) -> Result<(Arc<Shape>, Duration), Answer> {
         let mut shapes = self.shapes.lock().await;
-        if let Some((at, s)) = shapes.get(&(by, state)) {
-            if at.elapsed() < SHAPE_MAX_AGE {
-                return Ok((s.clone(), at.elapsed()));
+        let stale = |c: &Cached| c.at.elapsed() >= SHAPE_MAX_AGE;
+        if let Some(c) = shapes.get_mut(&(by, state)).filter(|c| !wait || !stale(c)) {
+            if stale(c) && !c.refreshing {
+                c.refreshing = true;
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let fresh = compute_shape(&shared, by, state).await;
+                    let Some(console) = &shared.console else {
+                        return;
+                    };
+                    let mut shapes = console.shapes.lock().await;
+                    match fresh {
+                        Ok(shape) => {
+                            shapes.insert(
+                                (by, state),
+                                Cached {
+                                    at: Instant::now(),
+                                    shape: Arc::new(shape),
+                                    refreshing: false,
+                                },
+                            );
+                        }
+                        Err(_) => {
+                            if let Some(c) = shapes.get_mut(&(by, state)) {
+                                c.refreshing = false;
+                            }
+                        }
+                    }
+                });
             }
+            return Ok((c.shape.clone(), c.at.elapsed()));
         }
-        let opts = ShapeOptions {
-            by,
-            state,
-            // Never keep enqueue or replay waiting for a page.
-            yield_to_writers: true,
-            ..ShapeOptions::default()
-        };
-        let s = Arc::new(read(shared, move |sp| shape(sp.queue(), &opts, Timestamp::now())).await?);
-        shapes.insert((by, state), (Instant::now(), s.clone()));
-        Ok((s, Duration::ZERO))
+        let shape = Arc::new(compute_shape(shared, by, state).await?);
+        shapes.insert(
+            (by, state),
+            Cached {
+                at: Instant::now(),
+                shape: shape.clone(),
+                refreshing: false,
+            },
+        );
+        Ok((shape, Duration::ZERO))
     }
+}
+
+async fn compute_shape(shared: &Shared, by: ShapeBy, state: ShapeState) -> Result<Shape, Answer> {
+    let opts = ShapeOptions {
+        by,
+        state,
+        // Never keep enqueue or replay waiting for a page.
+        yield_to_writers: true,
+        ..ShapeOptions::default()
+    };
+    read(shared, move |sp| shape(sp.queue(), &opts, Timestamp::now())).await
 }
 
 /// Run `f` on a read-only handle of the spool: the server's reader on the

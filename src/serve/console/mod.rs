@@ -46,6 +46,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap};
 use hyper::{Method, Request};
 use maud::Markup;
+use std::sync::Arc;
 
 /// Rows a list shows at most.
 pub const ROWS: usize = 100;
@@ -67,6 +68,7 @@ const MAX_FORM: u64 = 256 << 10;
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
+const ICON: &str = include_str!("assets/favicon.svg");
 
 /// Every console answer's security headers.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -84,7 +86,7 @@ impl Console {
     /// Answer a request under `/console`.
     pub(crate) async fn handle(
         &self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         req: Request<Incoming>,
         method: &Method,
         path: &str,
@@ -95,14 +97,16 @@ impl Console {
             ("content-security-policy", CSP.to_string()),
             ("x-content-type-options", "nosniff".to_string()),
             ("x-frame-options", "DENY".to_string()),
-            ("referrer-policy", "no-referrer".to_string()),
+            // Not `no-referrer`: with it a browser sends `Origin: null`
+            // on the console's own forms, which the Origin check refuses.
+            ("referrer-policy", "same-origin".to_string()),
         ]);
         a
     }
 
     async fn route(
         &self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         req: Request<Incoming>,
         method: &Method,
         path: &str,
@@ -128,6 +132,7 @@ impl Console {
             "/console" => return redirect("/console/", None),
             "/console/assets/console.css" => return asset(CSS, "text/css; charset=utf-8"),
             "/console/assets/console.js" => return asset(JS, "text/javascript; charset=utf-8"),
+            "/console/assets/favicon.svg" => return asset(ICON, "image/svg+xml"),
             "/console/login" => return self.login(shared, req, post, seen).await,
             _ => {}
         }
@@ -250,7 +255,13 @@ impl Console {
             return html(200, pages::login(None));
         }
         if !self.same_origin(req.headers()) {
-            return forbidden_origin();
+            let e = forbidden_origin();
+            let mut a = html(
+                403,
+                pages::error(None, 403, e.note.as_deref().unwrap_or("")),
+            );
+            a.note = e.note;
+            return a;
         }
         let form = match read_form(shared, req, seen).await {
             Ok(f) => f,
@@ -372,7 +383,7 @@ impl Console {
     /// The pages that only read.
     async fn read_page(
         &self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         v: &Viewer,
         path: &str,
         query: &str,
@@ -384,7 +395,15 @@ impl Console {
         let ctx = self.ctx(shared, v, &counts);
         let now = Timestamp::now();
         let page: Markup = match path {
-            "/console/" => pages::overview(&ctx),
+            "/console/" => {
+                let (pending, _) = self
+                    .shape(shared, ShapeBy::Error, ShapeState::Pending, false)
+                    .await?;
+                let (dead, _) = self
+                    .shape(shared, ShapeBy::Error, ShapeState::Dead, false)
+                    .await?;
+                pages::overview(&ctx, &pending, &dead)
+            }
             "/console/items" => {
                 let tab = tab_of(&q)?;
                 let filter = filter_of(&q)?;
@@ -425,7 +444,7 @@ impl Console {
                     Tab::Dead => ShapeState::Dead,
                     Tab::Delivered => ShapeState::Delivered,
                 };
-                let (s, age) = self.shape(shared, by, state).await?;
+                let (s, age) = self.shape(shared, by, state, true).await?;
                 pages::shape(&ctx, &s, age)
             }
             "/console/clients" => {

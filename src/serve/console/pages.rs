@@ -60,6 +60,10 @@ pub(crate) fn live_counts(h: &Header) -> Vec<(&'static str, &'static str, String
 
 /// The points of a sparkline of `values` in a 300×40 box.
 pub(crate) fn points(values: &[f64]) -> String {
+    if let [one] = values {
+        // One sample: a level line.
+        return points(&[*one, *one]);
+    }
     let max = values.iter().copied().fold(0.0f64, f64::max).max(1.0);
     let n = values.len().max(2) - 1;
     values
@@ -101,6 +105,7 @@ fn page(ctx: Option<&Ctx>, title: &str, active: &str, content: Markup) -> Markup
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · spool" }
+                link rel="icon" href="/console/assets/favicon.svg";
                 link rel="stylesheet" href="/console/assets/console.css";
                 script src="/console/assets/console.js" defer {}
             }
@@ -197,7 +202,7 @@ pub(crate) fn error(ctx: Option<&Ctx>, status: u16, message: &str) -> Markup {
 }
 
 /// The overview: counts, the hour's sparklines, where to look next.
-pub(crate) fn overview(ctx: &Ctx) -> Markup {
+pub(crate) fn overview(ctx: &Ctx, pending: &Shape, dead: &Shape) -> Markup {
     let (depth, rate) = series(&ctx.counts.samples);
     let h = &ctx.counts.header;
     page(
@@ -222,6 +227,11 @@ pub(crate) fn overview(ctx: &Ctx) -> Markup {
                 }
             }
             p.note { "One sample every 10 seconds, kept in memory since this server started; the counts above update every second." }
+            p.note { "The tables below are recomputed in the background at most every 5 seconds." }
+            h2 { "Pending items by error" }
+            (shape_table(pending))
+            h2 { "Dead letters by error" }
+            (shape_table(dead))
             ul.links {
                 li { a href="/console/shape?by=error&state=pending" { "Why are items pending? (shape by error)" } }
                 li { a href="/console/shape?by=error&state=dead" { "Why did items die? (dead letters by error)" } }
@@ -543,7 +553,6 @@ pub(crate) fn applied(ctx: &Ctx, tab: Tab, a: &Applied) -> Markup {
 
 /// The shape table, with its `by` and `state` choices.
 pub(crate) fn shape(ctx: &Ctx, s: &Shape, age: Duration) -> Markup {
-    let labels = s.bucket_labels();
     let bys = [
         ShapeBy::Error,
         ShapeBy::Group,
@@ -556,7 +565,6 @@ pub(crate) fn shape(ctx: &Ctx, s: &Shape, age: Duration) -> Markup {
         ShapeState::Dead,
         ShapeState::Delivered,
     ];
-    let tab = Tab::parse(s.state.name()).unwrap_or(Tab::Pending);
     page(
         Some(ctx),
         "Shape",
@@ -573,24 +581,33 @@ pub(crate) fn shape(ctx: &Ctx, s: &Shape, age: Duration) -> Markup {
                 button type="submit" { "Show" }
             }
             p.note { "Counts by age since enqueue; computed " (format_duration(age)) " ago (at most every 5 s)." }
-            table.shape {
-                thead { tr { th { (s.by.name()) } th { "T" } @for l in &labels { th { (l) } } } }
-                tbody {
-                    @for row in &s.rows {
-                        tr {
-                            td.value {
-                                @if s.by == ShapeBy::Error && row.value != crate::ops::shape::TOTAL && row.value != crate::ops::shape::OTHER {
-                                    a href={ "/console/items?" (list_query(tab, &Filter { class: row.value.clone(), ..Filter::default() }, None)) } { (row.value) }
-                                } @else { (row.value) }
-                            }
-                            td.num { (row.total) }
-                            @for c in &row.counts { td.num { @if *c > 0 { (c) } } }
-                        }
-                    }
-                }
-            }
+            (shape_table(s))
         },
     )
+}
+
+/// A shape as a table; each error class links to its items.
+fn shape_table(s: &Shape) -> Markup {
+    let labels = s.bucket_labels();
+    let tab = Tab::parse(s.state.name()).unwrap_or(Tab::Pending);
+    html! {
+    table.shape {
+        thead { tr { th { (s.by.name()) } th { "T" } @for l in &labels { th { (l) } } } }
+        tbody {
+            @for row in &s.rows {
+                tr {
+                    td.value {
+                        @if s.by == ShapeBy::Error && row.value != crate::ops::shape::TOTAL && row.value != crate::ops::shape::OTHER {
+                            a href={ "/console/items?" (list_query(tab, &Filter { class: row.value.clone(), ..Filter::default() }, None)) } { (row.value) }
+                        } @else { (row.value) }
+                    }
+                    td.num { (row.total) }
+                    @for c in &row.counts { td.num { @if *c > 0 { (c) } } }
+                }
+            }
+        }
+    }
+    }
 }
 
 /// The push clients.

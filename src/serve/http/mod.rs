@@ -241,7 +241,7 @@ fn response(a: Answer, retry_after: Duration, close: bool) -> Response<Full<Byte
 }
 
 async fn route(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     req: Request<Incoming>,
     method: &Method,
     path: &str,
