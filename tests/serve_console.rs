@@ -6,6 +6,7 @@
 
 mod cli_common;
 mod serve_common;
+mod tls_pki;
 
 use cli_common::*;
 use serve_common::*;
@@ -154,7 +155,7 @@ fn every_page_answers_on_an_empty_and_a_full_spool_on_every_backend() {
         prepare(env, 30, 4);
         let s = Serve::start(env, &["--console"]);
         let r = get(&a, &s.url("/console/"), &[]);
-        eventually_contains(&s, "/console/live", "\"dead\":\"4\"");
+        eventually_contains(&s, "", "/console/live", "\"dead\":\"4\"");
         assert_eq!(r.status, 200);
         let r = get(&a, &s.url("/console/items?state=dead&error=503"), &[]);
         for id in 1..=4 {
@@ -181,10 +182,10 @@ fn every_page_answers_on_an_empty_and_a_full_spool_on_every_backend() {
 
 /// Poll `path` until its body contains `needle` (the counts are cached
 /// for a second).
-fn eventually_contains(s: &Serve, path: &str, needle: &str) {
+fn eventually_contains(s: &Serve, cookie: &str, path: &str, needle: &str) {
     let start = std::time::Instant::now();
     loop {
-        let r = get(&client(), &s.url(path), &[]);
+        let r = page(s, cookie, path);
         if r.body.contains(needle) {
             return;
         }
@@ -568,4 +569,92 @@ fn the_console_without_tokens_is_refused_off_loopback() {
         .run(&["serve", "--console", "--token-file", bad.to_str().unwrap()])
         .failure();
     assert!(stderr(&a).contains("role=admin"), "{}", stderr(&a));
+}
+
+#[test]
+fn over_tls_the_session_cookie_is_secure() {
+    let env = Env::new("spool.db");
+    let ca = tls_pki::Ca::new("console ca");
+    let cert = ca.server(&["localhost", "127.0.0.1"]);
+    let cert_file = write_file(env.dir.path(), "cert.pem", &cert.pem);
+    let key_file = write_file(env.dir.path(), "key.pem", &cert.key_pem());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ca_file = write_file(env.dir.path(), "ca.pem", &ca.pem);
+    let t = tokens(&env);
+    let s = Serve::start(
+        &env,
+        &[
+            "--console",
+            "--token-file",
+            &t,
+            "--tls-cert",
+            cert_file.to_str().unwrap(),
+            "--tls-key",
+            key_file.to_str().unwrap(),
+        ],
+    );
+    let a = spool::tls::TlsTrust::with_cacert(&ca_file)
+        .load()
+        .unwrap()
+        .ureq_agent(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .max_redirects(0)
+                .build(),
+        );
+    // The origin of a TLS server is https://.
+    let http_origin = s.base.replace("https://", "http://");
+    let form = |origin: &str| {
+        post(
+            &a,
+            &s.url("/console/login"),
+            &[("Origin", origin)],
+            format!("token={ADMIN}").as_bytes(),
+        )
+    };
+    assert_eq!(form(&http_origin).status, 403);
+    let r = form(&s.base);
+    assert_eq!(r.status, 303, "{}", r.body);
+    let set = r.header("set-cookie").unwrap();
+    assert!(
+        set.contains("; Secure") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    s.stop();
+}
+
+#[test]
+fn several_servers_over_one_postgresql_spool_share_sessions() {
+    let Some(env) = pg_env("the console over several PostgreSQL receivers") else {
+        return;
+    };
+    prepare(&env, 5, 3);
+    let t = tokens(&env);
+    let one = Serve::start(&env, &["--console", "--token-file", &t, "-v"]);
+    let two = Serve::start(&env, &["--console", "--token-file", &t, "-v"]);
+    // Logged in on one, acting on the other: no sticky sessions.
+    let alice = login(&one, ADMIN);
+    let r = page(&two, &alice, "/console/items?state=dead");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body.contains("leased"),
+        "PostgreSQL shows leases: {}",
+        r.body
+    );
+    let csrf = csrf_of(&r.body);
+    let r = act(
+        &two,
+        &alice,
+        Some(&two.base),
+        &format!("csrf={csrf}&action=requeue&state=dead&ids=2&confirm=1"),
+    );
+    assert!(r.body.contains("requeued 1 item"), "{}", r.body);
+    // The other server sees it.
+    eventually_contains(&one, &alice, "/console/live", "\"dead\":\"2\"");
+    one.stop();
+    assert!(two
+        .stop()
+        .stderr
+        .contains("console: token alice requeue 1 of 1 item(s): ids 2"));
 }

@@ -92,7 +92,7 @@
 //! ```
 
 pub mod auth;
-pub(crate) mod console;
+pub mod console;
 pub(crate) mod http;
 pub mod lock;
 pub mod metrics;

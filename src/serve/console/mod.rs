@@ -8,7 +8,7 @@
 //! | `GET /console/shape?by=…&state=…` | the shape table ([`crate::ops::shape`]) |
 //! | `GET /console/clients` | the push clients ([`crate::ops::clients`]) |
 //! | `GET /console/live` | the counts and sparklines as JSON, for the page's script |
-//! | `GET`/`POST /console/login`, `POST /console/logout` | the session ([`session`]) |
+//! | `GET`/`POST /console/login`, `POST /console/logout` | the session (a signed cookie) |
 //! | `POST /console/act` | an action: first the confirmation with the count, then the action ([`crate::ops::top::apply`]) |
 //! | `GET /console/assets/…` | the stylesheet and the script, compiled into the binary |
 //!
@@ -24,7 +24,7 @@
 //! **Bounds.** A list reads at most [`SCAN`] entries and shows at most
 //! [`ROWS`]; an action takes at most [`MAX_ACTION`] items, chosen by a
 //! read of at most [`ACTION_SCAN`] entries; the counts and shapes are
-//! cached ([`data`]). Every answer carries a `Content-Security-Policy`
+//! cached. Every answer carries a `Content-Security-Policy`
 //! that allows scripts, styles and connections from this server only.
 
 mod data;
