@@ -723,7 +723,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5,6",
+        "1,2,3,4,5,6,7",
         "every migration applied once"
     );
     assert_eq!(
@@ -1189,7 +1189,7 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 /// A schema at version 1 (as an older spool binary left it): a read-only
 /// open reads it as it is, without the columns of versions 2 and 3
 /// (retention reads as off, no client tells its receiver); the first
-/// writable open migrates it to version 6 and every row stays.
+/// writable open migrates it to version 7 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -1203,13 +1203,15 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migrations 0006, 0005, 0004, 0003 and 0002
-    // changed is undone (version 1 tied rows to their spool with foreign
-    // keys).
+    // Back to version 1: what migrations 0007, 0006, 0005, 0004, 0003 and
+    // 0002 changed is undone (version 1 tied rows to their spool with
+    // foreign keys).
     psql(
         &base,
         &format!(
             "BEGIN; \
+             DROP INDEX {schema}.items_leased; \
+             DELETE FROM {schema}.spool_schema WHERE version = 7; \
              ALTER TABLE {schema}.push_clients DROP COLUMN served_by; \
              DELETE FROM {schema}.spool_schema WHERE version = 6; \
              DROP INDEX {schema}.dead_letters_key; \
@@ -1270,7 +1272,18 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5,6"
+        "1,2,3,4,5,6,7"
+    );
+    // Version 7 finds the leased items by id.
+    assert_eq!(
+        psql(
+            &base,
+            &format!(
+                "SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}' \
+                 AND indexname = 'items_leased'"
+            )
+        ),
+        "1"
     );
     // Version 5 finds dead letters by key.
     assert_eq!(

@@ -404,8 +404,11 @@ impl Leasing for PostgresQueue {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.txn("read the leases of", false, |tx| {
             let rows = tx.query(
+                // `lease_until IS NOT NULL`: the partial index
+                // items_leased (schema version 7) holds only leased rows.
                 "SELECT id, lease_until FROM {s}.items WHERE spool = $1 AND id > $2 \
-                 AND lease_until > COALESCE($3::int8, {now}) ORDER BY id LIMIT $4",
+                 AND lease_until IS NOT NULL AND lease_until > COALESCE($3::int8, {now}) \
+                 ORDER BY id LIMIT $4",
                 &[self.spool(), &id_param(after), &self.now_param(), &limit],
             )?;
             Ok(rows

@@ -20,16 +20,17 @@ use super::url::PgTarget;
 use crate::error::{Error, Result};
 
 /// The schema version this code writes and understands.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     include_str!("migrations/0001_spool.sql"),
     include_str!("migrations/0002_policies.sql"),
     include_str!("migrations/0003_retention.sql"),
     include_str!("migrations/0004_no_row_fk.sql"),
     include_str!("migrations/0005_dead_key.sql"),
     include_str!("migrations/0006_served_by.sql"),
+    include_str!("migrations/0007_leased.sql"),
 ];
 
 /// What the database holds for a schema.
