@@ -53,28 +53,7 @@ fi
 spool="${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}"
 bench_dir console
 
-build() {
-    local path=$1
-    if [ -e "$path" ] || [[ "$path" == postgres* ]]; then
-        if [ "$("$spool" -s "$path" size 2>/dev/null || echo 0)" = "$items" ]; then
-            return
-        fi
-    fi
-    [[ "$path" == postgres* ]] || rm -f "$path" "$path".*
-    local batch=100000 start=0 t0=$SECONDS
-    while [ "$start" -lt "$items" ]; do
-        local n=$(( items - start < batch ? items - start : batch ))
-        python3 -c '
-import sys
-start, n = int(sys.argv[1]), int(sys.argv[2])
-w = sys.stdout.write
-for i in range(start, start + n):
-    w("{\"order\":%d,\"customer\":\"c-%d\",\"total\":%d.50}\n" % (i, i % 997, i % 300))
-' "$start" "$n" | "$spool" -s "$path" enqueue --stdin --lines >/dev/null
-        start=$(( start + n ))
-    done
-    echo "console.sh: built $path ($items items) in $(( SECONDS - t0 )) s" >&2
-}
+build() { build_items "$spool" "$1" "$items" console.sh; }
 
 measure() {
     local path=$1 label=$2

@@ -25,3 +25,30 @@ bench_dir() {
         trap 'rm -rf "$dir"' EXIT
     fi
 }
+
+# build_items SPOOL PATH ITEMS WHO: make PATH a spool of ITEMS pending
+# items (JSON payloads of about 60 bytes, enqueued in batches of 100,000
+# lines, one commit each) with the spool binary SPOOL, unless it holds
+# exactly ITEMS already (then it is reused). PATH may be a PostgreSQL URL.
+build_items() {
+    local spool=$1 path=$2 items=$3 who=$4
+    if [[ "$path" == postgres* ]] || [ -e "$path" ]; then
+        if [ "$("$spool" -s "$path" size 2>/dev/null || echo 0)" = "$items" ]; then
+            return
+        fi
+    fi
+    [[ "$path" == postgres* ]] || rm -f "$path" "$path".*
+    local batch=100000 start=0 t0=$SECONDS
+    while [ "$start" -lt "$items" ]; do
+        local n=$(( items - start < batch ? items - start : batch ))
+        python3 -c '
+import sys
+start, n = int(sys.argv[1]), int(sys.argv[2])
+w = sys.stdout.write
+for i in range(start, start + n):
+    w("{\"order\":%d,\"customer\":\"c-%d\",\"total\":%d.50}\n" % (i, i % 997, i % 300))
+' "$start" "$n" | "$spool" -s "$path" enqueue --stdin --lines >/dev/null
+        start=$(( start + n ))
+    done
+    echo "$who: built $path ($items items) in $(( SECONDS - t0 )) s" >&2
+}

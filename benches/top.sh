@@ -53,27 +53,7 @@ bench_dir top
 
 # A spool of $items items: JSON payloads of about 60 bytes, keys, enqueued
 # in batches of 100,000 lines (one commit each).
-build() {
-    local path=$1
-    if [ -e "$path" ] && [ "$("$spool" -s "$path" size)" = "$items" ]; then
-        return
-    fi
-    rm -f "$path" "$path".*
-    local batch=100000 start=0
-    local t0=$SECONDS
-    while [ "$start" -lt "$items" ]; do
-        local n=$(( items - start < batch ? items - start : batch ))
-        python3 -c '
-import sys
-start, n = int(sys.argv[1]), int(sys.argv[2])
-w = sys.stdout.write
-for i in range(start, start + n):
-    w("{\"order\":%d,\"customer\":\"c-%d\",\"total\":%d.50}\n" % (i, i % 997, i % 300))
-' "$start" "$n" | "$spool" -s "$path" enqueue --stdin --lines >/dev/null
-        start=$(( start + n ))
-    done
-    echo "top.sh: built $path ($items items) in $(( SECONDS - t0 )) s" >&2
-}
+build() { build_items "$spool" "$1" "$items" top.sh; }
 
 measure() {
     local path=$1 label=$2

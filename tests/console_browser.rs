@@ -213,6 +213,26 @@ async fn expect_text(c: &Client, css: &str, want: &str) {
     }
 }
 
+async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Fill the login form with `token` and send it.
+async fn log_in(c: &Client, token: &str) {
+    c.find(Locator::Id("token"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    click(c, "form.login button").await;
+}
+
 async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG"));
@@ -305,18 +325,7 @@ async fn an_operator_logs_in_filters_dead_letters_and_requeues_one() {
     assert_eq!(c.title().await.unwrap(), "Log in · spool");
     // The page came with its 401, which the browser logs.
     let _ = c.issue_cmd(GetLog).await;
-    c.find(Locator::Id("token"))
-        .await
-        .unwrap()
-        .send_keys(ADMIN)
-        .await
-        .unwrap();
-    c.find(Locator::Css("form.login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    log_in(&c, ADMIN).await;
     expect_text(&c, "main h1", "Overview").await;
     expect_text(&c, ".counts [data-live=dead]", "4").await;
     expect_text(&c, ".counts [data-live=pending]", "3").await;
@@ -336,12 +345,7 @@ async fn an_operator_logs_in_filters_dead_letters_and_requeues_one() {
     screenshot(&c, "overview").await;
 
     // The dead letters, filtered by error text.
-    c.find(Locator::Css("nav a[href='/console/items?state=dead']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "nav a[href='/console/items?state=dead']").await;
     c.form(Locator::Css("form.filter"))
         .await
         .unwrap()
@@ -372,19 +376,9 @@ async fn an_operator_logs_in_filters_dead_letters_and_requeues_one() {
     screenshot(&c, "dead").await;
 
     // Requeue the first, through its page and the confirmation.
-    c.find(Locator::Css("table.items tbody tr a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "table.items tbody tr a").await;
     expect_text(&c, "main h1", "Item 1").await;
-    c.find(Locator::Css("button.act.requeue"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "button.act.requeue").await;
     expect_text(&c, "p.question", "Requeue 1 dead letter?").await;
     assert_eq!(
         dead_ids(&env),
@@ -393,12 +387,7 @@ async fn an_operator_logs_in_filters_dead_letters_and_requeues_one() {
     );
     assert_clean(&c, "the confirmation").await;
     screenshot(&c, "confirm").await;
-    c.find(Locator::Id("confirm"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#confirm").await;
     expect_text(&c, "p.result", "requeued 1 item").await;
     assert_eq!(dead_ids(&env), [2, 3, 4], "the CLI sees the requeue");
 
@@ -432,25 +421,9 @@ async fn an_operator_logs_in_filters_dead_letters_and_requeues_one() {
 
     // Log out; a read-only token sees no action.
     c.goto(&s.url("/console/")).await.unwrap();
-    c.find(Locator::Css(".who form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, ".who form button").await;
     expect_text(&c, "main h1", "Log in").await;
-    c.find(Locator::Id("token"))
-        .await
-        .unwrap()
-        .send_keys(READER)
-        .await
-        .unwrap();
-    c.find(Locator::Css("form.login button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    log_in(&c, READER).await;
     expect_text(&c, "main h1", "Overview").await;
     for page in ["/console/items?state=dead&error=503", "/console/items/2"] {
         c.goto(&s.url(page)).await.unwrap();

@@ -296,15 +296,29 @@ impl Console {
         v: &Viewer,
         seen: &mut Seen,
     ) -> Result<Answer, Answer> {
-        self.check_post(shared, req.headers(), v, false)?;
-        let form = read_form(shared, req, seen).await?;
-        self.check_csrf(shared, v, &form)?;
+        self.form(shared, req, v, seen, false).await?;
         let cookie = format!(
             "{}=; Path=/console/; HttpOnly; SameSite=Strict; Max-Age=0{}",
             session::COOKIE,
             if self.tls { "; Secure" } else { "" }
         );
         Ok(redirect("/console/login", Some(cookie)))
+    }
+
+    /// The form of a POST of a session, once its `Origin`, its session,
+    /// (`act`) the token's right to act, and its CSRF token hold.
+    async fn form(
+        &self,
+        shared: &Shared,
+        req: Request<Incoming>,
+        v: &Viewer,
+        seen: &mut Seen,
+        act: bool,
+    ) -> Result<Vec<(String, String)>, Answer> {
+        self.check_post(shared, req.headers(), v, act)?;
+        let form = read_form(shared, req, seen).await?;
+        self.check_csrf(shared, v, &form)?;
+        Ok(form)
     }
 
     /// A POST's `Origin` and session, and (`act`) the token's right to
@@ -484,9 +498,7 @@ impl Console {
         v: &Viewer,
         seen: &mut Seen,
     ) -> Result<Answer, Answer> {
-        self.check_post(shared, req.headers(), v, true)?;
-        let form = read_form(shared, req, seen).await?;
-        self.check_csrf(shared, v, &form)?;
+        let form = self.form(shared, req, v, seen, true).await?;
         let action = match field(&form, "action").unwrap_or("") {
             "hold" => Action::Hold,
             "release" => Action::Release,
