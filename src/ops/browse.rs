@@ -102,25 +102,46 @@ impl Filter {
 
     /// Whether `entry` passes at `now`.
     pub fn matches(&self, entry: &Listed, now: Timestamp) -> bool {
+        self.lowered().passes(entry, now)
+    }
+
+    /// The filter with its contains-needles lowercased once, for a scan
+    /// ([`Filter::passes`]).
+    fn lowered(&self) -> Filter {
+        Filter {
+            text: self.text.to_lowercase(),
+            key: self.key.to_lowercase(),
+            error: self.error.to_lowercase(),
+            ..self.clone()
+        }
+    }
+
+    /// [`Filter::matches`] for a filter made by [`Filter::lowered`].
+    fn passes(&self, entry: &Listed, now: Timestamp) -> bool {
         let item = entry.item();
-        let has = |bytes: &[u8], limit: usize, needle: &str| shown_contains(bytes, limit, needle);
-        let error = || match entry {
-            Listed::Delivered(d) => Some(d.delivery.evidence.describe()),
-            _ => item.last_error.clone(),
-        };
-        if !self.key.is_empty() && !has(item.key.as_bytes(), usize::MAX, &self.key.to_lowercase()) {
+        let has = |bytes: &[u8], needle: &str| shown_contains(bytes, usize::MAX, needle);
+        if !self.key.is_empty() && !has(item.key.as_bytes(), &self.key) {
             return false;
         }
         if !self.group.is_empty()
-            && item.group.as_deref().map(|g| preview::escape(g.as_bytes()))
-                != Some(self.group.clone())
+            && item
+                .group
+                .as_deref()
+                .is_none_or(|g| preview::escape(g.as_bytes()) != self.group)
         {
             return false;
         }
-        if !self.error.is_empty()
-            && !error().is_some_and(|e| has(e.as_bytes(), usize::MAX, &self.error.to_lowercase()))
-        {
-            return false;
+        if !self.error.is_empty() {
+            let found = match entry {
+                Listed::Delivered(d) => has(d.delivery.evidence.describe().as_bytes(), &self.error),
+                _ => item
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| has(e.as_bytes(), &self.error)),
+            };
+            if !found {
+                return false;
+            }
         }
         if !self.class.is_empty()
             && error_class(item.last_error.as_deref(), item.attempts) != self.class
@@ -133,7 +154,7 @@ impl Filter {
                 _ => return false,
             }
         }
-        self.text.is_empty() || matches_text(&self.text.to_lowercase(), entry)
+        self.text.is_empty() || matches_text(&self.text, entry)
     }
 }
 
@@ -181,12 +202,13 @@ pub fn window(
     bounds: Bounds,
     now: Timestamp,
 ) -> Result<Window> {
+    let filter = filter.lowered();
     let want = bounds.rows.max(1);
     let mut rows: Vec<Entry> = Vec::new();
     let mut full = false;
     let mut maker = Rows::new(queue, now, bounds.preview_chars);
     let end = scan(queue, tab, after, bounds.scan, |entry| {
-        if !filter.matches(entry, now) {
+        if !filter.passes(entry, now) {
             return Ok(Visit::Go);
         }
         if rows.len() == want {
@@ -226,10 +248,11 @@ pub fn select(
     scan_max: usize,
     now: Timestamp,
 ) -> Result<(Vec<ItemId>, bool)> {
+    let filter = filter.lowered();
     let mut ids = Vec::new();
     let mut full = false;
     let end = scan(queue, tab, 0, scan_max, |entry| {
-        if filter.matches(entry, now) {
+        if filter.passes(entry, now) {
             if ids.len() == max {
                 full = true;
                 return Ok(Visit::Stop);
