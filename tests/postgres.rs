@@ -723,7 +723,7 @@ fn concurrent_first_use_migrates_once() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5,6,7",
+        "1,2,3,4,5,6,7,8",
         "every migration applied once"
     );
     assert_eq!(
@@ -1189,7 +1189,7 @@ fn concurrent_claimers_keep_one_item_per_group_in_flight() {
 /// A schema at version 1 (as an older spool binary left it): a read-only
 /// open reads it as it is, without the columns of versions 2 and 3
 /// (retention reads as off, no client tells its receiver); the first
-/// writable open migrates it to version 7 and every row stays.
+/// writable open migrates it to version 8 and every row stays.
 #[test]
 fn a_version_1_schema_is_read_and_then_migrated() {
     let Some(url) = new_spool("v1") else {
@@ -1203,13 +1203,15 @@ fn a_version_1_schema_is_read_and_then_migrated() {
     let b = s.enqueue(b"b", "").unwrap().id;
     assert!(s.dead_letter(b, "gone").unwrap());
     drop(s);
-    // Back to version 1: what migrations 0007, 0006, 0005, 0004, 0003 and
-    // 0002 changed is undone (version 1 tied rows to their spool with
+    // Back to version 1: what migrations 0008, 0007, 0006, 0005, 0004,
+    // 0003 and 0002 changed is undone (version 1 tied rows to their spool with
     // foreign keys).
     psql(
         &base,
         &format!(
             "BEGIN; \
+             ALTER TABLE {schema}.items DROP COLUMN key_prefix; \
+             DELETE FROM {schema}.spool_schema WHERE version = 8; \
              DROP INDEX {schema}.items_leased; \
              DELETE FROM {schema}.spool_schema WHERE version = 7; \
              ALTER TABLE {schema}.push_clients DROP COLUMN served_by; \
@@ -1272,7 +1274,15 @@ fn a_version_1_schema_is_read_and_then_migrated() {
                 "SELECT string_agg(version::text, ',' ORDER BY version) FROM {schema}.spool_schema"
             )
         ),
-        "1,2,3,4,5,6,7"
+        "1,2,3,4,5,6,7,8"
+    );
+    // Version 8 stores the key prefix, computed for the rows already there.
+    assert_eq!(
+        psql(
+            &base,
+            &format!("SELECT encode(key_prefix, 'escape') FROM {schema}.items")
+        ),
+        "ka"
     );
     // Version 7 finds the leased items by id.
     assert_eq!(
@@ -1537,6 +1547,79 @@ fn follow_mode_is_woken_by_another_process_s_enqueue() {
         stderr.contains("woken by NOTIFY on spool_enqueue:"),
         "{stderr}"
     );
+}
+
+/// `spool shape` counts an item without an enqueue time (a reference
+/// import) and one enqueued after now as age 0, an item exactly at an
+/// edge in the bucket that edge opens, and agrees with the generic walk.
+#[test]
+fn shape_ages_items_without_or_after_now_as_0() {
+    use spool::ops::shape::{scan_cells, ShapeBy, ShapeCell, ShapeQuery, ShapeState};
+    let Some(url) = new_spool("shape-ages") else {
+        return;
+    };
+    let base = pg_url("postgres::shape-ages").unwrap();
+    let schema = format!("shape_{}", std::process::id());
+    let url = format!("{url}&schema={schema}");
+    let clock = ManualClock::new(T0);
+    let s = open_with(&url, OpenMode::Create, Some(&clock));
+    for (p, k) in [("a", "x:1"), ("b", "x/2"), ("c", "y"), ("d", "")] {
+        s.enqueue(p.as_bytes(), k).unwrap();
+    }
+    drop(s);
+    let ms = T0.as_millis();
+    psql(
+        &base,
+        &format!(
+            "UPDATE {schema}.items SET enqueued_at = CASE id \
+               WHEN 1 THEN NULL WHEN 2 THEN {} WHEN 3 THEN {} ELSE {} END",
+            ms + 3_600_000,
+            ms - 60_000,
+            ms - 86_400_000
+        ),
+    );
+    let counted = |cells: Vec<ShapeCell>| {
+        let mut m = BTreeMap::new();
+        for c in cells {
+            *m.entry((c.value, c.attempted, c.bucket)).or_insert(0u64) += c.count;
+        }
+        m
+    };
+    let check = |s: &Spool| {
+        for by in [
+            ShapeBy::Error,
+            ShapeBy::Group,
+            ShapeBy::Attempts,
+            ShapeBy::KeyPrefix,
+        ] {
+            let q = ShapeQuery {
+                by,
+                state: ShapeState::Pending,
+                now: T0,
+                edges_ms: vec![60_000, 120_000],
+                yield_to_writers: false,
+            };
+            let cells = counted(s.shape_cells(&q).unwrap());
+            assert_eq!(cells, counted(scan_cells(&**s, &q).unwrap()), "{by:?}");
+            let mut buckets = [0u64; 3];
+            for ((_, _, b), n) in &cells {
+                buckets[*b] += n;
+            }
+            assert_eq!(buckets, [2, 1, 1], "{by:?}");
+        }
+    };
+    // Version 8: key prefixes from the stored column.
+    check(&open_with(&url, OpenMode::ReadOnly, Some(&clock)));
+    // Version 7 opened read-only: cut from the key by the query itself.
+    psql(
+        &base,
+        &format!(
+            "BEGIN; ALTER TABLE {schema}.items DROP COLUMN key_prefix; \
+             DELETE FROM {schema}.spool_schema WHERE version = 8; COMMIT"
+        ),
+    );
+    check(&open_with(&url, OpenMode::ReadOnly, Some(&clock)));
+    psql(&base, &format!("DROP SCHEMA {schema} CASCADE"));
 }
 
 /// `init` of a spool name the database already has says so in

@@ -137,6 +137,13 @@ impl<'a> Tx<'a> {
         self.tx.query_one(&st, params).map_err(|e| self.err(e))
     }
 
+    /// [`Tx::query`] for a template built at run time: planned for this
+    /// call only, not kept among the connection's prepared statements.
+    pub fn query_once(&mut self, template: &str, params: Params<'_>) -> Result<Vec<Row>> {
+        let sql = render(template, self.schema_q);
+        self.tx.query(sql.as_str(), params).map_err(|e| self.err(e))
+    }
+
     pub fn execute(&mut self, template: &'static str, params: Params<'_>) -> Result<u64> {
         let st = self.stmt(template)?;
         self.tx.execute(&st, params).map_err(|e| self.err(e))

@@ -107,6 +107,9 @@ pub struct PostgresQueue {
     /// `push_clients` has `served_by` (version 6 or later; false only for
     /// an older schema opened read-only).
     served_by: bool,
+    /// `items` has the generated column `key_prefix` (version 8 or later;
+    /// false only for an older schema opened read-only).
+    key_prefix: bool,
     /// The channel enqueues notify (`LISTEN` once, on first wait).
     listening: Mutex<bool>,
 }
@@ -152,6 +155,7 @@ impl PostgresQueue {
             v1: found == Found::Version(1) && !opts.mode.writable(),
             retention: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 3),
             served_by: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 6),
+            key_prefix: opts.mode.writable() || matches!(found, Found::Version(v) if v >= 8),
             listening: Mutex::new(false),
         };
         match (exists, opts.mode) {
@@ -213,6 +217,7 @@ impl PostgresQueue {
             v1: self.v1,
             retention: self.retention,
             served_by: self.served_by,
+            key_prefix: self.key_prefix,
             listening: Mutex::new(false),
         }
     }

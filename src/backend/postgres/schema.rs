@@ -20,10 +20,10 @@ use super::url::PgTarget;
 use crate::error::{Error, Result};
 
 /// The schema version this code writes and understands.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// The migrations, in order: `MIGRATIONS[i]` brings version `i` to `i + 1`.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     include_str!("migrations/0001_spool.sql"),
     include_str!("migrations/0002_policies.sql"),
     include_str!("migrations/0003_retention.sql"),
@@ -31,6 +31,7 @@ const MIGRATIONS: [&str; 7] = [
     include_str!("migrations/0005_dead_key.sql"),
     include_str!("migrations/0006_served_by.sql"),
     include_str!("migrations/0007_leased.sql"),
+    include_str!("migrations/0008_key_prefix.sql"),
 ];
 
 /// What the database holds for a schema.
