@@ -12,6 +12,12 @@
 #   benches/shape.sh
 #   ITEMS=100000 RUNS=5 benches/shape.sh
 #   SPOOL_BIN=/path/to/spool benches/shape.sh   # measure that binary instead
+#   SPOOL_BENCH_PG_URL='postgresql:///bench?host=/tmp/pg&user=postgres' benches/shape.sh
+#
+# With SPOOL_BENCH_PG_URL the same items are imported into the spool
+# `shape_bench` (or $SPOOL_BENCH_PG_SPOOL) of that database too (reused
+# when it holds exactly that many), vacuumed and analysed as autovacuum
+# would leave them, and measured the same way.
 #
 # Disk: ~200 MB for the two spools and the export, deleted at the end.
 set -euo pipefail
@@ -23,7 +29,9 @@ runs=${RUNS:-11}
 command -v sqlite3 >/dev/null || { echo "shape.sh: needs the sqlite3 CLI" >&2; exit 69; }
 command -v python3 >/dev/null || { echo "shape.sh: needs python3" >&2; exit 69; }
 
-cargo build --release --locked --bin spool >&2
+if [ -z "${SPOOL_BIN:-}" ]; then
+    cargo build --release --locked --bin spool >&2
+fi
 spool=${SPOOL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/spool}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/spool-shape-bench.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
@@ -52,17 +60,34 @@ UPDATE morph_offline_queue SET
 SQL
 "$spool" -q -s "$dir/s.db" export -o "$dir/all.ndjson"
 "$spool" -q -s "$dir/s.ndjson" import "$dir/all.ndjson" >/dev/null
-rm -f "$dir/all.ndjson" "$dir/batch.ndjson"
+rm -f "$dir/batch.ndjson"
+targets=(s.db s.ndjson)
+if [ -n "${SPOOL_BENCH_PG_URL:-}" ]; then
+    sep='?'; [[ "$SPOOL_BENCH_PG_URL" == *\?* ]] && sep='&'
+    pg="${SPOOL_BENCH_PG_URL}${sep}spool=${SPOOL_BENCH_PG_SPOOL:-shape_bench}"
+    have=$("$spool" -s "$pg" size 2>/dev/null || echo 0)
+    if [ "$have" = 0 ]; then
+        "$spool" -q -s "$pg" import "$dir/all.ndjson" >/dev/null
+    elif [ "$have" != "$items" ]; then
+        echo "shape.sh: $pg holds $have items, not $items: name another spool (SPOOL_BENCH_PG_SPOOL)" >&2
+        exit 65
+    fi
+    # What autovacuum would have done by now: statistics and a visibility map.
+    "$spool" -q -s "$pg" compact >/dev/null
+    targets+=("$pg")
+fi
+rm -f "$dir/all.ndjson"
 # Open each once, so that the NDJSON index exists before timing.
 "$spool" -s "$dir/s.ndjson" stats >/dev/null
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "| backend | command | median | max |"
 echo "|---|---|---|---|"
-for db in s.db s.ndjson; do
+for db in "${targets[@]}"; do
+    [[ "$db" == postgres* ]] || db="$dir/$db"
     for args in "shape" "shape --by key-prefix" "shape --by attempts"; do
         # shellcheck disable=SC2086
-        python3 - "$runs" "$spool" -s "$dir/$db" $args <<'PY'
+        python3 - "$runs" "$spool" -s "$db" $args <<'PY'
 import statistics, subprocess, sys, time
 runs, argv = int(sys.argv[1]), sys.argv[2:]
 times = []
@@ -70,7 +95,8 @@ for _ in range(runs):
     t = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     times.append((time.perf_counter() - t) * 1000)
-backend = "SQLite" if argv[2].endswith(".db") else "NDJSON"
+backend = ("PostgreSQL" if argv[2].startswith("postgres")
+           else "SQLite" if argv[2].endswith(".db") else "NDJSON")
 cmd = " ".join(["spool"] + argv[3:])
 print(f"| {backend} | `{cmd}` | {statistics.median(times):.0f} ms | {max(times):.0f} ms |")
 PY
