@@ -4072,7 +4072,8 @@ fn shape_of(
         top,
         yield_to_writers: false,
     };
-    // The backend's aggregate and the generic walk count the same cells.
+    // The backend's aggregate and the generic walk count the same cells
+    // (`attempted` only by error: the other dimensions do not read it).
     let q = ShapeQuery {
         by,
         state,
@@ -4083,7 +4084,8 @@ fn shape_of(
     let merged = |cells: Vec<spool::ops::shape::ShapeCell>| {
         let mut m = BTreeMap::new();
         for c in cells {
-            *m.entry((c.value, c.attempted, c.bucket)).or_insert(0u64) += c.count;
+            let attempted = by == spool::ops::shape::ShapeBy::Error && c.attempted;
+            *m.entry((c.value, attempted, c.bucket)).or_insert(0u64) += c.count;
         }
         m
     };

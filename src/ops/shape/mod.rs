@@ -233,7 +233,8 @@ pub struct ShapeCell {
     pub value: Option<String>,
     /// Whether the items have failed attempts (`attempts > 0`); only
     /// [`ShapeBy::Error`] uses it (to tell "never attempted" apart).
-    /// Backends may split a value's count over both.
+    /// Backends may split a value's count over both, and for the other
+    /// dimensions may leave it `false`.
     pub attempted: bool,
     /// The age bucket, `0..=edges_ms.len()`.
     pub bucket: usize,
