@@ -216,7 +216,7 @@ pub(crate) async fn on_writer<T: Send + 'static>(
 }
 
 fn unreadable() -> Answer {
-    Answer::error(503, "the spool cannot be read; see the server's log")
+    Answer::error(503, "the spool cannot be read; see the server's log").retry()
 }
 
 /// A library call's error as an answer: what the operator did wrong

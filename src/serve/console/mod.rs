@@ -161,9 +161,8 @@ impl Console {
                 let message = e.note.clone().unwrap_or_default();
                 let counts = self.counts(shared).await;
                 let ctx = counts.as_ref().ok().map(|c| self.ctx(shared, &viewer, c));
-                let mut a = html(e.status, pages::error(ctx.as_ref(), e.status, &message));
-                a.note = e.note;
-                a
+                let page = pages::error(ctx.as_ref(), e.status, &message);
+                error_page(e, page)
             }
         }
     }
@@ -256,12 +255,8 @@ impl Console {
         }
         if !self.same_origin(req.headers()) {
             let e = forbidden_origin();
-            let mut a = html(
-                403,
-                pages::error(None, 403, e.note.as_deref().unwrap_or("")),
-            );
-            a.note = e.note;
-            return a;
+            let page = pages::error(None, 403, e.note.as_deref().unwrap_or(""));
+            return error_page(e, page);
         }
         let form = match read_form(shared, req, seen).await {
             Ok(f) => f,
@@ -660,6 +655,18 @@ fn html(status: u16, page: Markup) -> Answer {
     a
 }
 
+/// The error answer `e` rendered as `page`: its status, its note for the
+/// access log and its `Retry-After` kept.
+fn error_page(e: Answer, page: Markup) -> Answer {
+    let mut a = html(e.status, page);
+    let retry = e.retries();
+    a.note = e.note;
+    if retry {
+        a = a.retry();
+    }
+    a
+}
+
 fn asset(body: &'static str, content_type: &'static str) -> Answer {
     let mut a = Answer::json(200, body.as_bytes().to_vec());
     a.content_type = content_type;
@@ -690,4 +697,21 @@ fn short(s: &str) -> String {
 /// Now, in Unix seconds, for session expiry.
 fn unix_now() -> u64 {
     u64::try_from(Timestamp::now().as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_page_keeps_the_status_the_note_and_retry_after() {
+        let e = Answer::error(503, "busy").retry();
+        let a = error_page(e, pages::error(None, 503, "busy"));
+        assert_eq!(a.status, 503);
+        assert!(a.retries());
+        assert_eq!(a.note.as_deref(), Some("busy"));
+        assert_eq!(a.content_type, "text/html; charset=utf-8");
+        let a = error_page(Answer::error(400, "bad"), pages::error(None, 400, "bad"));
+        assert!(!a.retries());
+    }
 }

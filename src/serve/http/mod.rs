@@ -128,6 +128,11 @@ impl Answer {
         self.retry_after = true;
         self
     }
+
+    /// Whether the answer carries `Retry-After`.
+    pub(crate) fn retries(&self) -> bool {
+        self.retry_after
+    }
 }
 
 /// What a request revealed, for the access log.
