@@ -31,7 +31,10 @@ OUT=target/sim
 mkdir -p "$OUT"
 : >"$OUT/failures.log"
 cargo test --locked --test sim --no-run 2>&1 | tail -1
+# The test target's artifact (the spool binary, built for the CLI tests,
+# is listed too, in no fixed order).
 BIN=$(cargo test --locked --test sim --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["test"\]' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -x "$BIN" ] || { echo "sim.sh: could not find the simulator binary" >&2; exit 1; }
 
