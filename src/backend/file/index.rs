@@ -61,24 +61,24 @@ use std::time::Duration;
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items;
-/// version 4 the write mark (`<index>-dirty`) and the journal of small
+/// version 4 the write mark (see [`mark_path`]) and the journal of small
 /// writes kept in memory; version 5 the `late` flag of retained records
 /// (records delivered in id order have no entry in a time index) and
 /// `state.prune_after`; version 6 the index of pending items by ordering
 /// group (`pending_group`), which the due rule reads; version 7 the index
 /// of dead letters by key (`dead_key`), which an import's dedup reads;
 /// version 8 the last error of pending items, which `spool shape --by
-/// error` groups by; version 9 no write mark (every write of a writer
-/// journals to a file, see the `journal` module).
+/// error` groups by.
 mod apply;
 mod batch;
 mod journal;
 mod keep;
 mod query;
 pub(crate) use apply::Lost;
-pub(crate) use journal::{journal_hot, journal_path, legacy_mark_path};
+use journal::mark_clear;
+pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 9;
+pub(crate) const INDEX_VERSION: i64 = 8;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -377,12 +377,21 @@ pub(crate) struct Index {
     pub read_only: bool,
     /// SQLite refuses writes on this connection altogether.
     pub no_writes: bool,
+    /// The shared index's write mark (see [`mark_path`]), open for
+    /// writing on a writer's connection; `None` for a private index.
+    mark: Option<File>,
     /// The running transaction changed the index (see
     /// [`Index::will_write`]).
     changed: Cell<bool>,
+    /// This connection set the write mark (for a commit).
+    marked: Cell<bool>,
     /// The running transaction recorded this boot in `state` (see
     /// [`Index::set_file_row`]).
     boot_written: Cell<bool>,
+    /// A writer's connection keeps its rollback journal in a file (for
+    /// the transaction about to begin; see [`Index::use_file_journal`]),
+    /// not in memory.
+    file_journal: Cell<bool>,
 }
 
 impl std::fmt::Debug for Index {
@@ -575,10 +584,38 @@ impl Index {
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        // A writer journals to a file (see the `journal` module); a
-        // reader keeps its journal in memory and never spills a page to
-        // the file, so that what it applies stays in memory.
-        let want = if writer { "persist" } else { "memory" };
+        // Both start with the rollback journal in memory and no cache
+        // spill (no page reaches the file before the commit); a writer
+        // chooses per transaction (see `Index::use_file_journal`).
+        let want = "memory";
+        let mark = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writer)
+            .open(mark_path(path));
+        let mark = match mark {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Unusable::Invalid("it has no write mark".into()))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be opened: {e}"
+                )))
+            }
+        };
+        match mark_clear(&mark) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Unusable::Invalid(
+                    "a write to it was interrupted (its write mark is set)".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be read: {e}"
+                )))
+            }
+        }
         let got: String = conn
             .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
             .map_err(bad)?;
@@ -588,8 +625,7 @@ impl Index {
             )));
         }
         conn.execute_batch(if writer {
-            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; \
-             PRAGMA journal_size_limit = 1048576"
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; PRAGMA cache_spill = OFF"
         } else {
             "PRAGMA cache_spill = OFF"
         })
@@ -602,8 +638,11 @@ impl Index {
             seen: Stamp::of(path),
             read_only: !writer,
             no_writes,
+            mark: Some(mark),
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         })
     }
 
@@ -630,8 +669,11 @@ impl Index {
             seen: None,
             read_only: false,
             no_writes: false,
+            mark: None,
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         }
     }
 

@@ -17,6 +17,7 @@ impl FileQueue {
             if self.open_index(inner, true).is_some() {
                 return Ok(false);
             }
+            inner.index()?.use_file_journal(true)?;
             inner.index()?.begin(true)?;
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
@@ -87,25 +88,20 @@ impl FileQueue {
 
     /// Put a built index file in place of the shared index.
     pub(super) fn install_index(&self, tmp: &Path) -> Result<()> {
-        // A hot journal of the old index must not be played back into the
-        // new one. (One whose header is zeroed is never played back: the
-        // new index's connections go on writing to it.)
-        if index::journal_hot(&self.index_path) {
-            let journal = index::journal_path(&self.index_path);
-            match std::fs::remove_file(&journal) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&journal, "remove", e)),
-            }
+        // A journal of the old index must not be played back into the new
+        // one.
+        let journal = index::journal_path(&self.index_path);
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&journal, "remove", e)),
         }
         std::fs::rename(tmp, &self.index_path)
             .map_err(|e| Error::io(&self.index_path, "replace", e))?;
-        let mark = index::legacy_mark_path(&self.index_path);
-        match std::fs::remove_file(&mark) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(&mark, "remove", e)),
-        }
+        // Only now: the file in place holds a committed state. (Killed
+        // before this, a set mark makes the next writer build it again.)
+        index::clear_mark(&self.index_path)
+            .map_err(|e| Error::io(index::mark_path(&self.index_path), "write", e))
     }
 
     /// [`FileQueue::catch_up`] of every file, companions first.
@@ -125,6 +121,7 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         exclusive: bool,
+        bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
@@ -136,7 +133,7 @@ impl FileQueue {
         self.settle_moves(inner, exclusive)?;
         let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 let private = !inner.index()?.is_shared();
                 inner.index()?.rollback()?;
@@ -148,7 +145,7 @@ impl FileQueue {
                     inner.index = None;
                     unusable = self.open_index(inner, exclusive);
                     if unusable.is_none() {
-                        inner.index()?.begin(exclusive)?;
+                        Self::begin_call(inner, exclusive, bulk)?;
                         if let Err(why) = self.check_index(inner)? {
                             inner.index()?.rollback()?;
                             unusable = Some(why);
@@ -166,7 +163,7 @@ impl FileQueue {
             } else {
                 self.build_private(inner)?;
             }
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 return Err(Error::Internal(format!(
                     "the index just built for {} does not match it: {why}",
@@ -186,6 +183,11 @@ impl FileQueue {
                 ix.rollback()?;
                 self.build_private(inner)?;
                 inner.index()?.begin(false)?;
+            } else if exclusive && pending_tail > SMALL_TAIL_MAX && !ix.file_journal() {
+                // A long tail to take in: its journal goes to a file (see
+                // `Index::use_file_journal`). Nothing was written yet.
+                ix.rollback()?;
+                Self::begin_call(inner, exclusive, true)?;
             }
         }
         self.catch_up_all(inner)?;
@@ -203,16 +205,26 @@ impl FileQueue {
         Ok(true)
     }
 
+    /// Begin the call's index transaction: a writer's with its journal in
+    /// a file for a `bulk` change, in memory otherwise (see
+    /// [`index::Index::use_file_journal`]).
+    fn begin_call(inner: &Inner, exclusive: bool, bulk: bool) -> Result<()> {
+        let ix = inner.index()?;
+        if exclusive {
+            ix.use_file_journal(bulk)?;
+        }
+        ix.begin(exclusive)
+    }
+
     /// Keep or open the shared index; `Some(reason)` when there is no
     /// usable one (a private index of a read-only handle is kept).
     pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
         let journal = index::journal_path(&self.index_path);
         // A journal while we hold the lock is one a writer left when it
-        // crashed in the middle of a write (see the index's `journal`
-        // module): only a
+        // crashed in a bulk write (see `Index::use_file_journal`): only a
         // writer may roll it back (SQLite does so when it opens the
         // index).
-        let hot = index::journal_hot(&self.index_path);
+        let hot = journal.exists();
         if let Some(ix) = &inner.index {
             if !ix.is_shared() {
                 return None;
@@ -222,6 +234,7 @@ impl FileQueue {
             if ix.seen.is_some()
                 && index::Stamp::of(&self.index_path) == ix.seen
                 && !(hot && !(self.writable && exclusive))
+                && ix.mark_is_clear()
             {
                 return None;
             }
