@@ -102,6 +102,12 @@ fi
 cargo build --release --locked >&2
 cargo build --release --locked --example http_sink >&2
 cargo build --release --locked --bin spool --example http_sink >&2
+# A build leaves the load average high for a while: wait (at most four
+# minutes) for the 1-minute figure to fall below 1 before measuring.
+for _ in $(seq 48); do
+    awk '{ exit !($1 < 1) }' /proc/loadavg && break
+    sleep 5
+done
 new="${CARGO_TARGET_DIR:-$root/target}/release/spool"
 new=$(cd "$(dirname "$new")" && pwd)/$(basename "$new")
 tags="new"

@@ -254,6 +254,48 @@ fn reading_needs_a_token_and_a_session_is_a_signed_cookie() {
         !set.contains(READER),
         "the token is never in the cookie: {set}"
     );
+    // The login goes back to the page that asked for it: a console page,
+    // never another site, nor an answer that is not a page.
+    let r = get(&client(), &s.url("/console/items?state=dead&q=a"), &[]);
+    assert!(
+        r.body
+            .contains("name=\"next\" value=\"/console/items?state=dead&amp;q=a\""),
+        "{}",
+        r.body
+    );
+    let r = get(
+        &client(),
+        &s.url("/console/login?next=%2Fconsole%2Fshape"),
+        &[],
+    );
+    assert!(r.body.contains("name=\"next\" value=\"/console/shape\""));
+    for (next, to) in [
+        (
+            "%2Fconsole%2Fitems%3Fstate%3Ddead%26q%3Da",
+            "/console/items?state=dead&q=a",
+        ),
+        ("https%3A%2F%2Fevil.example%2F", "/console/"),
+        ("%2F%2Fevil.example%2Fconsole%2F", "/console/"),
+        ("%2Fconsole%2Flive", "/console/"),
+        ("%2Fconsole%2Fitems%0D%0ASet-Cookie%3A%20x%3D1", "/console/"),
+    ] {
+        let r = post(
+            &client(),
+            &s.url("/console/login"),
+            &form,
+            format!("token={READER}&next={next}").as_bytes(),
+        );
+        assert_eq!((r.status, r.header("location")), (303, Some(to)), "{next}");
+    }
+    // A wrong token keeps where to go back to.
+    let r = post(
+        &client(),
+        &s.url("/console/login"),
+        &form,
+        b"token=wrong-token-0123456789&next=%2Fconsole%2Fclients",
+    );
+    assert_eq!(r.status, 401);
+    assert!(r.body.contains("name=\"next\" value=\"/console/clients\""));
     let cookie = login(&s, READER);
     let r = page(&s, &cookie, "/console/");
     assert_eq!(r.status, 200);

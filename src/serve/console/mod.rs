@@ -142,7 +142,11 @@ impl Console {
                 return Answer::error(401, "log in at /console/login");
             }
             None => {
-                let mut a = html(401, pages::login(None));
+                // Back to this page after the login.
+                let back = format!("{path}?{}", req.uri().query().unwrap_or(""));
+                let back = back.strip_suffix('?').unwrap_or(&back);
+                let next = next_page(back).filter(|_| get);
+                let mut a = html(401, pages::login(None, next));
                 a.note = Some("no valid session".into());
                 return a;
             }
@@ -251,7 +255,11 @@ impl Console {
             return redirect("/console/", None);
         };
         if !post {
-            return html(200, pages::login(None));
+            let query = req.uri().query().unwrap_or("");
+            let next = form_urlencoded::parse(query.as_bytes())
+                .find(|(k, _)| k == "next")
+                .map(|(_, v)| v.into_owned());
+            return html(200, pages::login(None, next.as_deref().and_then(next_page)));
         }
         if !self.same_origin(req.headers()) {
             let e = forbidden_origin();
@@ -263,10 +271,11 @@ impl Console {
             Err(a) => return a,
         };
         let presented = field(&form, "token").unwrap_or("");
+        let next = field(&form, "next").and_then(next_page);
         let Some(g) = tokens.authenticate(presented.trim().as_bytes()) else {
             let mut a = html(
                 401,
-                pages::login(Some("That token is not in the token file.")),
+                pages::login(Some("That token is not in the token file."), next),
             );
             a.note = Some("invalid token on the login form".into());
             return a;
@@ -279,7 +288,7 @@ impl Console {
             session::LIFETIME.as_secs(),
             if self.tls { "; Secure" } else { "" }
         );
-        redirect("/console/", Some(cookie))
+        redirect(next.unwrap_or("/console/"), Some(cookie))
     }
 
     /// `POST /console/logout`: clear the cookie (the session itself is
@@ -673,7 +682,27 @@ fn asset(body: &'static str, content_type: &'static str) -> Answer {
     a
 }
 
-fn redirect(to: &'static str, cookie: Option<String>) -> Answer {
+/// `to` when it is a console page a login may go back to: a path (and
+/// query) under `/console/` of visible ASCII, at most 2 KiB, other than
+/// the login, logout, action and live answers. Anything else (another
+/// site, a header's line break) is refused, and the login goes to the
+/// overview.
+fn next_page(to: &str) -> Option<&str> {
+    let ok = to.starts_with("/console/")
+        && to.len() <= 2048
+        && to.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+        && ![
+            "/console/login",
+            "/console/logout",
+            "/console/act",
+            "/console/live",
+        ]
+        .iter()
+        .any(|p| to.starts_with(p));
+    ok.then_some(to)
+}
+
+fn redirect(to: &str, cookie: Option<String>) -> Answer {
     let mut a = Answer::json(303, Vec::new());
     a.content_type = "text/plain; charset=utf-8";
     a.headers.push(("location", to.to_string()));
@@ -702,6 +731,37 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_login_goes_back_only_to_a_console_page() {
+        for ok in [
+            "/console/",
+            "/console/items?state=dead&q=a%20b",
+            "/console/items/7",
+        ] {
+            assert_eq!(next_page(ok), Some(ok));
+        }
+        let long = format!("/console/items?q={}", "a".repeat(2048));
+        for bad in [
+            "",
+            "/",
+            "/console",
+            "//evil.example/console/",
+            "https://evil.example/console/",
+            "/consolex/",
+            "/console/login",
+            "/console/logout",
+            "/console/act",
+            "/console/live",
+            "/console/items?q=a b",
+            "/console/items\r\nSet-Cookie: x=1",
+            "/console/\\evil.example",
+            "/console/é",
+            long.as_str(),
+        ] {
+            assert_eq!(next_page(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn an_error_page_keeps_the_status_the_note_and_retry_after() {

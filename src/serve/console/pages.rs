@@ -168,8 +168,8 @@ fn title_case(s: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The login form.
-pub(crate) fn login(error: Option<&str>) -> Markup {
+/// The login form; `next`, the page to go back to after it.
+pub(crate) fn login(error: Option<&str>, next: Option<&str>) -> Markup {
     page(
         None,
         "Log in",
@@ -181,6 +181,7 @@ pub(crate) fn login(error: Option<&str>) -> Markup {
             form.login method="post" action="/console/login" {
                 label for="token" { "Token" }
                 input #token type="password" name="token" autocomplete="off" required autofocus;
+                @if let Some(n) = next { input type="hidden" name="next" value=(n); }
                 button type="submit" { "Log in" }
             }
         },
