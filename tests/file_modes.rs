@@ -97,7 +97,8 @@ fn spool_files(env: &Env) -> Vec<PathBuf> {
             env.side(".dead"),
             env.side(".meta"),
             env.side(".idx"),
-            env.side(".idx-dirty"),
+            env.side(".idx-wal"),
+            env.side(".idx-shm"),
         ]);
     } else {
         v.extend([env.side("-wal"), env.side("-shm")]);

@@ -23,7 +23,10 @@
 //!
 //! What it does not model: the durability of directory entries (a file
 //! created and never followed by a directory sync survives; a deleted
-//! file stays deleted; there are no renames through SQLite), sectors
+//! file stays deleted; there are no renames through SQLite, and a file
+//! that something else removed or renamed over keeps what it holds: the
+//! undo log of the file that was there is dropped, as it is keyed by
+//! path and inode), sectors
 //! written with garbage (a sector is either its old or its new content),
 //! and writes through the shared-memory file (`-shm`), which SQLite
 //! rebuilds from the WAL after a crash anyway. The state of a file when it
@@ -42,6 +45,7 @@ use rusqlite::ffi;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::ptr;
@@ -153,8 +157,13 @@ impl Watch {
         st.fail_at = None;
         if let Crash::PowerLoss { seed } = kind {
             let mut rng = SplitMix64(seed);
-            for (path, changes) in files {
-                lose_unsynced(&path, &changes, &mut rng);
+            for ((path, ino), changes) in files {
+                // A file removed or replaced outside SQLite since: the
+                // changes were made to a file that is gone.
+                let now = std::fs::metadata(&path).map(|m| m.ino()).ok();
+                if now == Some(ino) {
+                    lose_unsynced(&path, &changes, &mut rng);
+                }
             }
         }
     }
@@ -267,8 +276,9 @@ struct State {
     ops: u64,
     fail_at: Option<u64>,
     tripped: bool,
-    /// Per file, the changes since its last sync, oldest first.
-    unsynced: BTreeMap<PathBuf, Vec<Change>>,
+    /// Per file (path and inode), the changes since its last sync,
+    /// oldest first.
+    unsynced: BTreeMap<(PathBuf, u64), Vec<Change>>,
 }
 
 impl State {
@@ -337,6 +347,8 @@ fn real_vfs() -> *mut ffi::sqlite3_vfs {
 struct CrashFile {
     base: ffi::sqlite3_file,
     path: *mut PathBuf,
+    /// The file's inode when it was opened.
+    ino: u64,
 }
 
 unsafe fn inner(file: *mut ffi::sqlite3_file) -> *mut ffi::sqlite3_file {
@@ -345,6 +357,14 @@ unsafe fn inner(file: *mut ffi::sqlite3_file) -> *mut ffi::sqlite3_file {
 
 unsafe fn file_path<'a>(file: *mut ffi::sqlite3_file) -> &'a Path {
     &*(*(file as *mut CrashFile)).path
+}
+
+/// The key of `file`'s undo log: its path and inode.
+unsafe fn file_key(file: *mut ffi::sqlite3_file) -> (PathBuf, u64) {
+    (
+        file_path(file).to_path_buf(),
+        (*(file as *mut CrashFile)).ino,
+    )
 }
 
 /// Run `f`, turning a panic into `SQLITE_IOERR`: no unwinding into C.
@@ -390,6 +410,7 @@ unsafe extern "C" fn x_open(
         return rc;
     }
     let version = (*(*real_file).pMethods).iVersion.clamp(1, 3);
+    (*(file as *mut CrashFile)).ino = std::fs::metadata(&path).map(|m| m.ino()).unwrap_or(0);
     (*(file as *mut CrashFile)).path = Box::into_raw(Box::new(path));
     (*file).pMethods = &METHODS[(version - 1) as usize];
     rc
@@ -416,7 +437,7 @@ unsafe extern "C" fn x_delete(
         trace(&st, "delete", &path, format_args!(""));
         let rc = delete(real, name, sync_dir);
         st.ops += 1;
-        st.unsynced.remove(&path);
+        st.unsynced.retain(|(p, _), _| *p != path);
         rc
     })
 }
@@ -703,7 +724,7 @@ unsafe extern "C" fn f_write(
         if rc == ffi::SQLITE_OK {
             let data = std::slice::from_raw_parts(buf as *const u8, len as usize).to_vec();
             st.unsynced
-                .entry(path.to_path_buf())
+                .entry(file_key(file))
                 .or_default()
                 .push(Change::Write {
                     offset: off,
@@ -740,7 +761,7 @@ unsafe extern "C" fn f_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3
                     let tail =
                         tail[..(old_len.saturating_sub(len) as usize).min(tail.len())].to_vec();
                     st.unsynced
-                        .entry(path.to_path_buf())
+                        .entry(file_key(file))
                         .or_default()
                         .push(Change::Truncate { len, old_len, tail });
                 }
@@ -767,7 +788,7 @@ unsafe extern "C" fn f_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
         let rc = forward!(file, xSync, ffi::SQLITE_IOERR_FSYNC, flags);
         st.ops += 1;
         if rc == ffi::SQLITE_OK {
-            st.unsynced.remove(path);
+            st.unsynced.remove(&file_key(file));
         }
         rc
     })
