@@ -15,6 +15,16 @@ fn idx(p: &Path) -> PathBuf {
     PathBuf::from(format!("{}.idx", p.display()))
 }
 
+/// The index's write mark.
+fn mark(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.idx-dirty", p.display()))
+}
+
+/// A rollback journal of the index, in a file.
+fn journal(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.idx-journal", p.display()))
+}
+
 fn ids(env: &Env) -> Vec<u64> {
     env.drain()
         .iter()
@@ -188,65 +198,78 @@ fn compact_cuts_an_unfinished_move() {
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
 }
 
-/// A write killed just before it commits to the index: readers see the
-/// files' state and leave the index and its log alone, `verify` agrees
-/// (the index is only behind), and the next write takes the tail in
-/// without a rebuild.
+/// A small write (`done` of one item: its index journal kept in memory)
+/// killed while it writes the index (its write mark set, the commit not
+/// done): readers do without the index and leave it alone, `verify`
+/// warns, and the next write rebuilds it.
 #[test]
-fn killed_before_its_index_commit() {
-    if !debug_build_or_skip("killing a write before it commits to the index") {
+fn killed_while_writing_the_index_with_its_journal_in_memory() {
+    if !debug_build_or_skip("killing a write while it writes the index") {
         return;
     }
     let env = Env::new("spool.ndjson");
     env.enqueue("a");
     env.enqueue("b");
     env.enqueue("c");
+    let mark = mark(&env.path);
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
     killed_at(&env, "index-commit:1", &["done", "2"]);
+    assert_eq!(std::fs::read(&mark).unwrap(), b"1");
+    assert!(
+        !journal(&env.path).exists(),
+        "a small write journals in memory"
+    );
     reads_leave_the_index_alone(&env, &[1, 3]);
+    assert_eq!(std::fs::read(&mark).unwrap(), b"1");
     let v = env.run(&["verify"]).success();
-    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
+    assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
     let e = env.run(&["enqueue", "--", "d"]).success();
     assert_eq!(parse_id(&e.get_output().stdout), 4);
-    assert!(!stderr(&e).contains("rebuilt"), "{}", stderr(&e));
+    assert!(stderr(&e).contains("rebuilt the index"), "{}", stderr(&e));
+    assert!(stderr(&e).contains("interrupted"), "{}", stderr(&e));
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
+    let v = env.run(&["verify"]).success();
+    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
     assert_eq!(ids(&env), vec![1, 3, 4]);
 }
 
-/// A writer killed while SQLite appends its transaction to the index's
-/// log (emulated: killed after a first commit that stays in the log, the
-/// last byte of that commit cut off): SQLite drops the torn transaction
-/// when the index is next opened, readers leave the index and the log
-/// alone, and the index, behind the files, is caught up without a
-/// rebuild.
+/// A bulk write (a batch enqueue: its index journal in a file) killed
+/// while it writes the index: the journal is left (the mark stays
+/// clear), readers do without the index, and the next writer plays the
+/// journal back and goes on with the index as it was, without a rebuild.
 #[test]
-fn a_torn_index_log_drops_its_last_transaction() {
-    if !debug_build_or_skip("killing a write after its first index commit") {
+fn killed_while_writing_the_index_with_its_journal_in_a_file() {
+    if !debug_build_or_skip("killing a write while it writes the index") {
         return;
     }
     let env = Env::new("spool.ndjson");
     env.enqueue("a");
-    env.enqueue("b");
-    env.enqueue("c");
-    killed_at(&env, "index-commit:2", &["replay", "--exec", "true"]);
-    let log = env.side(".idx-wal");
-    let len = std::fs::metadata(&log).unwrap().len();
-    assert!(len > 0, "the first delivery's commit is in the log");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&log)
-        .unwrap()
-        .set_len(len - 1)
+    let mark = mark(&env.path);
+    let out = env
+        .cmd()
+        .args(["enqueue", "--lines"])
+        .env("SPOOL_DEBUG_KILL_AT", "index-commit:1")
+        .write_stdin("b\nc\nd\n")
+        .output()
         .unwrap();
-    let torn = std::fs::read(&log).unwrap();
-    reads_leave_the_index_alone(&env, &[3]);
-    assert_eq!(std::fs::read(&log).unwrap(), torn, "a reader wrote the log");
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
+    assert!(journal(&env.path).exists(), "a batch journals to a file");
+    assert_eq!(
+        std::fs::read(&mark).unwrap(),
+        b"0",
+        "a write journaled to a file needs no mark"
+    );
+    reads_leave_the_index_alone(&env, &[1, 2, 3, 4]);
     let v = env.run(&["verify"]).success();
-    assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
-    let e = env.run(&["enqueue", "--", "d"]).success();
-    assert_eq!(parse_id(&e.get_output().stdout), 4);
+    assert!(stdout(&v).contains("interrupted"), "{}", stdout(&v));
+    let e = env.run(&["enqueue", "--", "e"]).success();
+    assert_eq!(parse_id(&e.get_output().stdout), 5);
     assert!(!stderr(&e).contains("rebuilt"), "{}", stderr(&e));
+    assert_eq!(std::fs::read(&mark).unwrap(), b"0");
+    assert!(!journal(&env.path).exists());
     let v = env.run(&["verify"]).success();
     assert!(stdout(&v).contains("agrees"), "{}", stdout(&v));
-    assert_eq!(ids(&env), vec![3, 4]);
+    assert_eq!(ids(&env), vec![1, 2, 3, 4, 5]);
 }
 
 #[test]

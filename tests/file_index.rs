@@ -148,18 +148,9 @@ fn assert_reads(p: &Path, want: &[u64]) {
     );
 }
 
-/// A file beside the index: `<spool>.idx<suffix>`.
-fn beside_idx(p: &Path, suffix: &str) -> PathBuf {
-    PathBuf::from(format!("{}{suffix}", idx(p).display()))
-}
-
-/// The index's journal mode, as recorded in the file.
-fn journal_mode(p: &Path) -> String {
-    let c =
-        rusqlite::Connection::open_with_flags(idx(p), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    c.query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap()
+/// The index's write mark (`<spool>.idx-dirty`).
+fn mark(p: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-dirty", idx(p).display()))
 }
 
 /// The index file's bytes: a reader must leave them alone.
@@ -196,10 +187,7 @@ fn damaged_index_is_rebuilt(verify_damage: bool, damage: impl FnOnce(&Path)) {
     let mut want = want;
     want.push(51);
     assert_reads(&p, &want);
-    assert_eq!(journal_mode(&p), "wal");
-    for leftover in ["-journal", "-dirty"] {
-        assert!(!beside_idx(&p, leftover).exists(), "{leftover} is left");
-    }
+    assert_eq!(std::fs::read(mark(&p)).unwrap(), b"0");
 }
 
 #[test]
@@ -243,56 +231,41 @@ fn an_index_written_before_a_restart_is_rebuilt() {
     });
 }
 
-/// An index of version 8 with the write mark it kept beside it: rebuilt,
-/// and the mark removed.
+/// A writer killed while SQLite wrote the index's pages (its journal is
+/// kept in memory): rows that lie, and the write mark it set before its
+/// first change. Readers do without the index, the next writer rebuilds it.
 #[test]
-fn an_index_of_version_8_and_its_write_mark_are_replaced() {
-    damaged_index_is_rebuilt(true, |p| {
+fn an_index_whose_write_mark_is_set_is_not_used() {
+    damaged_index_is_rebuilt(false, |p| {
         let c = rusqlite::Connection::open(idx(p)).unwrap();
-        c.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA user_version = 8")
-            .unwrap();
-        std::fs::write(beside_idx(p, "-dirty"), b"0").unwrap();
+        c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
+        std::fs::write(mark(p), b"1").unwrap();
     });
 }
 
-/// The log of a replaced index is never played back into the new one:
-/// an index rebuilt while the old one's log held committed rows that lie
-/// (the item 7 gone) reads every item.
 #[test]
-fn the_log_of_a_replaced_index_is_not_played_into_the_new_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = spool_of(dir.path(), 20);
-    let q = open(&p, OpenMode::ReadWrite);
-    // A connection that stays open keeps its commit in the log.
-    let c = rusqlite::Connection::open(idx(&p)).unwrap();
-    c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
-    assert!(std::fs::metadata(beside_idx(&p, "-wal")).unwrap().len() > 0);
-    q.rebuild_index().unwrap();
-    // Closed, the test's connection would checkpoint and remove the log
-    // by its name, which is the new index's now; spool's own connections
-    // never do (see the index's `journal` module).
-    std::mem::forget(c);
-    drop(q);
-    assert_reads(&p, &(1..=20).collect::<Vec<_>>());
+fn an_index_without_its_write_mark_is_rebuilt() {
+    damaged_index_is_rebuilt(true, |p| {
+        let c = rusqlite::Connection::open(idx(p)).unwrap();
+        c.execute_batch("DELETE FROM pending WHERE id = 7").unwrap();
+        std::fs::remove_file(mark(p)).unwrap();
+    });
 }
 
-/// A writer keeps the index in write-ahead-log mode: no rollback journal
-/// is made, and the log and its shared memory stay when it closes (a
-/// reader without write permission in the directory needs both).
+/// A writer keeps the index's rollback journal in memory: no journal file
+/// is made, and the mark is clear after every call.
 #[test]
-fn a_writer_keeps_the_index_log_and_makes_no_journal() {
+fn a_writer_leaves_no_journal_file_and_a_clear_mark() {
     let dir = tempfile::tempdir().unwrap();
     let p = spool_of(dir.path(), 5);
     let q = open(&p, OpenMode::ReadWrite);
+    let journal = PathBuf::from(format!("{}-journal", idx(&p).display()));
     for i in 0..5 {
         q.enqueue(format!("more {i}").as_bytes(), "").unwrap();
         q.mark_done(&[i + 1]).unwrap();
-        assert!(!beside_idx(&p, "-journal").exists());
-        assert_eq!(journal_mode(&p), "wal");
+        assert!(!journal.exists());
+        assert_eq!(std::fs::read(mark(&p)).unwrap(), b"0");
     }
-    drop(q);
-    assert!(beside_idx(&p, "-wal").exists());
-    assert!(beside_idx(&p, "-shm").exists());
 }
 
 #[test]

@@ -196,8 +196,8 @@ fn an_index_rebuilt_from_the_files_finds_the_same_candidates() {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 9);
-    // Version 8 and later keep the last error of pending items (`shape --by
+    assert_eq!(version, 8);
+    // Version 8 keeps the last error of pending items (`shape --by
     // error`).
     let columns: Vec<String> = conn
         .prepare("SELECT name FROM pragma_table_info('pending')")

@@ -458,28 +458,12 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
             Ok(())
         }
         Op::SaveIndex => {
-            // The index file with its write-ahead log: together they are
-            // the index.
-            d.saved_index = Some(std::fs::read(index_path(d)).ok().map(|ix| {
-                let log = std::fs::read(index_log_path(d)).unwrap_or_default();
-                (ix, log)
-            }));
+            d.saved_index = Some(std::fs::read(index_path(d)).ok());
             Ok(())
         }
         Op::RestoreIndex => {
             match d.saved_index.clone() {
-                Some(Some((ix, log))) => {
-                    // Put back as a restore from a backup would: new
-                    // files, the shared memory of the current ones gone.
-                    let tmp = index_path(d).with_extension("restore");
-                    std::fs::write(&tmp, log).unwrap();
-                    std::fs::rename(&tmp, index_log_path(d)).unwrap();
-                    std::fs::write(&tmp, ix).unwrap();
-                    std::fs::rename(&tmp, index_path(d)).unwrap();
-                    let mut shm = index_path(d).into_os_string();
-                    shm.push("-shm");
-                    let _ = std::fs::remove_file(shm);
-                }
+                Some(Some(bytes)) => std::fs::write(index_path(d), bytes).unwrap(),
                 Some(None) => {
                     let _ = std::fs::remove_file(index_path(d));
                 }
@@ -535,13 +519,6 @@ fn apply(op: &Op, d: &mut Durable, model: &MemoryQueue) -> std::result::Result<(
 
 fn index_path(d: &Durable) -> std::path::PathBuf {
     spool::backend::companion(&d.h.path, "idx")
-}
-
-/// The index's write-ahead log (`<spool>.idx-wal`).
-fn index_log_path(d: &Durable) -> std::path::PathBuf {
-    let mut p = index_path(d).into_os_string();
-    p.push("-wal");
-    p.into()
 }
 
 /// Append a line as a reference writer would: no lock, no index.
@@ -612,9 +589,7 @@ struct Durable {
     second: Option<Spool>,
     use_second: bool,
     /// A copy of the NDJSON index (`Some(None)`: there was none).
-    /// A copy of the index file and its log (`None` inside: there was
-    /// no index).
-    saved_index: Option<Option<(Vec<u8>, Vec<u8>)>>,
+    saved_index: Option<Option<Vec<u8>>>,
 }
 
 impl Durable {

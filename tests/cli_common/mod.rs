@@ -112,16 +112,9 @@ impl Env {
 
     /// Every file in the directory with its bytes (to prove nothing
     /// changed).
-    /// SQLite's shared-memory files (`-shm`, of an SQLite spool or of an
-    /// NDJSON spool's index) are left out: any reader writes them by
-    /// design.
     pub fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
         let mut v: Vec<_> = std::fs::read_dir(self.dir.path())
             .unwrap()
-            .filter(|e| {
-                !e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with("-shm"))
-            })
             .map(|e| {
                 let p = e.unwrap().path();
                 let b = std::fs::read(&p).unwrap_or_default();

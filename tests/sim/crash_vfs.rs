@@ -23,10 +23,7 @@
 //!
 //! What it does not model: the durability of directory entries (a file
 //! created and never followed by a directory sync survives; a deleted
-//! file stays deleted; there are no renames through SQLite, and a file
-//! that something else removed or renamed over keeps what it holds: the
-//! undo log of the file that was there is dropped, as it is keyed by
-//! path and inode), sectors
+//! file stays deleted; there are no renames through SQLite), sectors
 //! written with garbage (a sector is either its old or its new content),
 //! and writes through the shared-memory file (`-shm`), which SQLite
 //! rebuilds from the WAL after a crash anyway. The state of a file when it
@@ -45,7 +42,6 @@ use rusqlite::ffi;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::ptr;
@@ -157,13 +153,8 @@ impl Watch {
         st.fail_at = None;
         if let Crash::PowerLoss { seed } = kind {
             let mut rng = SplitMix64(seed);
-            for ((path, ino), changes) in files {
-                // A file removed or replaced outside SQLite since: the
-                // changes were made to a file that is gone.
-                let now = std::fs::metadata(&path).map(|m| m.ino()).ok();
-                if now == Some(ino) {
-                    lose_unsynced(&path, &changes, &mut rng);
-                }
+            for (path, changes) in files {
+                lose_unsynced(&path, &changes, &mut rng);
             }
         }
     }
@@ -276,9 +267,8 @@ struct State {
     ops: u64,
     fail_at: Option<u64>,
     tripped: bool,
-    /// Per file (path and inode), the changes since its last sync,
-    /// oldest first.
-    unsynced: BTreeMap<(PathBuf, u64), Vec<Change>>,
+    /// Per file, the changes since its last sync, oldest first.
+    unsynced: BTreeMap<PathBuf, Vec<Change>>,
 }
 
 impl State {
@@ -347,8 +337,6 @@ fn real_vfs() -> *mut ffi::sqlite3_vfs {
 struct CrashFile {
     base: ffi::sqlite3_file,
     path: *mut PathBuf,
-    /// The file's inode when it was opened.
-    ino: u64,
 }
 
 unsafe fn inner(file: *mut ffi::sqlite3_file) -> *mut ffi::sqlite3_file {
@@ -357,14 +345,6 @@ unsafe fn inner(file: *mut ffi::sqlite3_file) -> *mut ffi::sqlite3_file {
 
 unsafe fn file_path<'a>(file: *mut ffi::sqlite3_file) -> &'a Path {
     &*(*(file as *mut CrashFile)).path
-}
-
-/// The key of `file`'s undo log: its path and inode.
-unsafe fn file_key(file: *mut ffi::sqlite3_file) -> (PathBuf, u64) {
-    (
-        file_path(file).to_path_buf(),
-        (*(file as *mut CrashFile)).ino,
-    )
 }
 
 /// Run `f`, turning a panic into `SQLITE_IOERR`: no unwinding into C.
@@ -410,7 +390,6 @@ unsafe extern "C" fn x_open(
         return rc;
     }
     let version = (*(*real_file).pMethods).iVersion.clamp(1, 3);
-    (*(file as *mut CrashFile)).ino = std::fs::metadata(&path).map(|m| m.ino()).unwrap_or(0);
     (*(file as *mut CrashFile)).path = Box::into_raw(Box::new(path));
     (*file).pMethods = &METHODS[(version - 1) as usize];
     rc
@@ -437,7 +416,7 @@ unsafe extern "C" fn x_delete(
         trace(&st, "delete", &path, format_args!(""));
         let rc = delete(real, name, sync_dir);
         st.ops += 1;
-        st.unsynced.retain(|(p, _), _| *p != path);
+        st.unsynced.remove(&path);
         rc
     })
 }
@@ -724,7 +703,7 @@ unsafe extern "C" fn f_write(
         if rc == ffi::SQLITE_OK {
             let data = std::slice::from_raw_parts(buf as *const u8, len as usize).to_vec();
             st.unsynced
-                .entry(file_key(file))
+                .entry(path.to_path_buf())
                 .or_default()
                 .push(Change::Write {
                     offset: off,
@@ -761,7 +740,7 @@ unsafe extern "C" fn f_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3
                     let tail =
                         tail[..(old_len.saturating_sub(len) as usize).min(tail.len())].to_vec();
                     st.unsynced
-                        .entry(file_key(file))
+                        .entry(path.to_path_buf())
                         .or_default()
                         .push(Change::Truncate { len, old_len, tail });
                 }
@@ -788,7 +767,7 @@ unsafe extern "C" fn f_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
         let rc = forward!(file, xSync, ffi::SQLITE_IOERR_FSYNC, flags);
         st.ops += 1;
         if rc == ffi::SQLITE_OK {
-            st.unsynced.remove(&file_key(file));
+            st.unsynced.remove(path);
         }
         rc
     })

@@ -137,9 +137,7 @@ pub struct World {
     recv: Receiver,
     /// Ids acknowledged as delivered (or done): never pending again.
     delivered: BTreeSet<ItemId>,
-    /// A copy of the NDJSON index file and its write-ahead log (`None`
-    /// inside: there was no index).
-    saved_index: Option<Option<(Vec<u8>, Vec<u8>)>>,
+    saved_index: Option<Option<Vec<u8>>>,
     /// Whether the last answer of the spool under test was `Ok`.
     durable_ok: Cell<Option<bool>>,
     /// PostgreSQL: a second connection, which kills the spool's.
@@ -548,19 +546,11 @@ impl World {
     /// notes the boot it was last written in (`boot_id`) and is rebuilt
     /// in another one; the simulator cannot change the boot, so it
     /// changes the index's note.
-    /// An index too damaged to take the note (the power loss tore its
-    /// log or its pages) is removed: in another boot, the first command
-    /// would find it unreadable or of another boot, and rebuild it.
     fn reboot(&self) {
-        let noted = rusqlite::Connection::open(self.index_path()).and_then(|c| {
-            c.execute("UPDATE state SET boot = 'a boot before the power loss'", [])?;
-            c.close().map_err(|(_, e)| e)
-        });
-        if noted.is_err() {
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(self.index_side(suffix));
-            }
-        }
+        let Ok(c) = rusqlite::Connection::open(self.index_path()) else {
+            return;
+        };
+        let _ = c.execute("UPDATE state SET boot = 'a boot before the power loss'", []);
     }
 
     fn reopen(&mut self) -> Check {
@@ -786,29 +776,13 @@ impl World {
                 Ok(())
             }
             Op::SaveIndex => {
-                let log = self.index_side("-wal");
-                self.saved_index = Some(
-                    std::fs::read(self.index_path())
-                        .ok()
-                        .map(|ix| (ix, std::fs::read(log).unwrap_or_default())),
-                );
+                self.saved_index = Some(std::fs::read(self.index_path()).ok());
                 Ok(())
             }
             Op::RestoreIndex => {
                 match self.saved_index.clone() {
-                    Some(Some((ix, log))) => {
-                        // As a restore from a backup: new files, the
-                        // shared memory of the current ones gone.
-                        let tmp = self.index_side(".restore");
-                        let put = |bytes: &[u8], to: PathBuf| {
-                            std::fs::write(&tmp, bytes)
-                                .and_then(|()| std::fs::rename(&tmp, to))
-                                .map_err(|e| format!("restore the index: {e}"))
-                        };
-                        put(&log, self.index_side("-wal"))?;
-                        put(&ix, self.index_path())?;
-                        let _ = std::fs::remove_file(self.index_side("-shm"));
-                    }
+                    Some(Some(bytes)) => std::fs::write(self.index_path(), bytes)
+                        .map_err(|e| format!("restore the index: {e}"))?,
                     Some(None) => {
                         let _ = std::fs::remove_file(self.index_path());
                     }
@@ -903,13 +877,6 @@ impl World {
 
     fn index_path(&self) -> PathBuf {
         spool::backend::companion(&self.path, "idx")
-    }
-
-    /// A file beside the index: `<spool>.idx<suffix>`.
-    fn index_side(&self, suffix: &str) -> PathBuf {
-        let mut p = self.index_path().into_os_string();
-        p.push(suffix);
-        p.into()
     }
 
     /// Append a line as a reference writer would: no lock, no index;

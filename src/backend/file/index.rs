@@ -61,24 +61,24 @@ use std::time::Duration;
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items;
-/// version 4 a write mark (`<index>-dirty`) and the journal of small
+/// version 4 the write mark (see [`mark_path`]) and the journal of small
 /// writes kept in memory; version 5 the `late` flag of retained records
 /// (records delivered in id order have no entry in a time index) and
 /// `state.prune_after`; version 6 the index of pending items by ordering
 /// group (`pending_group`), which the due rule reads; version 7 the index
 /// of dead letters by key (`dead_key`), which an import's dedup reads;
 /// version 8 the last error of pending items, which `spool shape --by
-/// error` groups by; version 9 the write-ahead log in place of the write
-/// mark and the rollback journal (see the `journal` module).
+/// error` groups by.
 mod apply;
 mod batch;
 mod journal;
 mod keep;
 mod query;
 pub(crate) use apply::Lost;
-pub(crate) use journal::side_paths;
+use journal::mark_clear;
+pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 9;
+pub(crate) const INDEX_VERSION: i64 = 8;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -370,17 +370,28 @@ pub(crate) struct Index {
     /// Identity of the shared index file when it was opened; `None` for a
     /// private index.
     shared: Option<(u64, u64)>,
+    /// The shared index file as this connection last left it.
+    pub seen: Option<Stamp>,
     /// This connection may not commit (a read-only handle on the shared
     /// index): whatever it applies is rolled back.
     pub read_only: bool,
     /// SQLite refuses writes on this connection altogether.
     pub no_writes: bool,
+    /// The shared index's write mark (see [`mark_path`]), open for
+    /// writing on a writer's connection; `None` for a private index.
+    mark: Option<File>,
     /// The running transaction changed the index (see
     /// [`Index::will_write`]).
     changed: Cell<bool>,
+    /// This connection set the write mark (for a commit).
+    marked: Cell<bool>,
     /// The running transaction recorded this boot in `state` (see
     /// [`Index::set_file_row`]).
     boot_written: Cell<bool>,
+    /// A writer's connection keeps its rollback journal in a file (for
+    /// the transaction about to begin; see [`Index::use_file_journal`]),
+    /// not in memory.
+    file_journal: Cell<bool>,
 }
 
 impl std::fmt::Debug for Index {
@@ -433,8 +444,11 @@ pub(crate) fn fingerprint(io: &dyn FileIo, file: &File, upto: u64) -> std::io::R
     Ok(h.finalize().to_vec())
 }
 
-/// What `stat` says of a spool file: identity, size, times (see
-/// [`Known`]).
+/// What `stat` says of the index file: identity, size, times. When it
+/// changes between two calls of a process, another process wrote the
+/// index — or something outside SQLite rewrote it in place, which a
+/// connection's page cache must not outlive: the connection is opened
+/// afresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp {
     dev: u64,
@@ -445,6 +459,10 @@ pub(crate) struct Stamp {
 }
 
 impl Stamp {
+    pub fn of(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path).ok().map(|m| Stamp::of_metadata(&m))
+    }
+
     fn of_metadata(m: &std::fs::Metadata) -> Stamp {
         Stamp {
             dev: m.dev(),
@@ -511,11 +529,11 @@ impl Index {
     }
 
     /// Open the shared index at `path`. A writer's connection commits
-    /// (write-ahead log, `synchronous=OFF`: the index is derived and
-    /// checked before use; see the `journal` module); a reader's (`writer`
-    /// false) never does: it never spills a page, so that whatever it
-    /// applies to catch up stays in memory and is rolled back, and never
-    /// checkpoints.
+    /// (rollback journal, `synchronous=OFF`: the index is derived and
+    /// checked before use); a reader's (`writer` false) never does: it
+    /// keeps its journal in memory and never spills a page to the file,
+    /// so that whatever it applies to catch up stays in memory and is
+    /// rolled back.
     pub fn open_shared(
         path: &Path,
         writer: bool,
@@ -558,20 +576,73 @@ impl Index {
                 "it has index version {version}; this version of spool reads version {INDEX_VERSION}"
             )));
         }
-        if writer {
-            journal::use_log(&conn).map_err(Unusable::Invalid)?;
-        } else {
-            journal::read_only_setup(&conn, no_writes).map_err(Unusable::Invalid)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .map_err(bad)?;
+        if mode.eq_ignore_ascii_case("wal") {
+            return Err(Unusable::Invalid(
+                "it is in WAL mode, which spool never uses".into(),
+            ));
         }
+        // Both start with the rollback journal in memory and no cache
+        // spill (no page reaches the file before the commit); a writer
+        // chooses per transaction (see `Index::use_file_journal`).
+        let want = "memory";
+        let mark = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writer)
+            .open(mark_path(path));
+        let mark = match mark {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Unusable::Invalid("it has no write mark".into()))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be opened: {e}"
+                )))
+            }
+        };
+        match mark_clear(&mark) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Unusable::Invalid(
+                    "a write to it was interrupted (its write mark is set)".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be read: {e}"
+                )))
+            }
+        }
+        let got: String = conn
+            .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
+            .map_err(bad)?;
+        if !got.eq_ignore_ascii_case(want) {
+            return Err(Unusable::Invalid(format!(
+                "its journal mode cannot be set to {want} (got {got})"
+            )));
+        }
+        conn.execute_batch(if writer {
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; PRAGMA cache_spill = OFF"
+        } else {
+            "PRAGMA cache_spill = OFF"
+        })
+        .map_err(bad)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Index {
             conn,
             path: path.to_path_buf(),
             shared: Some((m.dev(), m.ino())),
+            seen: Stamp::of(path),
             read_only: !writer,
             no_writes,
+            mark: Some(mark),
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         })
     }
 
@@ -595,10 +666,14 @@ impl Index {
             conn,
             path,
             shared: None,
+            seen: None,
             read_only: false,
             no_writes: false,
+            mark: None,
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         }
     }
 
@@ -661,15 +736,6 @@ impl Index {
         self.conn
             .close()
             .map_err(|(_, e)| Error::sqlite(&path, "close index", e))
-    }
-
-    /// Whether this connection's shared index file is still the one at
-    /// `path` (not replaced by a rebuild or a compaction since it was
-    /// opened). Writes of other processes need no check: SQLite sees them
-    /// in the log.
-    pub fn still_at(&self, path: &Path) -> bool {
-        let now = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-        self.shared.is_some() && now == self.shared
     }
 
     /// True for the shared `<spool>.idx` (false for a private index).

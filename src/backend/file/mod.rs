@@ -33,11 +33,9 @@
 //! update) by reading only that tail. An index that does not match is
 //! rebuilt from the files by the next writer; a reader never writes it:
 //! it takes in a short tail inside a transaction that it rolls back, and
-//! anything more (a missing, damaged or foreign index, a long tail) makes
-//! it build a private index in a temporary file for the life of the
-//! handle. The index keeps a write-ahead log (see `index::journal`): a
-//! writer killed in the middle of its index commit leaves the index as it
-//! was before that commit, only behind.
+//! anything more (a missing, damaged or foreign index, a long tail, the
+//! journal of a writer that crashed) makes it build a private index in a
+//! temporary file for the life of the handle.
 //!
 //! # Guarantees
 //!
@@ -124,6 +122,16 @@ const COMPACT_COPY_RUN: u64 = 64 << 10;
 /// private index.
 const READER_CATCH_UP_MAX: u64 = 4 << 20;
 
+/// The most items an [`Access::Small`] call changes. A changed item
+/// changes a few index pages (its row, its secondary index entries, a
+/// retained record's two): the in-memory journal of such a call holds at
+/// most a few MiB.
+const SMALL_ROWS: usize = 256;
+
+/// The longest tail (bytes) that an [`Access::Small`] call takes in with
+/// its journal in memory (a few hundred lines at the most); a longer one
+/// journals to a file.
+const SMALL_TAIL_MAX: u64 = 8 << 10;
 /// Adjacent lines closer than this are read with one `pread`.
 const READ_GAP: u64 = 4096;
 /// ... up to this many bytes at a time.
@@ -225,6 +233,22 @@ enum Access {
     Write,
     /// Writes, then compacts when garbage dominates.
     Mutate,
+    /// [`Access::Mutate`] that changes at most [`SMALL_ROWS`] items: the
+    /// index keeps the call's rollback journal in memory (see
+    /// [`index::Index::use_file_journal`]); every other write journals to
+    /// a file.
+    Small,
+}
+
+impl Access {
+    /// [`Access::Small`] for a change of `n` items, [`Access::Mutate`]
+    /// for more.
+    fn for_items(n: usize) -> Access {
+        match n <= SMALL_ROWS {
+            true => Access::Small,
+            false => Access::Mutate,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -481,10 +505,9 @@ impl FileQueue {
             self.delivered_path.clone(),
             self.meta_path.clone(),
             self.index_path.clone(),
+            index::journal_path(&self.index_path),
+            index::mark_path(&self.index_path),
         ]
-        .into_iter()
-        .chain(index::side_paths(&self.index_path))
-        .collect()
     }
 
     /// Messages about damage found and repaired (torn tails, an index
@@ -568,9 +591,12 @@ impl FileQueue {
         let mut guard = self.lock_inner();
         let inner = &mut *guard;
         let mut exclusive = access != Access::Read;
+        // Upkeep of a reader (catching the shared index up) is small too,
+        // unless its tail is long (see `prepare`).
+        let bulk = matches!(access, Access::Write | Access::Mutate);
         loop {
             self.acquire(inner, exclusive)?;
-            match self.prepare(inner, exclusive, meta) {
+            match self.prepare(inner, exclusive, bulk, meta) {
                 Ok(true) => break,
                 Ok(false) => {
                     // Upkeep of the shared index needs the write lock.
@@ -589,7 +615,7 @@ impl FileQueue {
         let r = f(self, inner);
         let r = self.finish(inner, r);
         let due = std::mem::take(&mut inner.compact_due);
-        if access == Access::Mutate && r.is_ok() && due {
+        if matches!(access, Access::Mutate | Access::Small) && r.is_ok() && due {
             self.auto_compact(inner);
         }
         self.release(inner);
@@ -603,6 +629,16 @@ impl FileQueue {
     /// failure of the index loses nothing: the lines are committed in the
     /// file, and the index, rolled back, catches up next time.
     fn finish<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
+        let r = self.end_transaction(inner, r);
+        if let Some(ix) = &mut inner.index {
+            if ix.is_shared() {
+                ix.seen = index::Stamp::of(&self.index_path);
+            }
+        }
+        r
+    }
+
+    fn end_transaction<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
         let appended = std::mem::take(&mut inner.appended);
         if !appended || r.is_err() {
             inner.own_rows = None;

@@ -14,17 +14,16 @@ impl FileQueue {
         let notices = inner.notices.len();
         let r = (|| -> Result<bool> {
             self.track_companions(inner)?;
-            if self.open_index(inner).is_some() {
+            if self.open_index(inner, true).is_some() {
                 return Ok(false);
             }
+            inner.index()?.use_file_journal(true)?;
             inner.index()?.begin(true)?;
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
             }
             self.catch_up_all(inner)?;
             inner.index()?.commit()?;
-            // The carry copies the index file: it must hold everything.
-            inner.index()?.checkpoint()?;
             Ok(true)
         })();
         // The compaction reports torn tails itself.
@@ -47,9 +46,8 @@ impl FileQueue {
     ) -> Result<()> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
-        // A byte copy (the index is committed and checkpointed, and nobody
-        // else may touch it while the spool is locked); it keeps the index
-        // file's mode.
+        // A byte copy (the index is committed, and nobody else may touch
+        // it while the spool is locked); it keeps the index file's mode.
         std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::carry_from(&tmp, layout).and_then(|ix| {
             for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
@@ -88,27 +86,22 @@ impl FileQueue {
         self.install_index(&tmp)
     }
 
-    /// Put a built index file in place of the shared index (with the
-    /// spool locked exclusively, this process's connection to the old
-    /// one closed).
-    ///
-    /// The old index goes first, then its log: the log of the old index
-    /// must never be played back into the new one, and the old index
-    /// must never be used without its log (its file alone may miss
-    /// committed transactions, or hold half a checkpoint). Killed in
-    /// between, the next call finds no index and builds one.
+    /// Put a built index file in place of the shared index.
     pub(super) fn install_index(&self, tmp: &Path) -> Result<()> {
-        let remove = |p: &Path| match std::fs::remove_file(p) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(p, "remove", e)),
-        };
-        remove(&self.index_path)?;
-        for p in index::side_paths(&self.index_path) {
-            remove(&p)?;
+        // A journal of the old index must not be played back into the new
+        // one.
+        let journal = index::journal_path(&self.index_path);
+        match std::fs::remove_file(&journal) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&journal, "remove", e)),
         }
         std::fs::rename(tmp, &self.index_path)
-            .map_err(|e| Error::io(&self.index_path, "replace", e))
+            .map_err(|e| Error::io(&self.index_path, "replace", e))?;
+        // Only now: the file in place holds a committed state. (Killed
+        // before this, a set mark makes the next writer build it again.)
+        index::clear_mark(&self.index_path)
+            .map_err(|e| Error::io(index::mark_path(&self.index_path), "write", e))
     }
 
     /// [`FileQueue::catch_up`] of every file, companions first.
@@ -128,6 +121,7 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         exclusive: bool,
+        bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
@@ -137,9 +131,9 @@ impl FileQueue {
         }
         self.track_companions(inner)?;
         self.settle_moves(inner, exclusive)?;
-        let mut unusable = self.open_index(inner);
+        let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 let private = !inner.index()?.is_shared();
                 inner.index()?.rollback()?;
@@ -149,9 +143,9 @@ impl FileQueue {
                     // process compacted them): the shared index may
                     // describe them now.
                     inner.index = None;
-                    unusable = self.open_index(inner);
+                    unusable = self.open_index(inner, exclusive);
                     if unusable.is_none() {
-                        inner.index()?.begin(exclusive)?;
+                        Self::begin_call(inner, exclusive, bulk)?;
                         if let Err(why) = self.check_index(inner)? {
                             inner.index()?.rollback()?;
                             unusable = Some(why);
@@ -169,7 +163,7 @@ impl FileQueue {
             } else {
                 self.build_private(inner)?;
             }
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 return Err(Error::Internal(format!(
                     "the index just built for {} does not match it: {why}",
@@ -189,6 +183,11 @@ impl FileQueue {
                 ix.rollback()?;
                 self.build_private(inner)?;
                 inner.index()?.begin(false)?;
+            } else if exclusive && pending_tail > SMALL_TAIL_MAX && !ix.file_journal() {
+                // A long tail to take in: its journal goes to a file (see
+                // `Index::use_file_journal`). Nothing was written yet.
+                ix.rollback()?;
+                Self::begin_call(inner, exclusive, true)?;
             }
         }
         self.catch_up_all(inner)?;
@@ -206,20 +205,57 @@ impl FileQueue {
         Ok(true)
     }
 
+    /// Begin the call's index transaction: a writer's with its journal in
+    /// a file for a `bulk` change, in memory otherwise (see
+    /// [`index::Index::use_file_journal`]).
+    fn begin_call(inner: &Inner, exclusive: bool, bulk: bool) -> Result<()> {
+        let ix = inner.index()?;
+        if exclusive {
+            ix.use_file_journal(bulk)?;
+        }
+        ix.begin(exclusive)
+    }
+
     /// Keep or open the shared index; `Some(reason)` when there is no
     /// usable one (a private index of a read-only handle is kept).
-    pub(super) fn open_index(&self, inner: &mut Inner) -> Option<String> {
+    pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
+        let journal = index::journal_path(&self.index_path);
+        // A journal while we hold the lock is one a writer left when it
+        // crashed in a bulk write (see `Index::use_file_journal`): only a
+        // writer may roll it back (SQLite does so when it opens the
+        // index).
+        let hot = journal.exists();
         if let Some(ix) = &inner.index {
-            // Kept while it is the index file in place (see
-            // `Index::still_at`).
-            if !ix.is_shared() || ix.still_at(&self.index_path) {
+            if !ix.is_shared() {
+                return None;
+            }
+            // Kept only while nobody else wrote the file since this call's
+            // last use of it (see `index::Stamp`).
+            if ix.seen.is_some()
+                && index::Stamp::of(&self.index_path) == ix.seen
+                && !(hot && !(self.writable && exclusive))
+                && ix.mark_is_clear()
+            {
                 return None;
             }
             inner.index = None;
         }
+        if hot && !(self.writable && exclusive) {
+            return Some("a write to it was interrupted (its journal is left)".into());
+        }
         match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
+                if hot {
+                    // SQLite played a hot journal back as it opened the
+                    // index; what is left is none (an empty or finished
+                    // one), which no write of ours removes now.
+                    if let Err(e) = std::fs::remove_file(&journal) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            return Some(format!("its journal cannot be removed: {e}"));
+                        }
+                    }
+                }
                 None
             }
             Err(Unusable::Missing) => Some(String::new()),

@@ -477,6 +477,24 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
             repairable: true,
         });
     };
+    if std::fs::read(super::index::mark_path(&idx)).is_ok_and(|m| m != b"0") {
+        report.push(
+            Severity::Warning,
+            &idx,
+            None,
+            "a write to the index was interrupted (its write mark is set): readers do without it until the next write rebuilds it",
+        );
+        return Ok(());
+    }
+    if super::index::journal_path(&idx).exists() {
+        report.push(
+            Severity::Warning,
+            &idx,
+            None,
+            "a write to the index was interrupted (its journal is left): readers do without it until the next write rolls it back",
+        );
+        return Ok(());
+    }
     let ix = match Index::open_shared(&idx, false, std::time::Duration::from_secs(10)) {
         Ok(ix) => ix,
         Err(Unusable::Missing) => {

@@ -84,8 +84,8 @@ SQLite spool:  <spool>, <spool>-wal, <spool>-shm
 NDJSON spool:  <spool> (pending items), <spool>.dead (dead letters),
                <spool>.delivered (delivered items kept by `retain`),
                <spool>.meta (settings and identity), <spool>.idx (an index
-               derived from them), <spool>.idx-wal and <spool>.idx-shm
-               (the index's write-ahead log)
+               derived from them), <spool>.idx-dirty (the index's write mark),
+               <spool>.idx-journal (while the index is written)
 Any spool:     <spool>.replay.lock (replay, watch), <spool>.serve.lock (serve)
 
 Every file spool creates, outputs written with -o and the watch metrics

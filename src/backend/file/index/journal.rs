@@ -1,103 +1,58 @@
-//! How the index's writes are journaled: SQLite's write-ahead log
-//! (`<index>-wal`, with its shared-memory index `<index>-shm`), kept in
-//! place between processes.
-//!
-//! A transaction appends the pages it changes to the log and commits with
-//! a frame that says so; the index file itself is written only when the
-//! log is checkpointed (by the writer that closes the index last, or when
-//! the log grows past SQLite's threshold). A writer killed at any point
-//! leaves either its whole transaction in the log or none of it: SQLite
-//! checks every frame's checksum when it next opens the index, and drops
-//! an unfinished transaction. So a killed writer costs nothing: the index
-//! is at most behind the files and is caught up from their tails. Nothing
-//! is synced (`synchronous=OFF`): a power loss may lose what the log held,
-//! which is why an index last written in another boot is rebuilt (see
-//! [`super::Index::check`]).
+//! How the index's writes are journaled: SQLite's rollback journal in a
+//! file for bulk writes, in memory for small ones, and the write mark that
+//! tells a small write killed in the middle of its commit (see
+//! [`mark_path`]).
 
 use super::Index;
 use crate::error::{Error, Result};
-use rusqlite::Connection;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// A file beside the index at `index`: `<index><suffix>`.
-fn beside(index: &Path, suffix: &str) -> PathBuf {
+/// SQLite's rollback journal of the index at `index`: `<index>-journal`.
+pub(crate) fn journal_path(index: &Path) -> PathBuf {
     let mut s = index.as_os_str().to_owned();
-    s.push(suffix);
+    s.push("-journal");
     PathBuf::from(s)
 }
 
-/// The files that belong to the index at `index` besides the index file
-/// itself: its write-ahead log and shared-memory index, and what index
-/// version 8 and older left (a rollback journal, the write mark).
-pub(crate) fn side_paths(index: &Path) -> [PathBuf; 4] {
-    ["-wal", "-shm", "-journal", "-dirty"].map(|s| beside(index, s))
+/// The write mark of the index at `index`: `<index>-dirty`, one byte,
+/// `0` while the index file holds a committed state and `1` while a
+/// writer commits a change whose rollback journal is in memory.
+///
+/// A writer's connection keeps the rollback journal of a small write in
+/// memory (see [`Index::use_file_journal`]), and SQLite writes its pages
+/// to the index file only as it commits: a writer killed in the middle
+/// of that commit leaves no journal to roll them back, and the mark
+/// tells. An index whose mark is not `0` (or missing) is not used: a
+/// writer rebuilds it, a reader builds a private one. A writer killed
+/// before or after its commit leaves the mark clear and the index valid
+/// (at most behind the files); a bulk write, journaled to a file, never
+/// sets it.
+pub(crate) fn mark_path(index: &Path) -> PathBuf {
+    let mut s = index.as_os_str().to_owned();
+    s.push("-dirty");
+    PathBuf::from(s)
 }
 
-/// The most bytes of log a writer keeps once it has been checkpointed
-/// (SQLite's `journal_size_limit`; a larger transaction grows it for its
-/// time).
-const LOG_KEPT: i64 = 1 << 20;
-
-/// Put the shared index on `conn` in write-ahead-log mode (a writer's
-/// connection; the mode is recorded in the index file) and keep the log
-/// and its shared-memory file when the connection closes, so that a
-/// reader without write permission in the directory can still open the
-/// index (SQLite needs both files to exist for a read-only connection).
-pub(super) fn use_log(conn: &Connection) -> std::result::Result<(), String> {
-    let got: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(|e| format!("its journal mode cannot be set: {e}"))?;
-    if !got.eq_ignore_ascii_case("wal") {
-        return Err(format!("its journal mode cannot be set to WAL (got {got})"));
-    }
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; PRAGMA journal_size_limit = {LOG_KEPT}"
-    ))
-    .map_err(|e| format!("it cannot be set up: {e}"))?;
-    let mut persist: std::ffi::c_int = 1;
-    // SAFETY: the handle is the open connection's and is used by this
-    // thread only while `conn` is borrowed; the schema name is a
-    // NUL-terminated literal; SQLITE_FCNTL_PERSIST_WAL reads and writes
-    // one int, which `persist` is and outlives the call.
-    let rc = unsafe {
-        rusqlite::ffi::sqlite3_file_control(
-            conn.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
-            (&mut persist as *mut std::ffi::c_int).cast(),
-        )
-    };
-    if rc != rusqlite::ffi::SQLITE_OK {
-        return Err(format!("its log cannot be kept (SQLite error {rc})"));
-    }
-    Ok(())
+/// Whether the write mark `mark` says the index holds a committed state.
+pub(super) fn mark_clear(mark: &File) -> std::io::Result<bool> {
+    let mut b = [0u8; 2];
+    let n = std::os::unix::fs::FileExt::read_at(mark, &mut b, 0)?;
+    Ok(n == 1 && b[0] == b'0')
 }
 
-/// A reader's connection (`conn`): never writes the index file. It
-/// checkpoints nothing when it closes, and keeps whatever it applies to
-/// catch up in memory (no page spills to the log before a commit, which a
-/// reader never makes). An index in rollback-journal mode (just built,
-/// before a writer opened it) is read with the journal in memory.
-pub(super) fn read_only_setup(
-    conn: &Connection,
-    no_writes: bool,
-) -> std::result::Result<(), String> {
-    let bad = |e: rusqlite::Error| format!("it cannot be read: {e}");
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-        true,
-    )
-    .map_err(bad)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .map_err(bad)?;
-    if !mode.eq_ignore_ascii_case("wal") && !no_writes {
-        conn.query_row("PRAGMA journal_mode = memory", [], |r| {
-            r.get::<_, String>(0)
-        })
-        .map_err(bad)?;
-    }
-    conn.execute_batch("PRAGMA cache_spill = OFF").map_err(bad)
+/// Write `b` over the mark.
+fn write_mark(mark: &File, b: u8) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(mark, &[b], 0)
+}
+
+/// Write the mark at `index` clear (after a built index is put in place):
+/// the index file holds a committed state. A new mark gets the index
+/// file's permission bits, so that whoever may read the index may read
+/// its mark.
+pub(crate) fn clear_mark(index: &Path) -> std::io::Result<()> {
+    let mut f = crate::private_file::create_replacement(&mark_path(index), index)?;
+    std::io::Write::write_all(&mut f, b"0")
 }
 
 impl Index {
@@ -115,17 +70,31 @@ impl Index {
             .map_err(self.err("begin a transaction on"))
     }
 
-    /// Commit (for a read-only connection: roll back).
+    /// Commit (for a read-only connection: roll back). A change with its
+    /// journal in memory is committed under the write mark (see
+    /// [`mark_path`]): set before SQLite writes the first page to the
+    /// file, cleared after the commit. (A failed commit leaves it set:
+    /// the next command rebuilds the index.)
     pub fn commit(&self) -> Result<()> {
         if self.read_only {
             return self.rollback();
         }
-        if self.changed.replace(false) {
+        let changed = self.changed.replace(false);
+        if let (true, false, Some(mark)) = (changed, self.file_journal.get(), &self.mark) {
+            write_mark(mark, b'1').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(true);
+        }
+        if changed {
             crate::debug::crash_point("index-commit");
         }
         self.conn
             .execute_batch("COMMIT")
-            .map_err(self.err("commit to"))
+            .map_err(self.err("commit to"))?;
+        if let (true, Some(mark)) = (self.marked.get(), &self.mark) {
+            write_mark(mark, b'0').map_err(|e| Error::io(mark_path(&self.path), "write", e))?;
+            self.marked.set(false);
+        }
+        Ok(())
     }
 
     /// Roll back, when a transaction is open.
@@ -141,10 +110,11 @@ impl Index {
     }
 
     /// Note a change to the shared index in the running transaction (a
-    /// writer's connection). Every change goes through [`Index::applier`]
-    /// or [`Index::set_file_row`], which call it.
+    /// writer's connection; see [`Index::commit`]). Every change goes
+    /// through [`Index::applier`] or [`Index::set_file_row`], which call
+    /// it.
     pub fn will_write(&self) {
-        if !self.read_only && self.shared.is_some() {
+        if !self.read_only && self.mark.is_some() {
             debug_assert!(
                 !self.conn.is_autocommit(),
                 "a change to the shared index outside a transaction"
@@ -153,24 +123,58 @@ impl Index {
         }
     }
 
-    /// Write everything the log holds into the index file and empty the
-    /// log (a writer's connection, outside a transaction, with the spool
-    /// locked exclusively): afterwards the index file alone holds the
-    /// index, and may be copied. Fails when a connection of another
-    /// process kept the checkpoint from finishing.
-    pub fn checkpoint(&self) -> Result<()> {
-        let (busy, log, done): (i64, i64, i64) = self
+    /// Keep the rollback journal of the transaction about to begin in a
+    /// file (`on`), or in memory. Called outside a transaction, on a
+    /// writer's connection (a reader's never writes: its journal stays in
+    /// memory).
+    ///
+    /// In memory, a transaction costs no journal file (a create, three
+    /// writes per changed page, an unlink), but SQLite holds the original
+    /// of every page the transaction changes in memory, whatever their
+    /// number: only calls that change a bounded number of rows use it
+    /// (see `Access::Small` in the backend). A bulk change journals to a
+    /// file, which a writer killed in the middle leaves behind for the
+    /// next writer to play back, as SQLite always did.
+    pub fn use_file_journal(&self, on: bool) -> Result<()> {
+        if self.read_only || self.mark.is_none() || self.file_journal.get() == on {
+            return Ok(());
+        }
+        let want = if on { "delete" } else { "memory" };
+        let got: String = self
             .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
+            .map_err(self.err("set the journal mode of"))?;
+        // In memory, no page may reach the file before the commit (which
+        // the write mark covers); with the journal in a file, pages spill
+        // when the cache is full, so that memory stays bounded.
+        self.conn
+            .execute_batch(if on {
+                "PRAGMA cache_spill = ON"
+            } else {
+                "PRAGMA cache_spill = OFF"
             })
-            .map_err(self.err("checkpoint"))?;
-        if busy != 0 || log != done {
+            .map_err(self.err("set the cache spill of"))?;
+        if !got.eq_ignore_ascii_case(want) {
             return Err(Error::Internal(format!(
-                "{}: the index's log could not be checkpointed ({done} of {log} pages)",
+                "{}: the journal mode could not be set to {want} (got {got})",
                 self.path.display()
             )));
         }
+        self.file_journal.set(on);
         Ok(())
+    }
+
+    /// Whether the running transaction journals to a file.
+    pub fn file_journal(&self) -> bool {
+        self.file_journal.get()
+    }
+
+    /// Whether the shared index's write mark is clear (always true for a
+    /// private index): checked before a kept connection is used again.
+    pub fn mark_is_clear(&self) -> bool {
+        match &self.mark {
+            Some(m) => !self.marked.get() && mark_clear(m).unwrap_or(false),
+            None => true,
+        }
     }
 }
