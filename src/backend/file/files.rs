@@ -100,9 +100,10 @@ impl FileQueue {
         self.append_entries(inner, which, bytes, sync, None)
     }
 
-    /// [`FileQueue::append_with`] of the delivered file's lines whose
-    /// index entries the caller has (`entries`, one per line, in order):
-    /// kept for the index to take in (see [`OwnLines`]).
+    /// [`FileQueue::append_with`], with the lines' index entries when the
+    /// caller has them (`entries`, one per line, in order; otherwise the
+    /// lines are parsed here, from memory): kept for the index to take in
+    /// without reading the lines back (see [`OwnLines`]).
     pub(super) fn append_entries(
         &self,
         inner: &mut Inner,
@@ -111,7 +112,6 @@ impl FileQueue {
         sync: bool,
         entries: Option<Vec<Entry>>,
     ) -> Result<()> {
-        debug_assert!(entries.is_none() || which == Which::Delivered);
         if bytes.is_empty() {
             return Ok(());
         }
@@ -150,8 +150,17 @@ impl FileQueue {
         if which == Which::Delivered {
             // A sync covers every earlier write to the file.
             inner.delivered_unsynced = !sync;
-            if let (Some(entries), false) = (entries, tail.needs_newline) {
-                OwnLines::keep(&mut inner.own_delivered, start, &buf, entries);
+        }
+        if !tail.needs_newline {
+            let parse = Entry::parser(which);
+            let entries = entries.or_else(|| {
+                buf.split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| parse(l).ok())
+                    .collect()
+            });
+            if let Some(entries) = entries {
+                OwnLines::keep(&mut inner.own_lines[which.slot()], start, &buf, entries);
             }
         }
         self.committed(inner, which, start + buf.len() as u64);

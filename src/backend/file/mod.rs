@@ -272,9 +272,10 @@ struct Inner {
     /// the main file, for the index to take in without reading the lines
     /// back.
     own_rows: Option<stream::OwnRows>,
-    /// The index entries of the lines this call appended to the delivered
-    /// file, for the index to take in without reading them back.
-    own_delivered: Option<OwnLines>,
+    /// Per file ([`Which::slot`] order), the index entries of the lines
+    /// this call appended, for the index to take in without reading them
+    /// back.
+    own_lines: [Option<OwnLines>; 3],
     notices: Vec<String>,
     /// Retained deliveries whose records the delivered file lost in a
     /// crash, found by this call's rebuild of the index: restored before
@@ -343,9 +344,9 @@ impl Inner {
     }
 }
 
-/// The index entries of lines a call appended to a file (the retained
-/// records of its deliveries and their `done` lines, in the delivered
-/// file), kept as it wrote them, in order: [`FileQueue::catch_up`] applies
+/// The index entries of lines a call appended to a file (a delivery's
+/// `done` lines, an attempt's `put` line, a dead letter's lines, the
+/// retained records of deliveries ...), kept as it wrote them, in order: [`FileQueue::catch_up`] applies
 /// them through the index's `Applier` when the index stands exactly where
 /// they begin, instead of reading the lines back and parsing them, as it
 /// does a batch enqueue's rows ([`stream::OwnRows`]). Each entry is the
@@ -447,7 +448,7 @@ impl FileQueue {
                 appended: false,
                 compact_due: false,
                 own_rows: None,
-                own_delivered: None,
+                own_lines: [None, None, None],
                 notices: Vec::new(),
                 lost: Vec::new(),
                 delivered_unsynced: false,
@@ -642,7 +643,7 @@ impl FileQueue {
         let appended = std::mem::take(&mut inner.appended);
         if !appended || r.is_err() {
             inner.own_rows = None;
-            inner.own_delivered = None;
+            inner.own_lines = [None, None, None];
         }
         if inner.index.is_none() {
             return r;
@@ -663,7 +664,7 @@ impl FileQueue {
         };
         // Kept for this call's catch-up only.
         inner.own_rows = None;
-        inner.own_delivered = None;
+        inner.own_lines = [None, None, None];
         // Read inside the transaction: afterwards, each read would be a
         // transaction of its own.
         let due = appended && taken.is_ok() && compact::compaction_due(inner.index()?);

@@ -230,10 +230,8 @@ impl FileQueue {
             return Ok(());
         };
         for (dest, before) in done {
-            if dest == Which::Delivered {
-                // Those lines are no longer there (or to be read back).
-                inner.own_delivered = None;
-            }
+            // Those lines are no longer there (or to be read back).
+            inner.own_lines[dest.slot()] = None;
             if let Some(t) = inner.tracked(dest) {
                 let cut = self
                     .io

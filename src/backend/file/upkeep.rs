@@ -125,7 +125,7 @@ impl FileQueue {
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
-        inner.own_delivered = None;
+        inner.own_lines = [None, None, None];
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }
@@ -329,10 +329,7 @@ impl FileQueue {
             Which::Main => inner.own_rows.take(),
             _ => None,
         };
-        let own_lines = match which {
-            Which::Delivered => inner.own_delivered.take(),
-            _ => None,
-        };
+        let own_lines = inner.own_lines[which.slot()].take();
         let path = self.target_path(which);
         let Some(t) = inner.tracked(which) else {
             *inner.tail(which) = Tail::default();
