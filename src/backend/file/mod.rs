@@ -346,10 +346,11 @@ impl Inner {
 
 /// The index entries of lines a call appended to a file (a delivery's
 /// `done` lines, an attempt's `put` line, a dead letter's lines, the
-/// retained records of deliveries ...), kept as it wrote them, in order: [`FileQueue::catch_up`] applies
-/// them through the index's `Applier` when the index stands exactly where
-/// they begin, instead of reading the lines back and parsing them, as it
-/// does a batch enqueue's rows ([`stream::OwnRows`]). Each entry is the
+/// retained records of deliveries ...), kept as it wrote them, in order:
+/// [`FileQueue::catch_up`] applies them through the index's `Applier`
+/// when the index stands exactly where they begin, instead of reading the
+/// lines back and parsing them, as it does a batch enqueue's rows
+/// ([`stream::OwnRows`]). Each entry is the
 /// one parsing its line gives (checked in debug builds).
 #[derive(Debug)]
 struct OwnLines {
