@@ -215,18 +215,27 @@ impl Db<'_> {
             return Ok(ack);
         }
         let retain = self.retain()?;
-        for (id, seq) in self.in_flight_ids(push.acked, last)? {
-            match rejected.iter().find(|(s, _)| *s == seq) {
-                Some((_, reason)) => {
-                    self.kill(id, reason, now)?;
-                    ack.rejected.push(id);
-                }
-                None => {
-                    if retain.is_some() {
-                        self.retain_delivered(id, Evidence::Push(last), now)?;
+        let refused_here = rejected
+            .iter()
+            .any(|(s, _)| (push.acked + 1..=last).contains(s));
+        if retain.is_none() && !refused_here {
+            // Nothing to keep or kill: the whole range goes in one
+            // statement instead of one per item.
+            ack.delivered = self.remove_numbered(push.acked, last)?;
+        } else {
+            for (id, seq) in self.in_flight_ids(push.acked, last)? {
+                match rejected.iter().find(|(s, _)| *s == seq) {
+                    Some((_, reason)) => {
+                        self.kill(id, reason, now)?;
+                        ack.rejected.push(id);
                     }
-                    self.remove_acked(id)?;
-                    ack.delivered.push(id);
+                    None => {
+                        if retain.is_some() {
+                            self.retain_delivered(id, Evidence::Push(last), now)?;
+                        }
+                        self.remove_acked(id)?;
+                        ack.delivered.push(id);
+                    }
                 }
             }
         }
@@ -234,6 +243,28 @@ impl Db<'_> {
         self.drop_skips_through(last)?;
         self.set_push_counters(push.last_assigned, last)?;
         Ok(ack)
+    }
+
+    /// Remove the in-flight items numbered in `(after, upto]`, one
+    /// statement for all of them; their ids in number order.
+    fn remove_numbered(&self, after: u64, upto: u64) -> Result<Vec<ItemId>> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        let mut removed = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM morph_offline_queue WHERE push_seq > ?1 AND push_seq <= ?2 \
+                 RETURNING id, push_seq",
+            )
+            .and_then(|mut s| {
+                s.query_map([after, upto], |r| {
+                    Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default()))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.err(e))?;
+        removed.sort_unstable_by_key(|&(_, seq)| seq);
+        Ok(removed.into_iter().map(|(id, _)| id).collect())
     }
 
     /// Give the spool a new uuid and number its in-flight items again
