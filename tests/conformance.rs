@@ -187,6 +187,7 @@ conformance!(
         regenerated_uuid_renumbers_what_is_in_flight,
         import_drops_push_numbers,
         received_entries_are_enqueued_once_with_their_keys,
+        a_long_request_dedups_keys_within_itself,
         received_rejects_are_reported_until_acknowledged,
         a_failed_receive_changes_nothing,
         push_clients_are_counted_and_read_from_a_second_handle,
@@ -2239,6 +2240,54 @@ fn received_entries_are_enqueued_once_with_their_keys(s: Setup) {
     assert_eq!((c.last_seq, c.rejected.len()), (5, 0));
     assert_eq!(c.updated_at, Some(h.now()));
     assert!(client(&h, "edge-b").is_none());
+}
+
+/// A request longer than what a backend holds back before writing: a
+/// key repeated within it is a dedup hit however far apart the two
+/// entries are, and the same request resent with more entries is
+/// duplicates for what was applied (each checked against its recorded
+/// digest) and new entries for the rest.
+fn a_long_request_dedups_keys_within_itself(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let entry = |i: u64| {
+        let key = if i.is_multiple_of(3) {
+            format!("k{}", i % 40)
+        } else {
+            String::new()
+        };
+        (i, key, format!("p{i}"))
+    };
+    let all: Vec<(u64, String, String)> = (1..=700).map(entry).collect();
+    let as_req = |n: usize| {
+        let e: Vec<(u64, &str, &str)> = all[..n]
+            .iter()
+            .map(|(i, k, p)| (*i, k.as_str(), p.as_str()))
+            .collect();
+        request("edge", 0, &e)
+    };
+    let mut seen = std::collections::HashSet::new();
+    let want: Vec<Vec<u8>> = all
+        .iter()
+        .filter(|(_, k, _)| k.is_empty() || seen.insert(k.clone()))
+        .map(|(_, _, p)| p.as_bytes().to_vec())
+        .collect();
+    let stored_by = |n: usize| {
+        let mut seen = std::collections::HashSet::new();
+        all[..n]
+            .iter()
+            .filter(|(_, k, _)| k.is_empty() || seen.insert(k.clone()))
+            .count()
+    };
+    let r = accepted(receive(&h, &as_req(600), &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (600, 600, 0));
+    h.step();
+    assert_eq!(h.q().size().unwrap(), stored_by(600) as u64);
+    let r = accepted(receive(&h, &as_req(700), &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (700, 100, 600));
+    h.step();
+    assert_eq!(payloads(&drain(&h)), want);
+    assert_eq!(client(&h, "edge").unwrap().last_seq, 700);
 }
 
 /// A push request from `client` of items `(seq, payload, group,

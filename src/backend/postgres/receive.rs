@@ -11,9 +11,19 @@ use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
+use std::collections::HashMap;
+
+/// Rows held back before they are written (see [`PgReceive`]).
+const HELD_ROWS: usize = 1000;
 
 /// One receiving transaction; keeps the high-water mark and the depth so
 /// that the counts are written once at the end.
+///
+/// New items without a coalesce key and entry records are held back and
+/// written in one statement each (one round trip for many rows): before
+/// anything reads what they would change, when [`HELD_ROWS`] are held,
+/// and at [`PgReceive::finish`]. A key among the held items is found in
+/// `held_keys`, so a keyed entry sees the entries before it.
 pub(super) struct PgReceive<'q, 't, 'c> {
     q: &'q PostgresQueue,
     tx: &'t mut Tx<'c>,
@@ -23,6 +33,18 @@ pub(super) struct PgReceive<'q, 't, 'c> {
     added: u64,
     /// Pending items that enqueued items replaced (their coalesce key).
     removed: u64,
+    held: Vec<(ItemId, NewItem)>,
+    held_keys: HashMap<String, ItemId>,
+    records: Vec<Record>,
+}
+
+/// An entry's outcome not written to `push_entries` yet.
+struct Record {
+    client: String,
+    seq: i64,
+    outcome: &'static str,
+    digest: Option<String>,
+    reason: Option<String>,
 }
 
 impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
@@ -41,7 +63,50 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
             max_depth,
             added: 0,
             removed: 0,
+            held: Vec::new(),
+            held_keys: HashMap::new(),
+            records: Vec::new(),
         }
+    }
+
+    /// Insert the held items.
+    fn write_items(&mut self) -> Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
+        self.q.insert_fresh(self.tx, &rows)?;
+        self.held.clear();
+        self.held_keys.clear();
+        Ok(())
+    }
+
+    /// Insert the held entry records.
+    fn write_records(&mut self) -> Result<()> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        let clients: Vec<String> = self.records.iter().map(|r| text(&r.client)).collect();
+        let seqs: Vec<i64> = self.records.iter().map(|r| r.seq).collect();
+        let outcomes: Vec<&str> = self.records.iter().map(|r| r.outcome).collect();
+        let digests: Vec<Option<String>> = self
+            .records
+            .iter()
+            .map(|r| r.digest.as_deref().map(text))
+            .collect();
+        let reasons: Vec<Option<String>> = self
+            .records
+            .iter()
+            .map(|r| r.reason.as_deref().map(text))
+            .collect();
+        self.tx.execute(
+            "INSERT INTO {s}.push_entries (spool, client_id, seq, outcome, digest, reason) \
+             SELECT $1, t.c, t.s, t.o, t.d, t.r \
+             FROM unnest($2::text[], $3::int8[], $4::text[], $5::text[], $6::text[]) AS t(c, s, o, d, r)",
+            &[self.q.spool(), &clients, &seqs, &outcomes, &digests, &reasons],
+        )?;
+        self.records.clear();
+        Ok(())
     }
 
     /// The pending items now.
@@ -49,8 +114,11 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
         (self.depth + self.added).saturating_sub(self.removed)
     }
 
-    /// The high-water mark reached and how the depth changed.
-    pub fn finish(self) -> Result<(ItemId, i64)> {
+    /// Write what is held back; the high-water mark reached and how the
+    /// depth changed.
+    pub fn finish(mut self) -> Result<(ItemId, i64)> {
+        self.write_items()?;
+        self.write_records()?;
         Ok((self.high_water, self.added as i64 - self.removed as i64))
     }
 }
@@ -61,6 +129,7 @@ impl ReceiveRead for PgReceive<'_, '_, '_> {
     }
 
     fn digest(&mut self, client: &str, seq: u64) -> Result<Option<String>> {
+        self.write_records()?;
         let row = self.tx.query_opt(
             "SELECT digest FROM {s}.push_entries WHERE spool = $1 AND client_id = $2 AND seq = $3",
             &[self.q.spool(), &text(client), &id_param(seq)],
@@ -69,13 +138,18 @@ impl ReceiveRead for PgReceive<'_, '_, '_> {
     }
 
     fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        self.write_records()?;
         client_rejects(self.q, self.tx, client, after)
     }
 }
 
 impl ReceiveTxn for PgReceive<'_, '_, '_> {
     fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
-        if let Some(id) = self.q.key_owner(self.tx, &item.key)? {
+        let owner = match self.held_keys.get(&item.key) {
+            Some(&id) => Some(id),
+            None => self.q.key_owner(self.tx, &item.key)?,
+        };
+        if let Some(id) = owner {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
@@ -83,6 +157,10 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             }));
         }
         let ck = item.coalesce_key.as_deref();
+        if ck.is_some() {
+            // What it replaces may be held.
+            self.write_items()?;
+        }
         if let Some(bound) = self.max_depth {
             let replaceable = match ck {
                 Some(ck) => self.q.coalescible_count(self.tx, ck)?,
@@ -101,7 +179,17 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             .high_water
             .checked_add(1)
             .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
-        self.q.insert_fresh(self.tx, &[(next, &item)])?;
+        if ck.is_some() {
+            self.q.insert_fresh(self.tx, &[(next, &item)])?;
+        } else {
+            if !item.key.is_empty() {
+                self.held_keys.insert(item.key.clone(), next);
+            }
+            self.held.push((next, item));
+            if self.held.len() >= HELD_ROWS {
+                self.write_items()?;
+            }
+        }
         self.high_water = next;
         self.added += 1;
         Ok(Some(Enqueued {
@@ -116,18 +204,16 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             EntryRecord::Applied { digest } => ("applied", Some(digest), None),
             EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
         };
-        self.tx.execute(
-            "INSERT INTO {s}.push_entries (spool, client_id, seq, outcome, digest, reason) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                self.q.spool(),
-                &text(client),
-                &id_param(seq),
-                &outcome,
-                &digest.map(text),
-                &reason.map(text),
-            ],
-        )?;
+        self.records.push(Record {
+            client: client.to_string(),
+            seq: id_param(seq),
+            outcome,
+            digest: digest.map(str::to_string),
+            reason: reason.map(str::to_string),
+        });
+        if self.records.len() >= HELD_ROWS {
+            self.write_records()?;
+        }
         Ok(())
     }
 
@@ -151,6 +237,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
+        self.write_records()?;
         // Both statements walk push_entries_unacked: what is not
         // acknowledged yet, never the client's whole history.
         for sql in [

@@ -526,7 +526,8 @@ impl Queue for SqliteQueue {
         let now = self.clock.now();
         self.write("receive a push into", |db| {
             let mut rx = receive::SqliteReceive::new(db, now);
-            f(&mut rx)
+            f(&mut rx)?;
+            rx.finish()
         })
     }
 

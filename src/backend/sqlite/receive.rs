@@ -9,15 +9,39 @@ use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
+use std::collections::HashMap;
+
+/// Rows held back before they are written (see [`SqliteReceive`]).
+const HELD_ROWS: usize = 256;
+/// Entry records per multi-row INSERT, five parameters each.
+const RECORDS_PER_INSERT: usize = 64;
 
 /// One receiving transaction. The depth, the bound and the next id are
 /// read once and then kept up to date here, so that a group of many
 /// entries costs one index lookup and one insert per entry.
+///
+/// Plain new items (no coalesce key) and entry records are held back
+/// and written many rows to a statement: before anything reads what they
+/// would change, when [`HELD_ROWS`] are held, and at
+/// [`SqliteReceive::finish`]. A key among the held items is found in
+/// `held_keys`, so a keyed entry sees the entries before it.
 pub(super) struct SqliteReceive<'t, 'c> {
     db: &'t Db<'c>,
     now: Timestamp,
     next_id: Option<ItemId>,
     room: Option<Option<u64>>,
+    held: Vec<(ItemId, NewItem)>,
+    held_keys: HashMap<String, ItemId>,
+    records: Vec<Record>,
+}
+
+/// An entry's outcome not written to `spool_push_entries` yet.
+struct Record {
+    client: String,
+    seq: i64,
+    outcome: &'static str,
+    digest: Option<String>,
+    reason: Option<String>,
 }
 
 impl<'t, 'c> SqliteReceive<'t, 'c> {
@@ -27,7 +51,41 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
             now,
             next_id: None,
             room: None,
+            held: Vec::new(),
+            held_keys: HashMap::new(),
+            records: Vec::new(),
         }
+    }
+
+    /// Write what is held back; the transaction is then complete.
+    pub fn finish(mut self) -> Result<()> {
+        self.write_items()?;
+        self.write_records()
+    }
+
+    /// Insert the held items.
+    fn write_items(&mut self) -> Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
+        self.db.insert_fresh(&rows, self.now)?;
+        self.held.clear();
+        self.held_keys.clear();
+        Ok(())
+    }
+
+    /// Insert the held entry records.
+    fn write_records(&mut self) -> Result<()> {
+        let mut chunks = self.records.chunks_exact(RECORDS_PER_INSERT);
+        for chunk in &mut chunks {
+            insert_records(self.db, &record_insert_sql(RECORDS_PER_INSERT), chunk)?;
+        }
+        for one in chunks.remainder().chunks(1) {
+            insert_records(self.db, &record_insert_sql(1), one)?;
+        }
+        self.records.clear();
+        Ok(())
     }
 
     /// How many more items fit under the stored bound (`None`: no bound).
@@ -35,6 +93,7 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
         if let Some(r) = self.room {
             return Ok(r);
         }
+        self.write_items()?;
         let r = match self.db.max_depth()? {
             None => None,
             Some(bound) => Some(bound.saturating_sub(self.db.pending_count()?)),
@@ -64,6 +123,36 @@ pub(super) const CLIENT_REJECTS: &str =
     "SELECT seq, reason FROM spool_push_entries INDEXED BY ix_push_unacked_rejects \
      WHERE client_id = ?1 AND seq > ?2 AND reason IS NOT NULL ORDER BY seq";
 
+/// `INSERT` of `rows` entry records.
+fn record_insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO spool_push_entries (client_id, seq, outcome, digest, reason) VALUES ",
+    );
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?,?,?,?)");
+    }
+    sql
+}
+
+/// Run `sql` (a [`record_insert_sql`] of `rows.len()` rows) over `rows`.
+fn insert_records(db: &Db<'_>, sql: &str, rows: &[Record]) -> Result<()> {
+    let mut stmt = db.conn.prepare_cached(sql).map_err(|e| db.err(e))?;
+    for (i, r) in rows.iter().enumerate() {
+        let first = i * 5 + 1;
+        stmt.raw_bind_parameter(first, r.client.as_str())
+            .and_then(|()| stmt.raw_bind_parameter(first + 1, r.seq))
+            .and_then(|()| stmt.raw_bind_parameter(first + 2, r.outcome))
+            .and_then(|()| stmt.raw_bind_parameter(first + 3, r.digest.as_deref()))
+            .and_then(|()| stmt.raw_bind_parameter(first + 4, r.reason.as_deref()))
+            .map_err(|e| db.err(e))?;
+    }
+    stmt.raw_execute().map_err(|e| db.err(e))?;
+    Ok(())
+}
+
 fn seq_param(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
 }
@@ -74,6 +163,7 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
     }
 
     fn digest(&mut self, client: &str, seq: u64) -> Result<Option<String>> {
+        self.write_records()?;
         let d: Option<Option<String>> = self
             .db
             .conn
@@ -89,13 +179,18 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
     }
 
     fn rejects(&mut self, client: &str, after: u64) -> Result<Vec<Rejected>> {
+        self.write_records()?;
         client_rejects(self.db, client, after)
     }
 }
 
 impl ReceiveTxn for SqliteReceive<'_, '_> {
     fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
-        if let Some(id) = self.db.key_owner(&item.key)? {
+        let owner = match self.held_keys.get(&item.key) {
+            Some(&id) => Some(id),
+            None => self.db.key_owner(&item.key)?,
+        };
+        if let Some(id) = owner {
             return Ok(Some(Enqueued {
                 id,
                 deduplicated: true,
@@ -103,6 +198,9 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             }));
         }
         let ck = item.coalesce_key.as_deref();
+        if ck.is_some() {
+            self.write_items()?;
+        }
         if let Some(room) = self.room()? {
             let replaceable = match ck {
                 Some(ck) => self.db.coalescible_count(ck)?,
@@ -131,7 +229,15 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             Some(_) => self
                 .db
                 .insert_pending(&Item::from_new(next, &item, self.now))?,
-            None => self.db.insert_fresh(&[(next, &item)], self.now)?,
+            None => {
+                if !item.key.is_empty() {
+                    self.held_keys.insert(item.key.clone(), next);
+                }
+                self.held.push((next, item));
+                if self.held.len() >= HELD_ROWS {
+                    self.write_items()?;
+                }
+            }
         }
         Ok(Some(Enqueued {
             id: next,
@@ -145,14 +251,16 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             EntryRecord::Applied { digest } => ("applied", Some(digest), None),
             EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
         };
-        self.db
-            .conn
-            .prepare_cached(
-                "INSERT INTO spool_push_entries (client_id, seq, outcome, digest, reason) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .and_then(|mut s| s.execute(params![client, seq_param(seq), outcome, digest, reason]))
-            .map_err(|e| self.db.err(e))?;
+        self.records.push(Record {
+            client: client.to_string(),
+            seq: seq_param(seq),
+            outcome,
+            digest: digest.map(str::to_string),
+            reason: reason.map(str::to_string),
+        });
+        if self.records.len() >= HELD_ROWS {
+            self.write_records()?;
+        }
         Ok(())
     }
 
@@ -170,6 +278,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
+        self.write_records()?;
         for sql in [PRUNE_REJECTS, FORGET_REASONS] {
             self.db
                 .conn
