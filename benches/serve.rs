@@ -24,7 +24,8 @@
 //! `-- throughput metrics memory receivers` for all (release build of the real
 //! binary; `SPOOL_BENCH_DIR` puts the spools on a particular disk,
 //! default a temp dir; `SPOOL_BENCH_SECONDS` sets each timed phase's
-//! length, default 5). The clients run on the same machine as the
+//! length, default 5; `SPOOL_BIN` runs that `spool` binary instead of this
+//! build's, to compare two builds). The clients run on the same machine as the
 //! server, so on a small machine they compete with it for the CPU.
 
 use std::io::{BufRead, BufReader};
@@ -192,7 +193,8 @@ fn fresh(spool: &Path) {
 /// `spool -s SPOOL serve --listen 127.0.0.1:0 ARGS…`, running: the child
 /// and its `http://` base URL.
 fn serve(spool: &Path, args: &[&str]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spool"))
+    let bin = std::env::var_os("SPOOL_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_spool").into());
+    let mut child = Command::new(bin)
         .arg("-s")
         .arg(spool)
         .args(["serve", "--listen", "127.0.0.1:0"])
