@@ -1937,6 +1937,20 @@ fn push_numbers_follow_send_order_from_one(s: Setup) {
     // In flight is still pending: counted, listed, deduplicating.
     assert_eq!(h.q().size().unwrap(), 3);
     assert!(enq(&h, b"again", "kc").deduplicated);
+    // In id order too: a held item, an unknown id and one in flight are
+    // passed over, the others numbered in order.
+    let d = add(&h, "d", "");
+    let e = add(&h, "e", "");
+    let f = add(&h, "f", "");
+    h.q().set_held(&[e], true).unwrap();
+    h.step();
+    assert_eq!(
+        h.q().push_assign(&[a, d, e, f, 999]).unwrap(),
+        vec![(d, 4), (f, 5)]
+    );
+    h.step();
+    assert_eq!(push_state(&h).last_assigned, 5);
+    assert_eq!(get(&h, e).push_seq, None);
 }
 
 /// An ack covers every number up to it, is clamped to the highest number
