@@ -232,25 +232,78 @@ impl PostgresQueue {
         if rows.is_empty() {
             return Ok(());
         }
-        let ids: Vec<i64> = rows.iter().map(|(id, _)| id_param(*id)).collect();
-        let payloads: Vec<&[u8]> = rows.iter().map(|(_, it)| it.payload.as_slice()).collect();
-        let keys: Vec<&[u8]> = rows.iter().map(|(_, it)| it.key.as_bytes()).collect();
-        let groups: Vec<Option<String>> = rows
-            .iter()
-            .map(|(_, it)| it.group.as_deref().map(text))
-            .collect();
-        let coalesce: Vec<Option<String>> = rows
-            .iter()
-            .map(|(_, it)| it.coalesce_key.as_deref().map(text))
-            .collect();
+        let f = Fresh::of(rows);
         let now = self.now_param();
         tx.execute(
             "INSERT INTO {s}.items (spool, id, payload, key, enqueued_at, grp, coalesce_key) \
              SELECT $1, t.id, t.p, t.k, (COALESCE($5::int8, {now}) / 1000) * 1000, t.g, t.c \
              FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $6::text[], $7::text[]) AS t(id, p, k, g, c)",
-            &[self.spool(), &ids, &payloads, &keys, &now, &groups, &coalesce],
+            &[self.spool(), &f.ids, &f.payloads, &f.keys, &now, &f.groups, &f.coalesce],
         )?;
         Ok(())
+    }
+
+    /// [`PostgresQueue::insert_fresh`] of `rows` (not empty), then
+    /// [`PostgresQueue::adjust_and_notify`] with `high_water` and `depth`,
+    /// in one statement: one round trip while the spool row is locked.
+    pub(super) fn insert_fresh_and_adjust(
+        &self,
+        tx: &mut Tx<'_>,
+        rows: &[(ItemId, &NewItem)],
+        high_water: u64,
+        depth: i64,
+    ) -> Result<()> {
+        let f = Fresh::of(rows);
+        let now = self.now_param();
+        let ch = super::channel(&self.target.schema);
+        tx.query(
+            "WITH i AS (INSERT INTO {s}.items (spool, id, payload, key, enqueued_at, grp, coalesce_key) \
+             SELECT $1, t.id, t.p, t.k, (COALESCE($5::int8, {now}) / 1000) * 1000, t.g, t.c \
+             FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $6::text[], $7::text[]) AS t(id, p, k, g, c)), \
+             u AS (UPDATE {s}.spools SET high_water = greatest(high_water, $8), depth = depth + $9 \
+             WHERE name = $1 RETURNING 1) \
+             SELECT pg_notify($10, $1) FROM u",
+            &[
+                self.spool(),
+                &f.ids,
+                &f.payloads,
+                &f.keys,
+                &now,
+                &f.groups,
+                &f.coalesce,
+                &id_param(high_water),
+                &depth,
+                &ch,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// The columns of fresh rows, as the arrays of an `unnest` insert.
+struct Fresh<'a> {
+    ids: Vec<i64>,
+    payloads: Vec<&'a [u8]>,
+    keys: Vec<&'a [u8]>,
+    groups: Vec<Option<String>>,
+    coalesce: Vec<Option<String>>,
+}
+
+impl<'a> Fresh<'a> {
+    fn of(rows: &[(ItemId, &'a NewItem)]) -> Fresh<'a> {
+        Fresh {
+            ids: rows.iter().map(|(id, _)| id_param(*id)).collect(),
+            payloads: rows.iter().map(|(_, it)| it.payload.as_slice()).collect(),
+            keys: rows.iter().map(|(_, it)| it.key.as_bytes()).collect(),
+            groups: rows
+                .iter()
+                .map(|(_, it)| it.group.as_deref().map(text))
+                .collect(),
+            coalesce: rows
+                .iter()
+                .map(|(_, it)| it.coalesce_key.as_deref().map(text))
+                .collect(),
+        }
     }
 }
 

@@ -725,11 +725,7 @@ impl Queue for PostgresQueue {
             let mut rx =
                 receive::PgReceive::new(self, tx, spool.high_water, spool.depth, spool.max_depth);
             (f.take().expect("runs once"))(&mut rx)?;
-            let (hw, depth) = rx.finish()?;
-            if hw > spool.high_water || depth != 0 {
-                self.adjust_and_notify(tx, hw, depth, 0)?;
-            }
-            Ok(())
+            rx.finish(spool.high_water)
         })
     }
 

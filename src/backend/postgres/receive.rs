@@ -114,12 +114,21 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
         (self.depth + self.added).saturating_sub(self.removed)
     }
 
-    /// Write what is held back; the high-water mark reached and how the
-    /// depth changed.
-    pub fn finish(mut self) -> Result<(ItemId, i64)> {
-        self.write_items()?;
+    /// Write what is held back and the counts (the held items and the
+    /// counts in one statement), and tell listeners when items came.
+    pub fn finish(mut self, start_high_water: ItemId) -> Result<()> {
         self.write_records()?;
-        Ok((self.high_water, self.added as i64 - self.removed as i64))
+        let depth = self.added as i64 - self.removed as i64;
+        if self.held.is_empty() {
+            if self.high_water > start_high_water || depth != 0 {
+                self.q
+                    .adjust_and_notify(self.tx, self.high_water, depth, 0)?;
+            }
+            return Ok(());
+        }
+        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
+        self.q
+            .insert_fresh_and_adjust(self.tx, &rows, self.high_water, depth)
     }
 }
 
