@@ -188,6 +188,7 @@ conformance!(
         import_drops_push_numbers,
         received_entries_are_enqueued_once_with_their_keys,
         a_long_request_dedups_keys_within_itself,
+        a_request_of_large_payloads_is_stored_whole,
         received_rejects_are_reported_until_acknowledged,
         a_failed_receive_changes_nothing,
         push_clients_are_counted_and_read_from_a_second_handle,
@@ -2302,6 +2303,28 @@ fn a_long_request_dedups_keys_within_itself(s: Setup) {
     h.step();
     assert_eq!(payloads(&drain(&h)), want);
     assert_eq!(client(&h, "edge").unwrap().last_seq, 700);
+}
+
+/// Payloads that add up to more than a backend holds back before writing
+/// are stored whole, in order, and a key repeated after them still finds
+/// its first entry.
+fn a_request_of_large_payloads_is_stored_whole(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let big: Vec<String> = (0..6u8)
+        .map(|i| char::from(b'a' + i).to_string().repeat(1 << 20))
+        .collect();
+    let entries: Vec<(u64, &str, &str)> = (0..6)
+        .map(|i| {
+            let key = if i == 0 || i == 5 { "same" } else { "" };
+            (i as u64 + 1, key, big[i].as_str())
+        })
+        .collect();
+    let r = accepted(receive(&h, &request("edge", 0, &entries), &limits));
+    assert_eq!((r.last_seq, r.applied, r.duplicates), (6, 6, 0));
+    h.step();
+    let want: Vec<Vec<u8>> = big[..5].iter().map(|p| p.as_bytes().to_vec()).collect();
+    assert_eq!(payloads(&drain(&h)), want);
 }
 
 /// A push request from `client` of items `(seq, payload, group,

@@ -15,15 +15,19 @@ use std::collections::HashMap;
 
 /// Rows held back before they are written (see [`PgReceive`]).
 const HELD_ROWS: usize = 1000;
+/// Payload bytes of held items that are written at once, whatever their
+/// number: holding them copies what the requests already hold.
+const HELD_BYTES: usize = 4 << 20;
 
 /// One receiving transaction; keeps the high-water mark and the depth so
 /// that the counts are written once at the end.
 ///
 /// New items without a coalesce key and entry records are held back and
 /// written in one statement each (one round trip for many rows): before
-/// anything reads what they would change, when [`HELD_ROWS`] are held,
-/// and at [`PgReceive::finish`]. A key among the held items is found in
-/// `held_keys`, so a keyed entry sees the entries before it.
+/// anything reads what they would change, when [`HELD_ROWS`] or
+/// [`HELD_BYTES`] are held, and at [`PgReceive::finish`]. A key among the
+/// held items is found in `held_keys`, so a keyed entry sees the entries
+/// before it.
 pub(super) struct PgReceive<'q, 't, 'c> {
     q: &'q PostgresQueue,
     tx: &'t mut Tx<'c>,
@@ -34,6 +38,7 @@ pub(super) struct PgReceive<'q, 't, 'c> {
     /// Pending items that enqueued items replaced (their coalesce key).
     removed: u64,
     held: Vec<(ItemId, NewItem)>,
+    held_bytes: usize,
     held_keys: HashMap<String, ItemId>,
     records: Vec<Record>,
 }
@@ -64,6 +69,7 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
             added: 0,
             removed: 0,
             held: Vec::new(),
+            held_bytes: 0,
             held_keys: HashMap::new(),
             records: Vec::new(),
         }
@@ -77,6 +83,7 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
         let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
         self.q.insert_fresh(self.tx, &rows)?;
         self.held.clear();
+        self.held_bytes = 0;
         self.held_keys.clear();
         Ok(())
     }
@@ -194,8 +201,9 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             if !item.key.is_empty() {
                 self.held_keys.insert(item.key.clone(), next);
             }
+            self.held_bytes += item.payload.len();
             self.held.push((next, item));
-            if self.held.len() >= HELD_ROWS {
+            if self.held.len() >= HELD_ROWS || self.held_bytes >= HELD_BYTES {
                 self.write_items()?;
             }
         }

@@ -13,6 +13,9 @@ use std::collections::HashMap;
 
 /// Rows held back before they are written (see [`SqliteReceive`]).
 const HELD_ROWS: usize = 256;
+/// Payload bytes of held items that are written at once, whatever their
+/// number: holding them copies what the requests already hold.
+const HELD_BYTES: usize = 4 << 20;
 /// Entry records per multi-row INSERT, five parameters each.
 const RECORDS_PER_INSERT: usize = 64;
 
@@ -22,7 +25,7 @@ const RECORDS_PER_INSERT: usize = 64;
 ///
 /// Plain new items (no coalesce key) and entry records are held back
 /// and written many rows to a statement: before anything reads what they
-/// would change, when [`HELD_ROWS`] are held, and at
+/// would change, when [`HELD_ROWS`] or [`HELD_BYTES`] are held, and at
 /// [`SqliteReceive::finish`]. A key among the held items is found in
 /// `held_keys`, so a keyed entry sees the entries before it.
 pub(super) struct SqliteReceive<'t, 'c> {
@@ -31,6 +34,7 @@ pub(super) struct SqliteReceive<'t, 'c> {
     next_id: Option<ItemId>,
     room: Option<Option<u64>>,
     held: Vec<(ItemId, NewItem)>,
+    held_bytes: usize,
     held_keys: HashMap<String, ItemId>,
     records: Vec<Record>,
 }
@@ -52,6 +56,7 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
             next_id: None,
             room: None,
             held: Vec::new(),
+            held_bytes: 0,
             held_keys: HashMap::new(),
             records: Vec::new(),
         }
@@ -71,6 +76,7 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
         let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
         self.db.insert_fresh(&rows, self.now)?;
         self.held.clear();
+        self.held_bytes = 0;
         self.held_keys.clear();
         Ok(())
     }
@@ -233,8 +239,9 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
                 if !item.key.is_empty() {
                     self.held_keys.insert(item.key.clone(), next);
                 }
+                self.held_bytes += item.payload.len();
                 self.held.push((next, item));
-                if self.held.len() >= HELD_ROWS {
+                if self.held.len() >= HELD_ROWS || self.held_bytes >= HELD_BYTES {
                     self.write_items()?;
                 }
             }
