@@ -13,6 +13,7 @@
 //! record, as `init --backend file` leaves it.
 
 pub mod file;
+pub(crate) mod held;
 pub mod identity;
 pub mod memory;
 pub(crate) mod policy;

@@ -6,28 +6,20 @@
 use super::conn::Tx;
 use super::rows::{id_param, text, u64_of};
 use super::PostgresQueue;
+use crate::backend::held::Held;
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
-use std::collections::HashMap;
 
-/// Rows held back before they are written (see [`PgReceive`]).
+/// Rows held back before they are written (see [`Held`]).
 const HELD_ROWS: usize = 1000;
-/// Payload bytes of held items that are written at once, whatever their
-/// number: holding them copies what the requests already hold.
-const HELD_BYTES: usize = 4 << 20;
 
 /// One receiving transaction; keeps the high-water mark and the depth so
-/// that the counts are written once at the end.
-///
-/// New items without a coalesce key and entry records are held back and
-/// written in one statement each (one round trip for many rows): before
-/// anything reads what they would change, when [`HELD_ROWS`] or
-/// [`HELD_BYTES`] are held, and at [`PgReceive::finish`]. A key among the
-/// held items is found in `held_keys`, so a keyed entry sees the entries
-/// before it.
+/// that the counts are written once at the end. New items without a
+/// coalesce key and entry records are [`Held`] and written in one
+/// statement each: one round trip for many rows.
 pub(super) struct PgReceive<'q, 't, 'c> {
     q: &'q PostgresQueue,
     tx: &'t mut Tx<'c>,
@@ -37,19 +29,7 @@ pub(super) struct PgReceive<'q, 't, 'c> {
     added: u64,
     /// Pending items that enqueued items replaced (their coalesce key).
     removed: u64,
-    held: Vec<(ItemId, NewItem)>,
-    held_bytes: usize,
-    held_keys: HashMap<String, ItemId>,
-    records: Vec<Record>,
-}
-
-/// An entry's outcome not written to `push_entries` yet.
-struct Record {
-    client: String,
-    seq: i64,
-    outcome: &'static str,
-    digest: Option<String>,
-    reason: Option<String>,
+    held: Held,
 }
 
 impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
@@ -68,41 +48,34 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
             max_depth,
             added: 0,
             removed: 0,
-            held: Vec::new(),
-            held_bytes: 0,
-            held_keys: HashMap::new(),
-            records: Vec::new(),
+            held: Held::new(HELD_ROWS),
         }
     }
 
     /// Insert the held items.
     fn write_items(&mut self) -> Result<()> {
-        if self.held.is_empty() {
+        let items = self.held.take_items();
+        if items.is_empty() {
             return Ok(());
         }
-        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
-        self.q.insert_fresh(self.tx, &rows)?;
-        self.held.clear();
-        self.held_bytes = 0;
-        self.held_keys.clear();
-        Ok(())
+        let rows: Vec<(ItemId, &NewItem)> = items.iter().map(|(id, it)| (*id, it)).collect();
+        self.q.insert_fresh(self.tx, &rows)
     }
 
     /// Insert the held entry records.
     fn write_records(&mut self) -> Result<()> {
-        if self.records.is_empty() {
+        let records = self.held.take_records();
+        if records.is_empty() {
             return Ok(());
         }
-        let clients: Vec<String> = self.records.iter().map(|r| text(&r.client)).collect();
-        let seqs: Vec<i64> = self.records.iter().map(|r| r.seq).collect();
-        let outcomes: Vec<&str> = self.records.iter().map(|r| r.outcome).collect();
-        let digests: Vec<Option<String>> = self
-            .records
+        let clients: Vec<String> = records.iter().map(|r| text(&r.client)).collect();
+        let seqs: Vec<i64> = records.iter().map(|r| id_param(r.seq)).collect();
+        let outcomes: Vec<&str> = records.iter().map(|r| r.outcome).collect();
+        let digests: Vec<Option<String>> = records
             .iter()
             .map(|r| r.digest.as_deref().map(text))
             .collect();
-        let reasons: Vec<Option<String>> = self
-            .records
+        let reasons: Vec<Option<String>> = records
             .iter()
             .map(|r| r.reason.as_deref().map(text))
             .collect();
@@ -112,7 +85,6 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
              FROM unnest($2::text[], $3::int8[], $4::text[], $5::text[], $6::text[]) AS t(c, s, o, d, r)",
             &[self.q.spool(), &clients, &seqs, &outcomes, &digests, &reasons],
         )?;
-        self.records.clear();
         Ok(())
     }
 
@@ -126,14 +98,15 @@ impl<'q, 't, 'c> PgReceive<'q, 't, 'c> {
     pub fn finish(mut self, start_high_water: ItemId) -> Result<()> {
         self.write_records()?;
         let depth = self.added as i64 - self.removed as i64;
-        if self.held.is_empty() {
+        let items = self.held.take_items();
+        if items.is_empty() {
             if self.high_water > start_high_water || depth != 0 {
                 self.q
                     .adjust_and_notify(self.tx, self.high_water, depth, 0)?;
             }
             return Ok(());
         }
-        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
+        let rows: Vec<(ItemId, &NewItem)> = items.iter().map(|(id, it)| (*id, it)).collect();
         self.q
             .insert_fresh_and_adjust(self.tx, &rows, self.high_water, depth)
     }
@@ -161,8 +134,8 @@ impl ReceiveRead for PgReceive<'_, '_, '_> {
 
 impl ReceiveTxn for PgReceive<'_, '_, '_> {
     fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
-        let owner = match self.held_keys.get(&item.key) {
-            Some(&id) => Some(id),
+        let owner = match self.held.owner(&item.key) {
+            Some(id) => Some(id),
             None => self.q.key_owner(self.tx, &item.key)?,
         };
         if let Some(id) = owner {
@@ -197,15 +170,8 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
         if ck.is_some() {
             self.q.insert_fresh(self.tx, &[(next, &item)])?;
-        } else {
-            if !item.key.is_empty() {
-                self.held_keys.insert(item.key.clone(), next);
-            }
-            self.held_bytes += item.payload.len();
-            self.held.push((next, item));
-            if self.held.len() >= HELD_ROWS || self.held_bytes >= HELD_BYTES {
-                self.write_items()?;
-            }
+        } else if self.held.hold_item(next, item) {
+            self.write_items()?;
         }
         self.high_water = next;
         self.added += 1;
@@ -217,18 +183,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
     }
 
     fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
-        let (outcome, digest, reason) = match record {
-            EntryRecord::Applied { digest } => ("applied", Some(digest), None),
-            EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
-        };
-        self.records.push(Record {
-            client: client.to_string(),
-            seq: id_param(seq),
-            outcome,
-            digest: digest.map(str::to_string),
-            reason: reason.map(str::to_string),
-        });
-        if self.records.len() >= HELD_ROWS {
+        if self.held.hold_record(client, seq, record) {
             self.write_records()?;
         }
         Ok(())

@@ -23,14 +23,22 @@ const FRESH_COLUMNS: usize = 5;
 
 /// `INSERT` of `rows` fresh items: id, payload, key, enqueue time.
 fn fresh_insert_sql(rows: usize) -> String {
-    let mut sql = String::from(
+    multi_row_sql(
         "INSERT INTO morph_offline_queue (id, payload, idempotency_key, enqueued_at, group_name) VALUES ",
-    );
+        rows,
+        FRESH_COLUMNS,
+    )
+}
+
+/// `head` followed by `rows` groups of `columns` parameters.
+pub(super) fn multi_row_sql(head: &str, rows: usize, columns: usize) -> String {
+    let group = format!("({})", vec!["?"; columns].join(","));
+    let mut sql = String::from(head);
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str("(?,?,?,?,?)");
+        sql.push_str(&group);
     }
     sql
 }

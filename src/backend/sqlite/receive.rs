@@ -3,49 +3,31 @@
 //! the tables of `migrations/0002_push.sql`.
 
 use super::db::Db;
+use super::enqueue::multi_row_sql;
+use crate::backend::held::{Held, HeldRecord};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
-use std::collections::HashMap;
 
-/// Rows held back before they are written (see [`SqliteReceive`]).
+/// Rows held back before they are written (see [`Held`]).
 const HELD_ROWS: usize = 256;
-/// Payload bytes of held items that are written at once, whatever their
-/// number: holding them copies what the requests already hold.
-const HELD_BYTES: usize = 4 << 20;
 /// Entry records per multi-row INSERT, five parameters each.
 const RECORDS_PER_INSERT: usize = 64;
 
 /// One receiving transaction. The depth, the bound and the next id are
 /// read once and then kept up to date here, so that a group of many
-/// entries costs one index lookup and one insert per entry.
-///
-/// Plain new items (no coalesce key) and entry records are held back
-/// and written many rows to a statement: before anything reads what they
-/// would change, when [`HELD_ROWS`] or [`HELD_BYTES`] are held, and at
-/// [`SqliteReceive::finish`]. A key among the held items is found in
-/// `held_keys`, so a keyed entry sees the entries before it.
+/// entries costs one index lookup and one insert per entry. New items
+/// without a coalesce key and entry records are [`Held`] and written
+/// many rows to a statement.
 pub(super) struct SqliteReceive<'t, 'c> {
     db: &'t Db<'c>,
     now: Timestamp,
     next_id: Option<ItemId>,
     room: Option<Option<u64>>,
-    held: Vec<(ItemId, NewItem)>,
-    held_bytes: usize,
-    held_keys: HashMap<String, ItemId>,
-    records: Vec<Record>,
-}
-
-/// An entry's outcome not written to `spool_push_entries` yet.
-struct Record {
-    client: String,
-    seq: i64,
-    outcome: &'static str,
-    digest: Option<String>,
-    reason: Option<String>,
+    held: Held,
 }
 
 impl<'t, 'c> SqliteReceive<'t, 'c> {
@@ -55,10 +37,7 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
             now,
             next_id: None,
             room: None,
-            held: Vec::new(),
-            held_bytes: 0,
-            held_keys: HashMap::new(),
-            records: Vec::new(),
+            held: Held::new(HELD_ROWS),
         }
     }
 
@@ -70,27 +49,24 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
 
     /// Insert the held items.
     fn write_items(&mut self) -> Result<()> {
-        if self.held.is_empty() {
+        let items = self.held.take_items();
+        if items.is_empty() {
             return Ok(());
         }
-        let rows: Vec<(ItemId, &NewItem)> = self.held.iter().map(|(id, it)| (*id, it)).collect();
-        self.db.insert_fresh(&rows, self.now)?;
-        self.held.clear();
-        self.held_bytes = 0;
-        self.held_keys.clear();
-        Ok(())
+        let rows: Vec<(ItemId, &NewItem)> = items.iter().map(|(id, it)| (*id, it)).collect();
+        self.db.insert_fresh(&rows, self.now)
     }
 
     /// Insert the held entry records.
     fn write_records(&mut self) -> Result<()> {
-        let mut chunks = self.records.chunks_exact(RECORDS_PER_INSERT);
+        let records = self.held.take_records();
+        let mut chunks = records.chunks_exact(RECORDS_PER_INSERT);
         for chunk in &mut chunks {
-            insert_records(self.db, &record_insert_sql(RECORDS_PER_INSERT), chunk)?;
+            insert_records(self.db, RECORDS_PER_INSERT, chunk)?;
         }
         for one in chunks.remainder().chunks(1) {
-            insert_records(self.db, &record_insert_sql(1), one)?;
+            insert_records(self.db, 1, one)?;
         }
-        self.records.clear();
         Ok(())
     }
 
@@ -129,27 +105,18 @@ pub(super) const CLIENT_REJECTS: &str =
     "SELECT seq, reason FROM spool_push_entries INDEXED BY ix_push_unacked_rejects \
      WHERE client_id = ?1 AND seq > ?2 AND reason IS NOT NULL ORDER BY seq";
 
-/// `INSERT` of `rows` entry records.
-fn record_insert_sql(rows: usize) -> String {
-    let mut sql = String::from(
+/// Insert `rows` (`n` of them) into `spool_push_entries` in one statement.
+fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
+    let sql = multi_row_sql(
         "INSERT INTO spool_push_entries (client_id, seq, outcome, digest, reason) VALUES ",
+        n,
+        5,
     );
-    for i in 0..rows {
-        if i > 0 {
-            sql.push(',');
-        }
-        sql.push_str("(?,?,?,?,?)");
-    }
-    sql
-}
-
-/// Run `sql` (a [`record_insert_sql`] of `rows.len()` rows) over `rows`.
-fn insert_records(db: &Db<'_>, sql: &str, rows: &[Record]) -> Result<()> {
-    let mut stmt = db.conn.prepare_cached(sql).map_err(|e| db.err(e))?;
+    let mut stmt = db.conn.prepare_cached(&sql).map_err(|e| db.err(e))?;
     for (i, r) in rows.iter().enumerate() {
         let first = i * 5 + 1;
         stmt.raw_bind_parameter(first, r.client.as_str())
-            .and_then(|()| stmt.raw_bind_parameter(first + 1, r.seq))
+            .and_then(|()| stmt.raw_bind_parameter(first + 1, seq_param(r.seq)))
             .and_then(|()| stmt.raw_bind_parameter(first + 2, r.outcome))
             .and_then(|()| stmt.raw_bind_parameter(first + 3, r.digest.as_deref()))
             .and_then(|()| stmt.raw_bind_parameter(first + 4, r.reason.as_deref()))
@@ -192,8 +159,8 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
 
 impl ReceiveTxn for SqliteReceive<'_, '_> {
     fn enqueue(&mut self, item: NewItem) -> Result<Option<Enqueued>> {
-        let owner = match self.held_keys.get(&item.key) {
-            Some(&id) => Some(id),
+        let owner = match self.held.owner(&item.key) {
+            Some(id) => Some(id),
             None => self.db.key_owner(&item.key)?,
         };
         if let Some(id) = owner {
@@ -236,12 +203,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
                 .db
                 .insert_pending(&Item::from_new(next, &item, self.now))?,
             None => {
-                if !item.key.is_empty() {
-                    self.held_keys.insert(item.key.clone(), next);
-                }
-                self.held_bytes += item.payload.len();
-                self.held.push((next, item));
-                if self.held.len() >= HELD_ROWS || self.held_bytes >= HELD_BYTES {
+                if self.held.hold_item(next, item) {
                     self.write_items()?;
                 }
             }
@@ -254,18 +216,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 
     fn record(&mut self, client: &str, seq: u64, record: EntryRecord<'_>) -> Result<()> {
-        let (outcome, digest, reason) = match record {
-            EntryRecord::Applied { digest } => ("applied", Some(digest), None),
-            EntryRecord::Rejected { digest, reason } => ("rejected", digest, Some(reason)),
-        };
-        self.records.push(Record {
-            client: client.to_string(),
-            seq: seq_param(seq),
-            outcome,
-            digest: digest.map(str::to_string),
-            reason: reason.map(str::to_string),
-        });
-        if self.records.len() >= HELD_ROWS {
+        if self.held.hold_record(client, seq, record) {
             self.write_records()?;
         }
         Ok(())
