@@ -32,13 +32,20 @@ fn fresh_insert_sql(rows: usize) -> String {
 
 /// `head` followed by `rows` groups of `columns` parameters.
 pub(super) fn multi_row_sql(head: &str, rows: usize, columns: usize) -> String {
-    let group = format!("({})", vec!["?"; columns].join(","));
-    let mut sql = String::from(head);
+    let mut sql = String::with_capacity(head.len() + rows * (2 * columns + 2));
+    sql.push_str(head);
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str(&group);
+        sql.push('(');
+        for c in 0..columns {
+            if c > 0 {
+                sql.push(',');
+            }
+            sql.push('?');
+        }
+        sql.push(')');
     }
     sql
 }
@@ -426,4 +433,15 @@ pub(super) fn enqueue_stream(
     }
     flush(&mut chunk, &mut chunk_keys)?;
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::multi_row_sql;
+
+    #[test]
+    fn multi_row_sql_has_one_group_per_row() {
+        assert_eq!(multi_row_sql("V ", 1, 1), "V (?)");
+        assert_eq!(multi_row_sql("V ", 2, 3), "V (?,?,?),(?,?,?)");
+    }
 }
