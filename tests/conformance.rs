@@ -180,6 +180,7 @@ conformance!(
         large_payload_round_trips,
         push_numbers_follow_send_order_from_one,
         push_ack_is_cumulative_clamped_and_never_goes_back,
+        a_long_acked_range_keeps_the_counts,
         push_rejects_are_dead_lettered_with_the_reason,
         in_flight_items_cannot_be_held,
         in_flight_items_removed_otherwise_leave_skips,
@@ -1952,6 +1953,83 @@ fn push_numbers_follow_send_order_from_one(s: Setup) {
     h.step();
     assert_eq!(push_state(&h).last_assigned, 5);
     assert_eq!(get(&h, e).push_seq, None);
+    // Consecutive ids: one gone from the middle of a run, one in flight
+    // at the start of the next, then a whole run.
+    let run: Vec<ItemId> = (0..7).map(|n| add(&h, &format!("r{n}"), "")).collect();
+    assert!(run.windows(2).all(|w| w[1] == w[0] + 1));
+    assert!(h.q().dead_letter(run[1], "gone").unwrap());
+    assert_eq!(h.q().push_assign(&[run[3]]).unwrap(), vec![(run[3], 6)]);
+    h.step();
+    assert_eq!(
+        h.q().push_assign(&run).unwrap(),
+        vec![
+            (run[0], 7),
+            (run[2], 8),
+            (run[4], 9),
+            (run[5], 10),
+            (run[6], 11)
+        ]
+    );
+    h.step();
+    assert_eq!(get(&h, run[5]).push_seq, Some(10));
+    let more: Vec<ItemId> = (0..3).map(|n| add(&h, &format!("m{n}"), "")).collect();
+    assert_eq!(
+        h.q().push_assign(&more).unwrap(),
+        vec![(more[0], 12), (more[1], 13), (more[2], 14)]
+    );
+    h.step();
+    assert_eq!(in_flight(&h).last(), Some(&(more[2], 14)));
+    assert_eq!(push_state(&h).last_assigned, 14);
+}
+
+/// An ack of a long range (deleted in one statement on SQLite, counted
+/// there once) leaves `size` and the attempt histogram exact, and later
+/// removals are counted as before.
+fn a_long_acked_range_keeps_the_counts(s: Setup) {
+    let mut h = s.open(None);
+    let ids: Vec<ItemId> = (0..150).map(|i| add(&h, &format!("l{i}"), "")).collect();
+    let now = h.now();
+    for (n, &id) in ids.iter().enumerate().take(120).filter(|(n, _)| n % 3 != 0) {
+        let upd = AttemptUpdate {
+            attempts: 1 + (n % 2) as u32,
+            next_retry_at: None,
+            last_error: Some("x".into()),
+        };
+        h.q().record_attempt(id, &upd).unwrap();
+    }
+    h.q().set_attempts(ids[140], 5).unwrap();
+    h.q().push_assign(&ids[..130]).unwrap();
+    h.step();
+    let ack = h.q().push_ack(100, &[]).unwrap();
+    assert_eq!(ack.delivered, ids[..100].to_vec());
+    h.step();
+    let stats = h.q().stats(now).unwrap();
+    assert_eq!(h.q().size().unwrap(), 50);
+    assert_eq!(stats.depth, 50);
+    // Of ids[100..120], those with n % 3 != 0 have 1 or 2 attempts.
+    let want = |n: usize| match n {
+        140 => 5,
+        n if n < 120 && n % 3 != 0 => 1 + (n % 2) as u32,
+        _ => 0,
+    };
+    let mut hist = BTreeMap::new();
+    for n in 100..150 {
+        *hist.entry(want(n)).or_insert(0u64) += 1;
+    }
+    assert_eq!(stats.attempts_histogram, hist);
+    // The rest, one by one and as a range, still counted.
+    h.q().mark_done(&[ids[140]]).unwrap();
+    h.step();
+    assert_eq!(h.q().size().unwrap(), 49);
+    h.q().push_ack(130, &[]).unwrap();
+    h.step();
+    let stats = h.q().stats(now).unwrap();
+    assert_eq!((stats.depth, h.q().size().unwrap()), (19, 19));
+    hist.clear();
+    for n in (130..150).filter(|&n| n != 140) {
+        *hist.entry(want(n)).or_insert(0u64) += 1;
+    }
+    assert_eq!(stats.attempts_histogram, hist);
 }
 
 /// An ack covers every number up to it, is clamped to the highest number

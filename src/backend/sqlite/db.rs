@@ -18,6 +18,7 @@ use super::rows::{
 use super::schema::{self, Layout};
 use crate::error::{Error, Result};
 use crate::item::{Item, ItemId, OnFull};
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 
@@ -190,6 +191,54 @@ impl Db<'_> {
             .prepare_cached("UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'")
             .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
             .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Turn this connection's triggers off or on. Statements prepared
+    /// while they are off run without them; SQLite prepares every
+    /// statement again after each change.
+    pub fn set_triggers(&self, on: bool) -> Result<()> {
+        self.conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, on)
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Count queue rows this write deleted with triggers off, given each
+    /// one's attempt count: what `tr_queue_delete` does per row (see
+    /// `migrations/0002_push.sql`), once per attempt count.
+    pub fn count_deleted(&self, attempts: impl Iterator<Item = i64>) -> Result<()> {
+        let mut n = 0i64;
+        let mut by_attempts: std::collections::BTreeMap<i64, i64> = Default::default();
+        for a in attempts {
+            n += 1;
+            if a != 0 {
+                *by_attempts.entry(a).or_default() += 1;
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+            self.conn
+                .prepare_cached(sql)
+                .and_then(|mut s| s.execute(params))
+                .map_err(|e| self.err(e))
+        };
+        run(
+            "UPDATE spool_counts SET n = n - ?1 WHERE name = 'pending'",
+            &[&n],
+        )?;
+        for (a, k) in by_attempts {
+            run(
+                "UPDATE spool_attempt_counts SET n = n - ?2 WHERE attempts = ?1",
+                &[&a, &k],
+            )?;
+            run(
+                "DELETE FROM spool_attempt_counts WHERE attempts = ?1 AND n <= 0",
+                &[&a],
+            )?;
+        }
         Ok(())
     }
 
