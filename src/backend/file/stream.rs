@@ -173,21 +173,8 @@ impl FileQueue {
                 DepthLimit::Override(b) => b,
             };
             let on_full = inner.meta.on_full(&q.meta_path)?;
-            let file = inner
-                .main
-                .as_ref()
-                .ok_or_else(super::no_handle)?
-                .file
-                .try_clone()
-                .map_err(|e| Error::io(&q.path, "open", e))?;
-            let dead_file = match &inner.dead {
-                Some(t) => Some(
-                    t.file
-                        .try_clone()
-                        .map_err(|e| Error::io(&q.dead_path, "open", e))?,
-                ),
-                None => None,
-            };
+            let file = own_handle(inner.main.as_ref(), &q.path)?.ok_or_else(super::no_handle)?;
+            let dead_file = own_handle(inner.dead.as_ref(), &q.dead_path)?;
             let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
             let mut out = BatchOut::new(q.path.clone(), Some(file), &inner.main_tail);
             let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
@@ -359,29 +346,10 @@ impl FileQueue {
         identity: Option<(&SpoolHeader, bool)>,
     ) -> Result<Option<IdentityOutcome>> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let main_file = inner
-                .main
-                .as_ref()
-                .ok_or_else(super::no_handle)?
-                .file
-                .try_clone()
-                .map_err(|e| Error::io(&q.path, "open", e))?;
-            let dead_file = match &inner.dead {
-                Some(t) => Some(
-                    t.file
-                        .try_clone()
-                        .map_err(|e| Error::io(&q.dead_path, "open", e))?,
-                ),
-                None => None,
-            };
-            let delivered_file = match &inner.delivered {
-                Some(t) => Some(
-                    t.file
-                        .try_clone()
-                        .map_err(|e| Error::io(&q.delivered_path, "open", e))?,
-                ),
-                None => None,
-            };
+            let main_file =
+                own_handle(inner.main.as_ref(), &q.path)?.ok_or_else(super::no_handle)?;
+            let dead_file = own_handle(inner.dead.as_ref(), &q.dead_path)?;
+            let delivered_file = own_handle(inner.delivered.as_ref(), &q.delivered_path)?;
             let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
             let mut main = BatchOut::new(q.path.clone(), Some(main_file), &inner.main_tail);
             let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
@@ -701,4 +669,11 @@ impl ImportStore for Importing<'_> {
         }
         Ok(())
     }
+}
+
+/// A handle of its own on the open file `t` (at `path`), for a batch's
+/// writer.
+fn own_handle(t: Option<&super::Tracked>, path: &std::path::Path) -> Result<Option<std::fs::File>> {
+    t.map(|t| t.file.try_clone().map_err(|e| Error::io(path, "open", e)))
+        .transpose()
 }
