@@ -10,9 +10,9 @@ use super::index::{Index, Which};
 use super::io::{copy_all, parent_dir, write_all, FileIo};
 use super::scan::TornTail;
 use super::{
-    client_delta, client_lines, cut_notice, file_len, meta, no_handle, open_existing, push_line,
-    scan, torn_notice, Access, CompactReport, FileQueue, Inner, MetaUse, AUTO_COMPACT_MIN_BYTES,
-    AUTO_COMPACT_RATIO, COMPACT_COPY_RUN,
+    client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, push_line, scan,
+    torn_notice, CompactReport, FileQueue, Inner, AUTO_COMPACT_MIN_BYTES, AUTO_COMPACT_RATIO,
+    COMPACT_COPY_RUN,
 };
 use crate::backend::companion;
 use crate::backend::receive::ClientDelta;
@@ -41,7 +41,7 @@ impl FileQueue {
         inner: &mut Inner,
         full: bool,
         from_index: Option<MainPlan>,
-    ) -> Result<(CompactReport, Layout, File)> {
+    ) -> Result<Compacted> {
         // Dead letters are few: read them whole, as an image.
         let mut dead = State::default();
         let mut dead_len = 0;
@@ -111,6 +111,9 @@ impl FileQueue {
             Some(plan) => plan,
             None => self.scan_main(inner, &dead, &delivered)?,
         };
+        if plan.holds_records {
+            return Ok(Compacted::NeedsIndex);
+        }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let main_len = file_len(&main.file, &self.path)?;
         let high_water = plan.high_water.max(dead.high_water).max(delivered_high);
@@ -286,7 +289,7 @@ impl FileQueue {
                 inner.notices.push(cut_notice(path, torn));
             }
         }
-        Ok((
+        Ok(Compacted::Done(
             CompactReport {
                 bytes_before: main_len + dead_len + delivered_len,
                 bytes_after,
@@ -333,6 +336,7 @@ impl FileQueue {
             state_lines,
             records,
             torn: inner.main_tail.torn.clone(),
+            holds_records: false,
         }))
     }
 
@@ -352,6 +356,7 @@ impl FileQueue {
         let mut high_water = 0;
         let mut last_push: Option<(u64, usize)> = None;
         let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
+        let mut holds_records = false;
         let scanned = scan::scan_file_parallel(
             &self.path,
             &*self.io,
@@ -364,7 +369,8 @@ impl FileQueue {
                 } else if head.client {
                     client_lines_at.push((offset, len));
                 } else if !head.put {
-                    live.remove(&head.id);
+                    let was_live = live.remove(&head.id).is_some();
+                    holds_records |= was_live && head.retained;
                 } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
                     live.insert(head.id, (offset, len));
                 }
@@ -419,6 +425,7 @@ impl FileQueue {
             state_lines,
             records: scanned.records,
             torn: scanned.torn,
+            holds_records,
         })
     }
 
@@ -488,6 +495,19 @@ pub(super) struct MainPlan {
     records: u64,
     /// Its torn tail, which the compaction drops.
     torn: Option<TornTail>,
+    /// The file holds retained records (a delivery's `done` line of an
+    /// item whose record the delivered file lacks): only the index knows
+    /// them (see `FileQueue::move_main_records`).
+    holds_records: bool,
+}
+
+/// What [`FileQueue::compact_files`] did: the report, where the live
+/// items' lines went and the new main file, still locked; or nothing,
+/// because the main file holds retained records and there was no index
+/// to move them with.
+pub(super) enum Compacted {
+    Done(CompactReport, Layout, File),
+    NeedsIndex,
 }
 
 /// Where compaction put the live items' lines: one after the other, in
@@ -609,14 +629,6 @@ impl FileQueue {
     /// never with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
-        // With delivered items retained, a write call first: it rebuilds
-        // an index that does not match the files, which restores delivered
-        // records a crash took from the delivered file while the main
-        // file's `done` lines still tell them (see the `retain` module);
-        // the compaction drops those lines.
-        if meta::read(&self.meta_path)?.retain().is_some() && self.delivered_path.exists() {
-            self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))?;
-        }
         self.locked_unloaded(true, |q, inner| q.compact_locked(inner, true))
     }
 
@@ -624,29 +636,37 @@ impl FileQueue {
     /// the index are opened afresh on the next call. `full`: the delivered
     /// file too, whatever its garbage (see [`FileQueue::compact_files`]).
     pub(super) fn compact_locked(&self, inner: &mut Inner, full: bool) -> Result<CompactReport> {
-        // The rewrite drops the main file's `done` lines, which stand in
-        // for the delivered file's records until these are synced.
-        self.sync_delivered(inner)?;
         // A move a crash interrupted is cut off first: the compaction
         // must not keep companion lines the main file never committed.
         self.track_companions(inner)?;
         self.settle_moves(inner, true)?;
-        let carry = self.index_for_compaction(inner);
-        // With the index caught up, it tells where every live line is:
-        // the main file's garbage is not read at all (when most of the
-        // file is garbage; see `main_plan_from_index`).
-        let plan = match carry {
-            true => self.main_plan_from_index(inner).ok().flatten(),
-            false => None,
-        };
-        if let Some(ix) = inner.index.take() {
-            let _ = ix.rollback();
+        let mut carry = self.index_for_compaction(inner);
+        let mut r = self.compact_with(inner, full, carry);
+        if let Ok(Compacted::NeedsIndex) = r {
+            // Only the index knows the retained records the main file
+            // holds, which go to the delivered file before the rewrite
+            // drops their lines (see `index_for_compaction`).
+            self.rebuild(inner, None)?;
+            carry = self.index_for_compaction(inner);
+            r = match carry {
+                true => self.compact_with(inner, full, carry),
+                false => Err(Error::Internal(format!(
+                    "{}: the index cannot be brought up to date; nothing was compacted",
+                    self.index_path.display()
+                ))),
+            };
         }
-        let r = self.compact_files(inner, full, plan);
         inner.dead = None;
         inner.delivered = None;
         inner.set_tails(Default::default());
-        let (report, layout, new_main) = r?;
+        let (report, layout, new_main) = match r? {
+            Compacted::Done(report, layout, new_main) => (report, layout, new_main),
+            Compacted::NeedsIndex => {
+                return Err(Error::Internal(
+                    "compaction found retained records its index does not know".into(),
+                ))
+            }
+        };
         // The new main file stays locked (through `new_main`) until its
         // index is in place; the old one is let go with its handle.
         let dead = open_existing(&self.dead_path, false)?;
@@ -659,7 +679,7 @@ impl FileQueue {
         let installed = match carried {
             Ok(()) => Ok(()),
             // A full build from the new files.
-            Err(_) => self.build_shared(&new_main, companions, false).map(drop),
+            Err(_) => self.build_shared(&new_main, companions).map(drop),
         };
         if let Err(e) = installed {
             inner.notices.push(format!(
@@ -670,6 +690,21 @@ impl FileQueue {
         inner.main = None;
         drop(new_main);
         Ok(report)
+    }
+
+    /// [`FileQueue::compact_files`], from the index's plan when `carry`
+    /// (the index is caught up: it tells where every live line is, and
+    /// the main file's garbage is not read at all when most of the file
+    /// is garbage; see `main_plan_from_index`).
+    fn compact_with(&self, inner: &mut Inner, full: bool, carry: bool) -> Result<Compacted> {
+        let plan = match carry {
+            true => self.main_plan_from_index(inner).ok().flatten(),
+            false => None,
+        };
+        if let Some(ix) = inner.index.take() {
+            let _ = ix.rollback();
+        }
+        self.compact_files(inner, full, plan)
     }
 
     /// Compact the files after a call whose index transaction found it

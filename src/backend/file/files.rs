@@ -11,7 +11,7 @@ use super::{
 };
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
-use crate::item::{DeadLetter, DeliveredItem, Item};
+use crate::item::{DeadLetter, Item};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -84,23 +84,10 @@ impl FileQueue {
     /// then take them into the index. On failure the file is cut back to
     /// where the append began.
     pub(super) fn append(&self, inner: &mut Inner, which: Which, bytes: &[u8]) -> Result<()> {
-        self.append_with(inner, which, bytes, true)
+        self.append_entries(inner, which, bytes, None)
     }
 
-    /// [`FileQueue::append`], synced or (`sync` false: only the delivered
-    /// file's records of retained deliveries, see the `retain` module)
-    /// left to the next sync of the file.
-    pub(super) fn append_with(
-        &self,
-        inner: &mut Inner,
-        which: Which,
-        bytes: &[u8],
-        sync: bool,
-    ) -> Result<()> {
-        self.append_entries(inner, which, bytes, sync, None)
-    }
-
-    /// [`FileQueue::append_with`], with the lines' index entries when the
+    /// [`FileQueue::append`], with the lines' index entries when the
     /// caller has them (`entries`, one per line, in order; otherwise the
     /// lines are parsed here, from memory): kept for the index to take in
     /// without reading the lines back (see [`OwnLines`]).
@@ -109,7 +96,6 @@ impl FileQueue {
         inner: &mut Inner,
         which: Which,
         bytes: &[u8],
-        sync: bool,
         entries: Option<Vec<Entry>>,
     ) -> Result<()> {
         if bytes.is_empty() {
@@ -131,12 +117,10 @@ impl FileQueue {
         buf.extend_from_slice(&format::frame_batch(bytes, start + buf.len() as u64));
         let written = write_all(&*self.io, &mut t.file, &buf)
             .map_err(|e| Error::io(path, "append to", e))
-            .and_then(|()| match sync {
-                true => self
-                    .io
+            .and_then(|()| {
+                self.io
                     .sync(&t.file)
-                    .map_err(|e| Error::io(path, "fsync", e)),
-                false => Ok(()),
+                    .map_err(|e| Error::io(path, "fsync", e))
             });
         if let Err(e) = written {
             // Take back whatever reached the file, so that nothing that
@@ -146,10 +130,6 @@ impl FileQueue {
                 .truncate(&t.file, start)
                 .and_then(|()| self.io.sync(&t.file));
             return Err(e);
-        }
-        if which == Which::Delivered {
-            // A sync covers every earlier write to the file.
-            inner.delivered_unsynced = !sync;
         }
         if !tail.needs_newline {
             let parse = Entry::parser(which);
@@ -164,19 +144,6 @@ impl FileQueue {
             }
         }
         self.committed(inner, which, start + buf.len() as u64);
-        Ok(())
-    }
-
-    /// Sync what the delivered file was given unsynced, if anything.
-    pub(super) fn sync_delivered(&self, inner: &mut Inner) -> Result<()> {
-        if inner.delivered_unsynced {
-            if let Some(t) = &inner.delivered {
-                self.io
-                    .sync(&t.file)
-                    .map_err(|e| Error::io(&self.delivered_path, "fsync", e))?;
-            }
-            inner.delivered_unsynced = false;
-        }
         Ok(())
     }
 
@@ -205,13 +172,30 @@ impl FileQueue {
         }
     }
 
-    /// Read the lines at `locs` of `which`, nearby ones with one `pread`.
+    /// Read the `put` lines at `locs` of `which`, nearby ones with one
+    /// `pread`.
     pub(super) fn read_lines(
         &self,
         inner: &Inner,
         which: Which,
         locs: &[Loc],
     ) -> Result<Vec<Line>> {
+        self.read_each(inner, which, locs, |line, loc| match &line {
+            Line::Put { item, .. } if item.id == loc.id => Some(line),
+            _ => None,
+        })
+    }
+
+    /// Read the lines at `locs` of `which`, nearby ones with one `pread`,
+    /// each through `take`, which says what it is (`None`: not the line
+    /// the index said, an error).
+    pub(super) fn read_each<T>(
+        &self,
+        inner: &Inner,
+        which: Which,
+        locs: &[Loc],
+        mut take: impl FnMut(Line, &Loc) -> Option<T>,
+    ) -> Result<Vec<T>> {
         if locs.is_empty() {
             return Ok(Vec::new());
         }
@@ -243,14 +227,7 @@ impl FileQueue {
                     Which::Main | Which::Dead => parse_line(bytes),
                 }
                 .map_err(|_| self.out_of_step(which, loc))?;
-                let id = match &line {
-                    Line::Put { item, .. } => item.id,
-                    _ => return Err(self.out_of_step(which, loc)),
-                };
-                if id != loc.id {
-                    return Err(self.out_of_step(which, loc));
-                }
-                out.push(line);
+                out.push(take(line, loc).ok_or_else(|| self.out_of_step(which, loc))?);
             }
             i = j;
         }
@@ -295,29 +272,5 @@ impl FileQueue {
                 _ => None,
             })
             .collect())
-    }
-
-    /// The retained delivered items at `locs`.
-    pub(super) fn delivered_items(
-        &self,
-        inner: &Inner,
-        locs: &[Loc],
-    ) -> Result<Vec<DeliveredItem>> {
-        let mut out = Vec::with_capacity(locs.len());
-        for (line, loc) in self
-            .read_lines(inner, Which::Delivered, locs)?
-            .into_iter()
-            .zip(locs)
-        {
-            let delivery = line
-                .delivery()
-                .ok()
-                .flatten()
-                .ok_or_else(|| self.out_of_step(Which::Delivered, loc))?;
-            if let Line::Put { item, .. } = line {
-                out.push(DeliveredItem { item, delivery });
-            }
-        }
-        Ok(out)
     }
 }

@@ -56,9 +56,9 @@ pub enum Line {
     },
     /// Remove an item; also raises the id high-water mark. In the main
     /// file, the `done` line of a delivery that a retention window keeps
-    /// carries when and how (`deliveredAt`, `evidence`): the main file
-    /// alone then tells the delivered record, should `<spool>.delivered`
-    /// lose its tail in a crash (see the `retain` module).
+    /// carries when and how (`deliveredAt`, `evidence`): with the item's
+    /// last `put` line, it is the retained record until compaction moves
+    /// it to `<spool>.delivered` (see the `retain` module).
     Done {
         id: ItemId,
         delivery: Option<Delivery>,
@@ -669,6 +669,8 @@ pub struct Head {
     pub push: bool,
     /// A receiver's client line (a `done` line for id 0 with `client`).
     pub client: bool,
+    /// A `done` line that carries a delivery (a retained record's).
+    pub retained: bool,
 }
 
 /// A JSON string, validated and dropped.
@@ -751,6 +753,7 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             id: line.id,
             push: false,
             client: false,
+            retained: !line.put && line.delivered_at.is_some(),
         });
     }
     let raw: Fields<'_, PayloadCheck, AnyStr> = from_line(bytes, text)?;
@@ -759,6 +762,7 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
         id: raw.id,
         push,
         client,
+        retained: false,
     };
     match raw.op.as_ref() {
         "done" => match state_kind(raw.id, &raw.push, &raw.client, raw.evicted)? {
@@ -768,8 +772,11 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             // file (where it never belongs) drops it like a `done` line.
             StateKind::Evicted(_) => Ok(head(false, false, false)),
             StateKind::Done => {
-                done_delivery(raw.id, raw.delivered_at, raw.evidence.as_deref())?;
-                Ok(head(false, false, false))
+                let delivery = done_delivery(raw.id, raw.delivered_at, raw.evidence.as_deref())?;
+                Ok(Head {
+                    retained: delivery.is_some(),
+                    ..head(false, false, false)
+                })
             }
         },
         "put" => match raw.payload {

@@ -16,10 +16,15 @@
 //!   spool file; an item is read with one `pread` of its line.
 //! * Per dead letter (`dead`): id, where its line is in `<spool>.dead`, key.
 //! * Per retained delivered item (`delivered`): id, where its line is in
-//!   `<spool>.delivered`, key, time of delivery, and whether the main file
-//!   still holds a live `put` line for it (`in_main`: a crash came between
-//!   the two appends of the move; the delivered file wins, and the `done`
-//!   line the main file lacks is written before the record is pruned).
+//!   `<spool>.delivered` — or, while `done_off` is set, where the item's
+//!   last `put` line and its delivery's `done` line are in the main file
+//!   (see the `retain` module) —, key, time of delivery, and whether the
+//!   main file still holds a live `put` line for a record of the
+//!   delivered file (`in_main`: in files of earlier versions, a crash
+//!   came between the two appends of the move; the delivered file wins,
+//!   and the `done` line the main file lacks is written before the record
+//!   is pruned). Ids a `done` line of the delivered file pruned before
+//!   the main file's delivery was taken in are kept in `pruned`.
 //! * One `state` row: the id high-water mark, counts kept by triggers
 //!   (pending, held, dead letters, delivered records; attempts per count in `attempts`, kept
 //!   by [`Applier`] as it applies lines), the
@@ -68,17 +73,17 @@ use std::time::Duration;
 /// group (`pending_group`), which the due rule reads; version 7 the index
 /// of dead letters by key (`dead_key`), which an import's dedup reads;
 /// version 8 the last error of pending items, which `spool shape --by
-/// error` groups by.
+/// error` groups by; version 9 the retained records the main file holds
+/// (`delivered.done_off`, `done_len`) and the `pruned` table.
 mod apply;
 mod batch;
 mod journal;
 mod keep;
 mod query;
-pub(crate) use apply::Lost;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 
-pub(crate) const INDEX_VERSION: i64 = 8;
+pub(crate) const INDEX_VERSION: i64 = 9;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -155,8 +160,11 @@ CREATE TABLE delivered (
     key TEXT NOT NULL,
     delivered_at INTEGER NOT NULL,
     in_main INTEGER NOT NULL,
-    late INTEGER NOT NULL
+    late INTEGER NOT NULL,
+    done_off INTEGER,
+    done_len INTEGER
 );
+CREATE TABLE pruned (id INTEGER PRIMARY KEY);
 CREATE TABLE clients (
     id TEXT PRIMARY KEY,
     known INTEGER NOT NULL,
@@ -351,6 +359,16 @@ pub(crate) struct Loc {
     pub id: ItemId,
     pub off: u64,
     pub len: usize,
+}
+
+/// Where a retained delivered record is: a line of the delivered file
+/// (`loc`), or, while `done` is set, the item's last `put` line (`loc`)
+/// and the `done` line of its delivery (`done`: offset, length) in the
+/// main file (see the `retain` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeliveredLoc {
+    pub loc: Loc,
+    pub done: Option<(u64, usize)>,
 }
 
 /// Why an index cannot be used as it is.

@@ -65,8 +65,9 @@
 //!   are garbage; it carries the index over to the new files (see
 //!   `Index::carry_from`), or builds one when there was none.
 //! * A write that reaches a companion file as well (a move between the
-//!   files: dead-lettering, requeue, a retained delivery, an eviction, a
-//!   push ack, an import of dead or delivered records) writes the
+//!   files: dead-lettering, requeue, an eviction, a push ack that
+//!   rejects, pruning delivered records along with a delivery, an import
+//!   of dead or delivered records) writes the
 //!   companion lines first, each with `"at"` and `"ino"` naming the byte
 //!   and the inode of the main file where its main-file part starts
 //!   (`format::stamp_at`), then that part: the main file is the one
@@ -75,10 +76,12 @@
 //!   cuts off (see `FileQueue::settle_moves`); `verify` reports it and
 //!   `verify --repair` cuts it. Such a write changes all of its files or
 //!   none. (Files written before this rule may hold an item in both the
-//!   main and a companion file; the companion file wins, as it did.) A
+//!   main and a companion file; the companion file wins, as it did. A
 //!   delivered record's `done` line in the main file is written before
 //!   the record is pruned, so that no reader of the main file alone ever
-//!   sees it come back.
+//!   sees it come back.) A retained delivery writes the main file only:
+//!   its `done` line is the record until compaction moves it (see the
+//!   `retain` module).
 
 mod compact;
 mod files;
@@ -93,7 +96,7 @@ mod stream;
 mod upkeep;
 pub mod verify;
 
-use self::index::{Entry, FileNow, FileRow, Index, Lost, Unusable, Which};
+use self::index::{Entry, FileNow, FileRow, Index, Unusable, Which};
 use self::io::{parent_dir, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
@@ -277,13 +280,6 @@ struct Inner {
     /// back.
     own_lines: [Option<OwnLines>; 3],
     notices: Vec<String>,
-    /// Retained deliveries whose records the delivered file lost in a
-    /// crash, found by this call's rebuild of the index: restored before
-    /// the call goes on (see the `retain` module).
-    lost: Vec<Lost>,
-    /// The delivered file has appends not synced yet: synced when the
-    /// spool is closed, and before anything relies on it alone.
-    delivered_unsynced: bool,
     /// What this process knows of each file's fingerprint, in
     /// [`Which::slot`] order (see [`index::Known`]).
     known: [Option<index::Known>; 3],
@@ -451,8 +447,6 @@ impl FileQueue {
                 own_rows: None,
                 own_lines: [None, None, None],
                 notices: Vec::new(),
-                lost: Vec::new(),
-                delivered_unsynced: false,
                 known: Default::default(),
                 unfinished: [None; 3],
                 settled: [None; 3],
@@ -556,10 +550,7 @@ impl FileQueue {
         self.locked_unloaded(true, |q, inner| {
             q.track_companions(inner)?;
             q.rebuild(inner, None)
-        })?;
-        // A write call restores what the rebuild found the delivered file
-        // lost (see the `retain` module).
-        self.locked(Access::Write, MetaUse::Read, |_, _| Ok(()))
+        })
     }
 
     fn lock_inner(&self) -> MutexGuard<'_, Inner> {
@@ -764,23 +755,6 @@ impl FileQueue {
                     let _ = main.file.unlock();
                     return Err(Error::io(&self.path, "inspect", e));
                 }
-            }
-        }
-    }
-}
-
-impl Drop for FileQueue {
-    /// Sync what the delivered file was given unsynced (see the `retain`
-    /// module). Best effort: should it fail, the main file's `done` lines
-    /// still tell those records, and the next rebuild restores them.
-    fn drop(&mut self) {
-        let inner = match self.inner.get_mut() {
-            Ok(inner) => inner,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if inner.delivered_unsynced {
-            if let Some(t) = &inner.delivered {
-                let _ = self.io.sync(&t.file);
             }
         }
     }

@@ -98,11 +98,11 @@ impl FileQueue {
         inner.index()?.uuid()
     }
 
-    /// Write what delivering items does, in one commit sequence: the
-    /// retained records (`delivered`, empty when retention is off) with
-    /// `done` lines for up to [`crate::item::PRUNE_BATCH`] expired records
-    /// whose move is complete, synced; then the main file's lines
-    /// (`main`: the items' `done` lines and whatever goes with them), with
+    /// Write what delivering items does, in one commit sequence: `done`
+    /// lines in the delivered file for up to [`crate::item::PRUNE_BATCH`]
+    /// expired records whose move is complete, synced; then the main
+    /// file's lines (`main`: the items' `done` lines, which carry the
+    /// retained records' deliveries, and whatever goes with them), with
     /// the `done` lines that unfinished moves among the expired records
     /// lack (those records are pruned by a later call, once their move is
     /// complete).
@@ -110,10 +110,10 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         now: Timestamp,
-        mut delivered: Records,
         mut main: Vec<u8>,
         dead: &[u8],
     ) -> Result<()> {
+        let mut delivered = Records::default();
         let expired = FileQueue::expired(inner, now, crate::item::PRUNE_BATCH)?;
         for id in &expired.prunable {
             delivered.push_done(*id);
@@ -200,17 +200,7 @@ impl Queue for FileQueue {
                     FileQueue::regenerated_uuid(inner)?.as_ref(),
                 ));
             }
-            let mut delivered = Records::default();
-            if inner.meta.retain().is_some() {
-                let kept: Vec<(ItemId, Evidence)> = done
-                    .iter()
-                    .zip(&found)
-                    .filter(|(_, f)| **f)
-                    .map(|(d, _)| *d)
-                    .collect();
-                delivered = q.retained_records(inner, &kept, now)?;
-            }
-            q.deliver_and_prune(inner, now, delivered, buf, &[])?;
+            q.deliver_and_prune(inner, now, buf, &[])?;
             Ok(found)
         })
     }
@@ -593,15 +583,7 @@ impl Queue for FileQueue {
                 &plan.push,
                 FileQueue::regenerated_uuid(inner)?.as_ref(),
             ));
-            // Delivered on the receiver's evidence: its watermark.
-            let mut delivered = Records::default();
-            if inner.meta.retain().is_some() {
-                let evidence = Evidence::Push(plan.push.acked);
-                let kept: Vec<(ItemId, Evidence)> =
-                    plan.delivered.iter().map(|id| (*id, evidence)).collect();
-                delivered = q.retained_records(inner, &kept, now)?;
-            }
-            q.deliver_and_prune(inner, now, delivered, main, &dead)?;
+            q.deliver_and_prune(inner, now, main, &dead)?;
             Ok(PushAck {
                 acked: plan.push.acked,
                 delivered: plan.delivered,

@@ -1,46 +1,33 @@
-//! Retention of delivered items (SPEC §9) on an NDJSON spool: the
-//! `<spool>.delivered` companion file.
+//! Retention of delivered items (SPEC §9) on an NDJSON spool.
 //!
-//! With a window set (`retainMs` in `<spool>.meta`), a delivered item is
-//! moved to `<spool>.delivered` — a `put` line in the dead-letter file's
-//! format with `deliveredAt` and `evidence` — and leaves the main file
-//! through its `done` line, as it always did; that `done` line carries
-//! `deliveredAt` and `evidence` too.
-//!
-//! The move appends to the delivered file first, without syncing it, then
-//! appends (and syncs) the main file: one sync per delivery, as without
-//! retention. The main file is what commits the delivery, and it alone
-//! tells the retained record (the item's last `put` line and the `done`
-//! line's delivery) until the delivered file is synced — by a later
-//! synced append to it (pruning), before a compaction drops those lines,
-//! and when the spool is closed. A move whose delivered-file lines also
-//! prune expired records syncs them before the main file's part: nothing
-//! in the main file stands in for a prune.
-//!
-//! * A process killed between the two appends leaves the item in both
-//!   files (its write reached the kernel): the delivered file wins (the
-//!   item was delivered; it is never delivered again). The index notes
-//!   such an item (`in_main`), and the `done` line the main file lacks is
-//!   written before its record may be pruned, so that no reader of the
-//!   main file alone sees it come back.
-//! * A machine that crashes before the delivered file reached the disk
-//!   loses that file's tail: the records appended last. The index, last
-//!   written before the reboot, is rebuilt, and the rebuild finds the
-//!   main file's retained deliveries whose records the delivered file
-//!   lacks, after the last one it holds
-//!   ([`crate::backend::file::index::Applier::track_lost`]). Before the
-//!   writing call goes on, the records of those inside the window are
-//!   written back to the delivered file, and the others are pruned there
-//!   by `done` lines, so that a window set later cannot bring them back
-//!   ([`FileQueue::restore_lost`]); a reader tells of the missing records
-//!   in a notice.
+//! With a window set (`retainMs` in `<spool>.meta`), a delivered item
+//! leaves the main file through a `done` line that carries `deliveredAt`
+//! and `evidence`: that line and the item's last `put` line before it
+//! are the retained record, committed by the delivery's one synced
+//! append. The index points at both lines. Compaction, before it drops
+//! them, moves such records to `<spool>.delivered` — `put` lines in the
+//! dead-letter file's format with `deliveredAt` and `evidence` — in a
+//! synced append ([`FileQueue::move_main_records`]); a crash between
+//! that append and the new main file leaves a record in both places, and
+//! the delivered file's wins. Imported delivered records go to the
+//! delivered file directly.
 //!
 //! Expired records (window ended, or retention turned off) are pruned by
-//! `done` lines in the delivered file, in bounded batches, by the calls
-//! that deliver, by enqueues, and by [`crate::Queue::prune_delivered`].
+//! `done` lines in the delivered file, wherever the record is, in bounded
+//! batches, by the calls that deliver, by enqueues, and by
+//! [`crate::Queue::prune_delivered`]. Such a line is synced before the
+//! call's main-file part. A rebuild of the index reads the delivered
+//! file before the main file: a `done` line for a record not seen yet is
+//! kept (the index's `pruned` table) until the main file's `done` line
+//! of that delivery comes, which then adds no record.
+//!
+//! (Spools written by earlier versions also hold, in the delivered file,
+//! records whose main-file `done` lines carry the delivery: the delivered
+//! file's record wins.)
 
 use super::format;
-use super::index::{Entry, Loc, Lost, Row, Which};
+use super::format::Line;
+use super::index::{DeliveredLoc, Entry, Loc, Row, Which};
 use super::{FileQueue, Inner, Tail};
 use crate::backend::state::within_window;
 use crate::error::{Error, Result};
@@ -147,47 +134,15 @@ impl FileQueue {
         Ok(out)
     }
 
-    /// The records of the pending items `done` delivered at `now`, each
-    /// with its evidence (read from the main file, nearby lines with one
-    /// `pread`), with their index entries.
-    pub(super) fn retained_records(
-        &self,
-        inner: &Inner,
-        done: &[(ItemId, Evidence)],
-        now: Timestamp,
-    ) -> Result<Records> {
-        let ix = inner.index()?;
-        let mut locs = Vec::with_capacity(done.len());
-        for (id, _) in done {
-            let loc = ix
-                .pending_loc(*id)?
-                .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")))?;
-            locs.push(loc);
-        }
-        let mut out = Records::default();
-        for (item, (id, evidence)) in self.items(inner, &locs)?.into_iter().zip(done) {
-            if item.id != *id {
-                return Err(Error::Internal(format!(
-                    "item {id} was read as item {}",
-                    item.id
-                )));
-            }
-            out.push(&retained(item, now, *evidence));
-        }
-        Ok(out)
-    }
-
     /// Move items out of the main file into the companion files: append
-    /// each of `parts` (a companion file, its lines, and the index
-    /// entries of those lines when the caller has them, see
-    /// [`FileQueue::append_entries`]) first — synced for the dead-letter
-    /// file; the delivered file's records are synced later, see the
-    /// module docs — then `main_lines`, the commit point: the companion
-    /// lines carry `"at"` with where the main file's part starts, and a
-    /// crash before it is written leaves them an unfinished move that the
-    /// next writer cuts off (see [`FileQueue::settle_moves`]). When an
-    /// append fails, what the call appended is cut off again, so that the
-    /// call changes nothing.
+    /// and sync each of `parts` (a companion file, its lines, and the
+    /// index entries of those lines when the caller has them, see
+    /// [`FileQueue::append_entries`]) first, then `main_lines`, the
+    /// commit point: the companion lines carry `"at"` with where the main
+    /// file's part starts, and a crash before it is written leaves them
+    /// an unfinished move that the next writer cuts off (see
+    /// [`FileQueue::settle_moves`]). When an append fails, what the call
+    /// appended is cut off again, so that the call changes nothing.
     pub(super) fn move_out(
         &self,
         inner: &mut Inner,
@@ -197,27 +152,17 @@ impl FileQueue {
         let at = inner.tail(Which::Main).end;
         let ino = inner.main.as_ref().map_or(0, |t| t.ino);
         let mut done: Vec<(Which, Tail)> = Vec::new();
-        let unsynced_before = inner.delivered_unsynced;
         let mut result = Ok(());
         for (dest, lines, entries) in parts {
             if lines.is_empty() {
                 continue;
             }
             let before = inner.tail(dest).clone();
-            // The delivered file's records wait for a later sync only
-            // when the main file's part follows (its lines tell them,
-            // see the module docs); alone, they are the commit. The
-            // `done` lines that prune records have no such stand-in: lost
-            // in a power loss, they would bring the records back.
-            let prunes = entries
-                .as_ref()
-                .is_none_or(|es| es.iter().any(|e| matches!(e, Entry::Done(..))));
-            let sync = dest != Which::Delivered || main_lines.is_empty() || prunes;
             let lines = match main_lines.is_empty() {
                 true => std::borrow::Cow::Borrowed(lines),
                 false => std::borrow::Cow::Owned(format::stamp_at(lines, at, ino)),
             };
-            result = self.append_entries(inner, dest, &lines, sync, entries);
+            result = self.append_entries(inner, dest, &lines, entries);
             if result.is_err() {
                 break;
             }
@@ -239,9 +184,6 @@ impl FileQueue {
                     .and_then(|()| self.io.sync(&t.file));
                 if cut.is_ok() {
                     *inner.tail(dest) = before;
-                    if dest == Which::Delivered {
-                        inner.delivered_unsynced = unsynced_before;
-                    }
                 }
             }
         }
@@ -268,7 +210,7 @@ impl FileQueue {
         }
         self.append(inner, Which::Main, &main)?;
         let Records { bytes, entries } = delivered;
-        self.append_entries(inner, Which::Delivered, &bytes, true, Some(entries))?;
+        self.append_entries(inner, Which::Delivered, &bytes, Some(entries))?;
         Ok((expired.unfinished.len() + expired.prunable.len()) as u64)
     }
 
@@ -284,90 +226,97 @@ impl FileQueue {
         }
     }
 
-    /// Of the deliveries a rebuild found missing from the delivered file,
-    /// those it still lacks (no record of the id in it since), split in
-    /// two: the ones inside the window at this call, whose records belong
-    /// there, and the others (the window ended, or retention is off),
-    /// which are to be pruned.
-    pub(super) fn still_lost(
-        &self,
-        inner: &Inner,
-        lost: Vec<Lost>,
-    ) -> Result<(Vec<Lost>, Vec<Lost>)> {
-        if lost.is_empty() {
-            return Ok(Default::default());
+    /// Move the retained records the main file holds to the delivered
+    /// file (see the module docs), with the index's write transaction
+    /// open and caught up: synced appends of at most [`MOVE_CHUNK`]
+    /// records each, each taken into the index, which then points at the
+    /// delivered file's lines.
+    pub(super) fn move_main_records(&self, inner: &mut Inner) -> Result<u64> {
+        if inner.index()?.main_records(0, 1)?.is_empty() {
+            return Ok(0);
         }
-        let retain = inner.meta.retain();
-        let now = self.clock.now();
-        let ix = inner.index()?;
-        let (mut inside, mut ended) = (Vec::new(), Vec::new());
-        for l in lost {
-            if ix.delivered_loc(l.id)?.is_some() {
-                continue;
-            }
-            match within_window(l.delivery.at, retain, now) {
-                true => inside.push(l),
-                false => ended.push(l),
-            }
+        // Appended after the last whole line, never glued onto a torn one.
+        if let Some(torn) = inner.tail(Which::Delivered).torn.clone() {
+            self.cut_torn_tail(inner, Which::Delivered, torn)?;
         }
-        Ok((inside, ended))
+        let mut moved = 0;
+        let mut after = 0;
+        loop {
+            let locs = inner.index()?.main_records(after, MOVE_CHUNK)?;
+            let Some(last) = locs.last() else {
+                return Ok(moved);
+            };
+            after = last.loc.id;
+            let mut out = Records::default();
+            for d in self.delivered_items(inner, &locs)? {
+                out.push(&d);
+            }
+            let Records { bytes, entries } = out;
+            self.append_entries(inner, Which::Delivered, &bytes, Some(entries))?;
+            self.catch_up(inner, Which::Delivered)?;
+            moved += locs.len() as u64;
+        }
     }
 
-    /// Settle the delivered records a crash took from the tail of the
-    /// delivered file (found by a rebuild of the index): the record of
-    /// each delivery still inside the window is written back — its
-    /// item's last `put` line in the main file with the delivery its
-    /// `done` line tells, told in a notice — and the others get the
-    /// `done` line that prunes them, as if they had been pruned before the
-    /// crash: a window set later then cannot bring them back. One synced
-    /// append. As upkeep: a failure (the main file changed since the
-    /// rebuild, an I/O error) is told in a notice, not returned; the
-    /// records stay missing until the next rebuild (`spool verify
-    /// --repair`).
-    pub(super) fn restore_lost(&self, inner: &mut Inner, lost: Vec<Lost>) {
-        let restored = self.still_lost(inner, lost).and_then(|(inside, ended)| {
-            if inside.is_empty() && ended.is_empty() {
-                return Ok(0);
-            }
-            let locs: Vec<Loc> = inside
-                .iter()
-                .map(|l| Loc {
-                    id: l.id,
-                    off: l.off,
-                    len: l.len,
-                })
-                .collect();
-            let mut out = Vec::new();
-            for (item, l) in self.items(inner, &locs)?.into_iter().zip(&inside) {
-                if item.id != l.id {
-                    return Err(Error::Internal(format!(
-                        "item {} was read as item {}",
-                        l.id, item.id
-                    )));
+    /// The retained records at `locs`, read from the delivered file or
+    /// (their `put` and `done` lines) from the main file.
+    pub(super) fn delivered_items(
+        &self,
+        inner: &Inner,
+        locs: &[DeliveredLoc],
+    ) -> Result<Vec<DeliveredItem>> {
+        let (in_main, in_file): (Vec<&DeliveredLoc>, Vec<&DeliveredLoc>) =
+            locs.iter().partition(|l| l.done.is_some());
+        let file_locs: Vec<Loc> = in_file.iter().map(|l| l.loc).collect();
+        let mut from_file = self
+            .read_each(inner, Which::Delivered, &file_locs, |line, _| {
+                let delivery = line.delivery().ok().flatten()?;
+                match line {
+                    Line::Put { item, .. } => Some(DeliveredItem { item, delivery }),
+                    _ => None,
                 }
-                let record = retained(item, l.delivery.at, l.delivery.evidence);
-                format::write_delivered(&mut out, &record);
-            }
-            for l in &ended {
-                format::write_done(&mut out, l.id);
-            }
-            self.append(inner, Which::Delivered, &out)?;
-            Ok(inside.len())
-        });
-        let path = self.delivered_path.display();
-        match restored {
-            Ok(0) => {}
-            Ok(n) => inner.notices.push(format!(
-                "{path}: restored {n} delivered record(s) lost in a crash before they reached \
-                 the disk (the main file's done lines tell them)"
-            )),
-            Err(e) => inner.notices.push(format!(
-                "{path}: delivered records lost in a crash were not restored ({e}); \
-                 `spool verify --repair` restores them"
-            )),
+            })?
+            .into_iter();
+        let put_locs: Vec<Loc> = in_main.iter().map(|l| l.loc).collect();
+        let done_locs: Vec<Loc> = in_main
+            .iter()
+            .filter_map(|l| {
+                l.done.map(|(off, len)| Loc {
+                    id: l.loc.id,
+                    off,
+                    len,
+                })
+            })
+            .collect();
+        let items = self.items(inner, &put_locs)?;
+        let deliveries =
+            self.read_each(inner, Which::Main, &done_locs, |line, loc| match line {
+                Line::Done {
+                    id,
+                    delivery: Some(d),
+                } if id == loc.id => Some(d),
+                _ => None,
+            })?;
+        let mut from_main = items
+            .into_iter()
+            .zip(deliveries)
+            .map(|(item, d)| retained(item, d.at, d.evidence));
+        let mut out = Vec::with_capacity(locs.len());
+        for l in locs {
+            let record = match l.done {
+                None => from_file.next(),
+                Some(_) => from_main.next(),
+            };
+            out.push(
+                record.ok_or_else(|| Error::Internal("a retained record went missing".into()))?,
+            );
         }
+        Ok(out)
     }
 }
+
+/// Records [`FileQueue::move_main_records`] moves per append.
+const MOVE_CHUNK: usize = 4096;
 
 /// Append the main file's `done` line of item `id`, delivered at `now`
 /// on `evidence`: with the delivery when `retaining` (see the module

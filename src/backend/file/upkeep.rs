@@ -23,6 +23,10 @@ impl FileQueue {
                 return Ok(false);
             }
             self.catch_up_all(inner)?;
+            // The compaction drops the main file's `done` lines of
+            // retained deliveries: their records go to the delivered
+            // file first.
+            self.move_main_records(inner)?;
             inner.index()?.commit()?;
             Ok(true)
         })();
@@ -54,7 +58,7 @@ impl FileQueue {
                 if which == Which::Delivered && layout.delivered_kept {
                     continue;
                 }
-                self.load_companion(&ix, which, f, None, false)?;
+                self.load_companion(&ix, which, f, None)?;
             }
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
@@ -196,10 +200,6 @@ impl FileQueue {
                 if let Some(torn) = inner.tail(which).torn.clone() {
                     self.cut_torn_tail(inner, which, torn)?;
                 }
-            }
-            if !inner.lost.is_empty() {
-                let lost = std::mem::take(&mut inner.lost);
-                self.restore_lost(inner, lost);
             }
         }
         Ok(true)
@@ -479,8 +479,7 @@ impl FileQueue {
             let _ = ix.rollback();
         }
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let (torn, lost) = self.build_shared(&main.file, companion_files(inner), true)?;
-        inner.lost = lost;
+        let torn = self.build_shared(&main.file, companion_files(inner))?;
         if let Some(why) = why.filter(|w| !w.is_empty()) {
             inner.notices.push(format!(
                 "{}: rebuilt the index from the spool files: {why}",
@@ -509,21 +508,18 @@ impl FileQueue {
 
     /// Build the shared index of `main` and the companion files (dead
     /// letters, delivered items) into a temporary file and rename it into
-    /// place. Returns the torn tails found, and (`track_lost`) the
-    /// retained deliveries whose records the delivered file lacks (see the
-    /// `retain` module).
+    /// place. Returns the torn tails found.
     pub(super) fn build_shared(
         &self,
         main: &File,
         companions: [Option<&File>; 2],
-        track_lost: bool,
-    ) -> Result<(TornTails, Vec<Lost>)> {
+    ) -> Result<TornTails> {
         let tmp = companion(&self.index_path, "tmp");
         let _ = std::fs::remove_file(&tmp);
         crate::private_file::create_replacement(&tmp, &self.index_path)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let built = Index::create(Some(&tmp)).and_then(|ix| {
-            let torn = self.load(&ix, main, companions, [None; 2], track_lost)?;
+            let torn = self.load(&ix, main, companions, [None; 2])?;
             ix.finish_build()?;
             ix.close()?;
             Ok(torn)
@@ -549,20 +545,9 @@ impl FileQueue {
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let files = companion_files(inner);
         let limits = [inner.unfinished[1], inner.unfinished[2]];
-        let (torn, lost) = self.load(&ix, &main.file, files, limits, true)?;
+        let torn = self.load(&ix, &main.file, files, limits)?;
         ix.finish_build()?;
         inner.index = Some(ix);
-        // A reader cannot write them back: it tells.
-        let (lost, _) = self.still_lost(inner, lost)?;
-        if !lost.is_empty() {
-            inner.notices.push(format!(
-                "{}: {} delivered record(s) that the main file's done lines tell of are missing \
-                 (lost in a crash before they reached the disk); the next command that writes \
-                 to the spool restores them",
-                self.delivered_path.display(),
-                lost.len()
-            ));
-        }
         for (which, t) in torn {
             self.note_torn(inner, which, &t);
             inner.tail(which).torn = t;
@@ -571,37 +556,26 @@ impl FileQueue {
     }
 
     /// Fill a new index from the whole of the files (the companions
-    /// first, as every catch-up reads them), noting (`track_lost`) the
-    /// retained deliveries whose records the delivered file lacks.
-    /// Memory holds a few blocks of the file and SQLite's cache, whatever
-    /// the size of the spool.
+    /// first, as every catch-up reads them). Memory holds a few blocks of
+    /// the file and SQLite's cache, whatever the size of the spool.
     pub(super) fn load(
         &self,
         ix: &Index,
         main: &File,
         companions: [Option<&File>; 2],
         limits: [Option<u64>; 2],
-        track_lost: bool,
-    ) -> Result<(TornTails, Vec<Lost>)> {
+    ) -> Result<TornTails> {
         let mut torn = Vec::with_capacity(3);
-        if track_lost {
-            ix.note_pruned()?;
-        }
         for ((which, f), limit) in Which::COMPANIONS.into_iter().zip(companions).zip(limits) {
-            let note = track_lost && which == Which::Delivered;
-            torn.push((which, self.load_companion(ix, which, f, limit, note)?));
+            torn.push((which, self.load_companion(ix, which, f, limit)?));
         }
         let mut ap = ix.applier()?;
-        if track_lost {
-            ap.track_lost();
-        }
         let now = FileNow::of(main, &self.path)?;
         let s =
             scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
                 ap.main(e, off, l)
             })?;
-        let lost = ap.finish()?.lost;
-        ix.forget_pruned()?;
+        ap.finish()?;
         let fingerprint = index::fingerprint(&*self.io, main, s.end)
             .map_err(|e| Error::io(&self.path, "read", e))?;
         ix.set_file_row(
@@ -617,26 +591,21 @@ impl FileQueue {
             },
         )?;
         torn.push((Which::Main, s.torn));
-        Ok((torn, lost))
+        Ok(torn)
     }
 
     /// Take the whole of a companion file (`which`: dead letters or
-    /// delivered items) into a new index, noting the records it pruned
-    /// when `note_pruned` (see [`Index::note_pruned`]); its torn tail.
+    /// delivered items) into a new index; its torn tail.
     pub(super) fn load_companion(
         &self,
         ix: &Index,
         which: Which,
         file: Option<&File>,
         limit: Option<u64>,
-        note_pruned: bool,
     ) -> Result<Option<TornTail>> {
         let Some(f) = file else { return Ok(None) };
         let path = self.target_path(which);
         let mut ap = ix.applier()?;
-        if note_pruned {
-            ap.noting_pruned();
-        }
         let now = FileNow::of(f, path)?;
         let s = scan::scan_tail_with(
             path,

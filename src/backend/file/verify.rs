@@ -31,6 +31,10 @@ struct FileScan {
     /// Live items whose key holds a NUL byte (stored by an older
     /// version): id → line.
     nul_keys: BTreeMap<u64, u64>,
+    /// Ids whose `done` line removed a live item with a retained
+    /// delivery (main file), or any `done` line's id (delivered file:
+    /// the records it pruned).
+    done_retained: BTreeSet<u64>,
 }
 
 fn scan_file(
@@ -83,6 +87,7 @@ fn scan_file(
         records: 0,
         evicted: None,
         nul_keys: BTreeMap::new(),
+        done_retained: BTreeSet::new(),
     };
     // Malformed lines: line number, reason, whether the line had its
     // newline.
@@ -138,9 +143,11 @@ fn scan_file(
                     out.nul_keys.remove(&id);
                 }
             }
-            Ok(Line::Done { id, .. }) => {
+            Ok(Line::Done { id, delivery }) => {
                 out.records += 1;
-                out.live.remove(&id);
+                if (out.live.remove(&id) && delivery.is_some()) || !check_order {
+                    out.done_retained.insert(id);
+                }
                 out.nul_keys.remove(&id);
                 out.high_water = out.high_water.max(id);
             }
@@ -346,10 +353,20 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 ),
             );
         }
-        let delivered_live: BTreeSet<u64> = delivered
+        let mut delivered_live: BTreeSet<u64> = delivered
             .as_ref()
             .map(|d| d.live.clone())
             .unwrap_or_default();
+        // The retained records the main file holds: deliveries whose
+        // record the delivered file neither holds nor held and pruned.
+        for id in &main.done_retained {
+            let in_file = delivered
+                .as_ref()
+                .is_some_and(|d| d.seen.contains(id) || d.done_retained.contains(id));
+            if !in_file && !dead_live.contains(id) {
+                delivered_live.insert(*id);
+            }
+        }
         let unfinished: Vec<u64> = main
             .live
             .intersection(&delivered_live)

@@ -82,7 +82,8 @@ held; reports use snake_case names; streams are NDJSON.",
         body: "\
 SQLite spool:  <spool>, <spool>-wal, <spool>-shm
 NDJSON spool:  <spool> (pending items), <spool>.dead (dead letters),
-               <spool>.delivered (delivered items kept by `retain`),
+               <spool>.delivered (delivered items kept by `retain`,
+               once compaction moved them there from <spool>),
                <spool>.meta (settings and identity), <spool>.idx (an index
                derived from them), <spool>.idx-dirty (the index's write mark),
                <spool>.idx-journal (while the index is written)

@@ -275,7 +275,8 @@ fn eviction_count_lines() {
             put: false,
             id: 0,
             push: false,
-            client: false
+            client: false,
+            retained: false
         }
     );
 }
@@ -466,11 +467,11 @@ proptest! {
         let full = parse_line(&line);
         let checked = check_line(&line);
         match (&full, &checked) {
-            (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false, client: false }),
-            (Ok(Line::Done { id, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false }),
-            (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true, client: false }),
-            (Ok(Line::Client(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: true }),
-            (Ok(Line::Evicted(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: false }),
+            (Ok(Line::Put { item, .. }), Ok(h)) => prop_assert_eq!(*h, Head { put: true, id: item.id, push: false, client: false, retained: false }),
+            (Ok(Line::Done { id, delivery }), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: *id, push: false, client: false, retained: delivery.is_some() }),
+            (Ok(Line::Push(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: true, client: false, retained: false }),
+            (Ok(Line::Client(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: true, retained: false }),
+            (Ok(Line::Evicted(_)), Ok(h)) => prop_assert_eq!(*h, Head { put: false, id: 0, push: false, client: false, retained: false }),
             (Err(a), Err(b)) => prop_assert_eq!(a, b),
             _ => prop_assert!(false, "{:?}: parse {:?}, check {:?}", line, full, checked),
         }
@@ -533,11 +534,11 @@ proptest! {
         }
         prop_assert_eq!(parse_line_tx(&line), parse_line_serde(&line, std::str::from_utf8(&line).ok()), "{}", String::from_utf8_lossy(&line));
         let head = parse_line(&line).map(|l| match l {
-            Line::Put { item, .. } => Head { put: true, id: item.id, push: false, client: false },
-            Line::Done { id, .. } => Head { put: false, id, push: false, client: false },
-            Line::Push(_) => Head { put: false, id: 0, push: true, client: false },
-            Line::Client(_) => Head { put: false, id: 0, push: false, client: true },
-            Line::Evicted(_) => Head { put: false, id: 0, push: false, client: false },
+            Line::Put { item, .. } => Head { put: true, id: item.id, push: false, client: false, retained: false },
+            Line::Done { id, delivery } => Head { put: false, id, push: false, client: false, retained: delivery.is_some() },
+            Line::Push(_) => Head { put: false, id: 0, push: true, client: false, retained: false },
+            Line::Client(_) => Head { put: false, id: 0, push: false, client: true, retained: false },
+            Line::Evicted(_) => Head { put: false, id: 0, push: false, client: false, retained: false },
         });
         prop_assert_eq!(check_line(&line), head);
         let without = parse_line(&line).map(|mut l| {

@@ -76,8 +76,6 @@ impl Index {
             fresh: Vec::new(),
             insert_plain: None,
             insert_full: None,
-            lost: None,
-            note_pruned: false,
             order: None,
         })
     }
@@ -125,21 +123,15 @@ impl Index {
         }
         Ok(order)
     }
+}
 
-    /// Start noting the records the delivered file prunes (`done` lines)
-    /// in a temporary table, for [`Applier::track_lost`] (a full build).
-    pub fn note_pruned(&self) -> Result<()> {
-        self.conn
-            .execute_batch("CREATE TEMP TABLE IF NOT EXISTS pruned (id INTEGER PRIMARY KEY)")
-            .map_err(self.err("build"))
-    }
-
-    /// Drop what [`Index::note_pruned`] noted.
-    pub fn forget_pruned(&self) -> Result<()> {
-        self.conn
-            .execute_batch("DROP TABLE IF EXISTS temp.pruned")
-            .map_err(self.err("build"))
-    }
+/// What a deleted delivered row was.
+struct Gone {
+    /// The main file holds a live `put` line of the item too.
+    in_main: bool,
+    late: bool,
+    /// The record was the main file's (see [`Applier::retain_in_main`]).
+    main_record: bool,
 }
 
 /// How many of the highest ids [`Index::delivered_order`] looks at.
@@ -152,28 +144,6 @@ struct Order {
     max_id: i64,
     /// The delivery time of the last record in order, if any.
     last_at: Option<i64>,
-}
-
-/// A delivery whose record `<spool>.delivered` lost: the main file's
-/// `done` line says when and how (`delivery`), its last `put` line
-/// (`off`, `len`) says what.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Lost {
-    pub id: ItemId,
-    pub off: u64,
-    pub len: usize,
-    pub delivery: crate::item::Delivery,
-}
-
-/// What an [`Applier`] learnt beyond the rows, told by
-/// [`Applier::finish`].
-#[derive(Debug, Default)]
-pub(crate) struct Applied {
-    /// With [`Applier::track_lost`]: the retained deliveries of the main
-    /// file whose records the delivered file lacks (it holds no record of
-    /// them and no `done` line that pruned one) and that come after the
-    /// last one it holds.
-    pub lost: Vec<Lost>,
 }
 
 /// Applies lines to the index: the one path from "line at offset" to
@@ -201,11 +171,6 @@ pub(crate) struct Applier<'a> {
     /// held for the applier's life.
     insert_plain: Option<Statement<'a>>,
     insert_full: Option<Statement<'a>>,
-    /// With [`Applier::track_lost`], the lost deliveries found so far.
-    lost: Option<Vec<Lost>>,
-    /// The delivered file's `done` lines go to `temp.pruned` too (see
-    /// [`Index::note_pruned`]).
-    note_pruned: bool,
     /// Where the records in id order end, read at the first record
     /// applied and kept up to date by the applier's own records (records
     /// it deletes are not taken out: what it keeps can only be higher
@@ -286,65 +251,47 @@ impl<'a> Applier<'a> {
         self.delete_pending_at(id).map(|at| at.is_some())
     }
 
-    /// Delete pending row `id`, counting it; where its line was, when
-    /// there was one.
-    fn delete_pending_at(&mut self, id: i64) -> Result<Option<(u64, usize)>> {
+    /// Delete pending row `id`, counting it; where its line was and its
+    /// key, when there was one.
+    fn delete_pending_at(&mut self, id: i64) -> Result<Option<(i64, i64, String)>> {
         let ix = self.ix;
-        let old: Option<(bool, u32, i64, i64)> = ix
+        let old: Option<(bool, u32, i64, i64, String)> = ix
             .conn
-            .prepare_cached("DELETE FROM pending WHERE id = ?1 RETURNING held, attempts, off, len")
+            .prepare_cached(
+                "DELETE FROM pending WHERE id = ?1 RETURNING held, attempts, off, len, key",
+            )
             .and_then(|mut s| {
-                s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                    .optional()
+                s.query_row([id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .optional()
             })
             .map_err(ix.err("update"))?;
-        Ok(old.map(|(held, attempts, off, len)| {
+        Ok(old.map(|(held, attempts, off, len, key)| {
             self.gone(held, attempts);
-            (u(off), u(len) as usize)
+            (off, len, key)
         }))
     }
 
-    /// Note, while applying a whole main file after the delivered file
-    /// (read with [`Applier::noting_pruned`]), the retained deliveries of
-    /// which the delivered file holds no record, pruned or not
-    /// ([`Applied::lost`]), inside the window or not: the caller writes
-    /// back the records of those inside it and prunes the others, so that
-    /// a window set later cannot bring back a record that had expired.
-    /// The delivered file is appended before the main file, in the same
-    /// order, and synced only later (see the `retain` module): what a
-    /// crash can take from it is its tail, so a delivery whose record it
-    /// holds means it holds those before too.
-    pub fn track_lost(&mut self) {
-        self.lost = Some(Vec::new());
-    }
-
-    /// Note the delivered file's `done` lines (see [`Index::note_pruned`],
-    /// which must have made the table).
-    pub fn noting_pruned(&mut self) {
-        self.note_pruned = true;
-    }
-
-    /// Whether the delivered file holds, or held and pruned, a record of
-    /// `id` (see [`Index::note_pruned`]).
-    fn has_delivered(&self, id: i64) -> Result<bool> {
+    /// Delete delivered row `id`, counting it; what it was, when there
+    /// was one.
+    fn delete_delivered(&mut self, id: i64) -> Result<Option<Gone>> {
         let ix = self.ix;
-        ix.conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM delivered WHERE id = ?1) \
-                 OR EXISTS (SELECT 1 FROM temp.pruned WHERE id = ?1)",
-            )
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)))
-            .map_err(ix.err("update"))
-    }
-
-    /// Delete delivered row `id`, counting it; its `in_main` flag, when
-    /// there was one.
-    fn delete_delivered(&mut self, id: i64) -> Result<Option<bool>> {
-        let ix = self.ix;
-        let old: Option<bool> = ix
+        let old: Option<Gone> = ix
             .conn
-            .prepare_cached("DELETE FROM delivered WHERE id = ?1 RETURNING in_main")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .prepare_cached(
+                "DELETE FROM delivered WHERE id = ?1 RETURNING in_main, late, done_off IS NOT NULL",
+            )
+            .and_then(|mut s| {
+                s.query_row([id], |r| {
+                    Ok(Gone {
+                        in_main: r.get(0)?,
+                        late: r.get(1)?,
+                        main_record: r.get(2)?,
+                    })
+                })
+                .optional()
+            })
             .map_err(ix.err("update"))?;
         if old.is_some() {
             self.delivered -= 1;
@@ -478,26 +425,17 @@ impl<'a> Applier<'a> {
                 self.flush()?;
                 self.raise(id);
                 if let Ok(iid) = i64::try_from(id) {
-                    let at = self.delete_pending_at(iid)?;
-                    if at.is_none() {
+                    match (self.delete_pending_at(iid)?, delivery) {
                         // The `done` line that completes a move to the
                         // delivered file.
-                        self.set_in_main(iid, false)?;
-                    }
-                    if let (true, Some(delivery)) = (self.lost.is_some(), delivery) {
-                        let held = self.has_delivered(iid)?;
-                        if let Some(found) = &mut self.lost {
-                            match (held, at) {
-                                (true, _) => found.clear(),
-                                (false, Some((off, len))) => found.push(Lost {
-                                    id,
-                                    off,
-                                    len,
-                                    delivery,
-                                }),
-                                (false, None) => {}
-                            }
+                        (None, _) => self.set_in_main(iid, false)?,
+                        // A retained delivery: its record is this line
+                        // and the item's last `put` line, until
+                        // compaction moves it to the delivered file.
+                        (Some((put_off, put_len, key)), Some(d)) => {
+                            self.retain_in_main(iid, (put_off, put_len), key, &d, (off, len))?
                         }
+                        (Some(_), None) => {}
                     }
                 }
             }
@@ -574,9 +512,15 @@ impl<'a> Applier<'a> {
                 // deletes the pending row, and a later `put` line of a
                 // delivered item only marks it `in_main`): only a record
                 // of an item no longer pending may replace one.
-                let in_main = was_pending || self.delete_delivered(id)?.unwrap_or(false);
+                let old = self.delete_delivered(id)?;
+                let in_main = was_pending || old.as_ref().is_some_and(|g| g.in_main);
                 let at = row.delivered_at.unwrap_or(0);
-                let late = self.late(id, at)?;
+                // A record the main file held, now in the delivered file
+                // (moved by compaction), keeps its place in the order.
+                let late = match old {
+                    Some(g) if g.main_record => g.late,
+                    _ => self.late(id, at)?,
+                };
                 ix.conn
                     .prepare_cached(
                         "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
@@ -593,10 +537,12 @@ impl<'a> Applier<'a> {
             Entry::Done(id, _) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
-                    self.delete_delivered(id)?;
-                    if self.note_pruned {
+                    if self.delete_delivered(id)?.is_none() {
+                        // A record the main file holds and that is not
+                        // applied yet (a rebuild reads the delivered file
+                        // first): it stays pruned when it comes.
                         ix.conn
-                            .prepare_cached("INSERT OR IGNORE INTO temp.pruned (id) VALUES (?1)")
+                            .prepare_cached("INSERT OR IGNORE INTO pruned (id) VALUES (?1)")
                             .and_then(|mut s| s.execute([id]))
                             .map_err(ix.err("update"))?;
                     }
@@ -626,6 +572,52 @@ impl<'a> Applier<'a> {
             last_at: if late { order.last_at } else { Some(at) },
         });
         Ok(late)
+    }
+
+    /// The record of a retained delivery that the main file holds: the
+    /// item's last `put` line at `put`, the delivery (`d`) in the `done`
+    /// line at `done` — unless the delivered file pruned it already
+    /// (a rebuild reads that file first) or holds its record.
+    fn retain_in_main(
+        &mut self,
+        id: i64,
+        put: (i64, i64),
+        key: String,
+        d: &crate::item::Delivery,
+        done: (u64, usize),
+    ) -> Result<()> {
+        let ix = self.ix;
+        let pruned = ix
+            .conn
+            .prepare_cached("DELETE FROM pruned WHERE id = ?1")
+            .and_then(|mut s| s.execute([id]))
+            .map_err(ix.err("update"))?;
+        if pruned > 0 {
+            return Ok(());
+        }
+        let at = d.at.as_millis();
+        let late = self.late(id, at)?;
+        let n = ix
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO delivered (id, off, len, key, delivered_at, in_main, late, \
+                 done_off, done_len) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    put.0,
+                    put.1,
+                    key,
+                    at,
+                    late,
+                    done.0 as i64,
+                    done.1 as i64
+                ])
+            })
+            .map_err(ix.err("update"))?;
+        self.delivered += n as i64;
+        Ok(())
     }
 
     /// Note whether the main file still holds a live `put` line for the
@@ -697,9 +689,8 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Write what was accumulated, and tell what was learnt; the first
-    /// error met, if any.
-    pub fn finish(mut self) -> Result<Applied> {
+    /// Write what was accumulated; the first error met, if any.
+    pub fn finish(mut self) -> Result<()> {
         if let Some(e) = self.err.take() {
             return Err(e);
         }
@@ -756,9 +747,7 @@ impl<'a> Applier<'a> {
                 })
                 .map_err(ix.err("update"))?;
         }
-        Ok(Applied {
-            lost: self.lost.unwrap_or_default(),
-        })
+        Ok(())
     }
 }
 

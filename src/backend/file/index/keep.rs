@@ -139,12 +139,14 @@ impl Index {
                 "UPDATE pending SET off = spool_next_offset(id, len);
                  DELETE FROM dead;
                  UPDATE delivered SET in_main = 0 WHERE in_main <> 0;
+                 DELETE FROM pruned;
                  DELETE FROM files WHERE name <> 'delivered';
                  UPDATE state SET dead = 0;"
             } else {
                 "UPDATE pending SET off = spool_next_offset(id, len);
                  DELETE FROM dead;
                  DELETE FROM delivered;
+                 DELETE FROM pruned;
                  DELETE FROM files;
                  UPDATE state SET dead = 0, delivered = 0, prune_after = 0;"
             })

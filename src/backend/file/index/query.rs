@@ -3,7 +3,7 @@
 //! expired records, due counts and the group gate, stats, and the
 //! receiver's ledger.
 
-use super::{boot_id, u, Index, Loc};
+use super::{boot_id, u, DeliveredLoc, Index, Loc};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
@@ -163,9 +163,9 @@ impl Index {
     }
 
     /// Where retained delivered items after `after` are, in id order.
-    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
-        self.locs(
-            "SELECT id, off, len FROM delivered WHERE id > ?1 ORDER BY id LIMIT ?2",
+    pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredLoc>> {
+        self.delivered_locs(
+            "SELECT id, off, len, done_off, done_len FROM delivered WHERE id > ?1 ORDER BY id LIMIT ?2",
             params![
                 i64::try_from(after).unwrap_or(i64::MAX),
                 i64::try_from(limit).unwrap_or(i64::MAX)
@@ -174,13 +174,52 @@ impl Index {
     }
 
     /// Where retained delivered item `id` is.
-    pub fn delivered_loc(&self, id: ItemId) -> Result<Option<Loc>> {
+    pub fn delivered_loc(&self, id: ItemId) -> Result<Option<DeliveredLoc>> {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
         Ok(self
-            .locs("SELECT id, off, len FROM delivered WHERE id = ?1", [id])?
+            .delivered_locs(
+                "SELECT id, off, len, done_off, done_len FROM delivered WHERE id = ?1",
+                [id],
+            )?
             .pop())
+    }
+
+    /// Up to `limit` retained records the main file holds, with ids
+    /// after `after`, in id order (see the `retain` module).
+    pub fn main_records(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredLoc>> {
+        self.delivered_locs(
+            "SELECT id, off, len, done_off, done_len FROM delivered \
+             WHERE id > ?1 AND done_off IS NOT NULL ORDER BY id LIMIT ?2",
+            params![
+                i64::try_from(after).unwrap_or(i64::MAX),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+        )
+    }
+
+    fn delivered_locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<DeliveredLoc>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_map(p, |r| {
+                    let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
+                        Some(off) => Some((off, r.get(4)?)),
+                        None => None,
+                    };
+                    Ok(DeliveredLoc {
+                        loc: Loc {
+                            id: u(r.get(0)?),
+                            off: u(r.get(1)?),
+                            len: u(r.get(2)?) as usize,
+                        },
+                        done: done.map(|(off, len)| (u(off), u(len) as usize)),
+                    })
+                })?
+                .collect()
+            })
+            .map_err(self.err("read"))
     }
 
     /// The newest retained delivered record that carries the non-empty
