@@ -859,3 +859,31 @@ fn compaction_without_an_index_keeps_the_records_the_main_file_holds() {
     let report = verify_path(&p).unwrap();
     assert!(report.healthy(), "{report:?}");
 }
+
+/// A record pruned while the main file still held it is not one to move:
+/// compaction goes on with or without an index (found by the simulator,
+/// NDJSON seed 68775869099169).
+#[test]
+fn compaction_after_a_prune_of_a_record_the_main_file_held() {
+    for with_index in [true, false] {
+        let (_dir, p, clock, q) = retaining();
+        let a = add(&q, "a", "ka");
+        q.deliver(&[(a, Evidence::Http(200))]).unwrap();
+        clock.advance(HOUR * 2);
+        assert_eq!(q.prune_delivered(100).unwrap(), 1);
+        // Mostly live items: the compaction scans the main file.
+        let live: Vec<ItemId> = (0..10).map(|i| add(&q, &format!("b{i}"), "")).collect();
+        drop(q);
+        if !with_index {
+            std::fs::remove_file(companion(&p, "idx")).unwrap();
+        }
+        let q = open_at(&p, OpenMode::ReadWrite, &clock);
+        let report = q.compact().unwrap();
+        assert_eq!((report.pending, report.delivered_retained), (10, 0));
+        assert!(delivered(&q).is_empty());
+        assert_eq!(pending(&q), live);
+        assert!(!q.enqueue(b"x", "ka").unwrap().deduplicated);
+        let report = verify_path(&p).unwrap();
+        assert!(report.healthy(), "{report:?}");
+    }
+}

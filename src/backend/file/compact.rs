@@ -19,7 +19,7 @@ use crate::backend::receive::ClientDelta;
 use crate::backend::state::State;
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, ItemId, PushState};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -72,6 +72,9 @@ impl FileQueue {
         let delivered_file = open_existing(&self.delivered_path, false)?;
         let mut delivered_torn = None;
         let mut delivered_records = 0;
+        // Ids the delivered file's `done` lines name: records it pruned,
+        // wherever they were.
+        let mut pruned = BTreeSet::new();
         if let Some(file) = &delivered_file {
             delivered_len = file_len(file, &self.delivered_path)?;
             let s = scan::scan_tail_with(
@@ -91,6 +94,7 @@ impl FileQueue {
                     Line::Done { id, .. } => {
                         delivered_high = delivered_high.max(id);
                         delivered.remove(&id);
+                        pruned.insert(id);
                     }
                     // State lines live in the other files.
                     Line::Push(_) | Line::Client(_) | Line::Evicted(_) => {}
@@ -109,7 +113,7 @@ impl FileQueue {
         // otherwise.
         let plan = match from_index {
             Some(plan) => plan,
-            None => self.scan_main(inner, &dead, &delivered)?,
+            None => self.scan_main(inner, &dead, &delivered, &pruned)?,
         };
         if plan.holds_records {
             return Ok(Compacted::NeedsIndex);
@@ -350,6 +354,7 @@ impl FileQueue {
         inner: &Inner,
         dead: &State,
         delivered: &BTreeMap<ItemId, (u64, usize)>,
+        pruned: &BTreeSet<ItemId>,
     ) -> Result<MainPlan> {
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
         let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
@@ -370,7 +375,7 @@ impl FileQueue {
                     client_lines_at.push((offset, len));
                 } else if !head.put {
                     let was_live = live.remove(&head.id).is_some();
-                    holds_records |= was_live && head.retained;
+                    holds_records |= was_live && head.retained && !pruned.contains(&head.id);
                 } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
                     live.insert(head.id, (offset, len));
                 }
