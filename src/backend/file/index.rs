@@ -23,8 +23,9 @@
 //!   delivered file (`in_main`: in files of earlier versions, a crash
 //!   came between the two appends of the move; the delivered file wins,
 //!   and the `done` line the main file lacks is written before the record
-//!   is pruned). Ids a `done` line of the delivered file pruned before
-//!   the main file's delivery was taken in are kept in `pruned`.
+//!   is pruned). Ids a `done` line of the delivered file pruned are kept
+//!   in `pruned` until compaction: the main file's delivery of one adds
+//!   no record.
 //! * One `state` row: the id high-water mark, counts kept by triggers
 //!   (pending, held, dead letters, delivered records; attempts per count in `attempts`, kept
 //!   by [`Applier`] as it applies lines), the

@@ -16,10 +16,11 @@
 //! `done` lines in the delivered file, wherever the record is, in bounded
 //! batches, by the calls that deliver, by enqueues, and by
 //! [`crate::Queue::prune_delivered`]. Such a line is synced before the
-//! call's main-file part. A rebuild of the index reads the delivered
-//! file before the main file: a `done` line for a record not seen yet is
-//! kept (the index's `pruned` table) until the main file's `done` line
-//! of that delivery comes, which then adds no record.
+//! call's main-file part. The index keeps the ids such lines name (its
+//! `pruned` table, emptied by compaction): a main-file delivery of one,
+//! taken in later — a rebuild reads the delivered file first, and a
+//! compaction cut short leaves a moved record's lines in the main file —
+//! adds no record.
 //!
 //! (Spools written by earlier versions also hold, in the delivered file,
 //! records whose main-file `done` lines carry the delivery: the delivered
@@ -229,8 +230,8 @@ impl FileQueue {
     /// Move the retained records the main file holds to the delivered
     /// file (see the module docs), with the index's write transaction
     /// open and caught up: synced appends of at most [`MOVE_CHUNK`]
-    /// records each, each taken into the index, which then points at the
-    /// delivered file's lines.
+    /// records and [`MOVE_BYTES`] of their lines each, each taken into the
+    /// index, which then points at the delivered file's lines.
     pub(super) fn move_main_records(&self, inner: &mut Inner) -> Result<u64> {
         if inner.index()?.main_records(0, 1)?.is_empty() {
             return Ok(0);
@@ -242,7 +243,17 @@ impl FileQueue {
         let mut moved = 0;
         let mut after = 0;
         loop {
-            let locs = inner.index()?.main_records(after, MOVE_CHUNK)?;
+            let mut locs = inner.index()?.main_records(after, MOVE_CHUNK)?;
+            // At most MOVE_BYTES of `put` lines in memory (one at least).
+            let mut bytes = 0;
+            let fit = locs
+                .iter()
+                .take_while(|l| {
+                    bytes += l.loc.len;
+                    bytes <= MOVE_BYTES
+                })
+                .count();
+            locs.truncate(fit.max(1));
             let Some(last) = locs.last() else {
                 return Ok(moved);
             };
@@ -315,8 +326,10 @@ impl FileQueue {
     }
 }
 
-/// Records [`FileQueue::move_main_records`] moves per append.
+/// Records [`FileQueue::move_main_records`] moves per append, at most,
+/// and bytes of their `put` lines.
 const MOVE_CHUNK: usize = 4096;
+const MOVE_BYTES: usize = 8 << 20;
 
 /// Append the main file's `done` line of item `id`, delivered at `now`
 /// on `evidence`: with the delivery when `retaining` (see the module

@@ -537,15 +537,16 @@ impl<'a> Applier<'a> {
             Entry::Done(id, _) => {
                 self.raise(id);
                 if let Ok(id) = i64::try_from(id) {
-                    if self.delete_delivered(id)?.is_none() {
-                        // A record the main file holds and that is not
-                        // applied yet (a rebuild reads the delivered file
-                        // first): it stays pruned when it comes.
-                        ix.conn
-                            .prepare_cached("INSERT OR IGNORE INTO pruned (id) VALUES (?1)")
-                            .and_then(|mut s| s.execute([id]))
-                            .map_err(ix.err("update"))?;
-                    }
+                    self.delete_delivered(id)?;
+                    // The main file may hold the delivery's `done` line
+                    // still, applied later (a rebuild reads the delivered
+                    // file first), also when this file held the record
+                    // (moved by a compaction that a crash cut short): the
+                    // record stays pruned when it comes.
+                    ix.conn
+                        .prepare_cached("INSERT OR IGNORE INTO pruned (id) VALUES (?1)")
+                        .and_then(|mut s| s.execute([id]))
+                        .map_err(ix.err("update"))?;
                 }
             }
             // State lines live in the other files.
