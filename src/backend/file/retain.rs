@@ -245,12 +245,12 @@ impl FileQueue {
         loop {
             let mut locs = inner.index()?.main_records(after, MOVE_CHUNK)?;
             // At most MOVE_BYTES of `put` lines in memory (one at least).
-            let mut bytes = 0;
+            let mut size = 0;
             let fit = locs
                 .iter()
                 .take_while(|l| {
-                    bytes += l.loc.len;
-                    bytes <= MOVE_BYTES
+                    size += l.loc.len;
+                    size <= MOVE_BYTES
                 })
                 .count();
             locs.truncate(fit.max(1));
