@@ -61,6 +61,16 @@ fn delivered(q: &dyn Queue) -> Vec<ItemId> {
         .collect()
 }
 
+/// `verify` finds the spool at `p` healthy and says `text`.
+fn healthy_saying(p: &Path, text: &str) {
+    let report = verify_path(p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    assert!(
+        report.findings.iter().any(|f| f.message.contains(text)),
+        "{text}: {report:?}"
+    );
+}
+
 /// The lines of `path` as JSON objects (none when it does not exist).
 fn lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -159,15 +169,7 @@ fn a_reference_reader_sees_delivered_items_gone_and_the_records_are_beside_it() 
         assert_eq!(q.enqueue(b"again", "ka").unwrap(), Enqueued::delivered(a));
         assert_eq!(q.stats(T0).unwrap().delivered_retained, 2);
         assert_eq!(delivered(q), vec![a, b]);
-        let report = verify_path(&p).unwrap();
-        assert!(report.healthy(), "{report:?}");
-        assert!(
-            report
-                .findings
-                .iter()
-                .any(|f| f.message.contains("2 delivered retained")),
-            "{report:?}"
-        );
+        healthy_saying(&p, "2 delivered retained");
     };
     check(&q);
     q.compact().unwrap();
@@ -279,15 +281,7 @@ fn a_crash_between_the_two_appends_leaves_the_item_delivered() {
     std::fs::remove_file(companion(&p, "idx")).unwrap();
     check(&open_at(&p, OpenMode::ReadOnly, &clock), false);
     check(&open_at(&p, OpenMode::ReadWrite, &clock), true);
-    let report = verify_path(&p).unwrap();
-    assert!(report.healthy(), "{report:?}");
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| f.message.contains("both pending and delivered")),
-        "{report:?}"
-    );
+    healthy_saying(&p, "both pending and delivered");
 
     // Once the window ends, the main file gets the `done` line it lacks
     // before the record goes, so that the item never comes back.
@@ -751,15 +745,7 @@ fn retained_records_stay_in_the_main_file_until_a_compaction_moves_them() {
     check(&open_at(&p, OpenMode::ReadOnly, &clock));
     let q = open_at(&p, OpenMode::ReadWrite, &clock);
     check(&q);
-    let report = verify_path(&p).unwrap();
-    assert!(report.healthy(), "{report:?}");
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|f| f.message.contains("5 delivered retained")),
-        "{report:?}"
-    );
+    healthy_saying(&p, "5 delivered retained");
     assert_eq!(q.compact().unwrap().delivered_retained, 5);
     check(&q);
     assert_eq!(lines(&dpath).len(), 5);
