@@ -248,12 +248,13 @@ impl<'a> Applier<'a> {
 
     /// Delete pending row `id`, counting it; whether there was one.
     fn delete_pending(&mut self, id: i64) -> Result<bool> {
-        self.delete_pending_at(id).map(|at| at.is_some())
+        self.delete_pending_at(id, false).map(|at| at.is_some())
     }
 
-    /// Delete pending row `id`, counting it; where its line was and its
-    /// key, when there was one.
-    fn delete_pending_at(&mut self, id: i64) -> Result<Option<(i64, i64, String)>> {
+    /// Delete pending row `id`, counting it; where its line was and (with
+    /// `key`: only a retained delivery needs it) its key, when there was
+    /// one.
+    fn delete_pending_at(&mut self, id: i64, key: bool) -> Result<Option<(i64, i64, String)>> {
         let ix = self.ix;
         let old: Option<(bool, u32, i64, i64, String)> = ix
             .conn
@@ -262,7 +263,11 @@ impl<'a> Applier<'a> {
             )
             .and_then(|mut s| {
                 s.query_row([id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    let k = match key {
+                        true => r.get(4)?,
+                        false => String::new(),
+                    };
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, k))
                 })
                 .optional()
             })
@@ -425,7 +430,7 @@ impl<'a> Applier<'a> {
                 self.flush()?;
                 self.raise(id);
                 if let Ok(iid) = i64::try_from(id) {
-                    match (self.delete_pending_at(iid)?, delivery) {
+                    match (self.delete_pending_at(iid, delivery.is_some())?, delivery) {
                         // The `done` line that completes a move to the
                         // delivered file.
                         (None, _) => self.set_in_main(iid, false)?,
