@@ -376,6 +376,14 @@ unsafe extern "C" fn x_open(
     let Some(path) = path_of(name) else {
         return open(real, name, file, flags, out_flags);
     };
+    // A file that is not there was removed behind the shim's back (the
+    // library replaces its index with a rename, and removes the old
+    // index's journal): what SQLite creates now starts afresh.
+    if !path.exists() {
+        if let Some(watch) = watcher(&path) {
+            watch.lock().unsynced.remove(&path);
+        }
+    }
     let real_file = inner(file);
     (*real_file).pMethods = ptr::null();
     let rc = open(real, name, real_file, flags, out_flags);
