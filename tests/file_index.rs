@@ -247,6 +247,33 @@ fn a_writer_leaves_no_hot_journal() {
     }
 }
 
+/// A write that changes much of the index journals as much, and the
+/// journal kept afterwards is cut back to 1 MiB.
+#[test]
+fn the_kept_journal_is_cut_back_after_a_large_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = spool_of(dir.path(), 60_000);
+    let q = open(&p, OpenMode::ReadWrite);
+    q.enqueue(b"one more", "").unwrap();
+    let journal = PathBuf::from(format!("{}-journal", idx(&p).display()));
+    let small = std::fs::metadata(&journal).unwrap().len();
+    assert!(small < 1 << 20, "{small}");
+    let index = std::fs::metadata(idx(&p)).unwrap().len();
+    assert!(index > 3 << 19, "the index is too small to test: {index}");
+    // Every other item: every page of the pending rows changes (and too
+    // few records become garbage for a compaction, which would remove
+    // the journal).
+    let odd: Vec<u64> = (1..=60_000).step_by(2).collect();
+    q.mark_done(&odd).unwrap();
+    let len = std::fs::metadata(&journal).unwrap().len();
+    assert!(len <= 1 << 20, "the journal kept {len} bytes");
+    assert_eq!(std::fs::read(&journal).unwrap()[0], 0, "a journal left hot");
+    drop(q);
+    let mut want: Vec<u64> = (2..=60_000).step_by(2).collect();
+    want.push(60_001);
+    assert_reads(&p, &want);
+}
+
 /// The write mark that an index of version 9 kept beside it is removed
 /// when the index is rebuilt, and never read.
 #[test]

@@ -595,7 +595,8 @@ impl Index {
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        // A writer journals to a file (see the `journal` module); a
+        // A writer journals to a file (see the `journal` module), which
+        // a large write leaves cut back to 1 MiB; a
         // reader keeps its journal in memory and never spills a page to
         // the file, so that whatever it applies to catch up stays in
         // memory and is rolled back.
@@ -609,7 +610,8 @@ impl Index {
             )));
         }
         conn.execute_batch(if writer {
-            "COMMIT; PRAGMA synchronous = OFF; PRAGMA cache_size = -8000"
+            "COMMIT; PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; \
+             PRAGMA journal_size_limit = 1048576"
         } else {
             "COMMIT; PRAGMA cache_spill = OFF"
         })
