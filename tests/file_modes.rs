@@ -97,7 +97,7 @@ fn spool_files(env: &Env) -> Vec<PathBuf> {
             env.side(".dead"),
             env.side(".meta"),
             env.side(".idx"),
-            env.side(".idx-journal"),
+            env.side(".idx-dirty"),
         ]);
     } else {
         v.extend([env.side("-wal"), env.side("-shm")]);

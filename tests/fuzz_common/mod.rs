@@ -260,6 +260,7 @@ pub const SPOOL_FILES: &[&str] = &[
     "spool.ndjson.delivered",
     "spool.ndjson.meta",
     "spool.ndjson.idx",
+    "spool.ndjson.idx-dirty",
 ];
 
 /// Files as one input: per file, its index in [`SPOOL_FILES`] (one byte),
@@ -323,7 +324,7 @@ fn read_all(spool: &spool::Spool) -> Result<String, String> {
 }
 
 /// The files of an NDJSON spool (spool file, dead letters, delivered
-/// records, metadata, the index): opening it read-only
+/// records, metadata, the index and its write mark): opening it read-only
 /// and read-write, reading everything and verifying it never panics nor
 /// hangs; what a read-only and a read-write opener read is the same.
 pub fn spool_files(data: &[u8]) {

@@ -377,8 +377,8 @@ unsafe extern "C" fn x_open(
         return open(real, name, file, flags, out_flags);
     };
     // A file that is not there was removed behind the shim's back (the
-    // library replaces its index with a rename, and removes the old
-    // index's journal): what SQLite creates now starts afresh.
+    // library removes a journal of an index it replaces): what SQLite
+    // creates now starts afresh.
     if !path.exists() {
         if let Some(watch) = watcher(&path) {
             watch.lock().unsynced.remove(&path);

@@ -63,28 +63,28 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-mod apply;
-mod batch;
-mod journal;
-mod keep;
-mod query;
-pub(crate) use journal::{journal_is_hot, journal_path};
-
 /// The index format version (`PRAGMA user_version`). An index of any other
 /// version is rebuilt.
 /// Version 2 added the ordering group and coalesce key of pending items
 /// and the eviction count; version 3 the retained delivered items;
-/// version 4 a write mark and the journal of small writes kept in
-/// memory; version 5 the `late` flag of retained records
+/// version 4 the write mark (see [`mark_path`]) and the journal of small
+/// writes kept in memory; version 5 the `late` flag of retained records
 /// (records delivered in id order have no entry in a time index) and
 /// `state.prune_after`; version 6 the index of pending items by ordering
 /// group (`pending_group`), which the due rule reads; version 7 the index
 /// of dead letters by key (`dead_key`), which an import's dedup reads;
 /// version 8 the last error of pending items, which `spool shape --by
 /// error` groups by; version 9 the retained records the main file holds
-/// (`delivered.done_off`, `done_len`) and the `pruned` table; version 10
-/// dropped the write mark: every write to the index journals to a file.
-pub(crate) const INDEX_VERSION: i64 = 10;
+/// (`delivered.done_off`, `done_len`) and the `pruned` table.
+mod apply;
+mod batch;
+mod journal;
+mod keep;
+mod query;
+use journal::mark_clear;
+pub(crate) use journal::{clear_mark, journal_path, mark_path};
+
+pub(crate) const INDEX_VERSION: i64 = 9;
 
 /// `PRAGMA application_id` of an index: "SPIX".
 const APPLICATION_ID: i64 = 0x5350_4958;
@@ -396,12 +396,21 @@ pub(crate) struct Index {
     pub read_only: bool,
     /// SQLite refuses writes on this connection altogether.
     pub no_writes: bool,
-    /// The running transaction changed the shared index (see
+    /// The shared index's write mark (see [`mark_path`]), open for
+    /// writing on a writer's connection; `None` for a private index.
+    mark: Option<File>,
+    /// The running transaction changed the index (see
     /// [`Index::will_write`]).
     changed: Cell<bool>,
+    /// This connection set the write mark (for a commit).
+    marked: Cell<bool>,
     /// The running transaction recorded this boot in `state` (see
     /// [`Index::set_file_row`]).
     boot_written: Cell<bool>,
+    /// A writer's connection keeps its rollback journal in a file (for
+    /// the transaction about to begin; see [`Index::use_file_journal`]),
+    /// not in memory.
+    file_journal: Cell<bool>,
 }
 
 impl std::fmt::Debug for Index {
@@ -539,9 +548,11 @@ impl Index {
     }
 
     /// Open the shared index at `path`. A writer's connection commits
-    /// (rollback journal in a file, `synchronous=OFF`: the index is
-    /// derived and checked before use); a reader's (`writer` false) never
-    /// does.
+    /// (rollback journal, `synchronous=OFF`: the index is derived and
+    /// checked before use); a reader's (`writer` false) never does: it
+    /// keeps its journal in memory and never spills a page to the file,
+    /// so that whatever it applies to catch up stays in memory and is
+    /// rolled back.
     pub fn open_shared(
         path: &Path,
         writer: bool,
@@ -569,18 +580,12 @@ impl Index {
         };
         let bad = |e: rusqlite::Error| Unusable::Invalid(format!("it cannot be read: {e}"));
         let _ = conn.busy_timeout(busy);
-        // Only read before it is known to be an index of ours. One read
-        // transaction for all of it: each costs SQLite a look at the
-        // journal file.
-        conn.execute_batch("BEGIN").map_err(bad)?;
-        let (app, version, mode): (i64, i64, String) = conn
-            .query_row(
-                "SELECT a.application_id, v.user_version, j.journal_mode \
-                 FROM pragma_application_id() a, pragma_user_version() v, \
-                 pragma_journal_mode() j",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
+        // Only read before it is known to be an index of ours.
+        let app: i64 = conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(bad)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(bad)?;
         if app != APPLICATION_ID {
             return Err(Unusable::Invalid("it is not a spool index".into()));
@@ -590,17 +595,46 @@ impl Index {
                 "it has index version {version}; this version of spool reads version {INDEX_VERSION}"
             )));
         }
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .map_err(bad)?;
         if mode.eq_ignore_ascii_case("wal") {
             return Err(Unusable::Invalid(
                 "it is in WAL mode, which spool never uses".into(),
             ));
         }
-        // A writer journals to a file (see the `journal` module), which
-        // a large write leaves cut back to 1 MiB; a
-        // reader keeps its journal in memory and never spills a page to
-        // the file, so that whatever it applies to catch up stays in
-        // memory and is rolled back.
-        let want = if writer { "persist" } else { "memory" };
+        // Both start with the rollback journal in memory and no cache
+        // spill (no page reaches the file before the commit); a writer
+        // chooses per transaction (see `Index::use_file_journal`).
+        let want = "memory";
+        let mark = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writer)
+            .open(mark_path(path));
+        let mark = match mark {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Unusable::Invalid("it has no write mark".into()))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be opened: {e}"
+                )))
+            }
+        };
+        match mark_clear(&mark) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Unusable::Invalid(
+                    "a write to it was interrupted (its write mark is set)".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "its write mark cannot be read: {e}"
+                )))
+            }
+        }
         let got: String = conn
             .query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
             .map_err(bad)?;
@@ -610,10 +644,9 @@ impl Index {
             )));
         }
         conn.execute_batch(if writer {
-            "COMMIT; PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; \
-             PRAGMA journal_size_limit = 1048576"
+            "PRAGMA synchronous = OFF; PRAGMA cache_size = -8000; PRAGMA cache_spill = OFF"
         } else {
-            "COMMIT; PRAGMA cache_spill = OFF"
+            "PRAGMA cache_spill = OFF"
         })
         .map_err(bad)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -624,8 +657,11 @@ impl Index {
             seen: Stamp::of(path),
             read_only: !writer,
             no_writes,
+            mark: Some(mark),
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         })
     }
 
@@ -643,7 +679,7 @@ impl Index {
 
     /// [`Index::create`] without the transaction.
     /// An index on `conn` that is not the shared `<spool>.idx` in use
-    /// (a build, a private index, a carry-over), writable.
+    /// (a build, a private index, a carry-over), writable, nothing marked.
     fn unshared(conn: Connection, path: PathBuf) -> Index {
         Index {
             conn,
@@ -652,8 +688,11 @@ impl Index {
             seen: None,
             read_only: false,
             no_writes: false,
+            mark: None,
             changed: Cell::new(false),
+            marked: Cell::new(false),
             boot_written: Cell::new(false),
+            file_journal: Cell::new(false),
         }
     }
 

@@ -125,6 +125,16 @@ const COMPACT_COPY_RUN: u64 = 64 << 10;
 /// private index.
 const READER_CATCH_UP_MAX: u64 = 4 << 20;
 
+/// The most items an [`Access::Small`] call changes. A changed item
+/// changes a few index pages (its row, its secondary index entries, a
+/// retained record's two): the in-memory journal of such a call holds at
+/// most a few MiB.
+const SMALL_ROWS: usize = 256;
+
+/// The longest tail (bytes) that an [`Access::Small`] call takes in with
+/// its journal in memory (a few hundred lines at the most); a longer one
+/// journals to a file.
+const SMALL_TAIL_MAX: u64 = 8 << 10;
 /// Adjacent lines closer than this are read with one `pread`.
 const READ_GAP: u64 = 4096;
 /// ... up to this many bytes at a time.
@@ -226,6 +236,22 @@ enum Access {
     Write,
     /// Writes, then compacts when garbage dominates.
     Mutate,
+    /// [`Access::Mutate`] that changes at most [`SMALL_ROWS`] items: the
+    /// index keeps the call's rollback journal in memory (see
+    /// [`index::Index::use_file_journal`]); every other write journals to
+    /// a file.
+    Small,
+}
+
+impl Access {
+    /// [`Access::Small`] for a change of `n` items, [`Access::Mutate`]
+    /// for more.
+    fn for_items(n: usize) -> Access {
+        match n <= SMALL_ROWS {
+            true => Access::Small,
+            false => Access::Mutate,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -476,6 +502,7 @@ impl FileQueue {
             self.meta_path.clone(),
             self.index_path.clone(),
             index::journal_path(&self.index_path),
+            index::mark_path(&self.index_path),
         ]
     }
 
@@ -557,9 +584,12 @@ impl FileQueue {
         let mut guard = self.lock_inner();
         let inner = &mut *guard;
         let mut exclusive = access != Access::Read;
+        // Upkeep of a reader (catching the shared index up) is small too,
+        // unless its tail is long (see `prepare`).
+        let bulk = matches!(access, Access::Write | Access::Mutate);
         loop {
             self.acquire(inner, exclusive)?;
-            match self.prepare(inner, exclusive, meta) {
+            match self.prepare(inner, exclusive, bulk, meta) {
                 Ok(true) => break,
                 Ok(false) => {
                     // Upkeep of the shared index needs the write lock.
@@ -578,7 +608,7 @@ impl FileQueue {
         let r = f(self, inner);
         let r = self.finish(inner, r);
         let due = std::mem::take(&mut inner.compact_due);
-        if access == Access::Mutate && r.is_ok() && due {
+        if matches!(access, Access::Mutate | Access::Small) && r.is_ok() && due {
             self.auto_compact(inner);
         }
         self.release(inner);

@@ -130,7 +130,7 @@ impl FileQueue {
     }
 
     fn update_one(&self, id: ItemId, f: impl FnOnce(&mut Item)) -> Result<bool> {
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::Small, MetaUse::Skip, |q, inner| {
             let Some(mut item) = q.view(inner).pending_item(id)? else {
                 return Ok(false);
             };
@@ -178,7 +178,7 @@ impl Queue for FileQueue {
         let ids: &[ItemId] = &done.iter().map(|d| d.0).collect::<Vec<_>>();
         let now = self.clock.now();
         // The meta file says whether delivered items are retained.
-        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+        self.locked(Access::for_items(done.len()), MetaUse::Read, |q, inner| {
             let v = q.view(inner);
             let mut seen = std::collections::HashSet::new();
             // As in the other backends, a repeated id reports true once.
@@ -295,7 +295,7 @@ impl Queue for FileQueue {
     }
 
     fn set_held(&self, ids: &[ItemId], held: bool) -> Result<Vec<bool>> {
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::for_items(ids.len()), MetaUse::Skip, |q, inner| {
             let v = q.view(inner);
             if held {
                 state::check_hold(&v, ids)?;
@@ -403,7 +403,7 @@ impl Queue for FileQueue {
 
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
         let now = self.clock.now();
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::Small, MetaUse::Skip, |q, inner| {
             let v = q.view(inner);
             let Some(dl) = state::prepare_kill(&v, id, last_error, now)? else {
                 return Ok(false);
@@ -443,7 +443,7 @@ impl Queue for FileQueue {
     }
 
     fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
+        self.locked(Access::for_items(ids.len()), MetaUse::Read, |q, inner| {
             let v = q.view(inner);
             state::check_requeue(&v, ids)?;
             let mut seen = std::collections::HashSet::new();
@@ -472,7 +472,7 @@ impl Queue for FileQueue {
     }
 
     fn purge(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::for_items(ids.len()), MetaUse::Skip, |q, inner| {
             let v = q.view(inner);
             let mut gone = std::collections::BTreeSet::new();
             let mut found = Vec::with_capacity(ids.len());
@@ -530,7 +530,7 @@ impl Queue for FileQueue {
     }
 
     fn push_assign(&self, ids: &[ItemId]) -> Result<Vec<(ItemId, u64)>> {
-        self.locked(Access::Mutate, MetaUse::Skip, |q, inner| {
+        self.locked(Access::for_items(ids.len()), MetaUse::Skip, |q, inner| {
             let (items, push) = state::plan_assign(&q.view(inner), ids)?;
             if items.is_empty() {
                 return Ok(Vec::new());

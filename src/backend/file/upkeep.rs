@@ -17,6 +17,7 @@ impl FileQueue {
             if self.open_index(inner, true).is_some() {
                 return Ok(false);
             }
+            inner.index()?.use_file_journal(true)?;
             inner.index()?.begin(true)?;
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
@@ -101,12 +102,10 @@ impl FileQueue {
         }
         std::fs::rename(tmp, &self.index_path)
             .map_err(|e| Error::io(&self.index_path, "replace", e))?;
-        // The write mark that an index of version 9 or older kept beside
-        // it: nothing reads it any more.
-        let mut mark = self.index_path.clone().into_os_string();
-        mark.push("-dirty");
-        let _ = std::fs::remove_file(mark);
-        Ok(())
+        // Only now: the file in place holds a committed state. (Killed
+        // before this, a set mark makes the next writer build it again.)
+        index::clear_mark(&self.index_path)
+            .map_err(|e| Error::io(index::mark_path(&self.index_path), "write", e))
     }
 
     /// [`FileQueue::catch_up`] of every file, companions first.
@@ -126,6 +125,7 @@ impl FileQueue {
         &self,
         inner: &mut Inner,
         exclusive: bool,
+        bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
         inner.own_rows = None;
@@ -137,7 +137,7 @@ impl FileQueue {
         self.settle_moves(inner, exclusive)?;
         let mut unusable = self.open_index(inner, exclusive);
         if unusable.is_none() {
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 let private = !inner.index()?.is_shared();
                 inner.index()?.rollback()?;
@@ -149,7 +149,7 @@ impl FileQueue {
                     inner.index = None;
                     unusable = self.open_index(inner, exclusive);
                     if unusable.is_none() {
-                        inner.index()?.begin(exclusive)?;
+                        Self::begin_call(inner, exclusive, bulk)?;
                         if let Err(why) = self.check_index(inner)? {
                             inner.index()?.rollback()?;
                             unusable = Some(why);
@@ -167,7 +167,7 @@ impl FileQueue {
             } else {
                 self.build_private(inner)?;
             }
-            inner.index()?.begin(exclusive)?;
+            Self::begin_call(inner, exclusive, bulk)?;
             if let Err(why) = self.check_index(inner)? {
                 return Err(Error::Internal(format!(
                     "the index just built for {} does not match it: {why}",
@@ -187,6 +187,11 @@ impl FileQueue {
                 ix.rollback()?;
                 self.build_private(inner)?;
                 inner.index()?.begin(false)?;
+            } else if exclusive && pending_tail > SMALL_TAIL_MAX && !ix.file_journal() {
+                // A long tail to take in: its journal goes to a file (see
+                // `Index::use_file_journal`). Nothing was written yet.
+                ix.rollback()?;
+                Self::begin_call(inner, exclusive, true)?;
             }
         }
         self.catch_up_all(inner)?;
@@ -200,31 +205,57 @@ impl FileQueue {
         Ok(true)
     }
 
+    /// Begin the call's index transaction: a writer's with its journal in
+    /// a file for a `bulk` change, in memory otherwise (see
+    /// [`index::Index::use_file_journal`]).
+    fn begin_call(inner: &Inner, exclusive: bool, bulk: bool) -> Result<()> {
+        let ix = inner.index()?;
+        if exclusive {
+            ix.use_file_journal(bulk)?;
+        }
+        ix.begin(exclusive)
+    }
+
     /// Keep or open the shared index; `Some(reason)` when there is no
     /// usable one (a private index of a read-only handle is kept).
     pub(super) fn open_index(&self, inner: &mut Inner, exclusive: bool) -> Option<String> {
-        // A hot journal while we hold the lock is one a writer left when
-        // it crashed in the middle of a commit: only a writer may roll it
-        // back (SQLite does so as it reads the index).
-        let writer = self.writable && exclusive;
-        let hot = !writer && index::journal_is_hot(&self.index_path);
+        let journal = index::journal_path(&self.index_path);
+        // A journal while we hold the lock is one a writer left when it
+        // crashed in a bulk write (see `Index::use_file_journal`): only a
+        // writer may roll it back (SQLite does so when it opens the
+        // index).
+        let hot = journal.exists();
         if let Some(ix) = &inner.index {
             if !ix.is_shared() {
                 return None;
             }
             // Kept only while nobody else wrote the file since this call's
             // last use of it (see `index::Stamp`).
-            if ix.seen.is_some() && index::Stamp::of(&self.index_path) == ix.seen && !hot {
+            if ix.seen.is_some()
+                && index::Stamp::of(&self.index_path) == ix.seen
+                && !(hot && !(self.writable && exclusive))
+                && ix.mark_is_clear()
+            {
                 return None;
             }
             inner.index = None;
         }
-        if hot {
+        if hot && !(self.writable && exclusive) {
             return Some("a write to it was interrupted (its journal is left)".into());
         }
         match Index::open_shared(&self.index_path, self.writable, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
+                if hot {
+                    // SQLite played a hot journal back as it opened the
+                    // index; what is left is none (an empty or finished
+                    // one), which no write of ours removes now.
+                    if let Err(e) = std::fs::remove_file(&journal) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            return Some(format!("its journal cannot be removed: {e}"));
+                        }
+                    }
+                }
                 None
             }
             Err(Unusable::Missing) => Some(String::new()),

@@ -494,7 +494,16 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
             repairable: true,
         });
     };
-    if super::index::journal_is_hot(&idx) {
+    if std::fs::read(super::index::mark_path(&idx)).is_ok_and(|m| m != b"0") {
+        report.push(
+            Severity::Warning,
+            &idx,
+            None,
+            "a write to the index was interrupted (its write mark is set): readers do without it until the next write rebuilds it",
+        );
+        return Ok(());
+    }
+    if super::index::journal_path(&idx).exists() {
         report.push(
             Severity::Warning,
             &idx,

@@ -85,8 +85,8 @@ NDJSON spool:  <spool> (pending items), <spool>.dead (dead letters),
                <spool>.delivered (delivered items kept by `retain`,
                once compaction moved them there from <spool>),
                <spool>.meta (settings and identity), <spool>.idx (an index
-               derived from them), <spool>.idx-journal (the index's
-               rollback journal)
+               derived from them), <spool>.idx-dirty (the index's write mark),
+               <spool>.idx-journal (while the index is written)
 Any spool:     <spool>.replay.lock (replay, watch), <spool>.serve.lock (serve)
 
 Every file spool creates, outputs written with -o and the watch metrics
