@@ -103,6 +103,15 @@ fn exec_deliveries_are_retained_and_their_keys_dedup() {
                 .any(|l| l.starts_with("spool_delivered_retained{") && l.ends_with(" 2")),
             "{b}: {prom}"
         );
+
+        // Compaction keeps them, and says so.
+        let c = stdout(&env.run(&["compact"]).success());
+        assert!(
+            c.contains("0 pending, 0 dead letters, 2 delivered items retained"),
+            "{b}: {c}"
+        );
+        let c = json_out(&env.run(&["--json", "compact"]).success());
+        assert_eq!(c["delivered_retained"], 2, "{b}: {c}");
     }
 }
 
@@ -173,6 +182,11 @@ fn without_retain_nothing_is_kept() {
         let stats = json_out(&env.run(&["--json", "stats"]).success());
         assert_eq!(stats["delivered_retained"], 0);
         assert_eq!(stats["retain"], "off");
+        let c = stdout(&env.run(&["compact"]).success());
+        assert!(
+            c.contains("1 pending, 0 dead letters, id high-water mark 2"),
+            "{b}: {c}"
+        );
     }
 }
 
@@ -212,6 +226,7 @@ fn sqlite_reference_view_and_compact_pruning() {
     drop(conn);
     let report = json_out(&env.run(&["--json", "compact"]).success());
     assert_eq!(report["pruned_delivered"], 3, "{report}");
+    assert_eq!(report["delivered_retained"], 2, "{report}");
     let left: Vec<u64> = json_lines(
         &env.run(&["--json", "list", "--state", "delivered"])
             .success(),

@@ -18,6 +18,7 @@ use crate::backend::Spool;
 use crate::error::{Error, Result};
 use crate::item::ItemId;
 use crate::queue::BackendKind;
+use crate::time::Timestamp;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,6 +72,8 @@ pub struct CompactReport {
     pub pending: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Retained delivered records kept (SPEC §9).
+    pub delivered_retained: u64,
     /// Delivered records whose retention window had ended, deleted first
     /// (SPEC §9).
     pub pruned_delivered: u64,
@@ -108,6 +111,7 @@ impl CompactReport {
             records_after: self.records_after,
             pending: self.pending,
             dead_letters: self.dead_letters,
+            delivered_retained: self.delivered_retained,
             pruned_delivered: self.pruned_delivered,
             high_water: self.high_water,
             dropped_torn_tail: self.dropped_torn_tail.as_ref(),
@@ -143,6 +147,8 @@ pub struct CompactJson<'a> {
     pub pending: u64,
     /// Dead letters kept.
     pub dead_letters: u64,
+    /// Retained delivered records kept.
+    pub delivered_retained: u64,
     /// Expired delivered records deleted.
     pub pruned_delivered: u64,
     /// The id high-water mark.
@@ -192,6 +198,7 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: Some(r.records_after),
                 pending: r.pending,
                 dead_letters: r.dead_letters,
+                delivered_retained: r.delivered_retained,
                 pruned_delivered: 0,
                 high_water: r.high_water,
                 dropped_torn_tail: r.dropped_torn_tail.map(|t| DroppedTail {
@@ -223,6 +230,8 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: None,
                 pending: q.size()?,
                 dead_letters: q.dead_count()?,
+                // (The count does not depend on the time.)
+                delivered_retained: q.stats(Timestamp::now())?.delivered_retained,
                 pruned_delivered: 0,
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,
@@ -244,6 +253,8 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 records_after: None,
                 pending: q.size()?,
                 dead_letters: q.dead_count()?,
+                // (The count does not depend on the time.)
+                delivered_retained: q.stats(Timestamp::now())?.delivered_retained,
                 pruned_delivered: 0,
                 high_water: q.high_water()?,
                 dropped_torn_tail: None,

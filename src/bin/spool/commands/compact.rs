@@ -57,7 +57,8 @@ fn size_line(backend: BackendKind, before: u64, after: u64) -> (&'static str, St
 ///
 /// With --json one object: spool, backend, bytes_before, bytes_after,
 /// bytes_saved, records_before, records_after (NDJSON lines; null for
-/// SQLite), pending, dead_letters, pruned_delivered (delivered items
+/// SQLite), pending, dead_letters, delivered_retained (delivered items
+/// kept for their retention window), pruned_delivered (delivered items
 /// whose retention window ended, deleted first), high_water, dropped_torn_tail
 /// ({line, offset, bytes, reason} or null), checkpoint (SQLite: the
 /// object `spool checkpoint --json` prints; null for NDJSON and
@@ -109,10 +110,14 @@ pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             format!("{b} -> {a} (VACUUM (ANALYZE) of the schema's tables)"),
         ));
     }
+    let retained = match r.delivered_retained {
+        0 => String::new(),
+        n => format!(", {n} delivered items retained"),
+    };
     lines.push((
         "kept",
         format!(
-            "{} pending, {} dead letters, id high-water mark {}",
+            "{} pending, {} dead letters{retained}, id high-water mark {}",
             r.pending, r.dead_letters, r.high_water
         ),
     ));
