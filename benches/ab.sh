@@ -29,12 +29,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 cargo build --release --locked --bin spool --example http_sink >&2
-# A build leaves the load average high for a while: wait (at most four
-# minutes) for the 1-minute figure to fall below 1 before measuring.
-for _ in $(seq 48); do
-    awk '{ exit !($1 < 1) }' /proc/loadavg && break
-    sleep 5
-done
+# A build leaves the load average high for a while.
+wait_for_quiet
 target="${CARGO_TARGET_DIR:-$root/target}/release"
 [ -n "$new" ] || new="$target/spool"
 

@@ -32,6 +32,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 AREAS="cli scale replay retention follow groups compact push postgres"
 baseline=
@@ -102,12 +104,8 @@ fi
 cargo build --release --locked >&2
 cargo build --release --locked --example http_sink >&2
 cargo build --release --locked --bin spool --example http_sink >&2
-# A build leaves the load average high for a while: wait (at most four
-# minutes) for the 1-minute figure to fall below 1 before measuring.
-for _ in $(seq 48); do
-    awk '{ exit !($1 < 1) }' /proc/loadavg && break
-    sleep 5
-done
+# A build leaves the load average high for a while.
+wait_for_quiet
 new="${CARGO_TARGET_DIR:-$root/target}/release/spool"
 new=$(cd "$(dirname "$new")" && pwd)/$(basename "$new")
 tags="new"

@@ -13,6 +13,15 @@ apt_install() {
     $sudo apt-get install -y -qq "$@" >/dev/null
 }
 
+# wait_for_quiet: wait (at most four minutes) for the 1-minute load
+# average to fall below 1, as it does a while after a build.
+wait_for_quiet() {
+    for _ in $(seq 48); do
+        awk '{ exit !($1 < 1) }' /proc/loadavg && return 0
+        sleep 5
+    done
+}
+
 # The work directory of benchmark NAME in $dir: $SPOOL_BENCH_DIR (created
 # when missing, kept), else a new temporary directory under $TMPDIR (or
 # BASE, default /tmp) that is removed when the script exits.
