@@ -266,3 +266,20 @@ fn list_state_rejects_due_outside_pending() {
     let v = json_lines(&env.run(&["--json", "list", "--state", "pending"]).success());
     assert!(v.is_empty());
 }
+
+#[test]
+fn compact_names_a_single_retained_item_in_the_singular() {
+    for b in backends() {
+        let env = Env::new(b);
+        env.run(&["init", "--retain", "1h"]).success();
+        env.enqueue("only");
+        env.run(&["replay", "--exec", "cat"]).success();
+        let c = stdout(&env.run(&["compact"]).success());
+        assert!(
+            c.contains(
+                "0 pending, 0 dead letters, 1 delivered item retained, id high-water mark 1"
+            ),
+            "{b}: {c}"
+        );
+    }
+}

@@ -198,23 +198,11 @@ fn an_index_rebuilt_from_the_files_finds_the_same_candidates() {
         .unwrap();
     assert_eq!(version, 9);
     // Version 9 points at the retained records the main file holds.
-    let delivered: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('delivered')")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let delivered = table_columns(&conn, "delivered");
     assert!(delivered.iter().any(|c| c == "done_off"), "{delivered:?}");
     // Version 8 keeps the last error of pending items (`shape --by
     // error`).
-    let columns: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('pending')")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let columns = table_columns(&conn, "pending");
     assert!(columns.iter().any(|c| c == "last_error"), "{columns:?}");
     // Version 7 finds dead letters by key (an import's dedup).
     let dead_key: i64 = conn
@@ -443,4 +431,14 @@ fn a_killed_evicting_batch_leaves_neither_dead_letters_nor_items() {
             .evicted_total,
         1
     );
+}
+
+/// The column names of `table` in the index open on `conn`.
+fn table_columns(conn: &rusqlite::Connection, table: &str) -> Vec<String> {
+    conn.prepare("SELECT name FROM pragma_table_info(?1)")
+        .unwrap()
+        .query_map([table], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }

@@ -221,6 +221,9 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
             q.vacuum()?;
             let after = q.dead_tuples()?;
             let (_, bytes_after) = q.extra_stats()?;
+            // What it holds now, in one read (the counts used do not
+            // depend on the time).
+            let kept = q.stats(Timestamp::now())?;
             Ok(CompactReport {
                 path: PathBuf::from(q.display()),
                 backend: BackendKind::Postgres,
@@ -228,12 +231,11 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 bytes_after,
                 records_before: None,
                 records_after: None,
-                pending: q.size()?,
-                dead_letters: q.dead_count()?,
-                // (The count does not depend on the time.)
-                delivered_retained: q.stats(Timestamp::now())?.delivered_retained,
+                pending: kept.depth,
+                dead_letters: kept.dead_letters,
+                delivered_retained: kept.delivered_retained,
                 pruned_delivered: 0,
-                high_water: q.high_water()?,
+                high_water: kept.high_water,
                 dropped_torn_tail: None,
                 checkpoint: None,
                 dead_tuples_before: Some(dead(&before)),
@@ -244,6 +246,9 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
         Spool::Sqlite(q) => {
             use crate::queue::Queue;
             let r = q.vacuum(opts.wait)?;
+            // What it holds now, in one read (the counts used do not
+            // depend on the time).
+            let kept = q.stats(Timestamp::now())?;
             Ok(CompactReport {
                 path: q.path().to_path_buf(),
                 backend: BackendKind::Sqlite,
@@ -251,12 +256,11 @@ fn compact_backend(spool: &Spool, opts: &CompactOptions) -> Result<CompactReport
                 bytes_after: r.bytes_after,
                 records_before: None,
                 records_after: None,
-                pending: q.size()?,
-                dead_letters: q.dead_count()?,
-                // (The count does not depend on the time.)
-                delivered_retained: q.stats(Timestamp::now())?.delivered_retained,
+                pending: kept.depth,
+                dead_letters: kept.dead_letters,
+                delivered_retained: kept.delivered_retained,
                 pruned_delivered: 0,
-                high_water: q.high_water()?,
+                high_water: kept.high_water,
                 dropped_torn_tail: None,
                 checkpoint: Some(r.checkpoint),
                 dead_tuples_before: None,

@@ -112,6 +112,7 @@ pub fn run(args: CompactArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     }
     let retained = match r.delivered_retained {
         0 => String::new(),
+        1 => ", 1 delivered item retained".to_string(),
         n => format!(", {n} delivered items retained"),
     };
     lines.push((
