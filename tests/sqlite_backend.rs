@@ -431,6 +431,59 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
     assert_eq!(after, five.to_string());
 }
 
+/// Several retained deliveries in one call are marked late exactly as
+/// one call each would mark them: the call learns where the records in
+/// order end from the records it stores itself.
+#[test]
+fn deliveries_in_one_call_are_late_as_they_would_be_one_by_one() {
+    let late_of = |batched: bool| -> Vec<(i64, bool)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let clock = clock();
+        let q = SqliteQueue::open(&path, &opts_with(OpenMode::Create, &clock)).unwrap();
+        q.set_retain(Some(Duration::from_secs(3600))).unwrap();
+        for n in 0..8 {
+            q.enqueue(format!("p{n}").as_bytes(), "").unwrap();
+        }
+        let ok = spool::Evidence::Exit(0);
+        q.deliver(&[(4, ok)]).unwrap();
+        clock.set(START.saturating_add(Duration::from_secs(60)));
+        // 5 and 7 in order, 2 and 6 below a kept id, 8 in order.
+        let ids = [5, 2, 7, 6, 8];
+        if batched {
+            let done: Vec<_> = ids.iter().map(|&id| (id, ok)).collect();
+            q.deliver(&done).unwrap();
+        } else {
+            for id in ids {
+                q.deliver(&[(id, ok)]).unwrap();
+            }
+        }
+        // Delivered earlier than 8 although stored after it: late.
+        clock.set(START.saturating_add(Duration::from_secs(30)));
+        q.deliver(&[(1, ok)]).unwrap();
+        let c = Connection::open(&path).unwrap();
+        let late = c
+            .prepare("SELECT id, late FROM spool_delivered ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        late
+    };
+    let want = vec![
+        (1, true),
+        (2, true),
+        (4, false),
+        (5, false),
+        (6, true),
+        (7, false),
+        (8, false),
+    ];
+    assert_eq!(late_of(false), want, "one call each");
+    assert_eq!(late_of(true), want, "one call");
+}
+
 /// A spool of schema version 5 (dead letters not indexed by key) is read
 /// as it is by a read-only open, which `verify` notes, and migrated by
 /// the first writable one: the index `ix_dead_key` is there, rows are

@@ -19,6 +19,7 @@ pub mod memory;
 pub(crate) mod policy;
 pub mod postgres;
 pub(crate) mod receive;
+pub(crate) mod retain_sql;
 pub(crate) mod shape_sql;
 pub mod sqlite;
 pub(crate) mod state;

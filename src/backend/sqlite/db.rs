@@ -63,6 +63,10 @@ pub(super) struct Db<'a> {
     /// The high-water mark as the write's first read found it (see
     /// [`Db::high_water_at_start`]).
     pub high_water_at_start: std::cell::Cell<Option<ItemId>>,
+    /// Where the retained records in id order end, once a retained
+    /// delivery of this operation read it (see `Db::late`); forgotten by
+    /// a prune.
+    pub order: std::cell::Cell<Option<crate::backend::retain_sql::Order>>,
 }
 
 /// An id as SQLite stores it; `None` for ids SQLite cannot hold (no such
@@ -71,7 +75,20 @@ pub(super) fn sql_id(id: ItemId) -> Option<i64> {
     i64::try_from(id).ok()
 }
 
-impl Db<'_> {
+impl<'a> Db<'a> {
+    /// `conn` (a connection or an open transaction) for one operation.
+    pub fn new(conn: &'a Connection, path: &'a Path, action: &'static str, layout: Layout) -> Self {
+        Db {
+            conn,
+            path,
+            action,
+            layout,
+            retained_at_start: Default::default(),
+            high_water_at_start: Default::default(),
+            order: Default::default(),
+        }
+    }
+
     pub fn err(&self, e: rusqlite::Error) -> Error {
         Error::sqlite(self.path, self.action, e)
     }

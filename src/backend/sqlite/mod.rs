@@ -153,14 +153,7 @@ impl SqliteQueue {
     /// Run `f` on the connection, outside a transaction (single reads).
     fn read<T>(&self, action: &'static str, f: impl FnOnce(&Db<'_>) -> Result<T>) -> Result<T> {
         let conn = self.lock();
-        f(&Db {
-            conn: &conn,
-            path: &self.path,
-            action,
-            layout: self.layout,
-            retained_at_start: Default::default(),
-            high_water_at_start: Default::default(),
-        })
+        f(&Db::new(&conn, &self.path, action, self.layout))
     }
 
     /// Run `f` in one read transaction, so that its reads see one state.
@@ -169,14 +162,7 @@ impl SqliteQueue {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Deferred)
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
-        let out = f(&Db {
-            conn: &tx,
-            path: &self.path,
-            action,
-            layout: self.layout,
-            retained_at_start: Default::default(),
-            high_water_at_start: Default::default(),
-        })?;
+        let out = f(&Db::new(&tx, &self.path, action, self.layout))?;
         tx.commit()
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
         Ok(out)
@@ -195,14 +181,7 @@ impl SqliteQueue {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| Error::sqlite(&self.path, action, e))?;
-        let db = Db {
-            conn: &tx,
-            path: &self.path,
-            action,
-            layout: self.layout,
-            retained_at_start: Default::default(),
-            high_water_at_start: Default::default(),
-        };
+        let db = Db::new(&tx, &self.path, action, self.layout);
         db.ensure_counts()?;
         let out = f(&db)?;
         db.seal_counts()?;

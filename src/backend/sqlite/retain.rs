@@ -6,15 +6,25 @@
 use super::db::{sql_id, Db};
 use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_ENQUEUED_AT};
 use super::schema;
+use crate::backend::retain_sql::{self, Order, RecordsSql};
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Evidence, ItemId};
 use crate::time::Timestamp;
 use rusqlite::types::Value;
 use rusqlite::{params, OptionalExtension};
 
-/// How many of the highest ids a retained delivery looks at for the last
-/// record in order ([`Db::late`]).
-const LATE_LOOKBACK: i64 = 64;
+/// The statements of the retention rules ([`crate::backend::retain_sql`])
+/// over `spool_delivered`, with the prune cursor in `spool_meta`.
+const RECORDS: RecordsSql = RecordsSql {
+    cursor: "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta \
+             WHERE key = 'prune_after'), 0)",
+    top: "SELECT id, delivered_at, late FROM spool_delivered ORDER BY id DESC LIMIT ?1",
+    late_expired: "SELECT id, 0 FROM spool_delivered WHERE late AND delivered_at <= ?1 \
+                   ORDER BY delivered_at, id LIMIT ?2",
+    walk: "SELECT id, delivered_at, late, 0 FROM spool_delivered WHERE id > \
+           COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta WHERE key = 'prune_after'), 0) \
+           ORDER BY id",
+};
 
 impl Db<'_> {
     /// The retention window (`None`: off, or a database older than
@@ -153,43 +163,18 @@ impl Db<'_> {
         Ok(true)
     }
 
-    /// Whether a record of `id` delivered at `at` (Unix ms) is late, out
-    /// of id order (`migrations/0005_prune_order.sql`): it is in order
-    /// when every kept record has a lower id and the last record in order
-    /// (looked for among the [`LATE_LOOKBACK`] highest ids) was not
-    /// delivered after it. A seek to the end of the table, and in the
-    /// common case one row. A record at or below the prune cursor
-    /// (`prune_after`) is late whatever is kept: the walk in id order
-    /// starts above the cursor and would never reach it.
+    /// Whether a record of `id` delivered at `at` (Unix ms), stored next,
+    /// is late (the rule is [`crate::backend::retain_sql`]'s): where the
+    /// records in order end is read once per operation and kept up to
+    /// date by the records it stores.
     fn late(&self, id: i64, at: i64) -> rusqlite::Result<bool> {
-        let cursor: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta \
-                 WHERE key = 'prune_after'), 0)",
-            )?
-            .query_row([], |r| r.get(0))?;
-        if id <= cursor {
-            return Ok(true);
-        }
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, delivered_at, late FROM spool_delivered ORDER BY id DESC LIMIT ?1",
-        )?;
-        let mut rows = stmt.query([LATE_LOOKBACK])?;
-        let mut seen: i64 = 0;
-        while let Some(r) = rows.next()? {
-            let (rid, rat, rlate): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            if seen == 0 && rid >= id {
-                return Ok(true);
-            }
-            seen += 1;
-            if !rlate {
-                return Ok(rat > at);
-            }
-        }
-        // No record in order among the last ones: in order when that was
-        // every record there is.
-        Ok(seen == LATE_LOOKBACK)
+        let mut order = match self.order.get() {
+            Some(o) => o,
+            None => Order::read(self.conn, &RECORDS)?,
+        };
+        let late = order.late(id, at);
+        self.order.set(Some(order));
+        Ok(late)
     }
 
     /// Store an imported delivered record under its own id.
@@ -226,8 +211,8 @@ impl Db<'_> {
     }
 
     /// Delete up to `limit` retained records whose window ended at `now`
-    /// (all of them when retention is off): the late ones oldest first,
-    /// then the others in id order ([`Db::prune_in_order`]); how many.
+    /// (all of them when retention is off), as
+    /// [`crate::backend::retain_sql::expired`] picks them; how many.
     pub fn prune_delivered(
         &self,
         now: Timestamp,
@@ -243,66 +228,27 @@ impl Db<'_> {
                 .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX)),
             None => i64::MAX,
         };
-        // Late records, oldest first (ix_delivered_late), then the others
-        // from the lowest id up.
-        let late = self
-            .conn
-            .prepare_cached(
-                "DELETE FROM spool_delivered WHERE id IN (SELECT id FROM spool_delivered \
-                 WHERE late AND delivered_at <= ?1 ORDER BY delivered_at LIMIT ?2)",
-            )
-            .and_then(|mut s| s.execute(params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)]))
-            .map_err(|e| self.err(e))?;
-        let in_order = match limit.saturating_sub(late) {
-            0 => 0,
-            rest => self.prune_in_order(cutoff, rest).map_err(|e| self.err(e))?,
-        };
-        Ok((late + in_order) as u64)
-    }
-
-    /// Delete up to `limit` records in order (not late) delivered at or
-    /// before `cutoff`: their delivery times never decrease in id order,
-    /// so they are the first ones from the lowest id up, to the first
-    /// that is still inside its window. The walk starts after
-    /// `prune_after` in `spool_meta` (every record up to it is late or
-    /// gone) and moves it on past the records it deletes and the late
-    /// ones it passes, so that no late record is walked over twice (the
-    /// first walk after the migration of many late records is the long
-    /// one). How many it deleted.
-    fn prune_in_order(&self, cutoff: i64, limit: usize) -> rusqlite::Result<usize> {
-        let mut ids = Vec::new();
-        // Every record the walk passes has an id above `prune_after`, so
-        // the cursor moved when it passed any.
-        let mut cursor = None;
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT id, delivered_at, late FROM spool_delivered WHERE id > \
-                 COALESCE((SELECT CAST(value AS INTEGER) FROM spool_meta WHERE key = 'prune_after'), 0) \
-                 ORDER BY id",
-            )?;
-            let mut rows = stmt.query([])?;
-            while ids.len() < limit {
-                let Some(r) = rows.next()? else { break };
-                let (id, at, late): (i64, i64, bool) = (r.get(0)?, r.get(1)?, r.get(2)?);
-                if !late {
-                    if at > cutoff {
-                        break;
-                    }
-                    ids.push(id);
-                }
-                cursor = Some(id);
+        let retain_sql::Expired {
+            records: ids,
+            cursor,
+        } = retain_sql::expired(self.conn, &RECORDS, cutoff, limit).map_err(|e| self.err(e))?;
+        if !ids.is_empty() {
+            let mut delete = self
+                .conn
+                .prepare_cached("DELETE FROM spool_delivered WHERE id = ?1")
+                .map_err(|e| self.err(e))?;
+            for (id, _) in &ids {
+                delete.execute([id]).map_err(|e| self.err(e))?;
             }
         }
-        let mut delete = self
-            .conn
-            .prepare_cached("DELETE FROM spool_delivered WHERE id = ?1")?;
-        for id in &ids {
-            delete.execute([id])?;
-        }
         if let Some(cursor) = cursor {
-            schema::set_meta(self.conn, "prune_after", &cursor.to_string())?;
+            schema::set_meta(self.conn, "prune_after", &cursor.to_string())
+                .map_err(|e| self.err(e))?;
         }
-        Ok(ids.len())
+        if !ids.is_empty() || cursor.is_some() {
+            self.order.set(None);
+        }
+        Ok(ids.len() as u64)
     }
 
     /// Up to `limit` retained delivered items after `after`, in id order.

@@ -3,6 +3,7 @@
 //! push state written once at the end.
 
 use super::*;
+use crate::backend::retain_sql::{Order, RecordsSql};
 use rusqlite::Statement;
 
 /// Fresh `put` rows per multi-row `INSERT`: one statement opens the
@@ -80,48 +81,9 @@ impl Index {
         })
     }
 
-    /// Where the retained records in id order end (see [`Applier`]'s
-    /// `late`): the highest id kept — or the prune cursor when it is
-    /// higher (the walk in id order starts above it, so a record at or
-    /// below it must be late to be pruned at all) — and the delivery time
-    /// of the last record in order, looked for among the
-    /// [`LATE_LOOKBACK`] highest ids (when all of those are late, every
-    /// record to come counts as late until the applier's end).
+    /// Where the records in id order end, for [`Applier`]'s `late`.
     fn delivered_order(&self) -> Result<Order> {
-        let cursor: i64 = self
-            .conn
-            .prepare_cached("SELECT prune_after FROM state")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
-            .map_err(self.err("update"))?;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT id, delivered_at, late FROM delivered ORDER BY id DESC LIMIT ?1",
-            )
-            .map_err(self.err("update"))?;
-        let mut rows = stmt.query([LATE_LOOKBACK]).map_err(self.err("update"))?;
-        let mut order = Order {
-            max_id: cursor,
-            last_at: None,
-        };
-        let mut seen = 0;
-        while let Some(r) = rows.next().map_err(self.err("update"))? {
-            let row: rusqlite::Result<(i64, i64, bool)> =
-                (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))();
-            let (id, at, late) = row.map_err(self.err("update"))?;
-            if seen == 0 {
-                order.max_id = id.max(cursor);
-            }
-            seen += 1;
-            if !late {
-                order.last_at = Some(at);
-                return Ok(order);
-            }
-        }
-        if seen == LATE_LOOKBACK {
-            order.last_at = Some(i64::MAX);
-        }
-        Ok(order)
+        Order::read(&self.conn, &RECORDS).map_err(self.err("update"))
     }
 }
 
@@ -134,17 +96,16 @@ struct Gone {
     main_record: bool,
 }
 
-/// How many of the highest ids [`Index::delivered_order`] looks at.
-const LATE_LOOKBACK: i64 = 64;
-
-/// Where the retained records in id order end, for [`Applier`]'s `late`.
-#[derive(Clone, Copy, Debug)]
-struct Order {
-    /// The highest id of a retained record (0: none).
-    max_id: i64,
-    /// The delivery time of the last record in order, if any.
-    last_at: Option<i64>,
-}
+/// The statements of the retention rules ([`crate::backend::retain_sql`])
+/// over the index's `delivered` table, with the prune cursor in `state`.
+pub(super) const RECORDS: RecordsSql = RecordsSql {
+    cursor: "SELECT prune_after FROM state",
+    top: "SELECT id, delivered_at, late FROM delivered ORDER BY id DESC LIMIT ?1",
+    late_expired: "SELECT id, in_main FROM delivered WHERE late AND delivered_at <= ?1 \
+                   ORDER BY delivered_at, id LIMIT ?2",
+    walk: "SELECT id, delivered_at, late, in_main FROM delivered \
+           WHERE id > (SELECT prune_after FROM state) ORDER BY id",
+};
 
 /// Applies lines to the index: the one path from "line at offset" to
 /// index rows. The high-water mark and the push state are written once,
@@ -560,23 +521,15 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Whether a record of `id` delivered at `at` (Unix ms) is late: out
-    /// of id order. It is in order when its id is above every retained
-    /// record's and the last record in order was not delivered after it,
-    /// so that records in order have delivery times that never decrease
-    /// with the id: pruning finds the expired ones from the lowest id up,
-    /// and only late ones need the time index (`delivered_late`), one
-    /// entry less written per delivery in id order.
+    /// Whether a record of `id` delivered at `at` (Unix ms), applied
+    /// next, is late (the rule is [`crate::backend::retain_sql`]'s).
     fn late(&mut self, id: i64, at: i64) -> Result<bool> {
-        let order = match self.order {
+        let mut order = match self.order {
             Some(o) => o,
             None => self.ix.delivered_order()?,
         };
-        let late = id <= order.max_id || order.last_at.is_some_and(|t| t > at);
-        self.order = Some(Order {
-            max_id: order.max_id.max(id),
-            last_at: if late { order.last_at } else { Some(at) },
-        });
+        let late = order.late(id, at);
+        self.order = Some(order);
         Ok(late)
     }
 

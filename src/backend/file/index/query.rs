@@ -296,52 +296,14 @@ impl Index {
         cutoff: Option<i64>,
         limit: usize,
     ) -> Result<Vec<(ItemId, bool)>> {
-        let cutoff = cutoff.unwrap_or(i64::MAX);
-        let mut out: Vec<(ItemId, bool)> = self
-            .conn
-            .prepare_cached(
-                "SELECT id, in_main FROM delivered WHERE late AND delivered_at <= ?1 \
-                 ORDER BY delivered_at, id LIMIT ?2",
+        let crate::backend::retain_sql::Expired { records, cursor } =
+            crate::backend::retain_sql::expired(
+                &self.conn,
+                &super::apply::RECORDS,
+                cutoff.unwrap_or(i64::MAX),
+                limit,
             )
-            .and_then(|mut s| {
-                s.query_map(
-                    params![cutoff, i64::try_from(limit).unwrap_or(i64::MAX)],
-                    |r| Ok((u(r.get(0)?), r.get(1)?)),
-                )?
-                .collect()
-            })
             .map_err(self.err("read"))?;
-        if out.len() >= limit {
-            return Ok(out);
-        }
-        // Every record the walk passes has an id above `prune_after`, so
-        // the cursor moved when it passed any.
-        let mut cursor = None;
-        {
-            let mut stmt = self
-                .conn
-                .prepare_cached(
-                    "SELECT id, delivered_at, late, in_main FROM delivered \
-                     WHERE id > (SELECT prune_after FROM state) ORDER BY id",
-                )
-                .map_err(self.err("read"))?;
-            let mut rows = stmt.query([]).map_err(self.err("read"))?;
-            while out.len() < limit {
-                let Some(r) = rows.next().map_err(self.err("read"))? else {
-                    break;
-                };
-                let row: rusqlite::Result<(i64, i64, bool, bool)> =
-                    (|| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))();
-                let (id, at, late, in_main) = row.map_err(self.err("read"))?;
-                if !late {
-                    if at > cutoff {
-                        break;
-                    }
-                    out.push((u(id), in_main));
-                }
-                cursor = Some(id);
-            }
-        }
         if let Some(cursor) = cursor {
             self.will_write();
             self.conn
@@ -349,7 +311,10 @@ impl Index {
                 .and_then(|mut s| s.execute([cursor]))
                 .map_err(self.err("update"))?;
         }
-        Ok(out)
+        Ok(records
+            .into_iter()
+            .map(|(id, in_main)| (u(id), in_main))
+            .collect())
     }
 
     /// Where in-flight items with a number above `after` are, in
