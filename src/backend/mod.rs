@@ -15,6 +15,7 @@
 pub mod file;
 pub(crate) mod held;
 pub mod identity;
+pub(crate) mod ledger_sql;
 pub mod memory;
 pub(crate) mod policy;
 pub mod postgres;

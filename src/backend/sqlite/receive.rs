@@ -5,6 +5,7 @@
 use super::db::Db;
 use super::enqueue::multi_row_sql;
 use crate::backend::held::{Held, HeldRecord};
+use crate::backend::ledger_sql::{self, LedgerSql};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
@@ -248,73 +249,41 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 }
 
+/// The ledger's statements ([`crate::backend::ledger_sql`]) over the
+/// tables of `migrations/0002_push.sql`.
+const LEDGER: LedgerSql = LedgerSql {
+    last_seq: "SELECT last_seq FROM spool_push_clients WHERE client_id = ?1",
+    rejects: CLIENT_REJECTS,
+    count: "SELECT count(*) FROM spool_push_clients",
+    list: "SELECT client_id, last_seq, updated_at FROM spool_push_clients ORDER BY client_id",
+};
+
 fn client_last_seq(db: &Db<'_>, client: &str) -> Result<u64> {
     if !db.layout.has_push() {
         return Ok(0);
     }
-    let v: Option<i64> = db
-        .conn
-        .prepare_cached("SELECT last_seq FROM spool_push_clients WHERE client_id = ?1")
-        .and_then(|mut s| s.query_row([client], |r| r.get(0)).optional())
-        .map_err(|e| db.err(e))?;
-    Ok(v.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+    ledger_sql::last_seq(db.conn, &LEDGER, client).map_err(|e| db.err(e))
 }
 
 fn client_rejects(db: &Db<'_>, client: &str, after: u64) -> Result<Vec<Rejected>> {
     if !db.layout.has_push() {
         return Ok(Vec::new());
     }
-    db.conn
-        .prepare_cached(CLIENT_REJECTS)
-        .and_then(|mut s| {
-            s.query_map(params![client, seq_param(after)], |r| {
-                Ok(Rejected {
-                    seq: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
-                    error: r.get(1)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(|e| db.err(e))
+    ledger_sql::rejects(db.conn, &LEDGER, client, after).map_err(|e| db.err(e))
 }
 
-/// Every client of the receiving spool, by id.
 /// How many clients ever pushed, from one count over the clients table.
 pub(super) fn client_count(db: &Db<'_>) -> Result<u64> {
     if !db.layout.has_push() {
         return Ok(0);
     }
-    db.conn
-        .prepare_cached("SELECT count(*) FROM spool_push_clients")
-        .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
-        .map(|n| u64::try_from(n).unwrap_or(0))
-        .map_err(|e| db.err(e))
+    ledger_sql::count(db.conn, &LEDGER).map_err(|e| db.err(e))
 }
 
+/// Every client of the receiving spool, by id.
 pub(super) fn clients(db: &Db<'_>) -> Result<Vec<ClientSummary>> {
     if !db.layout.has_push() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, i64, Option<i64>)> = db
-        .conn
-        .prepare_cached(
-            "SELECT client_id, last_seq, updated_at FROM spool_push_clients ORDER BY client_id",
-        )
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-        })
-        .map_err(|e| db.err(e))?;
-    let mut out = Vec::with_capacity(rows.len());
-    for (client_id, last_seq, at) in rows {
-        let rejected = client_rejects(db, &client_id, 0)?;
-        out.push(ClientSummary {
-            client_id,
-            last_seq: u64::try_from(last_seq).unwrap_or(0),
-            rejected,
-            updated_at: at.map(Timestamp::from_millis),
-            served_by: None,
-        });
-    }
-    Ok(out)
+    ledger_sql::summaries(db.conn, &LEDGER).map_err(|e| db.err(e))
 }

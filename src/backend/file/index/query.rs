@@ -4,11 +4,24 @@
 //! receiver's ledger.
 
 use super::{boot_id, u, DeliveredLoc, Index, Loc};
+use crate::backend::ledger_sql::{self, LedgerSql};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
 use rusqlite::{params, OptionalExtension};
+
+/// The ledger's statements ([`crate::backend::ledger_sql`]) over the
+/// index's `clients` and `client_entries` (a client is `known` once one
+/// of its lines recorded a number or a `last_seq`).
+const LEDGER: LedgerSql = LedgerSql {
+    last_seq: "SELECT last_seq FROM clients WHERE id = ?1 AND known",
+    rejects: "SELECT e.seq, coalesce(e.reason, '') FROM client_entries e \
+              JOIN clients c ON c.id = e.client \
+              WHERE e.client = ?1 AND e.kind = 1 AND e.seq > max(?2, c.acked) ORDER BY e.seq",
+    count: "SELECT count(*) FROM clients WHERE known",
+    list: "SELECT id, last_seq, at FROM clients WHERE known ORDER BY id",
+};
 
 impl Index {
     /// The cells of `spool shape` over the pending items (`held`: the
@@ -493,11 +506,7 @@ impl Index {
 
     /// A client's `last_seq`.
     pub fn client_last_seq(&self, client: &str) -> Result<u64> {
-        self.conn
-            .prepare_cached("SELECT last_seq FROM clients WHERE id = ?1 AND known")
-            .and_then(|mut s| s.query_row([client], |r| r.get::<_, i64>(0)).optional())
-            .map(|o| o.map_or(0, u))
-            .map_err(self.err("read"))
+        ledger_sql::last_seq(&self.conn, &LEDGER, client).map_err(self.err("read"))
     }
 
     pub(super) fn client_entry(
@@ -531,57 +540,17 @@ impl Index {
 
     /// A client's unacknowledged rejects above `after`.
     pub fn client_rejects(&self, client: &str, after: u64) -> Result<Vec<Rejected>> {
-        self.conn
-            .prepare_cached(
-                "SELECT e.seq, coalesce(e.reason, '') FROM client_entries e JOIN clients c ON c.id = e.client \
-                 WHERE e.client = ?1 AND e.kind = 1 AND e.seq > max(?2, c.acked) ORDER BY e.seq",
-            )
-            .and_then(|mut s| {
-                s.query_map(
-                    params![client, i64::try_from(after).unwrap_or(i64::MAX)],
-                    |r| {
-                        Ok(Rejected {
-                            seq: u(r.get(0)?),
-                            error: r.get(1)?,
-                        })
-                    },
-                )?
-                .collect()
-            })
-            .map_err(self.err("read"))
+        ledger_sql::rejects(&self.conn, &LEDGER, client, after).map_err(self.err("read"))
+    }
+
+    /// How many clients are known, from one count.
+    pub fn client_count(&self) -> Result<u64> {
+        ledger_sql::count(&self.conn, &LEDGER).map_err(self.err("read"))
     }
 
     /// Every client, as `spool clients` shows it.
-    /// How many clients are known, from one count.
-    pub fn client_count(&self) -> Result<u64> {
-        self.conn
-            .prepare_cached("SELECT count(*) FROM clients WHERE known")
-            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
-            .map(u)
-            .map_err(self.err("read"))
-    }
-
     pub fn client_summaries(&self) -> Result<Vec<ClientSummary>> {
-        let clients: Vec<(String, i64, Option<i64>)> = self
-            .conn
-            .prepare_cached("SELECT id, last_seq, at FROM clients WHERE known ORDER BY id")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                    .collect()
-            })
-            .map_err(self.err("read"))?;
-        clients
-            .into_iter()
-            .map(|(id, last, at)| {
-                Ok(ClientSummary {
-                    rejected: self.client_rejects(&id, 0)?,
-                    client_id: id,
-                    last_seq: u(last),
-                    updated_at: at.map(Timestamp::from_millis),
-                    served_by: None,
-                })
-            })
-            .collect()
+        ledger_sql::summaries(&self.conn, &LEDGER).map_err(self.err("read"))
     }
 
     /// Every pending id, ascending (for `verify`).
