@@ -326,6 +326,18 @@ fn an_empty_database_gets_the_schema() {
     assert_eq!(q.enqueue(b"first", "").unwrap().id, 1);
 }
 
+/// `(id, late)` of every retained record, by id.
+fn late_flags(path: &Path) -> Vec<(i64, bool)> {
+    Connection::open(path)
+        .unwrap()
+        .prepare("SELECT id, late FROM spool_delivered ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 /// A spool of schema version 4 (every retained record in a time index)
 /// is read as it is by a read-only open, and migrated by the first
 /// writable one: records delivered in id order lose their time-index
@@ -388,15 +400,11 @@ fn a_version_4_spool_is_migrated_and_prunes_what_expired() {
     let q = SqliteQueue::open(&path, &opts_with(OpenMode::ReadWrite, &clock)).unwrap();
     assert_eq!(user_version(&path), 6);
     {
+        assert_eq!(
+            late_flags(&path),
+            vec![(1, false), (2, false), (3, true), (4, false)]
+        );
         let c = Connection::open(&path).unwrap();
-        let late: Vec<(i64, bool)> = c
-            .prepare("SELECT id, late FROM spool_delivered ORDER BY id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(late, vec![(1, false), (2, false), (3, true), (4, false)]);
         let indexes: Vec<String> = c
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'spool_delivered' ORDER BY name")
             .unwrap()
@@ -461,15 +469,7 @@ fn deliveries_in_one_call_are_late_as_they_would_be_one_by_one() {
         // Delivered earlier than 8 although stored after it: late.
         clock.set(START.saturating_add(Duration::from_secs(30)));
         q.deliver(&[(1, ok)]).unwrap();
-        let c = Connection::open(&path).unwrap();
-        let late = c
-            .prepare("SELECT id, late FROM spool_delivered ORDER BY id")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        late
+        late_flags(&path)
     };
     let want = vec![
         (1, true),
