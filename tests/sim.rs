@@ -71,6 +71,10 @@ const REGRESSIONS: &[(&str, u64)] = &[
     // file (which no longer kept the highest id it named) and the main
     // file's lowered the high-water mark.
     ("ndjson", 211309755799995),
+    // NDJSON: a compaction that rewrote the delivered file set the late
+    // flags again in file order, so a bounded prune took other expired
+    // records than the model (the comparison now allows that).
+    ("ndjson", 202296477112933),
 ];
 
 /// Operations per plan.

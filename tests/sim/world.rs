@@ -721,7 +721,27 @@ impl World {
             }
             Op::Prune(n) => {
                 let n = usize::from(*n);
-                self.same(&what, self.q().prune_delivered(n), m.prune_delivered(n))
+                self.same(&what, self.q().prune_delivered(n), m.prune_delivered(n))?;
+                // Which expired records a bounded prune takes first (the
+                // late ones by time, then the others by id) follows the
+                // late flags, which an NDJSON index sets again in file
+                // order when a compaction rewrites the delivered file or
+                // the index is rebuilt: the same count, maybe other
+                // records. Then both sides prune every expired record;
+                // the comparison after the operation sees whether either
+                // took a record that had not expired.
+                let ids = |q: &dyn Queue| -> std::result::Result<Vec<ItemId>, String> {
+                    Ok(q.delivered_page(0, 1 << 20)
+                        .map_err(|e| e.to_string())?
+                        .iter()
+                        .map(|d| d.item.id)
+                        .collect())
+                };
+                if ids(self.q())? != ids(m)? {
+                    prune_expired(self.q())?;
+                    prune_expired(m)?;
+                }
+                Ok(())
             }
             Op::Advance(ms) => {
                 self.clock.advance(Duration::from_millis(*ms));
