@@ -77,10 +77,10 @@ use std::time::Duration;
 /// error` groups by; version 9 the retained records the main file holds
 /// (`delivered.done_off`, `done_len`) and the `pruned` table.
 mod apply;
-mod batch;
 mod journal;
 mod keep;
 mod query;
+pub(crate) use apply::Applier;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
 

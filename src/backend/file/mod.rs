@@ -271,10 +271,6 @@ struct Inner {
     /// before it committed: an automatic compaction is due (see
     /// [`FileQueue::auto_compact`]).
     compact_due: bool,
-    /// The index rows of the lines a streamed batch of this call wrote to
-    /// the main file, for the index to take in without reading the lines
-    /// back.
-    own_rows: Option<stream::OwnRows>,
     /// Per file ([`Which::slot`] order), the index entries of the lines
     /// this call appended, for the index to take in without reading them
     /// back.
@@ -345,9 +341,8 @@ impl Inner {
 /// retained records of deliveries ...), kept as it wrote them, in order:
 /// [`FileQueue::catch_up`] applies them through the index's `Applier`
 /// when the index stands exactly where they begin, instead of reading the
-/// lines back and parsing them, as it does a batch enqueue's rows
-/// ([`stream::OwnRows`]). Each entry is the
-/// one parsing its line gives (checked in debug builds).
+/// lines back and parsing them. Each entry is the one parsing its line
+/// gives (checked in debug builds).
 #[derive(Debug)]
 struct OwnLines {
     /// Where the first line starts.
@@ -444,7 +439,6 @@ impl FileQueue {
                 delivered_tail: Tail::default(),
                 appended: false,
                 compact_due: false,
-                own_rows: None,
                 own_lines: [None, None, None],
                 notices: Vec::new(),
                 known: Default::default(),
@@ -634,7 +628,6 @@ impl FileQueue {
     fn end_transaction<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
         let appended = std::mem::take(&mut inner.appended);
         if !appended || r.is_err() {
-            inner.own_rows = None;
             inner.own_lines = [None, None, None];
         }
         if inner.index.is_none() {
@@ -655,7 +648,6 @@ impl FileQueue {
             Ok(())
         };
         // Kept for this call's catch-up only.
-        inner.own_rows = None;
         inner.own_lines = [None, None, None];
         // Read inside the transaction: afterwards, each read would be a
         // transaction of its own.

@@ -1,22 +1,20 @@
 //! Streamed batches: [`crate::Queue::enqueue_stream`] and
 //! [`crate::Queue::import_stream`] on an NDJSON spool.
 //!
-//! The lines go to the spool file as they come, in chunks of
-//! [`CHUNK`] bytes, as one framed batch (every line but the last carries
-//! `"tx":<first byte of the batch>`; the last line is held back until the
-//! input ends, so that it is written last). Each item is planned against
-//! the index and against the keys the batch itself has stored, which are
-//! kept in a temporary SQLite table (on disk, outside the spool), so
-//! memory does not grow with the batch. Nothing of the batch is visible
-//! before its last line is written and synced; the index takes the batch
-//! in afterwards, in the same transaction and at the same point as any
-//! appended tail — from the rows an enqueue kept as it wrote its lines
-//! ([`OwnRows`], for as much of the batch as they cover), else from the
-//! file. A hint starts the writeback of every MiB written, so that the
-//! final sync waits for less. On any
-//! error — a malformed input record, a depth bound the batch does not
-//! fit, a failed write — the file is cut back to where the batch began
-//! and the index transaction is rolled back: all lines or none.
+//! The lines go to the spool file as they come, in chunks of 64 KiB, as
+//! one framed batch (every line but the last
+//! carries `"tx":<first byte of the batch>`; the last line is held back
+//! until the input ends, so that it is written last). Each line is
+//! applied to the index's open transaction as it is written (through the
+//! index's one `Applier`), so that each item is planned against the index
+//! alone — the keys, coalesced and evicted items of the batch so far are
+//! in it — and memory does not grow with the batch. Nothing of the batch
+//! is visible before its last line is written and synced, and the index
+//! commits after that sync. A hint starts the writeback of every MiB
+//! written, so that the final sync waits for less. On any error — a
+//! malformed input record, a depth bound the batch does not fit, a failed
+//! write — the file is cut back to where the batch began and the index
+//! transaction is rolled back: all lines or none.
 //!
 //! An enqueue that coalesces or evicts (SPEC §9) writes what it removes
 //! into the same batch: a `done` line in the main file for every item it
@@ -25,12 +23,10 @@
 //! with the new eviction count and is finished first (the destination
 //! first, as every move between the files); a crash between the two
 //! leaves the evictions done and counted and the enqueue not, never an
-//! item lost. Planning sees the batch's own effects through temporary
-//! tables beside the batch's keys: the indexed items it removed and the
-//! items it stored that a later item may remove.
+//! item lost.
 
 use super::format::Line;
-use super::index::{Index, Row, Which};
+use super::index::{Applier, Entry, FileRow, Index, Row, Which};
 use super::queue::FileView;
 use super::{format, Access, FileQueue, Inner, MetaUse};
 use crate::backend::identity::{IdentityOutcome, Merge, SpoolHeader, Target};
@@ -45,118 +41,7 @@ use crate::time::Timestamp;
 use std::borrow::Cow;
 
 mod out;
-pub(super) use self::out::OwnRows;
-use self::out::{BatchOut, Lines};
-
-/// The three files' parts of an import.
-struct ImportOut<'a> {
-    main: &'a mut BatchOut,
-    dead: &'a mut BatchOut,
-    delivered: &'a mut BatchOut,
-}
-
-/// The keys a batch has stored so far: a temporary table of the index's
-/// connection, so that a batch of millions of keyed lines needs no
-/// memory for them.
-#[derive(Default)]
-struct BatchKeys {
-    created: bool,
-}
-
-impl BatchKeys {
-    fn get(&self, ix: &Index, key: &str) -> Result<Option<ItemId>> {
-        if !self.created {
-            return Ok(None);
-        }
-        ix.batch_key(key)
-    }
-
-    fn put(&mut self, ix: &Index, key: &str, id: ItemId) -> Result<()> {
-        if !self.created {
-            ix.batch_keys_begin()?;
-            self.created = true;
-        }
-        ix.batch_key_put(key, id)
-    }
-
-    fn remove(&self, ix: &Index, key: &str, id: ItemId) -> Result<()> {
-        if self.created && !key.is_empty() {
-            ix.batch_key_remove(key, id)?;
-        }
-        Ok(())
-    }
-
-    fn clear(&self, ix: &Index) -> Result<()> {
-        if self.created {
-            ix.batch_keys_clear()?;
-        }
-        Ok(())
-    }
-}
-
-/// What a batch that may coalesce or evict keeps track of.
-struct Policy {
-    /// The depth bound the batch enforces.
-    bound: Option<u64>,
-    /// `drop-oldest` under a bound: every item may have to make room.
-    evicting: bool,
-    /// The temporary tables are in use (from the first item that
-    /// coalesces, or from the start when evicting).
-    active: bool,
-    /// The high-water mark before the batch: higher ids are the batch's.
-    batch_after: ItemId,
-    /// Indexed items at or below this id that could be evicted were.
-    evict_cursor: ItemId,
-    /// Items the batch evicted.
-    evicted: u64,
-}
-
-impl Policy {
-    fn begin(&mut self, ix: &Index) -> Result<()> {
-        if !self.active {
-            ix.batch_policy_begin()?;
-            self.active = true;
-        }
-        Ok(())
-    }
-
-    /// A pending item (indexed, or stored by the batch) leaves.
-    fn remove(&self, ix: &Index, keys: &BatchKeys, id: ItemId) -> Result<()> {
-        if id > self.batch_after {
-            if let Some(key) = ix.batch_item_remove(id)? {
-                keys.remove(ix, &key, id)?;
-            }
-            Ok(())
-        } else {
-            ix.batch_gone_put(id)
-        }
-    }
-
-    fn clear(&self, ix: &Index) -> Result<()> {
-        if self.active {
-            ix.batch_policy_clear()?;
-        }
-        Ok(())
-    }
-}
-
-/// The pending item a key deduplicates to: a pending item's, else an
-/// earlier item's of this batch. With `live`, indexed items the batch
-/// removed do not count.
-fn dedup(ix: &Index, keys: &BatchKeys, key: &str, live: bool) -> Result<Option<ItemId>> {
-    if key.is_empty() {
-        return Ok(None);
-    }
-    let owner = if live {
-        ix.key_owner_live(key)?
-    } else {
-        ix.key_owner(key)?
-    };
-    match owner {
-        Some(id) => Ok(Some(id)),
-        None => keys.get(ix, key),
-    }
-}
+use self::out::BatchOut;
 
 impl FileQueue {
     /// [`crate::Queue::enqueue_stream`].
@@ -173,149 +58,270 @@ impl FileQueue {
                 DepthLimit::Override(b) => b,
             };
             let on_full = inner.meta.on_full(&q.meta_path)?;
-            let file = own_handle(inner.main.as_ref(), &q.path)?.ok_or_else(super::no_handle)?;
-            let dead_file = own_handle(inner.dead.as_ref(), &q.dead_path)?;
-            let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
-            let mut out = BatchOut::new(q.path.clone(), Some(file), &inner.main_tail);
-            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
-                .committed_by_main(&out, main_ino);
+            let [mut main, dead, _] = q.batch_outs(inner)?;
+            let mut dead = dead.committed_by_main(&main, main_ino(inner));
+            let before = q.rows_before(inner)?;
             let ix = inner.index()?;
-            let mut own = OwnRows::new(&inner.main_tail);
-            let mut keys = BatchKeys::default();
-            let mut policy = Policy {
+            let depth = ix.depth()?;
+            let high_water = ix.high_water()?;
+            let mut s = Enqueuing {
+                q,
+                inner,
+                ix,
+                ap: ix.applier()?,
+                main: &mut main,
+                dead: &mut dead,
                 bound,
                 evicting: on_full == OnFull::DropOldest && bound.is_some(),
-                active: false,
-                batch_after: ix.high_water()?,
+                batch_after: high_water,
                 evict_cursor: 0,
                 evicted: 0,
+                now,
+                depth,
+                next: high_water,
+                victim: None,
             };
-            let mut lines = Lines {
-                main: &mut out,
-                dead: &mut dead,
-                own: &mut own,
+            let limit = Limit {
+                bound,
+                on_full: match s.evicting {
+                    true => OnFull::DropOldest,
+                    false => OnFull::Reject,
+                },
+                depth_before: depth,
             };
-            let planned = q
-                .enqueue_lines(inner, &mut keys, &mut policy, &mut lines, items, now)
-                .and_then(|r| {
-                    if policy.evicted > 0 {
-                        // The count goes last, with the dead letters it
-                        // counts.
-                        let total = ix.evicted_total()?.saturating_add(policy.evicted);
-                        let mut line = Vec::new();
-                        format::write_evicted(&mut line, total);
-                        lines.dead.push(q, &line)?;
-                    }
-                    Ok(r)
-                })
-                .and_then(|r| keys.clear(ix).map(|()| r))
-                .and_then(|r| policy.clear(ix).map(|()| r))
-                .and_then(|r| lines.dead.finish(q).map(|d| (r, d)))
-                .and_then(|(r, d)| {
-                    let last = lines.main.take_last();
-                    lines.own.take(last);
-                    lines.main.finish(q).map(|m| (r, d, m))
-                });
+            let planned = (|| {
+                let mut results = BatchResults::default();
+                for it in items {
+                    results.push(policy::enqueue_one(&mut s, Cow::Owned(it?), &limit)?);
+                    crate::debug::crash_point("batch-item");
+                }
+                if s.evicted > 0 {
+                    // The count goes last, with the dead letters it
+                    // counts.
+                    let total = ix.evicted_total()?.saturating_add(s.evicted);
+                    s.dead
+                        .push(q, &mut s.ap, None, |buf| format::write_evicted(buf, total))?;
+                }
+                let Enqueuing { ap, main, dead, .. } = s;
+                end_lines(ap, [&*main, &*dead])?;
+                let dead_end = dead.finish(q)?;
+                let end = main.finish(q)?;
+                Ok((results, dead_end, end))
+            })();
             match planned {
                 Ok((results, dead_end, end)) => {
-                    if own.count > 0 {
-                        inner.own_rows = Some(own);
-                    }
-                    if dead.lines > 0 {
-                        q.track_companions(inner)?;
-                        q.committed(inner, Which::Dead, dead_end);
-                    }
-                    if out.lines > 0 {
-                        q.committed(inner, Which::Main, end);
-                    }
+                    q.batch_committed(inner, &before, &[(&dead, dead_end), (&main, end)])?;
                     // Expired delivered records go too (SPEC §9), after
                     // the batch's own commit.
-                    q.prune_after(inner, now);
+                    if inner.index.is_some() {
+                        q.prune_after(inner, now);
+                    }
                     Ok(results)
                 }
                 Err(e) => {
                     dead.abort(q);
-                    out.abort(q);
+                    main.abort(q);
                     Err(e)
                 }
             }
         })
     }
 
-    fn enqueue_lines(
-        &self,
-        inner: &Inner,
-        keys: &mut BatchKeys,
-        policy: &mut Policy,
-        out: &mut Lines<'_>,
-        items: &mut dyn Iterator<Item = Result<NewItem>>,
-        now: Timestamp,
-    ) -> Result<BatchResults> {
-        let ix = inner.index()?;
-        let depth_before = ix.depth()?;
-        let next = ix.high_water()?;
-        let mut results = BatchResults::default();
-        if policy.evicting {
-            policy.begin(ix)?;
-        }
-        let limit = Limit {
-            bound: policy.bound,
-            on_full: match policy.evicting {
-                true => OnFull::DropOldest,
-                false => OnFull::Reject,
-            },
-            depth_before,
-        };
-        let mut s = Enqueuing {
-            q: self,
-            inner,
-            keys,
-            policy,
-            out,
-            now,
-            depth: depth_before,
-            next,
-            victim: None,
-        };
-        for it in items {
-            let it = it?;
-            if it.coalesce_key.is_some() {
-                s.policy.begin(ix)?;
+    /// Each file's part of a batch, in [`Which::slot`] order (companion
+    /// parts not yet committed by the main file's).
+    fn batch_outs(&self, inner: &Inner) -> Result<[BatchOut; 3]> {
+        let mut outs = Vec::with_capacity(3);
+        for which in [Which::Main, Which::Dead, Which::Delivered] {
+            let file = inner
+                .tracked(which)
+                .map(|t| t.file.try_clone())
+                .transpose()
+                .map_err(|e| Error::io(self.target_path(which), "open", e))?;
+            if which == Which::Main && file.is_none() {
+                return Err(super::no_handle());
             }
-            results.push(policy::enqueue_one(&mut s, Cow::Owned(it), &limit)?);
-            crate::debug::crash_point("batch-item");
+            let tail = match which {
+                Which::Main => &inner.main_tail,
+                Which::Dead => &inner.dead_tail,
+                Which::Delivered => &inner.delivered_tail,
+            };
+            outs.push(BatchOut::new(
+                which,
+                self.target_path(which).to_path_buf(),
+                file,
+                tail,
+            ));
         }
-        Ok(results)
+        outs.try_into()
+            .map_err(|_| Error::Internal("three parts of a batch".into()))
     }
 
-    /// The dead letter `drop-oldest` makes of the oldest pending item that
-    /// is not held and not in flight — an indexed one, else one the batch
-    /// stored — or `None` when there is none.
-    fn evict_one(
+    /// The index's rows of the three files before a batch, in
+    /// [`Which::slot`] order.
+    fn rows_before(&self, inner: &Inner) -> Result<[Option<FileRow>; 3]> {
+        let ix = inner.index()?;
+        Ok([
+            ix.file_row(Which::Main)?,
+            ix.file_row(Which::Dead)?,
+            ix.file_row(Which::Delivered)?,
+        ])
+    }
+
+    /// A batch's parts are written and synced (`parts`: each with its
+    /// end, the main file's last), the index took their lines in as they were written: move
+    /// the index's rows of the files past them, and the tails. The batch
+    /// is committed whatever happens to the index: when its rows cannot
+    /// be moved, the index transaction is rolled back (the next call
+    /// catches up from the files), with a notice.
+    fn batch_committed(
+        &self,
+        inner: &mut Inner,
+        before: &[Option<FileRow>; 3],
+        parts: &[(&BatchOut, u64)],
+    ) -> Result<()> {
+        let companions = parts
+            .iter()
+            .any(|(out, _)| out.which() != Which::Main && out.lines > 0);
+        if companions {
+            self.track_companions(inner)?;
+        }
+        let mut moved = Ok(());
+        for (out, end) in parts {
+            if out.lines > 0 && moved.is_ok() {
+                moved = self.move_row(inner, &before[out.which().slot()], out, *end);
+            }
+        }
+        if let Err(e) = moved {
+            if let Some(ix) = inner.index.take() {
+                let _ = ix.rollback();
+            }
+            inner.notices.push(format!(
+                "{}: the index could not take in the lines just written ({e}); the next command catches up",
+                self.index_path.display()
+            ));
+        }
+        for (out, end) in parts {
+            if out.lines > 0 {
+                self.committed(inner, out.which(), *end);
+            }
+        }
+        Ok(())
+    }
+
+    /// Move the index's row of `out`'s file (`before`: as it was when the
+    /// batch began) to `end`, past the batch's lines.
+    fn move_row(
         &self,
         inner: &Inner,
-        policy: &mut Policy,
-        bound: u64,
-        now: Timestamp,
-    ) -> Result<Option<DeadLetter>> {
+        before: &Option<FileRow>,
+        out: &BatchOut,
+        end: u64,
+    ) -> Result<()> {
+        let which = out.which();
+        let path = self.target_path(which);
+        let t = inner.tracked(which).ok_or_else(super::no_handle)?;
         let ix = inner.index()?;
-        let error = OnFull::eviction_error(bound);
-        if let Some(id) = ix.oldest_evictable(policy.evict_cursor)? {
-            policy.evict_cursor = id;
-            let v = FileView { q: self, inner };
-            return state::prepare_kill(&v, id, &error, now)?
+        let fingerprint = |upto| {
+            super::index::fingerprint(&*self.io, &t.file, upto)
+                .map_err(|e| Error::io(path, "read", e))
+        };
+        let row = match before {
+            Some(r)
+                if r.upto == out.start && !r.needs_newline && (r.dev, r.ino) == (t.dev, t.ino) =>
+            {
+                FileRow {
+                    upto: end,
+                    lines: r.lines + out.lines,
+                    records: r.records + out.lines,
+                    fingerprint: fingerprint(end)?,
+                    ..r.clone()
+                }
+            }
+            None if out.start == 0 => FileRow {
+                dev: t.dev,
+                ino: t.ino,
+                upto: end,
+                lines: out.lines,
+                records: out.lines,
+                needs_newline: false,
+                fingerprint: fingerprint(end)?,
+            },
+            _ => {
+                // After a last line without its newline, say: count the
+                // batch's lines as a catch-up would.
+                let r = before.clone().unwrap_or_default();
+                let s = super::scan::scan_tail_with(
+                    path,
+                    &*self.io,
+                    &t.file,
+                    r.upto,
+                    end,
+                    r.lines,
+                    r.needs_newline,
+                    |_| Ok(()),
+                    |(), _, _| {},
+                )?;
+                if s.end != end {
+                    return Err(Error::Internal(format!(
+                        "a batch ending at byte {end} reads back as ending at {}",
+                        s.end
+                    )));
+                }
+                FileRow {
+                    dev: t.dev,
+                    ino: t.ino,
+                    upto: end,
+                    lines: s.lines,
+                    records: r.records + s.records,
+                    needs_newline: s.needs_newline,
+                    fingerprint: fingerprint(end)?,
+                }
+            }
+        };
+        ix.set_file_row(which, &row)
+    }
+
+    /// The dead letter `drop-oldest` makes of the oldest pending item
+    /// that is not held and not in flight, or `None` when there is none.
+    fn evict_one(s: &mut Enqueuing<'_, '_>) -> Result<Option<DeadLetter>> {
+        s.ap.flush()?;
+        let error = OnFull::eviction_error(s.bound.unwrap_or_default());
+        let Some(id) = s.ix.oldest_evictable(s.evict_cursor)? else {
+            return Ok(None);
+        };
+        s.evict_cursor = id;
+        if id <= s.batch_after {
+            let v = FileView {
+                q: s.q,
+                inner: s.inner,
+            };
+            return state::prepare_kill(&v, id, &error, s.now)?
                 .map(Some)
                 .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")));
         }
-        let Some((id, line)) = ix.oldest_batch_item()? else {
-            return Ok(None);
+        // An item of this batch: its line is written, or still in the
+        // batch's buffer.
+        let loc =
+            s.ix.pending_loc(id)?
+                .ok_or_else(|| Error::Internal(format!("item {id} vanished from the index")))?;
+        let line = match s.main.buffered_line(loc.off) {
+            Some(line) => line.to_vec(),
+            None => {
+                let t = s.inner.main.as_ref().ok_or_else(super::no_handle)?;
+                let mut buf = vec![0; loc.len];
+                super::io::read_exact_at(&*s.q.io, &t.file, &mut buf, loc.off)
+                    .map_err(|e| Error::io(&s.q.path, "read", e))?;
+                buf
+            }
         };
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        match format::parse_line(text) {
+        match format::parse_line(&line) {
             Ok(Line::Put { mut item, .. }) if item.id == id => {
                 item.last_error = Some(error);
                 item.held = false;
-                Ok(Some(DeadLetter { item, dead_at: now }))
+                Ok(Some(DeadLetter {
+                    item,
+                    dead_at: s.now,
+                }))
             }
             _ => Err(Error::Internal(format!(
                 "the batch lost the line of its item {id}"
@@ -346,72 +352,67 @@ impl FileQueue {
         identity: Option<(&SpoolHeader, bool)>,
     ) -> Result<Option<IdentityOutcome>> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let main_file =
-                own_handle(inner.main.as_ref(), &q.path)?.ok_or_else(super::no_handle)?;
-            let dead_file = own_handle(inner.dead.as_ref(), &q.dead_path)?;
-            let delivered_file = own_handle(inner.delivered.as_ref(), &q.delivered_path)?;
-            let main_ino = inner.main.as_ref().map_or(0, |t| t.ino);
-            let mut main = BatchOut::new(q.path.clone(), Some(main_file), &inner.main_tail);
-            let mut dead = BatchOut::new(q.dead_path.clone(), dead_file, &inner.dead_tail)
-                .committed_by_main(&main, main_ino);
-            let mut delivered = BatchOut::new(
-                q.delivered_path.clone(),
-                delivered_file,
-                &inner.delivered_tail,
-            )
-            .committed_by_main(&main, main_ino);
+            let [mut main, dead, delivered] = q.batch_outs(inner)?;
+            let mut dead = dead.committed_by_main(&main, main_ino(inner));
+            let mut delivered = delivered.committed_by_main(&main, main_ino(inner));
+            let before = q.rows_before(inner)?;
             let ix = inner.index()?;
             let mut merge = match identity {
                 Some((header, adopt)) => Some(q.begin_identity(inner, header, adopt)?),
                 None => None,
             };
-            let mut keys = BatchKeys::default();
-            let planned = q
-                .unnumber_lines(inner, merge.as_ref(), &mut main)
-                .and_then(|()| {
-                    q.import_lines(
-                        ix,
-                        &mut keys,
-                        ImportOut {
-                            main: &mut main,
-                            dead: &mut dead,
-                            delivered: &mut delivered,
-                        },
-                        records,
-                        each,
-                        merge.as_mut(),
-                    )
-                })
-                .and_then(|hw| {
-                    q.push_state_line(ix, merge.as_ref(), &mut main)?;
-                    if main.lines == 0 && (dead.lines > 0 || delivered.lines > 0) {
-                        // The main file's part commits the others: a
-                        // `done` line of the highest id the import
-                        // stored (a no-op to every reader of the file).
-                        let mut line = Vec::new();
-                        format::write_done(&mut line, hw);
-                        main.push(q, &line)?;
-                    }
-                    Ok(())
-                })
-                .and_then(|()| keys.clear(ix))
-                .and_then(|()| dead.finish(q))
-                .and_then(|d| delivered.finish(q).map(|v| (d, v)))
-                .and_then(|(d, v)| main.finish(q).map(|m| (d, v, m)));
+            let mut ap = ix.applier()?;
+            let planned = (|| {
+                q.unnumber_lines(inner, merge.as_ref(), &mut ap, &mut main)?;
+                let mut s = Importing {
+                    q,
+                    ix,
+                    ap,
+                    main: &mut main,
+                    dead: &mut dead,
+                    delivered: &mut delivered,
+                };
+                let hw = policy::import_records(
+                    &mut s,
+                    ix.high_water()?,
+                    records,
+                    each,
+                    merge.as_mut(),
+                )?;
+                q.push_state_line(ix, merge.as_ref(), &mut s.ap, s.main)?;
+                if s.main.lines == 0 && (s.dead.lines > 0 || s.delivered.lines > 0) {
+                    // The main file's part commits the others: a `done`
+                    // line of the highest id the import stored (a no-op
+                    // to every reader of the file).
+                    s.main
+                        .push(q, &mut s.ap, Some(Entry::Done(hw, None)), |buf| {
+                            format::write_done(buf, hw)
+                        })?;
+                }
+                let Importing {
+                    ap,
+                    main,
+                    dead,
+                    delivered,
+                    ..
+                } = s;
+                end_lines(ap, [&*main, &*dead, &*delivered])?;
+                let dead_end = dead.finish(q)?;
+                let delivered_end = delivered.finish(q)?;
+                let main_end = main.finish(q)?;
+                Ok((dead_end, delivered_end, main_end))
+            })();
             match planned {
                 Ok((dead_end, delivered_end, main_end)) => {
-                    if dead.lines > 0 || delivered.lines > 0 {
-                        q.track_companions(inner)?;
-                    }
-                    if dead.lines > 0 {
-                        q.committed(inner, Which::Dead, dead_end);
-                    }
-                    if delivered.lines > 0 {
-                        q.committed(inner, Which::Delivered, delivered_end);
-                    }
-                    if main.lines > 0 {
-                        q.committed(inner, Which::Main, main_end);
-                    }
+                    q.batch_committed(
+                        inner,
+                        &before,
+                        &[
+                            (&dead, dead_end),
+                            (&delivered, delivered_end),
+                            (&main, main_end),
+                        ],
+                    )?;
                     Ok(merge.map(|m| m.outcome))
                 }
                 Err(e) => {
@@ -422,31 +423,6 @@ impl FileQueue {
                 }
             }
         })
-    }
-
-    fn import_lines(
-        &self,
-        ix: &Index,
-        keys: &mut BatchKeys,
-        out: ImportOut<'_>,
-        records: &mut dyn Iterator<Item = Result<Record>>,
-        each: &mut dyn FnMut(&Record, Imported),
-        merge: Option<&mut Merge>,
-    ) -> Result<ItemId> {
-        let ImportOut {
-            main,
-            dead,
-            delivered,
-        } = out;
-        let mut s = Importing {
-            q: self,
-            ix,
-            keys,
-            main,
-            dead,
-            delivered,
-        };
-        policy::import_records(&mut s, ix.high_water()?, records, each, merge)
     }
 
     /// The identity decision for an import into this spool (see
@@ -474,6 +450,7 @@ impl FileQueue {
         &self,
         inner: &Inner,
         merge: Option<&Merge>,
+        ap: &mut Applier<'_>,
         main: &mut BatchOut,
     ) -> Result<()> {
         let Some(m) = merge.filter(|m| m.keeps_numbers() && m.push.acked > m.old_acked) else {
@@ -485,7 +462,9 @@ impl FileQueue {
             };
             for mut item in self.items(inner, &[loc])? {
                 item.push_seq = None;
-                main.push_with(self, None, |buf| format::write_put(buf, &item, None))?;
+                main.push(self, ap, Some(Entry::Put(Row::of(&item))), |buf| {
+                    format::write_put(buf, &item, None)
+                })?;
             }
         }
         Ok(())
@@ -496,6 +475,7 @@ impl FileQueue {
         &self,
         ix: &Index,
         merge: Option<&Merge>,
+        ap: &mut Applier<'_>,
         main: &mut BatchOut,
     ) -> Result<()> {
         let Some(m) = merge.filter(|m| m.keeps_numbers()) else {
@@ -505,20 +485,48 @@ impl FileQueue {
             Some(u) => Some(u.clone()),
             None => ix.uuid()?,
         };
-        main.push(self, &super::push_line(&m.push, uuid.as_ref()))
-            .map(drop)
+        let line = super::push_line(&m.push, uuid.as_ref());
+        main.push(self, ap, None, |buf| buf.extend_from_slice(&line))
     }
 }
 
+/// The inode of the main file (companion lines name it).
+fn main_ino(inner: &Inner) -> u64 {
+    inner.main.as_ref().map_or(0, |t| t.ino)
+}
+
+/// The batch's lines are all written to its buffers and applied: the
+/// index gets each file's last line's length (it goes without the frame)
+/// and what the applier accumulated.
+fn end_lines<const N: usize>(mut ap: Applier<'_>, outs: [&BatchOut; N]) -> Result<()> {
+    for out in outs {
+        if let Some((id, off, len)) = out.end_last() {
+            ap.set_len(out.which(), id, off, len)?;
+        }
+    }
+    ap.finish()
+}
+
 /// An NDJSON enqueue batch as the storage of [`policy::enqueue_one`]: the
-/// index and the keys and items the batch stored so far answer, the lines
+/// index (which has taken in the batch's lines so far) answers, the lines
 /// go to the batch's files.
 struct Enqueuing<'a, 'o> {
     q: &'a FileQueue,
     inner: &'a Inner,
-    keys: &'a mut BatchKeys,
-    policy: &'a mut Policy,
-    out: &'a mut Lines<'o>,
+    ix: &'a Index,
+    ap: Applier<'a>,
+    main: &'o mut BatchOut,
+    dead: &'o mut BatchOut,
+    /// The depth bound the batch enforces.
+    bound: Option<u64>,
+    /// `drop-oldest` under a bound: every item may have to make room.
+    evicting: bool,
+    /// The high-water mark before the batch: higher ids are the batch's.
+    batch_after: ItemId,
+    /// Items at or below this id that could be evicted were.
+    evict_cursor: ItemId,
+    /// Items the batch evicted.
+    evicted: u64,
     now: Timestamp,
     /// Pending items now.
     depth: u64,
@@ -531,7 +539,11 @@ struct Enqueuing<'a, 'o> {
 
 impl EnqueueStore for Enqueuing<'_, '_> {
     fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
-        dedup(self.inner.index()?, self.keys, key, self.policy.active)
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.ap.flush()?;
+        self.ix.key_owner(key)
     }
 
     fn delivered_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
@@ -540,12 +552,14 @@ impl EnqueueStore for Enqueuing<'_, '_> {
     }
 
     fn coalesce(&mut self, ck: &str) -> Result<Vec<ItemId>> {
-        let ix = self.inner.index()?;
-        let replaced = ix.coalesce_candidates(ck)?;
+        self.ap.flush()?;
+        let replaced = self.ix.coalescible(ck)?;
         for id in &replaced {
-            self.policy.remove(ix, self.keys, *id)?;
-            self.out
-                .main(self.q, None, |buf| format::write_done(buf, *id))?;
+            let id = *id;
+            self.main
+                .push(self.q, &mut self.ap, Some(Entry::Done(id, None)), |buf| {
+                    format::write_done(buf, id)
+                })?;
         }
         self.depth -= replaced.len() as u64;
         Ok(replaced)
@@ -556,8 +570,7 @@ impl EnqueueStore for Enqueuing<'_, '_> {
     }
 
     fn oldest_evictable(&mut self) -> Result<Option<ItemId>> {
-        let bound = self.policy.bound.unwrap_or_default();
-        self.victim = self.q.evict_one(self.inner, self.policy, bound, self.now)?;
+        self.victim = FileQueue::evict_one(self)?;
         Ok(self.victim.as_ref().map(|dl| dl.item.id))
     }
 
@@ -567,20 +580,19 @@ impl EnqueueStore for Enqueuing<'_, '_> {
             .take()
             .filter(|dl| dl.item.id == id)
             .ok_or_else(|| Error::Internal(format!("item {id} to evict was not looked up")))?;
-        let ix = self.inner.index()?;
-        self.policy.remove(ix, self.keys, id)?;
-        self.out
-            .dead
-            .push_with(self.q, None, |buf| format::write_dead(buf, &dl))?;
-        self.out
-            .main(self.q, None, |buf| format::write_done(buf, id))?;
-        self.policy.evicted += 1;
+        self.dead.push(self.q, &mut self.ap, None, |buf| {
+            format::write_dead(buf, &dl)
+        })?;
+        self.main
+            .push(self.q, &mut self.ap, Some(Entry::Done(id, None)), |buf| {
+                format::write_done(buf, id)
+            })?;
+        self.evicted += 1;
         self.depth -= 1;
         Ok(())
     }
 
     fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
-        let ix = self.inner.index()?;
         let it = it.into_owned();
         self.next = self
             .next
@@ -591,39 +603,29 @@ impl EnqueueStore for Enqueuing<'_, '_> {
         let mut item = Item::new(next, it.payload, it.key, self.now);
         item.group = it.group;
         item.coalesce_key = it.coalesce_key;
-        if !item.key.is_empty() {
-            self.keys.put(ix, &item.key, next)?;
-        }
-        // Its index row, kept for the index (see `OwnRows`).
-        let row = (!self.policy.active).then(|| Row::of(&item));
-        self.out
-            .main(self.q, row, |buf| format::write_put(buf, &item, None))?;
-        if self.policy.active && (self.policy.evicting || item.coalesce_key.is_some()) {
-            // A later item of the batch may replace or evict it.
-            ix.batch_item_put(
-                next,
-                &item.key,
-                item.coalesce_key.as_deref(),
-                self.policy.evicting.then_some(self.out.main.last_line()),
-            )?;
-        }
+        self.main.push(
+            self.q,
+            &mut self.ap,
+            Some(Entry::Put(Row::of(&item))),
+            |buf| format::write_put(buf, &item, None),
+        )?;
         Ok(next)
     }
 }
 
 /// An NDJSON import batch as the storage of [`policy::import_records`]:
-/// the index and the keys the batch stored so far answer, each record
-/// goes to its file's part of the batch.
-struct Importing<'a> {
+/// the index (which has taken in the batch's lines so far) answers, each
+/// record goes to its file's part of the batch.
+struct Importing<'a, 'o> {
     q: &'a FileQueue,
     ix: &'a Index,
-    keys: &'a mut BatchKeys,
-    main: &'a mut BatchOut,
-    dead: &'a mut BatchOut,
-    delivered: &'a mut BatchOut,
+    ap: Applier<'a>,
+    main: &'o mut BatchOut,
+    dead: &'o mut BatchOut,
+    delivered: &'o mut BatchOut,
 }
 
-impl ImportStore for Importing<'_> {
+impl ImportStore for Importing<'_, '_> {
     fn dead_owner(&mut self, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
         self.ix.dead_owner(key, upto)
     }
@@ -633,27 +635,32 @@ impl ImportStore for Importing<'_> {
     }
 
     fn key_owner(&mut self, key: &str) -> Result<Option<ItemId>> {
-        dedup(self.ix, self.keys, key, false)
+        if key.is_empty() {
+            return Ok(None);
+        }
+        self.ap.flush()?;
+        self.ix.key_owner(key)
     }
 
     fn seq_in_use(&mut self, seq: u64) -> Result<bool> {
+        self.ap.flush()?;
         Ok(!self.ix.in_flight(seq - 1, seq)?.is_empty())
     }
 
     fn store(&mut self, rec: Record) -> Result<()> {
-        let q = self.q;
+        let (q, ap) = (self.q, &mut self.ap);
         match rec.state {
             RecordState::Dead => {
                 let dead_at = rec.dead_at;
-                self.dead
-                    .push_with(q, None, |buf| format::write_put(buf, &rec.item, dead_at))?;
+                self.dead.push(q, ap, None, |buf| {
+                    format::write_put(buf, &rec.item, dead_at)
+                })
             }
             RecordState::Pending | RecordState::Held => {
-                if !rec.item.key.is_empty() {
-                    self.keys.put(self.ix, &rec.item.key, rec.item.id)?;
-                }
                 self.main
-                    .push_with(q, None, |buf| format::write_put(buf, &rec.item, None))?;
+                    .push(q, ap, Some(Entry::Put(Row::of(&rec.item))), |buf| {
+                        format::write_put(buf, &rec.item, None)
+                    })
             }
             RecordState::Delivered => {
                 let delivery = rec.delivery.ok_or_else(|| {
@@ -664,16 +671,8 @@ impl ImportStore for Importing<'_> {
                 })?;
                 let d = super::retain::retained(rec.item, delivery.at, delivery.evidence);
                 self.delivered
-                    .push_with(q, None, |buf| format::write_delivered(buf, &d))?;
+                    .push(q, ap, None, |buf| format::write_delivered(buf, &d))
             }
         }
-        Ok(())
     }
-}
-
-/// A handle of its own on the open file `t` (at `path`), for a batch's
-/// writer.
-fn own_handle(t: Option<&super::Tracked>, path: &std::path::Path) -> Result<Option<std::fs::File>> {
-    t.map(|t| t.file.try_clone().map_err(|e| Error::io(path, "open", e)))
-        .transpose()
 }

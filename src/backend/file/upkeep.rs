@@ -128,7 +128,6 @@ impl FileQueue {
         bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
-        inner.own_rows = None;
         inner.own_lines = [None, None, None];
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
@@ -325,10 +324,6 @@ impl FileQueue {
     /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     pub(super) fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        let own_rows = match which {
-            Which::Main => inner.own_rows.take(),
-            _ => None,
-        };
         let own_lines = inner.own_lines[which.slot()].take();
         let path = self.target_path(which);
         let Some(t) = inner.tracked(which) else {
@@ -350,11 +345,6 @@ impl FileQueue {
                 && !row.needs_newline
                 && (row.dev, row.ino) == (t.dev, t.ino)
         };
-        if let Some(own) = own_rows.filter(|o| fits(&row, o.start, o.end)) {
-            let entries = own.rows().map(|(r, off, l)| (Entry::Put(r), off, l));
-            row = self.take_in_own(ix, t, which, row, own.end, own.count, entries)?;
-            known = Some(index::Known::of(&now, &row));
-        }
         if let Some(own) = own_lines.filter(|o| fits(&row, o.start, o.end)) {
             #[cfg(debug_assertions)]
             self.check_own(t, which, &own);

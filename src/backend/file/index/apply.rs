@@ -140,8 +140,9 @@ pub(crate) struct Applier<'a> {
 }
 
 impl<'a> Applier<'a> {
-    /// Insert the fresh rows waiting.
-    fn flush(&mut self) -> Result<()> {
+    /// Insert the fresh rows waiting: before reading the tables the
+    /// applier writes.
+    pub fn flush(&mut self) -> Result<()> {
         if self.fresh.is_empty() {
             return Ok(());
         }
@@ -646,6 +647,30 @@ impl<'a> Applier<'a> {
                 .map_err(ix.err("update"))?;
         }
         Ok(())
+    }
+
+    /// The line of `which` at `off` that a row of `id` was taken in from
+    /// is `len` bytes long after all (a batch's last line, which goes
+    /// without the frame its row was taken in with).
+    pub fn set_len(&mut self, which: Which, id: ItemId, off: u64, len: usize) -> Result<()> {
+        self.flush()?;
+        let sql = match which {
+            Which::Main => "UPDATE pending SET len = ?3 WHERE id = ?1 AND off = ?2",
+            Which::Dead => "UPDATE dead SET len = ?3 WHERE id = ?1 AND off = ?2",
+            Which::Delivered => "UPDATE delivered SET len = ?3 WHERE id = ?1 AND off = ?2",
+        };
+        let ix = self.ix;
+        ix.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.execute(params![
+                    to_i64(id, "item id").unwrap_or(i64::MAX),
+                    off as i64,
+                    len as i64
+                ])
+            })
+            .map_err(ix.err("update"))
+            .map(drop)
     }
 
     /// Write what was accumulated; the first error met, if any.

@@ -137,6 +137,35 @@ impl Index {
             .map_err(self.err("read"))
     }
 
+    fn ids(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<ItemId>> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_map(p, |r| r.get::<_, i64>(0).map(u))?.collect())
+            .map_err(self.err("read"))
+    }
+
+    /// The pending items a new item with coalesce key `ck` replaces (SPEC
+    /// §9: that key, never attempted, not in flight), in id order.
+    pub fn coalescible(&self, ck: &str) -> Result<Vec<ItemId>> {
+        self.ids(
+            "SELECT id FROM pending WHERE coalesce_key = ?1 AND attempts = 0 \
+             AND push_seq IS NULL ORDER BY id",
+            [ck],
+        )
+    }
+
+    /// The oldest pending item above `after` that `drop-oldest` may evict
+    /// (not held, not in flight).
+    pub fn oldest_evictable(&self, after: ItemId) -> Result<Option<ItemId>> {
+        Ok(self
+            .ids(
+                "SELECT id FROM pending WHERE id > ?1 AND NOT held AND push_seq IS NULL \
+                 ORDER BY id LIMIT 1",
+                [i64::try_from(after).unwrap_or(i64::MAX)],
+            )?
+            .pop())
+    }
+
     pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
         self.conn
             .prepare_cached(sql)
