@@ -3,11 +3,11 @@
 //! entries, and lines read back where the index says they are.
 
 use super::format::{self, parse_line, Line};
-use super::index::{Entry, Loc, Which};
+use super::index::{Entry, FileRow, Loc, Which};
 use super::io::{parent_dir, read_exact_at, write_all};
 use super::{
-    file_len, no_handle, open_existing, open_main, FileQueue, Inner, OwnLines, Tail, Tracked,
-    READ_GAP, READ_SPAN,
+    file_len, no_handle, open_existing, open_main, FileQueue, Inner, Tail, Tracked, READ_GAP,
+    READ_SPAN,
 };
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
@@ -89,8 +89,9 @@ impl FileQueue {
 
     /// [`FileQueue::append`], with the lines' index entries when the
     /// caller has them (`entries`, one per line, in order; otherwise the
-    /// lines are parsed here, from memory): kept for the index to take in
-    /// without reading the lines back (see [`OwnLines`]).
+    /// lines are parsed here, from memory): the index takes them into its
+    /// open transaction once the lines are synced, without reading them
+    /// back (see [`FileQueue::take_in_written`]).
     pub(super) fn append_entries(
         &self,
         inner: &mut Inner,
@@ -140,11 +141,91 @@ impl FileQueue {
                     .collect()
             });
             if let Some(entries) = entries {
-                OwnLines::keep(&mut inner.own_lines[which.slot()], start, &buf, entries);
+                self.take_in_written(inner, which, start, &buf, entries);
             }
         }
         self.committed(inner, which, start + buf.len() as u64);
         Ok(())
+    }
+
+    /// Take the lines just appended at `start` (`written`, whole lines)
+    /// into the index's open transaction, with their `entries` (one per
+    /// line, what parsing it gives; checked in debug builds), when the
+    /// index stands where they begin; otherwise the catch-up at the end
+    /// of the call reads them back. A failure of the index is the call's
+    /// index transaction's only (see [`Inner::index_broken`]): the lines
+    /// are committed.
+    fn take_in_written(
+        &self,
+        inner: &mut Inner,
+        which: Which,
+        start: u64,
+        written: &[u8],
+        entries: Vec<Entry>,
+    ) {
+        if inner.index_broken.is_some() || inner.index.is_none() {
+            return;
+        }
+        let r = (|| {
+            let ix = inner.index()?;
+            let t = inner.tracked(which).ok_or_else(no_handle)?;
+            let row = ix.file_row(which)?;
+            let row = match row {
+                Some(r)
+                    if r.upto == start && !r.needs_newline && (r.dev, r.ino) == (t.dev, t.ino) =>
+                {
+                    r
+                }
+                None if start == 0 => FileRow {
+                    dev: t.dev,
+                    ino: t.ino,
+                    ..FileRow::default()
+                },
+                _ => return Ok(()),
+            };
+            let mut spans = Vec::with_capacity(entries.len());
+            let mut pos = 0;
+            for nl in memchr::memchr_iter(b'\n', written) {
+                spans.push((start + pos as u64, nl - pos));
+                pos = nl + 1;
+            }
+            if spans.len() != entries.len() || pos != written.len() {
+                // Left to the catch-up, which reads them back.
+                return Ok(());
+            }
+            let count = spans.len() as u64;
+            let mut ap = ix.applier()?;
+            for (e, (off, len)) in entries.into_iter().zip(spans) {
+                #[cfg(debug_assertions)]
+                {
+                    let at = (off - start) as usize;
+                    let parsed = Entry::parser(which)(&written[at..at + len]);
+                    assert_eq!(
+                        parsed.as_ref(),
+                        Ok(&e),
+                        "the entry given for a line differs from its parse"
+                    );
+                }
+                ap.apply(which, e, off, len);
+            }
+            ap.finish()?;
+            let end = start + written.len() as u64;
+            let fingerprint = super::index::fingerprint(&*self.io, &t.file, end)
+                .map_err(|e| Error::io(self.target_path(which), "read", e))?;
+            ix.set_file_row(
+                which,
+                &FileRow {
+                    upto: end,
+                    lines: row.lines + count,
+                    records: row.records + count,
+                    fingerprint,
+                    ..row
+                },
+            )
+        })();
+        if let Err(e) = r {
+            inner.index_broken = Some(e.to_string());
+        }
     }
 
     /// Lines up to `end` of `which` are durable; the index takes them in

@@ -271,10 +271,11 @@ struct Inner {
     /// before it committed: an automatic compaction is due (see
     /// [`FileQueue::auto_compact`]).
     compact_due: bool,
-    /// Per file ([`Which::slot`] order), the index entries of the lines
-    /// this call appended, for the index to take in without reading them
-    /// back.
-    own_lines: [Option<OwnLines>; 3],
+    /// The index could not take in lines this call wrote (or took in
+    /// lines the call then cut off again): why. The call's index
+    /// transaction is rolled back at its end, with a notice; the next
+    /// call catches up from the files.
+    index_broken: Option<String>,
     notices: Vec<String>,
     /// What this process knows of each file's fingerprint, in
     /// [`Which::slot`] order (see [`index::Known`]).
@@ -336,55 +337,6 @@ impl Inner {
     }
 }
 
-/// The index entries of lines a call appended to a file (a delivery's
-/// `done` lines, an attempt's `put` line, a dead letter's lines, the
-/// retained records of deliveries ...), kept as it wrote them, in order:
-/// [`FileQueue::catch_up`] applies them through the index's `Applier`
-/// when the index stands exactly where they begin, instead of reading the
-/// lines back and parsing them. Each entry is the one parsing its line
-/// gives (checked in debug builds).
-#[derive(Debug)]
-struct OwnLines {
-    /// Where the first line starts.
-    start: u64,
-    /// Where the line after the last one starts.
-    end: u64,
-    /// Each line's entry, offset and length (without its newline).
-    entries: Vec<(Entry, u64, usize)>,
-}
-
-impl OwnLines {
-    /// Keep the entries of the lines in `written` (whole lines, the bytes
-    /// just appended at `at`), when they follow the ones kept; lines
-    /// after a gap are left to be read back.
-    fn keep(slot: &mut Option<OwnLines>, at: u64, written: &[u8], entries: Vec<Entry>) {
-        let mut spans = Vec::with_capacity(entries.len());
-        let mut pos = 0;
-        for nl in memchr::memchr_iter(b'\n', written) {
-            spans.push((at + pos as u64, nl - pos));
-            pos = nl + 1;
-        }
-        if spans.len() != entries.len() || pos != written.len() {
-            return;
-        }
-        let own = slot.get_or_insert(OwnLines {
-            start: at,
-            end: at,
-            entries: Vec::new(),
-        });
-        if own.end != at {
-            return;
-        }
-        own.entries.extend(
-            entries
-                .into_iter()
-                .zip(spans)
-                .map(|(e, (off, len))| (e, off, len)),
-        );
-        own.end = at + written.len() as u64;
-    }
-}
-
 /// A spool stored in an NDJSON file.
 #[derive(Debug)]
 pub struct FileQueue {
@@ -439,7 +391,7 @@ impl FileQueue {
                 delivered_tail: Tail::default(),
                 appended: false,
                 compact_due: false,
-                own_lines: [None, None, None],
+                index_broken: None,
                 notices: Vec::new(),
                 known: Default::default(),
                 unfinished: [None; 3],
@@ -627,14 +579,20 @@ impl FileQueue {
 
     fn end_transaction<T>(&self, inner: &mut Inner, r: Result<T>) -> Result<T> {
         let appended = std::mem::take(&mut inner.appended);
-        if !appended || r.is_err() {
-            inner.own_lines = [None, None, None];
-        }
+        let broken = inner.index_broken.take();
         if inner.index.is_none() {
             return r;
         }
         if r.is_err() {
             let _ = inner.index()?.rollback();
+            return r;
+        }
+        if let Some(e) = broken {
+            let _ = inner.index()?.rollback();
+            inner.notices.push(format!(
+                "{}: the index could not take in the lines just written ({e}); the next command catches up",
+                self.index_path.display()
+            ));
             return r;
         }
         let taken = if appended {
@@ -647,8 +605,6 @@ impl FileQueue {
         } else {
             Ok(())
         };
-        // Kept for this call's catch-up only.
-        inner.own_lines = [None, None, None];
         // Read inside the transaction: afterwards, each read would be a
         // transaction of its own.
         let due = appended && taken.is_ok() && compact::compaction_due(inner.index()?);

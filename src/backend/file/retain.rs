@@ -176,8 +176,9 @@ impl FileQueue {
             return Ok(());
         };
         for (dest, before) in done {
-            // Those lines are no longer there (or to be read back).
-            inner.own_lines[dest.slot()] = None;
+            // The index took those lines in: this call's index
+            // transaction is not to commit.
+            inner.index_broken = Some(format!("{e}"));
             if let Some(t) = inner.tracked(dest) {
                 let cut = self
                     .io

@@ -128,7 +128,7 @@ impl FileQueue {
         bulk: bool,
         meta: MetaUse,
     ) -> Result<bool> {
-        inner.own_lines = [None, None, None];
+        inner.index_broken = None;
         if meta == MetaUse::Read {
             inner.meta = meta::read(&self.meta_path)?;
         }
@@ -324,34 +324,17 @@ impl FileQueue {
     /// through the one path from lines to rows (the index's `Applier`), and
     /// note a torn tail.
     pub(super) fn catch_up(&self, inner: &mut Inner, which: Which) -> Result<()> {
-        let own_lines = inner.own_lines[which.slot()].take();
         let path = self.target_path(which);
         let Some(t) = inner.tracked(which) else {
             *inner.tail(which) = Tail::default();
             return Ok(());
         };
         let ix = inner.index()?;
-        let mut row = ix.file_row(which)?.unwrap_or_default();
+        let row = ix.file_row(which)?.unwrap_or_default();
         let now = FileNow::of(&t.file, path)?;
         let len = inner.unfinished[which.slot()].map_or(now.len, |u| u.min(now.len));
         // What this catch-up finds out of the file's fingerprint.
         let mut known = None;
-        // The rows of lines this call wrote, kept as it wrote them: taken
-        // in as parsing the lines would, when the index stands where they
-        // begin.
-        let fits = |row: &FileRow, start: u64, end: u64| {
-            start == row.upto
-                && end <= len
-                && !row.needs_newline
-                && (row.dev, row.ino) == (t.dev, t.ino)
-        };
-        if let Some(own) = own_lines.filter(|o| fits(&row, o.start, o.end)) {
-            #[cfg(debug_assertions)]
-            self.check_own(t, which, &own);
-            let count = own.entries.len() as u64;
-            row = self.take_in_own(ix, t, which, row, own.end, count, own.entries.into_iter())?;
-            known = Some(index::Known::of(&now, &row));
-        }
         let mut tail = Tail {
             end: row.upto,
             needs_newline: row.needs_newline,
@@ -391,6 +374,9 @@ impl FileQueue {
                 needs_newline: s.needs_newline,
                 torn: s.torn,
             };
+        } else if row.upto == now.len {
+            // Taken in as it was written, or unchanged.
+            known = Some(index::Known::of(&now, &row));
         }
         if known.is_some() {
             inner.known[which.slot()] = known;
@@ -398,57 +384,6 @@ impl FileQueue {
         self.note_torn(inner, which, &tail.torn);
         *inner.tail(which) = tail;
         Ok(())
-    }
-
-    /// Apply the `count` entries of lines this call wrote to `which`, up
-    /// to `end`, where the index's row (`row`) stands, and move the row
-    /// past them; the new row.
-    #[allow(clippy::too_many_arguments)]
-    fn take_in_own(
-        &self,
-        ix: &Index,
-        t: &Tracked,
-        which: Which,
-        row: FileRow,
-        end: u64,
-        count: u64,
-        entries: impl Iterator<Item = (Entry, u64, usize)>,
-    ) -> Result<FileRow> {
-        let mut ap = ix.applier()?;
-        for (e, off, l) in entries {
-            ap.apply(which, e, off, l);
-        }
-        ap.finish()?;
-        let fingerprint = index::fingerprint(&*self.io, &t.file, end)
-            .map_err(|e| Error::io(self.target_path(which), "read", e))?;
-        let row = FileRow {
-            upto: end,
-            lines: row.lines + count,
-            records: row.records + count,
-            needs_newline: false,
-            fingerprint,
-            ..row
-        };
-        ix.set_file_row(which, &row)?;
-        Ok(row)
-    }
-
-    /// Debug builds: the entries kept of lines this call wrote are the
-    /// ones parsing the lines gives. A line that cannot be read back (an
-    /// I/O error) is not checked: the error is the caller's to meet.
-    #[cfg(debug_assertions)]
-    fn check_own(&self, t: &Tracked, which: Which, own: &OwnLines) {
-        for (e, off, len) in &own.entries {
-            let mut buf = vec![0; *len];
-            if super::io::read_exact_at(&*self.io, &t.file, &mut buf, *off).is_err() {
-                return;
-            }
-            let parsed = Entry::parser(which)(&buf).expect("parse a line just written");
-            assert_eq!(
-                &parsed, e,
-                "the entry kept of a line differs from its parse"
-            );
-        }
     }
 
     /// Tell about a torn tail once (not again on every call).
