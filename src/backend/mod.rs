@@ -12,6 +12,7 @@
 //! `.idx`, `.dead`, `.delivered`) is that NDJSON spool with no live
 //! record, as `init --backend file` leaves it.
 
+pub(crate) mod due_sql;
 pub mod file;
 pub(crate) mod held;
 pub mod identity;

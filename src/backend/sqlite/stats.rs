@@ -4,6 +4,7 @@
 use super::db::Db;
 use super::rows::{clamp_attempts, read_enqueued_at, read_id};
 use super::schema::Layout;
+use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
 use crate::error::Result;
 use crate::item::{ItemId, QueueStats};
 use crate::time::Timestamp;
@@ -18,27 +19,21 @@ const NEXT_ATTEMPTS: &str =
 const COUNT_ATTEMPTS: &str = "SELECT count(*) FROM morph_offline_queue WHERE attempts = ?1";
 /// The partial index `ix_queue_held`.
 const COUNT_HELD: &str = "SELECT count(*) FROM morph_offline_queue WHERE held <> 0";
-/// A range of the partial index `ix_queue_retry`.
-const COUNT_WAITING: &str = "SELECT count(*) FROM morph_offline_queue WHERE next_retry_at > ?1";
-/// Items both held and waiting, through the partial index of held items
-/// (for when there are fewer of those).
-const COUNT_HELD_WAITING_BY_HELD: &str = "SELECT count(*) FROM morph_offline_queue \
-     INDEXED BY ix_queue_held WHERE held <> 0 AND next_retry_at > ?1";
-/// The same through the partial index of backed-off items.
-const COUNT_HELD_WAITING_BY_RETRY: &str = "SELECT count(*) FROM morph_offline_queue \
-     INDEXED BY ix_queue_retry WHERE held <> 0 AND next_retry_at > ?1";
+/// The due rule's statements ([`crate::backend::due_sql`]): the
+/// backed-off items from a range of the partial index `ix_queue_retry`,
+/// those also held through the smaller of it and `ix_queue_held`, the
+/// grouped ones from `ix_queue_group`.
+const DUE: DueSql = DueSql {
+    group_waiting: group_waiting_sql!("morph_offline_queue", "ix_queue_group"),
+    waiting: "SELECT count(*) FROM morph_offline_queue WHERE next_retry_at > ?1",
+    held_waiting_by_held: "SELECT count(*) FROM morph_offline_queue \
+         INDEXED BY ix_queue_held WHERE held <> 0 AND next_retry_at > ?1",
+    held_waiting_by_retry: "SELECT count(*) FROM morph_offline_queue \
+         INDEXED BY ix_queue_retry WHERE held <> 0 AND next_retry_at > ?1",
+};
 /// The first pending item of a group: one seek in `ix_queue_group`.
 const GROUP_HEAD: &str = "SELECT id FROM morph_offline_queue \
      WHERE group_name = ?1 ORDER BY id LIMIT 1";
-/// Items that would be due but wait behind an earlier pending item of
-/// their ordering group (`?1`: the time retry times are compared with, or
-/// NULL to ignore them): a walk over `ix_queue_group`, the grouped items
-/// only, each probing the same index for an earlier item of its group.
-const COUNT_GROUP_WAITING: &str = "SELECT count(*) FROM morph_offline_queue q \
-     INDEXED BY ix_queue_group WHERE q.group_name IS NOT NULL AND q.held = 0 \
-     AND (?1 IS NULL OR q.next_retry_at IS NULL OR q.next_retry_at <= ?1) \
-     AND EXISTS (SELECT 1 FROM morph_offline_queue e INDEXED BY ix_queue_group \
-         WHERE e.group_name = q.group_name AND e.id < q.id)";
 /// The histogram of a reference database, which has no attempts index.
 const HISTOGRAM_BY_GROUPING: &str =
     "SELECT attempts, count(*) FROM morph_offline_queue GROUP BY attempts";
@@ -96,27 +91,9 @@ impl Db<'_> {
         if self.layout != Layout::Spool {
             return Ok(depth);
         }
-        let now = now.map(|t| t.as_millis());
-        let group_waiting: i64 = self
-            .conn
-            .prepare_cached(COUNT_GROUP_WAITING)
-            .and_then(|mut s| s.query_row([now], |r| r.get(0)))
-            .map_err(|e| self.err(e))?;
-        let depth = depth.saturating_sub(group_waiting.max(0) as u64);
         let held = self.count(COUNT_HELD, None)?;
-        let Some(now) = now else {
-            return Ok(depth.saturating_sub(held));
-        };
-        let now = Some(now);
-        let waiting = self.count(COUNT_WAITING, now)?;
-        let both = match (held, waiting) {
-            (0, _) | (_, 0) => 0,
-            (h, w) if h <= w => self.count(COUNT_HELD_WAITING_BY_HELD, now)?,
-            _ => self.count(COUNT_HELD_WAITING_BY_RETRY, now)?,
-        };
-        Ok(depth
-            .saturating_sub(held)
-            .saturating_sub(waiting.saturating_sub(both)))
+        due_sql::due_count(self.conn, &DUE, depth, held, now.map(|t| t.as_millis()))
+            .map_err(|e| self.err(e))
     }
 
     /// The first pending item of ordering group `group`, if any (see
@@ -202,7 +179,7 @@ impl Db<'_> {
         }
         if self.layout.is_spool() {
             s.held = self.count(COUNT_HELD, None)?;
-            s.waiting = self.count(COUNT_WAITING, Some(now.as_millis()))?;
+            s.waiting = self.count(DUE.waiting, Some(now.as_millis()))?;
         }
         let oldest = self
             .conn
@@ -241,9 +218,9 @@ mod tests {
             (NEXT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (COUNT_ATTEMPTS, "COVERING INDEX ix_queue_attempts"),
             (COUNT_HELD, "INDEX ix_queue_held"),
-            (COUNT_WAITING, "COVERING INDEX ix_queue_retry"),
-            (COUNT_HELD_WAITING_BY_HELD, "INDEX ix_queue_held"),
-            (COUNT_HELD_WAITING_BY_RETRY, "INDEX ix_queue_retry"),
+            (DUE.waiting, "COVERING INDEX ix_queue_retry"),
+            (DUE.held_waiting_by_held, "INDEX ix_queue_held"),
+            (DUE.held_waiting_by_retry, "INDEX ix_queue_retry"),
             (COUNT_DEAD, "COVERING INDEX ix_dead_dead_at"),
         ] {
             assert_plan(&conn, sql, index);
@@ -251,7 +228,7 @@ mod tests {
         conn.execute_batch(schema::MIGRATION_0002).unwrap();
         conn.execute_batch(schema::MIGRATION_0003).unwrap();
         assert_plan(&conn, GROUP_HEAD, "COVERING INDEX ix_queue_group");
-        assert_plan_all(&conn, COUNT_GROUP_WAITING, "ix_queue_group");
+        assert_plan_all(&conn, DUE.group_waiting, "ix_queue_group");
         // A push client's rejects: never its whole history.
         use super::super::receive::{CLIENT_REJECTS, FORGET_REASONS, PRUNE_REJECTS};
         for sql in [PRUNE_REJECTS, FORGET_REASONS, CLIENT_REJECTS] {

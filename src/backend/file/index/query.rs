@@ -4,6 +4,7 @@
 //! receiver's ledger.
 
 use super::{boot_id, u, DeliveredLoc, Index, Loc};
+use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
 use crate::backend::ledger_sql::{self, LedgerSql};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
@@ -14,6 +15,18 @@ use rusqlite::{params, OptionalExtension};
 /// The ledger's statements ([`crate::backend::ledger_sql`]) over the
 /// index's `clients` and `client_entries` (a client is `known` once one
 /// of its lines recorded a number or a `last_seq`).
+/// The due rule's statements ([`crate::backend::due_sql`]) over
+/// `pending`. The index keeps no index of held items: items both held
+/// and waiting are found through `pending_retry` either way.
+const DUE: DueSql = DueSql {
+    group_waiting: group_waiting_sql!("pending", "pending_group"),
+    waiting: "SELECT count(*) FROM pending WHERE next_retry_at > ?1",
+    held_waiting_by_held: "SELECT count(*) FROM pending INDEXED BY pending_retry \
+                           WHERE held AND next_retry_at > ?1",
+    held_waiting_by_retry: "SELECT count(*) FROM pending INDEXED BY pending_retry \
+                            WHERE held AND next_retry_at > ?1",
+};
+
 const LEDGER: LedgerSql = LedgerSql {
     last_seq: "SELECT last_seq FROM clients WHERE id = ?1 AND known",
     rejects: "SELECT e.seq, coalesce(e.reason, '') FROM client_entries e \
@@ -433,41 +446,20 @@ impl Index {
             .map_err(self.err("read"))
     }
 
-    /// Pending items a replay at `now` would attempt: not held, unless
-    /// `ignore_backoff` not waiting, and not waiting behind an earlier
-    /// pending item of their ordering group (a walk over `pending_group`:
-    /// the grouped items only).
+    /// Pending items a replay at `now` would attempt (the rule is
+    /// [`crate::backend::due_sql`]'s): not held, unless `ignore_backoff`
+    /// not waiting, and not waiting behind an earlier pending item of
+    /// their ordering group.
     pub fn due_count(&self, now: Timestamp, ignore_backoff: bool) -> Result<u64> {
-        let group_waiting = self
-            .conn
-            .prepare_cached(
-                "SELECT count(*) FROM pending q INDEXED BY pending_group \
-                 WHERE q.group_name IS NOT NULL AND NOT q.held \
-                 AND (?1 IS NULL OR q.next_retry_at IS NULL OR q.next_retry_at <= ?1) \
-                 AND EXISTS (SELECT 1 FROM pending e INDEXED BY pending_group \
-                     WHERE e.group_name = q.group_name AND e.id < q.id)",
-            )
-            .and_then(|mut s| {
-                s.query_row([(!ignore_backoff).then(|| now.as_millis())], |r| {
-                    r.get::<_, i64>(0)
-                })
-            })
-            .map(u)
-            .map_err(self.err("read"))?;
-        let depth = self.depth()?.saturating_sub(group_waiting);
-        let held = self.state_u64("held")?;
-        let waiting = if ignore_backoff {
-            0
-        } else {
-            self.conn
-                .prepare_cached(
-                    "SELECT count(*) FROM pending WHERE next_retry_at > ?1 AND NOT held",
-                )
-                .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
-                .map(u)
-                .map_err(self.err("read"))?
-        };
-        Ok(depth.saturating_sub(held).saturating_sub(waiting))
+        let now = (!ignore_backoff).then(|| now.as_millis());
+        due_sql::due_count(
+            &self.conn,
+            &DUE,
+            self.depth()?,
+            self.state_u64("held")?,
+            now,
+        )
+        .map_err(self.err("read"))
     }
 
     /// The first pending item of ordering group `group` (see
@@ -508,7 +500,7 @@ impl Index {
         };
         s.waiting = self
             .conn
-            .prepare_cached("SELECT count(*) FROM pending WHERE next_retry_at > ?1")
+            .prepare_cached(DUE.waiting)
             .and_then(|mut st| st.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
             .map(u)
             .map_err(self.err("read"))?;
