@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A/B of two spool binaries, call by call (benches/ab_bench.py): one-shot
 # enqueue, size and done on an NDJSON spool, replay per item and with
-# --commit-every 64, with controls. For a change to a hot path whose
-# effect is a few per cent, which benches/check.sh --baseline cannot tell
-# from drift. Prints a Markdown table; see docs/benchmarks.md.
+# --commit-every 64, with controls; with --batches N also streamed
+# batches (enqueue --lines, keyed, coalescing, drop-oldest, import) on an
+# NDJSON spool. For a change to a hot path whose effect is a few per
+# cent, which benches/check.sh --baseline cannot tell from drift. Prints
+# a Markdown table; see docs/benchmarks.md.
 #
 #   benches/ab.sh --old /path/to/old/spool                  # this build against OLD
 #   benches/ab.sh --old OLD --new NEW --calls 300 --rounds 4
+#   benches/ab.sh --old OLD --batches 5 --batch-items 100000
 #   SPOOL_BENCH_DIR=/var/tmp/b benches/ab.sh --old OLD      # keep the work files there
 #
 # Measure on a quiet machine (load average below 1) and on the file

@@ -11,7 +11,11 @@ round, each binary on its own spools:
   (code the two builds share: what they show is drift and layout, not the
   change);
 - `replay --url` of ITEMS items to examples/http_sink, durable per item
-  and with `--commit-every 64`, per item.
+  and with `--commit-every 64`, per item;
+- with `--batches N`, N rounds of streamed batches of BATCH_ITEMS items
+  into a fresh NDJSON spool: `enqueue --lines`, `enqueue --ndjson` with a
+  key per item, with 1,000 coalesce keys, `--lines` under `drop-oldest`
+  with a bound of 1,000, and `import` of an export of the keyed batch.
 
 Prints a Markdown table of the medians (new / old) and the load average.
 Run through benches/ab.sh, which builds the sink.
@@ -44,6 +48,8 @@ def main():
     ap.add_argument("--calls", type=int, default=600, help="rounds of one-shot calls (default 600)")
     ap.add_argument("--rounds", type=int, default=6, help="rounds of replays (default 6)")
     ap.add_argument("--items", type=int, default=2000, help="items per replay (default 2000)")
+    ap.add_argument("--batches", type=int, default=0, help="rounds of streamed batches (default 0: none)")
+    ap.add_argument("--batch-items", type=int, default=100000, help="items per batch (default 100000)")
     args = ap.parse_args()
     d = tempfile.mkdtemp(dir=args.dir)
     bins = {"new": args.new, "old": args.old}
@@ -93,6 +99,8 @@ def main():
         sink.kill()
         sink.wait()
 
+    batches = run_batches(args, d, order, times) if args.batches else {}
+
     print(f"- machine: {start['cpu']}, {start['nproc']} cores, {start['fs']}, kernel {start['kernel']}")
     print(f"- new: `{args.new}`; old: `{args.old}`")
     print(f"- {args.calls} rounds of one-shot calls, {args.rounds} of replays of {args.items} items; medians")
@@ -105,6 +113,41 @@ def main():
         a = statistics.median(times[(label, "new")])
         b = statistics.median(times[(label, "old")])
         print(f"| {label} | {a * 1e6:.1f} µs | {b * 1e6:.1f} µs | {a / b:.3f} |")
+    for label in batches:
+        a = statistics.median(times[(label, "new")])
+        b = statistics.median(times[(label, "old")])
+        print(f"| {label} | {a * 1e3:.1f} ms | {b * 1e3:.1f} ms | {a / b:.3f} |")
+
+
+def run_batches(args, d, order, times):
+    """The streamed batches (see the module docs); their labels."""
+    n = args.batch_items
+    lines = "".join(f"item {i} payload payload payload\n" for i in range(n)).encode()
+    keyed = "".join(f'{{"payload":"item {i}","key":"k{i}"}}\n' for i in range(n)).encode()
+    coalescing = "".join(f'{{"payload":"item {i}","coalesce_key":"c{i % 1000}"}}\n' for i in range(n)).encode()
+    export = f"{d}/batch-export.ndjson"
+    source = f"{d}/batch-source.ndjson"
+    subprocess.run([args.old, "-s", source, "enqueue", "--ndjson"], input=keyed, stdout=subprocess.DEVNULL, check=True)
+    with open(export, "wb") as f:
+        subprocess.run([args.old, "-s", source, "export"], stdout=f, check=True)
+    cases = {
+        f"`enqueue --lines`, {n:,} items, NDJSON (per batch)": (["enqueue", "--lines"], lines, False),
+        f"`enqueue --ndjson`, {n:,} keyed items, NDJSON (per batch)": (["enqueue", "--ndjson"], keyed, False),
+        f"`enqueue --ndjson`, {n:,} items, 1,000 coalesce keys, NDJSON (per batch)": (["enqueue", "--ndjson"], coalescing, False),
+        f"`enqueue --lines`, {n:,} items, `drop-oldest` at 1,000, NDJSON (per batch)": (["enqueue", "--lines"], lines, True),
+        f"`import` of {n:,} keyed items, NDJSON (per batch)": (["import", export], None, False),
+    }
+    for r in range(args.batches):
+        for k, (label, (argv, stdin, bound)) in enumerate(cases.items()):
+            for tag, b in order(r):
+                p = f"{d}/{tag}-batch-{r}-{k}.ndjson"
+                if bound:
+                    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
+                    subprocess.run([b, "-s", p, "init", "--max-depth", "1000"], **quiet)
+                    subprocess.run([b, "-s", p, "config", "on-full", "drop-oldest"], **quiet)
+                os.sync()
+                times.setdefault((label, tag), []).append(timed([b, "-s", p, *argv], stdin))
+    return list(cases)
 
 
 if __name__ == "__main__":
