@@ -228,8 +228,9 @@ impl FileQueue {
         }
     }
 
-    /// Lines up to `end` of `which` are durable; the index takes them in
-    /// at the end of the call ([`FileQueue::finish`]).
+    /// Lines up to `end` of `which` are durable; the index took them in
+    /// already, or takes them in at the end of the call
+    /// ([`FileQueue::finish`]).
     pub(super) fn committed(&self, inner: &mut Inner, which: Which, end: u64) {
         crate::debug::crash_point("index-update");
         *inner.tail(which) = Tail {
