@@ -442,3 +442,79 @@ fn table_columns(conn: &rusqlite::Connection, table: &str) -> Vec<String> {
         .collect::<Result<_, _>>()
         .unwrap()
 }
+
+/// A batch far larger than the writer's 64 KiB chunks that evicts and
+/// coalesces its own items (SPEC §9): items whose lines are still in the
+/// batch's buffer and items whose lines were already written; every dead
+/// letter is the evicted item's, every pending item reads back (the last
+/// line too, written without the batch's frame), and an index rebuilt
+/// from the files finds the same.
+#[test]
+fn a_large_batch_evicts_and_coalesces_its_own_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.ndjson");
+    let q = open(&p, OpenMode::Create);
+    q.set_max_depth(Some(3)).unwrap();
+    q.set_on_full(OnFull::DropOldest).unwrap();
+    let pad = "x".repeat(200);
+    // 2,000 items of ~250 bytes (~500 KiB): every fourth coalesces the
+    // one before it with its key.
+    let batch: Vec<NewItem> = (0..2000)
+        .map(|i| {
+            let ck = (i % 4 >= 2).then(|| format!("c{}", i / 4));
+            item(
+                &format!("p{i} {pad}"),
+                &format!("k{i}"),
+                None,
+                ck.as_deref(),
+            )
+        })
+        .collect();
+    let r = q.enqueue_batch(&batch, &EnqueueOptions::default()).unwrap();
+    let payload = |i: usize| format!("p{i} {pad}").into_bytes();
+    let mut by_id = BTreeMap::new();
+    for (i, e) in r.iter().enumerate() {
+        by_id.insert(e.id, i);
+    }
+    let evicted: Vec<ItemId> = r.iter().flat_map(|e| e.evicted.clone()).collect();
+    let replaced: Vec<ItemId> = r.iter().flat_map(|e| e.replaced.clone()).collect();
+    assert_eq!(replaced.len(), 500, "every fourth replaces the one before");
+    assert_eq!(evicted.len(), 2000 - 500 - 3);
+    let pending = ids(&q);
+    let kept: Vec<ItemId> = r
+        .iter()
+        .map(|e| e.id)
+        .filter(|id| !replaced.contains(id) && !evicted.contains(id))
+        .collect();
+    assert_eq!(pending, kept);
+    assert_eq!(pending.len(), 3, "the bound holds");
+    for id in &pending {
+        assert_eq!(q.get(*id).unwrap().unwrap().payload, payload(by_id[id]));
+    }
+    let dead = q.dead_page(0, 10_000).unwrap();
+    assert_eq!(
+        dead.iter().map(|d| d.item.id).collect::<Vec<_>>(),
+        evicted,
+        "dead letters in the order evicted"
+    );
+    for d in &dead {
+        assert_eq!(
+            d.item.payload,
+            payload(by_id[&d.item.id]),
+            "item {}",
+            d.item.id
+        );
+        assert!(d.item.last_error.as_deref().unwrap().contains("evicted"));
+    }
+    let report = verify_path(&p).unwrap();
+    assert!(report.healthy(), "{report:?}");
+    drop(q);
+    std::fs::remove_file(companion(&p, "idx")).unwrap();
+    let q = open(&p, OpenMode::ReadWrite);
+    assert_eq!(ids(&q), pending);
+    assert_eq!(q.dead_count().unwrap(), evicted.len() as u64);
+    assert_eq!(
+        q.stats(spool::Timestamp::now()).unwrap().evicted_total,
+        evicted.len() as u64
+    );
+}

@@ -58,8 +58,10 @@ impl FileQueue {
                 DepthLimit::Override(b) => b,
             };
             let on_full = inner.meta.on_full(&q.meta_path)?;
-            let [mut main, dead, _] = q.batch_outs(inner)?;
-            let mut dead = dead.committed_by_main(&main, main_ino(inner));
+            let mut main = q.batch_out(inner, Which::Main)?;
+            let mut dead = q
+                .batch_out(inner, Which::Dead)?
+                .committed_by_main(&main, main_ino(inner));
             let before = q.rows_before(inner)?;
             let ix = inner.index()?;
             let depth = ix.depth()?;
@@ -127,33 +129,24 @@ impl FileQueue {
         })
     }
 
-    /// Each file's part of a batch, in [`Which::slot`] order (companion
-    /// parts not yet committed by the main file's).
-    fn batch_outs(&self, inner: &Inner) -> Result<[BatchOut; 3]> {
-        let mut outs = Vec::with_capacity(3);
-        for which in [Which::Main, Which::Dead, Which::Delivered] {
-            let file = inner
-                .tracked(which)
-                .map(|t| t.file.try_clone())
-                .transpose()
-                .map_err(|e| Error::io(self.target_path(which), "open", e))?;
-            if which == Which::Main && file.is_none() {
-                return Err(super::no_handle());
-            }
-            let tail = match which {
-                Which::Main => &inner.main_tail,
-                Which::Dead => &inner.dead_tail,
-                Which::Delivered => &inner.delivered_tail,
-            };
-            outs.push(BatchOut::new(
-                which,
-                self.target_path(which).to_path_buf(),
-                file,
-                tail,
-            ));
+    /// `which`'s part of a batch (a companion part is not yet committed
+    /// by the main file's).
+    fn batch_out(&self, inner: &Inner, which: Which) -> Result<BatchOut> {
+        let path = self.target_path(which);
+        let file = inner
+            .tracked(which)
+            .map(|t| t.file.try_clone())
+            .transpose()
+            .map_err(|e| Error::io(path, "open", e))?;
+        if which == Which::Main && file.is_none() {
+            return Err(super::no_handle());
         }
-        outs.try_into()
-            .map_err(|_| Error::Internal("three parts of a batch".into()))
+        let tail = match which {
+            Which::Main => &inner.main_tail,
+            Which::Dead => &inner.dead_tail,
+            Which::Delivered => &inner.delivered_tail,
+        };
+        Ok(BatchOut::new(which, path.to_path_buf(), file, tail))
     }
 
     /// The index's rows of the three files before a batch, in
@@ -352,9 +345,13 @@ impl FileQueue {
         identity: Option<(&SpoolHeader, bool)>,
     ) -> Result<Option<IdentityOutcome>> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let [mut main, dead, delivered] = q.batch_outs(inner)?;
-            let mut dead = dead.committed_by_main(&main, main_ino(inner));
-            let mut delivered = delivered.committed_by_main(&main, main_ino(inner));
+            let mut main = q.batch_out(inner, Which::Main)?;
+            let mut dead = q
+                .batch_out(inner, Which::Dead)?
+                .committed_by_main(&main, main_ino(inner));
+            let mut delivered = q
+                .batch_out(inner, Which::Delivered)?
+                .committed_by_main(&main, main_ino(inner));
             let before = q.rows_before(inner)?;
             let ix = inner.index()?;
             let mut merge = match identity {
