@@ -23,6 +23,7 @@ pub mod postgres;
 pub(crate) mod receive;
 pub(crate) mod retain_sql;
 pub(crate) mod shape_sql;
+pub(crate) mod sql;
 pub mod sqlite;
 pub(crate) mod state;
 

@@ -52,10 +52,11 @@
 
 use super::format::{self, ClientLine, Line, PushLine};
 use super::io::{read_exact_at, FileIo};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::ItemId;
 use crate::time::Timestamp;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags};
 use sha2::{Digest, Sha256};
 use std::cell::Cell;
 use std::fs::File;
@@ -794,8 +795,7 @@ impl Index {
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
         let boot: Option<String> = self
             .conn
-            .prepare_cached("SELECT boot FROM state")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .first("SELECT boot FROM state", [], |r| r.get(0))
             .map_err(self.err("read"))?;
         match boot {
             None => return Ok(Err("it has no state row".into())),
@@ -841,11 +841,7 @@ impl Index {
     /// The row of `which`, if any.
     pub fn file_row(&self, which: Which) -> Result<Option<FileRow>> {
         self.conn
-            .prepare_cached(
-                "SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1",
-            )
-            .and_then(|mut s| {
-                s.query_row([which.name()], |r| {
+            .first("SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1", [which.name()], |r| {
                     Ok(FileRow {
                         dev: r.get::<_, i64>(0)? as u64,
                         ino: r.get::<_, i64>(1)? as u64,
@@ -856,8 +852,6 @@ impl Index {
                         fingerprint: r.get(6)?,
                     })
                 })
-                .optional()
-            })
             .map_err(self.err("read"))
     }
 
@@ -866,15 +860,11 @@ impl Index {
     pub fn set_file_row(&self, which: Which, row: &FileRow) -> Result<()> {
         self.will_write();
         self.conn
-            .prepare_cached(
-                "INSERT INTO files (name, dev, ino, upto, lines, records, needs_newline, fingerprint) \
+            .run("INSERT INTO files (name, dev, ino, upto, lines, records, needs_newline, fingerprint) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (name) DO UPDATE SET \
                  dev = excluded.dev, ino = excluded.ino, upto = excluded.upto, lines = excluded.lines, \
                  records = excluded.records, needs_newline = excluded.needs_newline, \
-                 fingerprint = excluded.fingerprint",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                 fingerprint = excluded.fingerprint", params![
                     which.name(),
                     row.dev as i64,
                     row.ino as i64,
@@ -884,12 +874,10 @@ impl Index {
                     row.needs_newline,
                     row.fingerprint
                 ])
-            })
             .map_err(self.err("write"))?;
         if !self.boot_written.replace(true) {
             self.conn
-                .prepare_cached("UPDATE state SET boot = ?1")
-                .and_then(|mut s| s.execute([boot_id()]))
+                .run("UPDATE state SET boot = ?1", [boot_id()])
                 .map_err(self.err("write"))?;
         }
         Ok(())

@@ -16,10 +16,11 @@ use super::rows::{
     UNKNOWN_ENQUEUED_AT, V1_DEAD_COLUMNS, V1_ITEM_COLUMNS, V2_DEAD_COLUMNS, V2_ITEM_COLUMNS,
 };
 use super::schema::{self, Layout};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{Item, ItemId, OnFull};
 use rusqlite::config::DbConfig;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use std::path::Path;
 
 /// Pending items; walks `ix_queue_attempts`, not the table.
@@ -129,8 +130,9 @@ impl<'a> Db<'a> {
     fn kept_pending(&self) -> Result<Option<u64>> {
         let (n, seq, now, retained): (Option<i64>, Option<i64>, i64, Option<i64>) = self
             .conn
-            .prepare_cached(KEPT_PENDING)
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))))
+            .row(KEPT_PENDING, [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .map_err(|e| self.err(e))?;
         if self.layout.has_retention() {
             self.retained_at_start
@@ -160,8 +162,10 @@ impl<'a> Db<'a> {
         }
         let n = self.count(COUNT_PENDING, None)?;
         self.conn
-            .prepare_cached("INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending', ?1)")
-            .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
+            .run(
+                "INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending', ?1)",
+                [i64::try_from(n).unwrap_or(i64::MAX)],
+            )
             .map_err(|e| self.err(e))?;
         self.seal_counts()
     }
@@ -172,11 +176,8 @@ impl<'a> Db<'a> {
     fn write_start(&self) -> Result<Option<u64>> {
         let (n, seq, now, retained, max_id): (Option<i64>, Option<i64>, i64, Option<i64>, i64) =
             self.conn
-                .prepare_cached(WRITE_START)
-                .and_then(|mut s| {
-                    s.query_row([], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                    })
+                .row(WRITE_START, [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                 })
                 .map_err(|e| self.err(e))?;
         self.retained_at_start
@@ -205,8 +206,10 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         self.conn
-            .prepare_cached("UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'")
-            .and_then(|mut s| s.execute([i64::try_from(n).unwrap_or(i64::MAX)]))
+            .run(
+                "UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'",
+                [i64::try_from(n).unwrap_or(i64::MAX)],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -237,10 +240,7 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
-            self.conn
-                .prepare_cached(sql)
-                .and_then(|mut s| s.execute(params))
-                .map_err(|e| self.err(e))
+            self.conn.run(sql, params).map_err(|e| self.err(e))
         };
         run(
             "UPDATE spool_counts SET n = n - ?1 WHERE name = 'pending'",
@@ -266,11 +266,8 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending_seq', \
-                 COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0))",
-            )
-            .and_then(|mut s| s.execute([]))
+            .run("INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending_seq', \
+                 COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0))", [])
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -281,19 +278,14 @@ impl<'a> Db<'a> {
             return Ok(None);
         }
         self.conn
-            .prepare_cached(KEY_OWNER)
-            .and_then(|mut s| s.query_row([key], |r| read_id(r, 0)).optional())
+            .first(KEY_OWNER, [key], |r| read_id(r, 0))
             .map_err(|e| self.err(e))
     }
 
     pub(super) fn owner_upto(&self, sql: &str, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
         let upto = i64::try_from(upto).unwrap_or(i64::MAX);
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.query_row(params![key, upto], |r| r.get::<_, Option<i64>>(0))
-                    .optional()
-            })
+            .first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
             .map(|v| v.flatten().map(|v| v.max(0) as u64))
             .map_err(|e| self.err(e))
     }
@@ -324,8 +316,7 @@ impl<'a> Db<'a> {
         };
         let hw: i64 = self
             .conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .row(sql, [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         Ok(hw.max(0) as u64)
     }
@@ -336,17 +327,14 @@ impl<'a> Db<'a> {
     pub fn raise_sequence(&self, id: ItemId) -> Result<()> {
         let id = self.insert_id(id)?;
         self.conn
-            .prepare_cached(
-                "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'morph_offline_queue' AND seq < ?1",
-            )
-            .and_then(|mut s| s.execute([id]))
+            .run("UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'morph_offline_queue' AND seq < ?1", [id])
             .and_then(|_| {
-                self.conn.prepare_cached(
+                self.conn.run(
                     "INSERT INTO sqlite_sequence (name, seq) SELECT 'morph_offline_queue', ?1 \
                      WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'morph_offline_queue')",
+                    [id],
                 )
             })
-            .and_then(|mut s| s.execute([id]))
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -365,14 +353,10 @@ impl<'a> Db<'a> {
     pub fn insert_pending(&self, item: &Item) -> Result<()> {
         let id = self.insert_id(item.id)?;
         self.conn
-            .prepare_cached(
-                "INSERT INTO morph_offline_queue \
+            .run("INSERT INTO morph_offline_queue \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)", params![
                     id,
                     payload_value(&item.payload),
                     item.key,
@@ -386,7 +370,6 @@ impl<'a> Db<'a> {
                     item.group,
                     item.coalesce_key,
                 ])
-            })
             .map_err(|e| self.err(e))?;
         self.count_inserted(1)
     }
@@ -429,11 +412,7 @@ impl<'a> Db<'a> {
         let after = sql_id(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.query_map([after, limit], map)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
+            .rows(sql, [after, limit], map)
             .map_err(|e| self.err(e))
     }
 
@@ -444,17 +423,13 @@ impl<'a> Db<'a> {
         id: i64,
         map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<T>> {
-        self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.query_row([id], map).optional())
-            .map_err(|e| self.err(e))
+        self.conn.first(sql, [id], map).map_err(|e| self.err(e))
     }
 
     pub(super) fn delete_pending(&self, id: i64) -> Result<bool> {
         let n = self
             .conn
-            .prepare_cached("DELETE FROM morph_offline_queue WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
+            .run("DELETE FROM morph_offline_queue WHERE id = ?1", [id])
             .map_err(|e| self.err(e))?;
         Ok(n > 0)
     }
@@ -467,8 +442,11 @@ impl<'a> Db<'a> {
         };
         let removed: Option<Option<i64>> = self
             .conn
-            .prepare_cached("DELETE FROM morph_offline_queue WHERE id = ?1 RETURNING push_seq")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .first(
+                "DELETE FROM morph_offline_queue WHERE id = ?1 RETURNING push_seq",
+                [id],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))?;
         match removed {
             None => Ok(false),
@@ -505,22 +483,18 @@ impl<'a> Db<'a> {
         all.extend_from_slice(rest);
         let n = self
             .conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute(all.as_slice()))
+            .run(sql, all.as_slice())
             .map_err(|e| self.err(e))?;
         Ok(n > 0)
     }
 
     /// One count over `sql` with optional single parameter.
     pub(super) fn count(&self, sql: &str, param: Option<i64>) -> Result<u64> {
-        let n: i64 = self
-            .conn
-            .prepare_cached(sql)
-            .and_then(|mut s| match param {
-                Some(p) => s.query_row([p], |r| r.get(0)),
-                None => s.query_row([], |r| r.get(0)),
-            })
-            .map_err(|e| self.err(e))?;
+        let n: i64 = match param {
+            Some(p) => self.conn.row(sql, [p], |r| r.get(0)),
+            None => self.conn.row(sql, [], |r| r.get(0)),
+        }
+        .map_err(|e| self.err(e))?;
         Ok(n.max(0) as u64)
     }
 

@@ -3,10 +3,11 @@
 
 use super::db::{sql_id, Db};
 use super::rows::{dead_from_row, payload_value, read_text, UNKNOWN_ENQUEUED_AT};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, ItemId};
 use crate::time::Timestamp;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 use std::collections::{HashMap, HashSet};
 
 /// Walks `ix_dead_dead_at`, not the payloads.
@@ -34,14 +35,10 @@ impl Db<'_> {
         let id = self.insert_id(dl.item.id)?;
         let item = &dl.item;
         self.conn
-            .prepare_cached(
-                "INSERT INTO spool_dead_letters \
+            .run("INSERT INTO spool_dead_letters \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key, dead_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", params![
                     id,
                     payload_value(&item.payload),
                     item.key,
@@ -55,7 +52,6 @@ impl Db<'_> {
                     item.coalesce_key,
                     dl.dead_at.as_millis(),
                 ])
-            })
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -95,8 +91,9 @@ impl Db<'_> {
         if self.layout.has_push() {
             let n: Option<i64> = self
                 .conn
-                .prepare_cached("SELECT n FROM spool_counts WHERE name = 'dead'")
-                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+                .first("SELECT n FROM spool_counts WHERE name = 'dead'", [], |r| {
+                    r.get(0)
+                })
                 .map_err(|e| self.err(e))?;
             if let Some(n) = n {
                 return Ok(n.max(0) as u64);
@@ -104,8 +101,7 @@ impl Db<'_> {
         }
         let n: i64 = self
             .conn
-            .prepare_cached(COUNT_DEAD)
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .row(COUNT_DEAD, [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         Ok(n.max(0) as u64)
     }
@@ -118,15 +114,12 @@ impl Db<'_> {
         };
         let moved = self
             .conn
-            .prepare_cached(
-                "INSERT INTO spool_dead_letters \
+            .run("INSERT INTO spool_dead_letters \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key, dead_at) \
                  SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, push_seq, \
                   group_name, coalesce_key, ?4 \
-                 FROM morph_offline_queue WHERE id = ?1",
-            )
-            .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()]))
+                 FROM morph_offline_queue WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()])
             .map_err(|e| self.err(e))?;
         if moved == 0 {
             return Ok(false);
@@ -144,15 +137,12 @@ impl Db<'_> {
         };
         let moved = self
             .conn
-            .prepare_cached(
-                "INSERT INTO morph_offline_queue \
+            .run("INSERT INTO morph_offline_queue \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, \
                   group_name, coalesce_key) \
                  SELECT id, payload, idempotency_key, 0, COALESCE(enqueued_at, ?2), NULL, last_error, 0, \
                   group_name, coalesce_key \
-                 FROM spool_dead_letters WHERE id = ?1",
-            )
-            .and_then(|mut s| s.execute(params![id, UNKNOWN_ENQUEUED_AT]))
+                 FROM spool_dead_letters WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT])
             .map_err(|e| self.err(e))?;
         if moved == 0 {
             return Ok(false);
@@ -168,19 +158,18 @@ impl Db<'_> {
             return Ok(None);
         };
         self.conn
-            .prepare_cached("SELECT idempotency_key FROM spool_dead_letters WHERE id = ?1")
-            .and_then(|mut s| {
-                s.query_row([id], |r| Ok(read_text(r, 0)?.unwrap_or_default()))
-                    .optional()
-            })
+            .first(
+                "SELECT idempotency_key FROM spool_dead_letters WHERE id = ?1",
+                [id],
+                |r| Ok(read_text(r, 0)?.unwrap_or_default()),
+            )
             .map_err(|e| self.err(e))
     }
 
     fn delete_dead(&self, id: i64) -> Result<bool> {
         let n = self
             .conn
-            .prepare_cached("DELETE FROM spool_dead_letters WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
+            .run("DELETE FROM spool_dead_letters WHERE id = ?1", [id])
             .map_err(|e| self.err(e))?;
         Ok(n > 0)
     }

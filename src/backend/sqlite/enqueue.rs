@@ -6,12 +6,12 @@
 use super::db::Db;
 use super::rows::payload_value;
 use crate::backend::policy::{self, EnqueueStore, Limit};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{
     BatchResults, DepthLimit, EnqueueOptions, Enqueued, Item, ItemId, NewItem, OnFull, PRUNE_BATCH,
 };
 use crate::time::Timestamp;
-use rusqlite::OptionalExtension;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -57,15 +57,12 @@ impl Db<'_> {
     pub fn coalesce(&self, ck: &str) -> Result<Vec<ItemId>> {
         let mut ids: Vec<ItemId> = self
             .conn
-            .prepare_cached(
+            .rows(
                 "DELETE FROM morph_offline_queue \
                  WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL RETURNING id",
+                [ck],
+                |r| r.get::<_, i64>(0).map(|v| v.max(0) as u64),
             )
-            .and_then(|mut s| {
-                s.query_map([ck], |r| r.get::<_, i64>(0))?
-                    .map(|r| r.map(|v| v.max(0) as u64))
-                    .collect()
-            })
             .map_err(|e| self.err(e))?;
         ids.sort_unstable();
         Ok(ids)
@@ -74,11 +71,12 @@ impl Db<'_> {
     /// How many pending items [`Db::coalesce`] would remove.
     pub fn coalescible_count(&self, ck: &str) -> Result<u64> {
         self.conn
-            .prepare_cached(
+            .row(
                 "SELECT count(*) FROM morph_offline_queue \
                  WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL",
+                [ck],
+                |r| r.get::<_, i64>(0),
             )
-            .and_then(|mut s| s.query_row([ck], |r| r.get::<_, i64>(0)))
             .map(|n| n.max(0) as u64)
             .map_err(|e| self.err(e))
     }
@@ -87,11 +85,12 @@ impl Db<'_> {
     /// flight.
     pub fn oldest_evictable(&self) -> Result<Option<ItemId>> {
         self.conn
-            .prepare_cached(
+            .first(
                 "SELECT id FROM morph_offline_queue WHERE held = 0 AND push_seq IS NULL \
                  ORDER BY id LIMIT 1",
+                [],
+                |r| r.get::<_, i64>(0),
             )
-            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)).optional())
             .map(|v| v.map(|v| v.max(0) as u64))
             .map_err(|e| self.err(e))
     }

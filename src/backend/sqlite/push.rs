@@ -5,10 +5,10 @@
 use super::db::{sql_id, Db};
 use super::rows::{item_from_row, read_id, read_seq, ITEM_COLUMNS};
 use super::schema;
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId, PushAck, PushState, PRUNE_BATCH};
 use crate::time::Timestamp;
-use rusqlite::OptionalExtension;
 
 /// Acknowledged ranges at least this long are deleted without triggers
 /// (see `Db::remove_numbered`).
@@ -25,8 +25,11 @@ impl Db<'_> {
         }
         let seq: Option<Option<i64>> = self
             .conn
-            .prepare_cached("SELECT push_seq FROM morph_offline_queue WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .first(
+                "SELECT push_seq FROM morph_offline_queue WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))?;
         Ok(seq.flatten().and_then(|v| u64::try_from(v).ok()))
     }
@@ -34,8 +37,10 @@ impl Db<'_> {
     /// Record `seq` as abandoned (sent as a `skip` entry until acked).
     pub fn add_skip(&self, seq: i64) -> Result<()> {
         self.conn
-            .prepare_cached("INSERT OR IGNORE INTO spool_push_skips (seq) VALUES (?1)")
-            .and_then(|mut s| s.execute([seq]))
+            .run(
+                "INSERT OR IGNORE INTO spool_push_skips (seq) VALUES (?1)",
+                [seq],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -61,10 +66,8 @@ impl Db<'_> {
         }
         let skips = self
             .conn
-            .prepare_cached("SELECT seq FROM spool_push_skips ORDER BY seq")
-            .and_then(|mut s| {
-                s.query_map([], |r| r.get::<_, i64>(0))?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+            .rows("SELECT seq FROM spool_push_skips ORDER BY seq", [], |r| {
+                r.get::<_, i64>(0)
             })
             .map_err(|e| self.err(e))?;
         Ok(PushState {
@@ -88,8 +91,7 @@ impl Db<'_> {
     pub fn drop_skips_through(&self, seq: u64) -> Result<()> {
         let seq = i64::try_from(seq).unwrap_or(i64::MAX);
         self.conn
-            .prepare_cached("DELETE FROM spool_push_skips WHERE seq <= ?1")
-            .and_then(|mut s| s.execute([seq]))
+            .run("DELETE FROM spool_push_skips WHERE seq <= ?1", [seq])
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -113,16 +115,12 @@ impl Db<'_> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let upto = i64::try_from(upto).unwrap_or(i64::MAX);
         self.conn
-            .prepare_cached(
+            .rows(
                 "SELECT id, push_seq FROM morph_offline_queue \
                  WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
+                [after, upto],
+                |r| Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default())),
             )
-            .and_then(|mut s| {
-                s.query_map([after, upto], |r| {
-                    Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default()))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()
-            })
             .map_err(|e| self.err(e))
     }
 
@@ -134,11 +132,11 @@ impl Db<'_> {
         };
         let n = self
             .conn
-            .prepare_cached(
+            .run(
                 "UPDATE morph_offline_queue SET push_seq = ?2 \
                  WHERE id = ?1 AND held = 0 AND push_seq IS NULL",
+                [id, seq],
             )
-            .and_then(|mut s| s.execute([id, seq]))
             .map_err(|e| self.err(e))?;
         Ok(n > 0)
     }
@@ -149,8 +147,10 @@ impl Db<'_> {
             return Ok(());
         };
         self.conn
-            .prepare_cached("UPDATE morph_offline_queue SET push_seq = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute([id, seq]))
+            .run(
+                "UPDATE morph_offline_queue SET push_seq = ?2 WHERE id = ?1",
+                [id, seq],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -162,8 +162,10 @@ impl Db<'_> {
             return Ok(());
         };
         self.conn
-            .prepare_cached("UPDATE morph_offline_queue SET push_seq = NULL WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
+            .run(
+                "UPDATE morph_offline_queue SET push_seq = NULL WHERE id = ?1",
+                [id],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -231,20 +233,21 @@ impl Db<'_> {
         }
         let ready: i64 = self
             .conn
-            .prepare_cached(
+            .row(
                 "SELECT count(*) FROM morph_offline_queue \
                  WHERE id BETWEEN ?1 AND ?2 AND held = 0 AND push_seq IS NULL",
+                [lo, hi],
+                |r| r.get(0),
             )
-            .and_then(|mut s| s.query_row([lo, hi], |r| r.get(0)))
             .map_err(|e| self.err(e))?;
         if ready != len + 1 {
             return Ok(false);
         }
         self.conn
-            .prepare_cached(
+            .run(
                 "UPDATE morph_offline_queue SET push_seq = id + ?3 WHERE id BETWEEN ?1 AND ?2",
+                [lo, hi, shift],
             )
-            .and_then(|mut s| s.execute([lo, hi, shift]))
             .map_err(|e| self.err(e))?;
         Ok(true)
     }
@@ -316,20 +319,18 @@ impl Db<'_> {
         }
         let removed = self
             .conn
-            .prepare_cached(
+            .rows(
                 "DELETE FROM morph_offline_queue WHERE push_seq > ?1 AND push_seq <= ?2 \
                  RETURNING id, push_seq, attempts",
-            )
-            .and_then(|mut s| {
-                s.query_map([after, upto], |r| {
+                [after, upto],
+                |r| {
                     Ok((
                         read_id(r, 0)?,
                         read_seq(r, 1)?.unwrap_or_default(),
                         r.get::<_, i64>(2)?,
                     ))
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()
-            })
+                },
+            )
             .map_err(|e| self.err(e));
         if bulk {
             // Back on before anything else runs, whatever the delete did.

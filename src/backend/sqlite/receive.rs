@@ -6,12 +6,13 @@ use super::db::Db;
 use super::enqueue::multi_row_sql;
 use crate::backend::held::{Held, HeldRecord};
 use crate::backend::ledger_sql::{self, LedgerSql};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 
 /// Rows held back before they are written (see [`Held`]).
 const HELD_ROWS: usize = 256;
@@ -141,13 +142,11 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
         let d: Option<Option<String>> = self
             .db
             .conn
-            .prepare_cached(
+            .first(
                 "SELECT digest FROM spool_push_entries WHERE client_id = ?1 AND seq = ?2",
+                params![client, seq_param(seq)],
+                |r| r.get(0),
             )
-            .and_then(|mut s| {
-                s.query_row(params![client, seq_param(seq)], |r| r.get(0))
-                    .optional()
-            })
             .map_err(|e| self.db.err(e))?;
         Ok(d.flatten())
     }
@@ -226,12 +225,9 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
         self.db
             .conn
-            .prepare_cached(
-                "INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
+            .run("INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (client_id) DO UPDATE \
-                 SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at",
-            )
-            .and_then(|mut s| s.execute(params![client, seq_param(seq), self.now.as_millis()]))
+                 SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at", params![client, seq_param(seq), self.now.as_millis()])
             .map_err(|e| self.db.err(e))?;
         Ok(())
     }
@@ -241,8 +237,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
         for sql in [PRUNE_REJECTS, FORGET_REASONS] {
             self.db
                 .conn
-                .prepare_cached(sql)
-                .and_then(|mut s| s.execute(params![client, seq_param(upto)]))
+                .run(sql, params![client, seq_param(upto)])
                 .map_err(|e| self.db.err(e))?;
         }
         Ok(())

@@ -7,11 +7,12 @@ use super::db::{sql_id, Db};
 use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_ENQUEUED_AT};
 use super::schema;
 use crate::backend::retain_sql::{self, Order, RecordsSql};
+use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Evidence, ItemId};
 use crate::time::Timestamp;
+use rusqlite::params;
 use rusqlite::types::Value;
-use rusqlite::{params, OptionalExtension};
 
 /// The statements of the retention rules ([`crate::backend::retain_sql`])
 /// over `spool_delivered`, with the prune cursor in `spool_meta`.
@@ -76,11 +77,8 @@ impl Db<'_> {
             .as_millis()
             .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
         self.conn
-            .prepare_cached(
-                "SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
-                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1",
-            )
-            .and_then(|mut s| s.query_row(params![key, after], |r| r.get::<_, i64>(0)).optional())
+            .first("SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
+                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1", params![key, after], |r| r.get::<_, i64>(0))
             .map(|v| v.map(|v| v.max(0) as u64))
             .map_err(|e| self.err(e))
     }
@@ -112,12 +110,11 @@ impl Db<'_> {
         // more than the copy. The values keep their SQLite types.
         let row: Option<[Value; 7]> = self
             .conn
-            .prepare_cached(
+            .first(
                 "SELECT payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
                  group_name, coalesce_key FROM morph_offline_queue WHERE id = ?1",
-            )
-            .and_then(|mut s| {
-                s.query_row(params![id, UNKNOWN_ENQUEUED_AT], |r| {
+                params![id, UNKNOWN_ENQUEUED_AT],
+                |r| {
                     Ok([
                         r.get(0)?,
                         r.get(1)?,
@@ -127,9 +124,8 @@ impl Db<'_> {
                         r.get(5)?,
                         r.get(6)?,
                     ])
-                })
-                .optional()
-            })
+                },
+            )
             .map_err(|e| self.err(e))?;
         let Some([payload, key, attempts, enqueued_at, last_error, group, coalesce_key]) = row
         else {
@@ -138,14 +134,12 @@ impl Db<'_> {
         let at = now.as_millis();
         let late = self.late(id, at).map_err(|e| self.err(e))?;
         self.conn
-            .prepare_cached(
+            .run(
                 "INSERT OR REPLACE INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
                   coalesce_key, delivered_at, evidence, late) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                params![
                     id,
                     payload,
                     key,
@@ -157,8 +151,8 @@ impl Db<'_> {
                     at,
                     evidence.encode(),
                     late
-                ])
-            })
+                ],
+            )
             .map_err(|e| self.err(e))?;
         Ok(true)
     }
@@ -185,14 +179,12 @@ impl Db<'_> {
             .late(id, d.delivery.at.as_millis())
             .map_err(|e| self.err(e))?;
         self.conn
-            .prepare_cached(
+            .run(
                 "INSERT INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
                   coalesce_key, delivered_at, evidence, late) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                params![
                     id,
                     payload_value(&item.payload),
                     item.key,
@@ -204,8 +196,8 @@ impl Db<'_> {
                     d.delivery.at.as_millis(),
                     d.delivery.evidence.encode(),
                     late,
-                ])
-            })
+                ],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -281,8 +273,11 @@ impl Db<'_> {
         }
         let n: Option<i64> = self
             .conn
-            .prepare_cached("SELECT n FROM spool_counts WHERE name = 'delivered'")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .first(
+                "SELECT n FROM spool_counts WHERE name = 'delivered'",
+                [],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))?;
         Ok(n.unwrap_or(0).max(0) as u64)
     }

@@ -5,10 +5,10 @@ use super::db::Db;
 use super::rows::{clamp_attempts, read_enqueued_at, read_id};
 use super::schema::Layout;
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
+use crate::backend::sql::Cached;
 use crate::error::Result;
 use crate::item::{ItemId, QueueStats};
 use crate::time::Timestamp;
-use rusqlite::OptionalExtension;
 
 /// The smallest attempt count, one seek in `ix_queue_attempts`.
 const MIN_ATTEMPTS: &str = "SELECT min(attempts) FROM morph_offline_queue";
@@ -103,8 +103,7 @@ impl Db<'_> {
             return Ok(None);
         }
         self.conn
-            .prepare_cached(GROUP_HEAD)
-            .and_then(|mut s| s.query_row([group], |r| r.get::<_, i64>(0)).optional())
+            .first(GROUP_HEAD, [group], |r| r.get::<_, i64>(0))
             .map(|id| id.map(|id| id.max(0) as ItemId))
             .map_err(|e| self.err(e))
     }
@@ -144,11 +143,11 @@ impl Db<'_> {
             let depth = self.pending_count()?;
             let buckets = self
                 .conn
-                .prepare_cached("SELECT attempts, n FROM spool_attempt_counts WHERE n > 0")
-                .and_then(|mut st| {
-                    st.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                })
+                .rows(
+                    "SELECT attempts, n FROM spool_attempt_counts WHERE n > 0",
+                    [],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                )
                 .map_err(|e| self.err(e))?;
             let mut rest = depth;
             for (value, n) in buckets {
@@ -164,16 +163,14 @@ impl Db<'_> {
             // counting a range is cheaper than grouping every row.
             let mut value: Option<i64> = self
                 .conn
-                .prepare_cached(MIN_ATTEMPTS)
-                .and_then(|mut st| st.query_row([], |r| r.get(0)))
+                .row(MIN_ATTEMPTS, [], |r| r.get(0))
                 .map_err(|e| self.err(e))?;
             while let Some(v) = value {
                 let n = self.count(COUNT_ATTEMPTS, Some(v))?;
                 s.add_attempts(v, n);
                 value = self
                     .conn
-                    .prepare_cached(NEXT_ATTEMPTS)
-                    .and_then(|mut st| st.query_row([v], |r| r.get(0)).optional())
+                    .first(NEXT_ATTEMPTS, [v], |r| r.get(0))
                     .map_err(|e| self.err(e))?;
             }
         }
@@ -183,11 +180,11 @@ impl Db<'_> {
         }
         let oldest = self
             .conn
-            .prepare_cached("SELECT id, enqueued_at FROM morph_offline_queue ORDER BY id LIMIT 1")
-            .and_then(|mut st| {
-                st.query_row([], |r| Ok((read_id(r, 0)?, read_enqueued_at(r, 1)?)))
-                    .optional()
-            })
+            .first(
+                "SELECT id, enqueued_at FROM morph_offline_queue ORDER BY id LIMIT 1",
+                [],
+                |r| Ok((read_id(r, 0)?, read_enqueued_at(r, 1)?)),
+            )
             .map_err(|e| self.err(e))?;
         if let Some((id, at)) = oldest {
             s.oldest_id = Some(id);

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::backend::retain_sql::{Order, RecordsSql};
+use crate::backend::sql::Cached;
 use rusqlite::Statement;
 
 /// Fresh `put` rows per multi-row `INSERT`: one statement opens the
@@ -220,19 +221,14 @@ impl<'a> Applier<'a> {
         let ix = self.ix;
         let old: Option<(bool, u32, i64, i64, String)> = ix
             .conn
-            .prepare_cached(
+            .first(
                 "DELETE FROM pending WHERE id = ?1 RETURNING held, attempts, off, len, key",
-            )
-            .and_then(|mut s| {
-                s.query_row([id], |r| {
-                    let k = match key {
-                        true => r.get(4)?,
-                        false => String::new(),
-                    };
+                [id],
+                |r| {
+                    let k = if key { r.get(4)? } else { String::new() };
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, k))
-                })
-                .optional()
-            })
+                },
+            )
             .map_err(ix.err("update"))?;
         Ok(old.map(|(held, attempts, off, len, key)| {
             self.gone(held, attempts);
@@ -246,19 +242,17 @@ impl<'a> Applier<'a> {
         let ix = self.ix;
         let old: Option<Gone> = ix
             .conn
-            .prepare_cached(
+            .first(
                 "DELETE FROM delivered WHERE id = ?1 RETURNING in_main, late, done_off IS NOT NULL",
-            )
-            .and_then(|mut s| {
-                s.query_row([id], |r| {
+                [id],
+                |r| {
                     Ok(Gone {
                         in_main: r.get(0)?,
                         late: r.get(1)?,
                         main_record: r.get(2)?,
                     })
-                })
-                .optional()
-            })
+                },
+            )
             .map_err(ix.err("update"))?;
         if old.is_some() {
             self.delivered -= 1;
@@ -271,8 +265,7 @@ impl<'a> Applier<'a> {
         let ix = self.ix;
         let n = ix
             .conn
-            .prepare_cached("DELETE FROM dead WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
+            .run("DELETE FROM dead WHERE id = ?1", [id])
             .map_err(ix.err("update"))?;
         self.dead -= n as i64;
         Ok(())
@@ -347,18 +340,17 @@ impl<'a> Applier<'a> {
                 // before?
                 let (dead, delivered, old): (bool, bool, Option<(bool, u32)>) = ix
                     .conn
-                    .prepare_cached(
+                    .row(
                         "SELECT EXISTS (SELECT 1 FROM dead WHERE id = ?1), \
                          EXISTS (SELECT 1 FROM delivered WHERE id = ?1), p.held, p.attempts \
                          FROM (SELECT 1) LEFT JOIN pending p ON p.id = ?1",
-                    )
-                    .and_then(|mut s| {
-                        s.query_row([id], |r| {
+                        [id],
+                        |r| {
                             let held: Option<bool> = r.get(2)?;
                             let attempts: Option<u32> = r.get(3)?;
                             Ok((r.get(0)?, r.get(1)?, held.zip(attempts)))
-                        })
-                    })
+                        },
+                    )
                     .map_err(ix.err("update"))?;
                 if dead {
                     // The dead-letter file wins (see the module docs of
@@ -383,10 +375,7 @@ impl<'a> Applier<'a> {
                      group_name, coalesce_key, last_error) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 };
-                ix.conn
-                    .prepare_cached(sql)
-                    .and_then(|mut s| s.execute(values))
-                    .map_err(ix.err("update"))?;
+                ix.conn.run(sql, values).map_err(ix.err("update"))?;
             }
             Entry::Done(id, delivery) => {
                 self.flush()?;
@@ -436,8 +425,10 @@ impl<'a> Applier<'a> {
                 self.delete_pending(id)?;
                 self.delete_dead(id)?;
                 ix.conn
-                    .prepare_cached("INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)")
-                    .and_then(|mut s| s.execute(params![id, off as i64, len as i64, row.key]))
+                    .run(
+                        "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)",
+                        params![id, off as i64, len as i64, row.key],
+                    )
                     .map_err(ix.err("update"))?;
                 self.dead += 1;
             }
@@ -489,15 +480,11 @@ impl<'a> Applier<'a> {
                     _ => self.late(id, at)?,
                 };
                 ix.conn
-                    .prepare_cached(
+                    .run(
                         "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![id, off as i64, len as i64, row.key, at, in_main, late],
                     )
-                    .and_then(|mut s| {
-                        s.execute(params![
-                            id, off as i64, len as i64, row.key, at, in_main, late
-                        ])
-                    })
                     .map_err(ix.err("update"))?;
                 self.delivered += 1;
             }
@@ -511,8 +498,7 @@ impl<'a> Applier<'a> {
                     // (moved by a compaction that a crash cut short): the
                     // record stays pruned when it comes.
                     ix.conn
-                        .prepare_cached("INSERT OR IGNORE INTO pruned (id) VALUES (?1)")
-                        .and_then(|mut s| s.execute([id]))
+                        .run("INSERT OR IGNORE INTO pruned (id) VALUES (?1)", [id])
                         .map_err(ix.err("update"))?;
                 }
             }
@@ -549,8 +535,7 @@ impl<'a> Applier<'a> {
         let ix = self.ix;
         let pruned = ix
             .conn
-            .prepare_cached("DELETE FROM pruned WHERE id = ?1")
-            .and_then(|mut s| s.execute([id]))
+            .run("DELETE FROM pruned WHERE id = ?1", [id])
             .map_err(ix.err("update"))?;
         if pruned > 0 {
             return Ok(());
@@ -559,12 +544,10 @@ impl<'a> Applier<'a> {
         let late = self.late(id, at)?;
         let n = ix
             .conn
-            .prepare_cached(
+            .run(
                 "INSERT OR IGNORE INTO delivered (id, off, len, key, delivered_at, in_main, late, \
                  done_off, done_len) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
+                params![
                     id,
                     put.0,
                     put.1,
@@ -573,8 +556,8 @@ impl<'a> Applier<'a> {
                     late,
                     done.0 as i64,
                     done.1 as i64
-                ])
-            })
+                ],
+            )
             .map_err(ix.err("update"))?;
         self.delivered += n as i64;
         Ok(())
@@ -585,8 +568,10 @@ impl<'a> Applier<'a> {
     fn set_in_main(&mut self, id: i64, on: bool) -> Result<()> {
         let ix = self.ix;
         ix.conn
-            .prepare_cached("UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2")
-            .and_then(|mut s| s.execute(params![id, on]))
+            .run(
+                "UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2",
+                params![id, on],
+            )
             .map_err(ix.err("update"))
             .map(drop)
     }
@@ -602,19 +587,16 @@ impl<'a> Applier<'a> {
             || !c.skipped.is_empty()
             || c.last.is_some();
         ix.conn
-            .prepare_cached(
+            .run(
                 "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
                  ON CONFLICT (id) DO UPDATE SET known = known OR excluded.known",
+                params![c.id, known],
             )
-            .and_then(|mut s| s.execute(params![c.id, known]))
             .map_err(ix.err("update"))?;
         let add = |seq: u64, kind: i64, digest: Option<&str>, reason: Option<&str>| {
             let seq = to_i64(seq, "push number")?;
             ix.conn
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .and_then(|mut s| s.execute(params![c.id, seq, kind, digest, reason]))
+                .run("INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)", params![c.id, seq, kind, digest, reason])
                 .map_err(ix.err("update"))
                 .map(drop)
         };
@@ -629,21 +611,27 @@ impl<'a> Applier<'a> {
         if let Some(last) = c.last {
             let last = to_i64(last, "push number")?;
             ix.conn
-                .prepare_cached("UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![c.id, last]))
+                .run(
+                    "UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1",
+                    params![c.id, last],
+                )
                 .map_err(ix.err("update"))?;
         }
         if c.acked > 0 {
             let acked = to_i64(c.acked, "push number")?;
             ix.conn
-                .prepare_cached("UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![c.id, acked]))
+                .run(
+                    "UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1",
+                    params![c.id, acked],
+                )
                 .map_err(ix.err("update"))?;
         }
         if let Some(at) = c.at {
             ix.conn
-                .prepare_cached("UPDATE clients SET at = ?2 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![c.id, at]))
+                .run(
+                    "UPDATE clients SET at = ?2 WHERE id = ?1",
+                    params![c.id, at],
+                )
                 .map_err(ix.err("update"))?;
         }
         Ok(())
@@ -661,14 +649,14 @@ impl<'a> Applier<'a> {
         };
         let ix = self.ix;
         ix.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.execute(params![
+            .run(
+                sql,
+                params![
                     to_i64(id, "item id").unwrap_or(i64::MAX),
                     off as i64,
                     len as i64
-                ])
-            })
+                ],
+            )
             .map_err(ix.err("update"))
             .map(drop)
     }
@@ -682,13 +670,11 @@ impl<'a> Applier<'a> {
         let ix = self.ix;
         if self.depth != 0 || self.held != 0 || self.dead != 0 || self.delivered != 0 {
             ix.conn
-                .prepare_cached(
+                .run(
                     "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3, \
                      delivered = delivered + ?4",
+                    params![self.depth, self.held, self.dead, self.delivered],
                 )
-                .and_then(|mut s| {
-                    s.execute(params![self.depth, self.held, self.dead, self.delivered])
-                })
                 .map_err(ix.err("update"))?;
         }
         for (attempts, n) in &self.attempts {
@@ -696,25 +682,23 @@ impl<'a> Applier<'a> {
                 continue;
             }
             ix.conn
-                .prepare_cached(
+                .run(
                     "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
                      ON CONFLICT (attempts) DO UPDATE SET n = n + excluded.n",
+                    params![attempts, n],
                 )
-                .and_then(|mut s| s.execute(params![attempts, n]))
                 .map_err(ix.err("update"))?;
         }
         if self.raised {
             let hw = to_i64(self.hw, "item id")?;
             ix.conn
-                .prepare_cached("UPDATE state SET high_water = max(high_water, ?1)")
-                .and_then(|mut s| s.execute([hw]))
+                .run("UPDATE state SET high_water = max(high_water, ?1)", [hw])
                 .map_err(ix.err("update"))?;
         }
         if let Some(n) = self.evicted {
             let n = to_i64(n, "eviction count")?;
             ix.conn
-                .prepare_cached("UPDATE state SET evicted_total = ?1")
-                .and_then(|mut s| s.execute([n]))
+                .run("UPDATE state SET evicted_total = ?1", [n])
                 .map_err(ix.err("update"))?;
         }
         if let Some(p) = self.push {
@@ -723,12 +707,7 @@ impl<'a> Applier<'a> {
             let assigned = to_i64(p.assigned, "push number")?;
             let acked = to_i64(p.acked, "push number")?;
             ix.conn
-                .prepare_cached(
-                    "UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![assigned, acked, skips, p.uuid])
-                })
+                .run("UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)", params![assigned, acked, skips, p.uuid])
                 .map_err(ix.err("update"))?;
         }
         Ok(())

@@ -6,11 +6,12 @@
 use super::{boot_id, u, DeliveredLoc, Index, Loc};
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
 use crate::backend::ledger_sql::{self, LedgerSql};
+use crate::backend::sql::{clamp, Cached};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 
 /// The ledger's statements ([`crate::backend::ledger_sql`]) over the
 /// index's `clients` and `client_entries` (a client is `known` once one
@@ -80,8 +81,9 @@ impl Index {
 
     pub(super) fn state_u64(&self, column: &str) -> Result<u64> {
         self.conn
-            .prepare_cached(&format!("SELECT {column} FROM state"))
-            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+            .row(&format!("SELECT {column} FROM state"), [], |r| {
+                r.get::<_, i64>(0)
+            })
             .map(u)
             .map_err(self.err("read"))
     }
@@ -115,8 +117,11 @@ impl Index {
     pub fn push(&self) -> Result<PushState> {
         let (assigned, acked, skips): (i64, i64, String) = self
             .conn
-            .prepare_cached("SELECT push_assigned, push_acked, push_skips FROM state")
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .row(
+                "SELECT push_assigned, push_acked, push_skips FROM state",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .map_err(self.err("read"))?;
         let skips: Vec<u64> = serde_json::from_str(&skips)
             .map_err(|e| Error::corrupt(&self.path, None, format!("bad push skips: {e}")))?;
@@ -130,8 +135,7 @@ impl Index {
     /// The uuid a regeneration gave, if any.
     pub fn uuid(&self) -> Result<Option<String>> {
         self.conn
-            .prepare_cached("SELECT uuid FROM state")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .row("SELECT uuid FROM state", [], |r| r.get(0))
             .map_err(self.err("read"))
     }
 
@@ -142,18 +146,18 @@ impl Index {
             return Ok(None);
         }
         self.conn
-            .prepare_cached(
+            .first(
                 "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
+                [key],
+                |r| r.get::<_, i64>(0),
             )
-            .and_then(|mut s| s.query_row([key], |r| r.get::<_, i64>(0)).optional())
             .map(|o| o.map(u))
             .map_err(self.err("read"))
     }
 
     fn ids(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<ItemId>> {
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.query_map(p, |r| r.get::<_, i64>(0).map(u))?.collect())
+            .rows(sql, p, |r| r.get::<_, i64>(0).map(u))
             .map_err(self.err("read"))
     }
 
@@ -174,23 +178,19 @@ impl Index {
             .ids(
                 "SELECT id FROM pending WHERE id > ?1 AND NOT held AND push_seq IS NULL \
                  ORDER BY id LIMIT 1",
-                [i64::try_from(after).unwrap_or(i64::MAX)],
+                [clamp(after)],
             )?
             .pop())
     }
 
     pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.query_map(p, |r| {
-                    Ok(Loc {
-                        id: u(r.get(0)?),
-                        off: u(r.get(1)?),
-                        len: u(r.get(2)?) as usize,
-                    })
-                })?
-                .collect()
+            .rows(sql, p, |r| {
+                Ok(Loc {
+                    id: u(r.get(0)?),
+                    off: u(r.get(1)?),
+                    len: u(r.get(2)?) as usize,
+                })
             })
             .map_err(self.err("read"))
     }
@@ -199,10 +199,7 @@ impl Index {
     pub fn page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
         self.locs(
             "SELECT id, off, len FROM pending WHERE id > ?1 ORDER BY id LIMIT ?2",
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
+            [clamp(after), clamp(limit)],
         )
     }
 
@@ -210,10 +207,7 @@ impl Index {
     pub fn dead_page(&self, after: ItemId, limit: usize) -> Result<Vec<Loc>> {
         self.locs(
             "SELECT id, off, len FROM dead WHERE id > ?1 ORDER BY id LIMIT ?2",
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
+            [clamp(after), clamp(limit)],
         )
     }
 
@@ -221,10 +215,7 @@ impl Index {
     pub fn delivered_page(&self, after: ItemId, limit: usize) -> Result<Vec<DeliveredLoc>> {
         self.delivered_locs(
             "SELECT id, off, len, done_off, done_len FROM delivered WHERE id > ?1 ORDER BY id LIMIT ?2",
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
+            [clamp(after), clamp(limit)],
         )
     }
 
@@ -247,32 +238,25 @@ impl Index {
         self.delivered_locs(
             "SELECT id, off, len, done_off, done_len FROM delivered \
              WHERE id > ?1 AND done_off IS NOT NULL ORDER BY id LIMIT ?2",
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
+            [clamp(after), clamp(limit)],
         )
     }
 
     fn delivered_locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<DeliveredLoc>> {
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.query_map(p, |r| {
-                    let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
-                        Some(off) => Some((off, r.get(4)?)),
-                        None => None,
-                    };
-                    Ok(DeliveredLoc {
-                        loc: Loc {
-                            id: u(r.get(0)?),
-                            off: u(r.get(1)?),
-                            len: u(r.get(2)?) as usize,
-                        },
-                        done: done.map(|(off, len)| (u(off), u(len) as usize)),
-                    })
-                })?
-                .collect()
+            .rows(sql, p, |r| {
+                let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
+                    Some(off) => Some((off, r.get(4)?)),
+                    None => None,
+                };
+                Ok(DeliveredLoc {
+                    loc: Loc {
+                        id: u(r.get(0)?),
+                        off: u(r.get(1)?),
+                        len: u(r.get(2)?) as usize,
+                    },
+                    done: done.map(|(off, len)| (u(off), u(len) as usize)),
+                })
             })
             .map_err(self.err("read"))
     }
@@ -286,14 +270,12 @@ impl Index {
             return Ok(None);
         }
         self.conn
-            .prepare_cached(
+            .first(
                 "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
                  ORDER BY delivered_at DESC, id DESC LIMIT 1",
+                [key],
+                |r| Ok((u(r.get(0)?), r.get(1)?)),
             )
-            .and_then(|mut s| {
-                s.query_row([key], |r| Ok((u(r.get(0)?), r.get(1)?)))
-                    .optional()
-            })
             .map_err(self.err("read"))
     }
 
@@ -325,13 +307,9 @@ impl Index {
         if key.is_empty() {
             return Ok(None);
         }
-        let upto = i64::try_from(upto).unwrap_or(i64::MAX);
+        let upto = clamp(upto);
         self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| {
-                s.query_row(params![key, upto], |r| r.get::<_, Option<i64>>(0))
-                    .optional()
-            })
+            .first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
             .map(|o| o.flatten().map(u))
             .map_err(self.err("read"))
     }
@@ -362,8 +340,7 @@ impl Index {
         if let Some(cursor) = cursor {
             self.will_write();
             self.conn
-                .prepare_cached("UPDATE state SET prune_after = ?1")
-                .and_then(|mut s| s.execute([cursor]))
+                .run("UPDATE state SET prune_after = ?1", [cursor])
                 .map_err(self.err("update"))?;
         }
         Ok(records
@@ -377,10 +354,7 @@ impl Index {
     pub fn in_flight_page(&self, after: u64, limit: usize) -> Result<Vec<Loc>> {
         self.locs(
             "SELECT id, off, len FROM pending WHERE push_seq > ?1 ORDER BY push_seq LIMIT ?2",
-            params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ],
+            [clamp(after), clamp(limit)],
         )
     }
 
@@ -410,8 +384,9 @@ impl Index {
             return Ok(None);
         };
         self.conn
-            .prepare_cached("SELECT push_seq FROM pending WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| r.get::<_, Option<i64>>(0)).optional())
+            .first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
             .map(|o| o.map(|seq| seq.map(u)))
             .map_err(self.err("read"))
     }
@@ -422,27 +397,18 @@ impl Index {
             return Ok(None);
         };
         self.conn
-            .prepare_cached("SELECT key FROM dead WHERE id = ?1")
-            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
             .map_err(self.err("read"))
     }
 
     /// In-flight `(seq, id)` with `after < seq <= upto`.
     pub fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
         self.conn
-            .prepare_cached(
+            .rows(
                 "SELECT push_seq, id FROM pending WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
+                [clamp(after), clamp(upto)],
+                |r| Ok((u(r.get(0)?), u(r.get(1)?))),
             )
-            .and_then(|mut s| {
-                s.query_map(
-                    params![
-                        i64::try_from(after).unwrap_or(i64::MAX),
-                        i64::try_from(upto).unwrap_or(i64::MAX)
-                    ],
-                    |r| Ok((u(r.get(0)?), u(r.get(1)?))),
-                )?
-                .collect()
-            })
             .map_err(self.err("read"))
     }
 
@@ -466,11 +432,12 @@ impl Index {
     /// [`crate::Queue::group_head`]).
     pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
         self.conn
-            .prepare_cached(
+            .first(
                 "SELECT id FROM pending INDEXED BY pending_group \
                  WHERE group_name = ?1 ORDER BY id LIMIT 1",
+                [group],
+                |r| r.get::<_, i64>(0),
             )
-            .and_then(|mut s| s.query_row([group], |r| r.get::<_, i64>(0)).optional())
             .map(|id| id.map(u))
             .map_err(self.err("read"))
     }
@@ -479,10 +446,11 @@ impl Index {
     /// held (see [`crate::Queue::next_retry_after`]).
     pub fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
         self.conn
-            .prepare_cached(
+            .row(
                 "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+                [now.as_millis()],
+                |r| r.get::<_, Option<i64>>(0),
             )
-            .and_then(|mut s| s.query_row([now.as_millis()], |r| r.get::<_, Option<i64>>(0)))
             .map(|t| t.map(Timestamp::from_millis))
             .map_err(self.err("read"))
     }
@@ -500,14 +468,16 @@ impl Index {
         };
         s.waiting = self
             .conn
-            .prepare_cached(DUE.waiting)
-            .and_then(|mut st| st.query_row([now.as_millis()], |r| r.get::<_, i64>(0)))
+            .row(DUE.waiting, [now.as_millis()], |r| r.get::<_, i64>(0))
             .map(u)
             .map_err(self.err("read"))?;
         let oldest: Option<(i64, Option<i64>)> = self
             .conn
-            .prepare_cached("SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1")
-            .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .first(
+                "SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(self.err("read"))?;
         if let Some((id, at)) = oldest {
             s.oldest_id = Some(u(id));
@@ -515,8 +485,11 @@ impl Index {
         }
         let hist: Vec<(i64, i64)> = self
             .conn
-            .prepare_cached("SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts")
-            .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .rows(
+                "SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(self.err("read"))?;
         for (a, n) in hist {
             s.attempts_histogram
@@ -539,13 +512,11 @@ impl Index {
             return Ok(None);
         };
         self.conn
-            .prepare_cached(
+            .first(
                 "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
+                params![client, seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
-            .and_then(|mut s| {
-                s.query_row(params![client, seq], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
             .map_err(self.err("read"))
     }
 
@@ -591,8 +562,7 @@ impl Index {
     pub fn written_this_boot(&self) -> Result<bool> {
         let boot: Option<String> = self
             .conn
-            .prepare_cached("SELECT boot FROM state")
-            .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+            .first("SELECT boot FROM state", [], |r| r.get(0))
             .map_err(self.err("read"))?;
         Ok(boot.as_deref() == Some(boot_id()))
     }
