@@ -75,4 +75,17 @@ impl VerifyReport {
             repairable: false,
         });
     }
+
+    /// Damage that `verify --repair` (or the next write) repairs.
+    pub(crate) fn push_repairable(
+        &mut self,
+        file: &std::path::Path,
+        line: Option<u64>,
+        message: impl Into<String>,
+    ) {
+        self.push(Severity::Damage, file, line, message);
+        if let Some(f) = self.findings.last_mut() {
+            f.repairable = true;
+        }
+    }
 }

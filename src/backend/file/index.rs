@@ -256,6 +256,27 @@ pub(crate) struct FileRow {
     pub fingerprint: Vec<u8>,
 }
 
+impl FileRow {
+    /// The row of file `(dev, ino)` read up to where scan `s` ended, with
+    /// `records` records before it and `fingerprint` its first bytes'.
+    pub fn read_to(
+        (dev, ino): (u64, u64),
+        s: &super::scan::Scanned,
+        records: u64,
+        fingerprint: Vec<u8>,
+    ) -> FileRow {
+        FileRow {
+            dev,
+            ino,
+            upto: s.end,
+            lines: s.lines,
+            records,
+            needs_newline: s.needs_newline,
+            fingerprint,
+        }
+    }
+}
+
 /// What a line says, as the index keeps it: everything but the payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Entry {

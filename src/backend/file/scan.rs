@@ -66,7 +66,7 @@ struct Bad {
 }
 
 /// What a line is on its own, before its neighbours are known.
-enum Class<T> {
+pub(crate) enum Class<T> {
     Blank,
     /// Nothing but NUL bytes (and whitespace).
     Nul,
@@ -75,8 +75,8 @@ enum Class<T> {
 }
 
 /// A line that does not parse.
-struct BadLine {
-    reason: String,
+pub(crate) struct BadLine {
+    pub(crate) reason: String,
     /// Its first byte that is neither whitespace nor NUL is `{`.
     brace: bool,
     /// It could be the beginning of a record that a crash cut short: it
@@ -103,7 +103,7 @@ impl BadLine {
 
 /// A line's content without its line ending (`\n`, `\r\n`), and whether
 /// it had a newline.
-fn content_of(raw: &[u8]) -> (&[u8], bool) {
+pub(crate) fn content_of(raw: &[u8]) -> (&[u8], bool) {
     let has_newline = raw.last() == Some(&b'\n');
     let mut content = raw;
     if has_newline {
@@ -115,7 +115,7 @@ fn content_of(raw: &[u8]) -> (&[u8], bool) {
     (content, has_newline)
 }
 
-fn classify<T>(
+pub(crate) fn classify<T>(
     content: &[u8],
     parse: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
 ) -> Class<T> {

@@ -260,15 +260,7 @@ impl FileQueue {
                         s.end
                     )));
                 }
-                FileRow {
-                    dev: t.dev,
-                    ino: t.ino,
-                    upto: end,
-                    lines: s.lines,
-                    records: r.records + s.records,
-                    needs_newline: s.needs_newline,
-                    fingerprint: fingerprint(end)?,
-                }
+                FileRow::read_to((t.dev, t.ino), &s, r.records + s.records, fingerprint(end)?)
             }
         };
         ix.set_file_row(which, &row)

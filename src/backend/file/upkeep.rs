@@ -357,15 +357,8 @@ impl FileQueue {
             if s.end != row.upto || (row.dev, row.ino) != (t.dev, t.ino) {
                 let fingerprint = index::fingerprint(&*self.io, &t.file, s.end)
                     .map_err(|e| Error::io(path, "read", e))?;
-                let row = FileRow {
-                    dev: t.dev,
-                    ino: t.ino,
-                    upto: s.end,
-                    lines: s.lines,
-                    records: row.records + s.records,
-                    needs_newline: s.needs_newline,
-                    fingerprint,
-                };
+                let row =
+                    FileRow::read_to((t.dev, t.ino), &s, row.records + s.records, fingerprint);
                 ix.set_file_row(which, &row)?;
                 known = Some(index::Known::of(&now, &row));
             }
@@ -505,15 +498,7 @@ impl FileQueue {
             .map_err(|e| Error::io(&self.path, "read", e))?;
         ix.set_file_row(
             Which::Main,
-            &FileRow {
-                dev: now.dev,
-                ino: now.ino,
-                upto: s.end,
-                lines: s.lines,
-                records: s.records,
-                needs_newline: s.needs_newline,
-                fingerprint,
-            },
+            &FileRow::read_to((now.dev, now.ino), &s, s.records, fingerprint),
         )?;
         torn.push((Which::Main, s.torn));
         Ok(torn)
@@ -548,15 +533,7 @@ impl FileQueue {
             index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;
         ix.set_file_row(
             which,
-            &FileRow {
-                dev: now.dev,
-                ino: now.ino,
-                upto: s.end,
-                lines: s.lines,
-                records: s.records,
-                needs_newline: s.needs_newline,
-                fingerprint,
-            },
+            &FileRow::read_to((now.dev, now.ino), &s, s.records, fingerprint),
         )?;
         Ok(s.torn)
     }

@@ -8,7 +8,7 @@ use super::io::RealIo;
 use super::{meta, scan};
 use crate::backend::companion;
 use crate::error::{Error, Result};
-use crate::verify::{Finding, Severity, VerifyReport};
+use crate::verify::{Severity, VerifyReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -106,24 +106,19 @@ fn scan_file(
             break;
         }
         line_no += 1;
-        let has_newline = buf.ends_with(b"\n");
-        let mut content: &[u8] = &buf;
-        if let Some(c) = content.strip_suffix(b"\n") {
-            content = c;
-        }
-        if let Some(c) = content.strip_suffix(b"\r") {
-            content = c;
-        }
-        if content.iter().all(|b| b.is_ascii_whitespace()) {
-            continue;
-        }
-        if content.iter().all(|b| *b == 0 || b.is_ascii_whitespace()) {
-            nul_lines.push(line_no);
-            continue;
-        }
+        let (content, has_newline) = scan::content_of(&buf);
+        let line = match scan::classify(content, parse) {
+            scan::Class::Blank => continue,
+            scan::Class::Nul => {
+                nul_lines.push(line_no);
+                continue;
+            }
+            scan::Class::Parsed(line) => Ok(line),
+            scan::Class::Bad(b) => Err(b.reason),
+        };
         first_content_line.get_or_insert(line_no);
         last_content_line = line_no;
-        match parse(content) {
+        match line {
             Ok(Line::Put { item, .. }) => {
                 out.records += 1;
                 let id = item.id;
@@ -161,15 +156,9 @@ fn scan_file(
     }
     let _ = file.unlock();
     if let Some(start) = moved_from {
-        report.findings.push(Finding {
-            severity: Severity::Damage,
-            file: path.to_path_buf(),
-            line: Some(line_no + 1),
-            message: format!(
+        report.push_repairable(path, Some(line_no + 1), format!(
                 "the lines from byte {start} on are a move that a crash interrupted before the main file committed it; `spool verify --repair` or the next write cuts them"
-            ),
-            repairable: true,
-        });
+            ));
     }
     if let Some((id, line)) = out.nul_keys.iter().next() {
         report.push(
@@ -192,15 +181,9 @@ fn scan_file(
                 format!("not a spool: the first line is not a spool record ({reason})"),
             );
         } else if torn_line(*line, *has_newline) {
-            report.findings.push(Finding {
-                severity: Severity::Damage,
-                file: path.to_path_buf(),
-                line: Some(*line),
-                message: format!(
+            report.push_repairable(path, Some(*line), format!(
                     "torn trailing line left by an interrupted write ({reason}); `spool verify --repair` or the next write cuts it"
-                ),
-                repairable: true,
-            });
+                ));
         } else if listed < MAX_LISTED {
             listed += 1;
             report.push(
@@ -236,25 +219,13 @@ fn scan_file(
     }
     let torn_last = bad.last().is_some_and(|(l, _, nl)| torn_line(*l, *nl));
     if let (Some(line), false) = (tail_nul.first(), torn_last) {
-        report.findings.push(Finding {
-            severity: Severity::Damage,
-            file: path.to_path_buf(),
-            line: Some(*line),
-            message: "NUL bytes at the end, left by a crash before the data reached the disk; `spool verify --repair` or the next write cuts them".into(),
-            repairable: true,
-        });
+        report.push_repairable(path, Some(*line), "NUL bytes at the end, left by a crash before the data reached the disk; `spool verify --repair` or the next write cuts them");
     }
     if let Some(at) = limit {
-        report.findings.push(Finding {
-            severity: Severity::Damage,
-            file: path.to_path_buf(),
-            line: Some(line_no + 1),
-            message: format!(
+        report.push_repairable(path, Some(line_no + 1), format!(
                 "unfinished batch at byte {at} ({} bytes): a multi-line write was interrupted, none of it counts; `spool verify --repair` or the next write cuts it",
                 len - at
-            ),
-            repairable: true,
-        });
+            ));
     }
     Ok(Some(out))
 }
@@ -427,15 +398,11 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 evicted_total: dead.as_ref().and_then(|d| d.evicted).unwrap_or(0),
             };
             if let Err(e) = check_index(path, &mut report, &want) {
-                report.push(
-                    Severity::Damage,
+                report.push_repairable(
                     &companion(path, "idx"),
                     None,
                     format!("{e}; `spool verify --repair` or the next write rebuilds the index"),
                 );
-                if let Some(f) = report.findings.last_mut() {
-                    f.repairable = true;
-                }
             }
         } else if companion(path, "idx").exists() {
             report.push(
@@ -486,13 +453,7 @@ struct Expected<'a> {
 fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> Result<()> {
     let idx = companion(path, "idx");
     let damage = |report: &mut VerifyReport, message: String| {
-        report.findings.push(Finding {
-            severity: Severity::Damage,
-            file: idx.clone(),
-            line: None,
-            message,
-            repairable: true,
-        });
+        report.push_repairable(&idx, None, message);
     };
     if std::fs::read(super::index::mark_path(&idx)).is_ok_and(|m| m != b"0") {
         report.push(
@@ -533,26 +494,17 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
     };
     let main = std::fs::File::open(path).map_err(|e| Error::io(path, "read", e))?;
     let dead_path = companion(path, "dead");
-    let dead = match std::fs::File::open(&dead_path) {
-        Ok(f) => Some(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(&dead_path, "read", e)),
-    };
     let delivered_path = companion(path, "delivered");
-    let delivered = match std::fs::File::open(&delivered_path) {
-        Ok(f) => Some(f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(&delivered_path, "read", e)),
-    };
+    let dead = super::open_existing(&dead_path, false)?;
+    let delivered = super::open_existing(&delivered_path, false)?;
     let main_now = FileNow::of(&main, path)?;
-    let dead_now = match &dead {
-        Some(f) => Some(FileNow::of(f, &dead_path)?),
-        None => None,
-    };
-    let delivered_now = match &delivered {
-        Some(f) => Some(FileNow::of(f, &delivered_path)?),
-        None => None,
-    };
+    let dead_now = dead
+        .as_ref()
+        .map(|f| FileNow::of(f, &dead_path))
+        .transpose()?;
+    let delivered_now = (delivered.as_ref())
+        .map(|f| FileNow::of(f, &delivered_path))
+        .transpose()?;
     ix.begin(false)?;
     let files = Files {
         path,
@@ -662,43 +614,20 @@ fn compare(
         );
     }
     let mut differences = Vec::new();
-    let depth = ix.depth()?;
-    if depth != want.pending.len() as u64 {
-        differences.push(format!(
-            "{depth} pending items instead of {}",
-            want.pending.len()
-        ));
-    }
-    let dead_count = ix.dead_count()?;
-    if dead_count != want.dead {
-        differences.push(format!(
-            "{dead_count} dead letters instead of {}",
-            want.dead
-        ));
-    }
-    let delivered_count = ix.delivered_count()?;
-    if delivered_count != want.delivered {
-        differences.push(format!(
-            "{delivered_count} delivered records instead of {}",
-            want.delivered
-        ));
-    }
-    let hw = ix.high_water()?;
-    if hw != want.high_water {
-        differences.push(format!(
-            "high-water mark {hw} instead of {}",
-            want.high_water
-        ));
-    }
-    let evicted = ix.evicted_total()?;
-    if evicted != want.evicted_total {
-        differences.push(format!(
-            "eviction count {evicted} instead of {}",
-            want.evicted_total
-        ));
-    }
-    if records != want.records {
-        differences.push(format!("{records} records instead of {}", want.records));
+    for (got, wanted, name) in [
+        (ix.depth()?, want.pending.len() as u64, "pending items"),
+        (ix.dead_count()?, want.dead, "dead letters"),
+        (ix.delivered_count()?, want.delivered, "delivered records"),
+        (ix.high_water()?, want.high_water, "high-water mark"),
+        (ix.evicted_total()?, want.evicted_total, "eviction count"),
+        (records, want.records, "records"),
+    ] {
+        if got != wanted {
+            differences.push(match name {
+                "high-water mark" | "eviction count" => format!("{name} {got} instead of {wanted}"),
+                _ => format!("{got} {name} instead of {wanted}"),
+            });
+        }
     }
     let mut extra = 0u64;
     let mut seen = 0u64;
