@@ -569,6 +569,41 @@ impl Index {
         move |e| Error::sqlite(&self.path, action, e)
     }
 
+    /// [`Cached::run`] on the index, a failure one to update it.
+    pub(crate) fn update(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
+        self.conn.run(sql, p).map_err(self.err("update"))
+    }
+
+    /// [`Cached::row`], a failure one to read the index.
+    pub(crate) fn read_row<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        self.conn.row(sql, p, f).map_err(self.err("read"))
+    }
+
+    /// [`Cached::first`], a failure one to read the index.
+    pub(crate) fn read_first<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        self.conn.first(sql, p, f).map_err(self.err("read"))
+    }
+
+    /// [`Cached::rows`], a failure one to read the index.
+    pub(crate) fn read_rows<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.conn.rows(sql, p, f).map_err(self.err("read"))
+    }
+
     /// Open the shared index at `path`. A writer's connection commits
     /// (rollback journal, `synchronous=OFF`: the index is derived and
     /// checked before use); a reader's (`writer` false) never does: it
@@ -814,10 +849,7 @@ impl Index {
         boot_rule: bool,
         known: &[Option<Known>; 3],
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
-        let boot: Option<String> = self
-            .conn
-            .first("SELECT boot FROM state", [], |r| r.get(0))
-            .map_err(self.err("read"))?;
+        let boot: Option<String> = self.read_first("SELECT boot FROM state", [], |r| r.get(0))?;
         match boot {
             None => return Ok(Err("it has no state row".into())),
             Some(b) if boot_rule && b != boot_id() => {
@@ -861,8 +893,7 @@ impl Index {
 
     /// The row of `which`, if any.
     pub fn file_row(&self, which: Which) -> Result<Option<FileRow>> {
-        self.conn
-            .first("SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1", [which.name()], |r| {
+        self.read_first("SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1", [which.name()], |r| {
                     Ok(FileRow {
                         dev: r.get::<_, i64>(0)? as u64,
                         ino: r.get::<_, i64>(1)? as u64,
@@ -873,7 +904,6 @@ impl Index {
                         fingerprint: r.get(6)?,
                     })
                 })
-            .map_err(self.err("read"))
     }
 
     /// Record how far `which` is indexed, and (once per transaction) that

@@ -411,11 +411,14 @@ fn last_record(
     let mut end = len;
     loop {
         // The last byte before `end` that is not filler, and its line.
-        let Some(last) = find_backward_by(path, io, file, start, end, |b| !filler(b))? else {
+        let Some(last) = find_backward(path, io, file, start, end, |c| {
+            c.iter().rposition(|&b| !filler(b))
+        })?
+        else {
             return Ok(None);
         };
-        let line_start =
-            find_backward(path, io, file, start, last, b'\n')?.map_or(start, |p| p + 1);
+        let line_start = find_backward(path, io, file, start, last, |c| memchr::memrchr(b'\n', c))?
+            .map_or(start, |p| p + 1);
         let newline = find_forward(path, io, file, last + 1, len, b'\n')?;
         let line_end = newline.unwrap_or(len);
         let raw = read_at(path, io, file, line_start, (line_end - line_start) as usize)?;
@@ -452,42 +455,21 @@ fn read_at(
 /// Chunk size of the backward and forward byte searches.
 const SEARCH_CHUNK: u64 = 64 << 10;
 
-/// The offset of the last `byte` in `file[from..to]`.
+/// The offset of the last byte in `file[from..to]` that `find` finds in
+/// a chunk (it returns the byte's index in the chunk, as `memrchr` does).
 fn find_backward(
     path: &Path,
     io: &dyn FileIo,
     file: &std::fs::File,
     from: u64,
     to: u64,
-    byte: u8,
+    find: impl Fn(&[u8]) -> Option<usize>,
 ) -> Result<Option<u64>> {
     let mut hi = to;
     while hi > from {
         let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
         let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
-        if let Some(i) = memchr::memrchr(byte, &chunk) {
-            return Ok(Some(lo + i as u64));
-        }
-        hi = lo;
-    }
-    Ok(None)
-}
-
-/// The offset of the last byte in `file[from..to]` for which `wanted`
-/// holds.
-fn find_backward_by(
-    path: &Path,
-    io: &dyn FileIo,
-    file: &std::fs::File,
-    from: u64,
-    to: u64,
-    wanted: impl Fn(u8) -> bool,
-) -> Result<Option<u64>> {
-    let mut hi = to;
-    while hi > from {
-        let lo = hi.saturating_sub(SEARCH_CHUNK).max(from);
-        let chunk = read_at(path, io, file, lo, (hi - lo) as usize)?;
-        if let Some(i) = chunk.iter().rposition(|&b| wanted(b)) {
+        if let Some(i) = find(&chunk) {
             return Ok(Some(lo + i as u64));
         }
         hi = lo;

@@ -491,7 +491,7 @@ impl FileQueue {
         let now = FileNow::of(main, &self.path)?;
         let s =
             scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
-                ap.main(e, off, l)
+                ap.apply(Which::Main, e, off, l)
             })?;
         ap.finish()?;
         let fingerprint = index::fingerprint(&*self.io, main, s.end)

@@ -94,6 +94,41 @@ impl<'a> Db<'a> {
         Error::sqlite(self.path, self.action, e)
     }
 
+    /// [`Cached::run`] on the connection, its error as spool's.
+    pub fn run(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
+        self.conn.run(sql, p).map_err(|e| self.err(e))
+    }
+
+    /// [`Cached::row`], its error as spool's.
+    pub fn row<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        self.conn.row(sql, p, f).map_err(|e| self.err(e))
+    }
+
+    /// [`Cached::first`], its error as spool's.
+    pub fn first<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        self.conn.first(sql, p, f).map_err(|e| self.err(e))
+    }
+
+    /// [`Cached::rows`], its error as spool's.
+    pub fn rows<T>(
+        &self,
+        sql: &str,
+        p: impl rusqlite::Params,
+        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.conn.rows(sql, p, f).map_err(|e| self.err(e))
+    }
+
     fn item_columns(&self) -> &'static str {
         match self.layout {
             Layout::Reference => REFERENCE_ITEM_COLUMNS,
@@ -128,12 +163,10 @@ impl<'a> Db<'a> {
     /// The kept pending count, when the AUTOINCREMENT sequence shows that
     /// nobody inserted a row since it was last exact.
     fn kept_pending(&self) -> Result<Option<u64>> {
-        let (n, seq, now, retained): (Option<i64>, Option<i64>, i64, Option<i64>) = self
-            .conn
-            .row(KEPT_PENDING, [], |r| {
+        let (n, seq, now, retained): (Option<i64>, Option<i64>, i64, Option<i64>) =
+            self.row(KEPT_PENDING, [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .map_err(|e| self.err(e))?;
+            })?;
         if self.layout.has_retention() {
             self.retained_at_start
                 .set(retained.map(|n| u64::try_from(n).unwrap_or(0)));
@@ -161,12 +194,10 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         let n = self.count(COUNT_PENDING, None)?;
-        self.conn
-            .run(
-                "INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending', ?1)",
-                [i64::try_from(n).unwrap_or(i64::MAX)],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending', ?1)",
+            [i64::try_from(n).unwrap_or(i64::MAX)],
+        )?;
         self.seal_counts()
     }
 
@@ -175,11 +206,9 @@ impl<'a> Db<'a> {
     /// and the high-water mark.
     fn write_start(&self) -> Result<Option<u64>> {
         let (n, seq, now, retained, max_id): (Option<i64>, Option<i64>, i64, Option<i64>, i64) =
-            self.conn
-                .row(WRITE_START, [], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .map_err(|e| self.err(e))?;
+            self.row(WRITE_START, [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
         self.retained_at_start
             .set(retained.map(|n| u64::try_from(n).unwrap_or(0)));
         self.high_water_at_start
@@ -205,12 +234,10 @@ impl<'a> Db<'a> {
         if n == 0 || !self.layout.has_push() {
             return Ok(());
         }
-        self.conn
-            .run(
-                "UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'",
-                [i64::try_from(n).unwrap_or(i64::MAX)],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "UPDATE spool_counts SET n = n + ?1 WHERE name = 'pending'",
+            [i64::try_from(n).unwrap_or(i64::MAX)],
+        )?;
         Ok(())
     }
 
@@ -239,9 +266,7 @@ impl<'a> Db<'a> {
         if n == 0 {
             return Ok(());
         }
-        let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
-            self.conn.run(sql, params).map_err(|e| self.err(e))
-        };
+        let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| self.run(sql, params);
         run(
             "UPDATE spool_counts SET n = n - ?1 WHERE name = 'pending'",
             &[&n],
@@ -265,10 +290,8 @@ impl<'a> Db<'a> {
         if !self.layout.has_push() {
             return Ok(());
         }
-        self.conn
-            .run("INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending_seq', \
-                 COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0))", [])
-            .map_err(|e| self.err(e))?;
+        self.run("INSERT OR REPLACE INTO spool_counts (name, n) VALUES ('pending_seq', \
+                 COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'morph_offline_queue'), 0))", [])?;
         Ok(())
     }
 
@@ -277,17 +300,13 @@ impl<'a> Db<'a> {
         if key.is_empty() || self.layout == Layout::Empty {
             return Ok(None);
         }
-        self.conn
-            .first(KEY_OWNER, [key], |r| read_id(r, 0))
-            .map_err(|e| self.err(e))
+        self.first(KEY_OWNER, [key], |r| read_id(r, 0))
     }
 
     pub(super) fn owner_upto(&self, sql: &str, key: &str, upto: ItemId) -> Result<Option<ItemId>> {
         let upto = i64::try_from(upto).unwrap_or(i64::MAX);
-        self.conn
-            .first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
+        self.first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
             .map(|v| v.flatten().map(|v| v.max(0) as u64))
-            .map_err(|e| self.err(e))
     }
 
     /// The highest id ever issued: the AUTOINCREMENT sequence and the
@@ -314,10 +333,7 @@ impl<'a> Db<'a> {
                    COALESCE((SELECT max(id) FROM spool_delivered), 0))"
             }
         };
-        let hw: i64 = self
-            .conn
-            .row(sql, [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let hw: i64 = self.row(sql, [], |r| r.get(0))?;
         Ok(hw.max(0) as u64)
     }
 
@@ -352,8 +368,7 @@ impl<'a> Db<'a> {
     /// Store `item` as a pending row under its own id.
     pub fn insert_pending(&self, item: &Item) -> Result<()> {
         let id = self.insert_id(item.id)?;
-        self.conn
-            .run("INSERT INTO morph_offline_queue \
+        self.run("INSERT INTO morph_offline_queue \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)", params![
@@ -369,8 +384,7 @@ impl<'a> Db<'a> {
                     item.push_seq.and_then(|s| i64::try_from(s).ok()),
                     item.group,
                     item.coalesce_key,
-                ])
-            .map_err(|e| self.err(e))?;
+                ])?;
         self.count_inserted(1)
     }
 
@@ -411,9 +425,7 @@ impl<'a> Db<'a> {
     ) -> Result<Vec<T>> {
         let after = sql_id(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.conn
-            .rows(sql, [after, limit], map)
-            .map_err(|e| self.err(e))
+        self.rows(sql, [after, limit], map)
     }
 
     /// The row of `sql` for id `?1`, mapped, if there is one.
@@ -423,14 +435,11 @@ impl<'a> Db<'a> {
         id: i64,
         map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<T>> {
-        self.conn.first(sql, [id], map).map_err(|e| self.err(e))
+        self.first(sql, [id], map)
     }
 
     pub(super) fn delete_pending(&self, id: i64) -> Result<bool> {
-        let n = self
-            .conn
-            .run("DELETE FROM morph_offline_queue WHERE id = ?1", [id])
-            .map_err(|e| self.err(e))?;
+        let n = self.run("DELETE FROM morph_offline_queue WHERE id = ?1", [id])?;
         Ok(n > 0)
     }
 
@@ -440,14 +449,11 @@ impl<'a> Db<'a> {
         let Some(id) = sql_id(id) else {
             return Ok(false);
         };
-        let removed: Option<Option<i64>> = self
-            .conn
-            .first(
-                "DELETE FROM morph_offline_queue WHERE id = ?1 RETURNING push_seq",
-                [id],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let removed: Option<Option<i64>> = self.first(
+            "DELETE FROM morph_offline_queue WHERE id = ?1 RETURNING push_seq",
+            [id],
+            |r| r.get(0),
+        )?;
         match removed {
             None => Ok(false),
             Some(seq) => {
@@ -481,10 +487,7 @@ impl<'a> Db<'a> {
         let mut all: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(rest.len() + 1);
         all.push(&id);
         all.extend_from_slice(rest);
-        let n = self
-            .conn
-            .run(sql, all.as_slice())
-            .map_err(|e| self.err(e))?;
+        let n = self.run(sql, all.as_slice())?;
         Ok(n > 0)
     }
 

@@ -3,7 +3,6 @@
 
 use super::db::{sql_id, Db};
 use super::rows::{dead_from_row, payload_value, read_text, UNKNOWN_ENQUEUED_AT};
-use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, ItemId};
 use crate::time::Timestamp;
@@ -34,8 +33,7 @@ impl Db<'_> {
     pub fn insert_dead(&self, dl: &DeadLetter) -> Result<()> {
         let id = self.insert_id(dl.item.id)?;
         let item = &dl.item;
-        self.conn
-            .run("INSERT INTO spool_dead_letters \
+        self.run("INSERT INTO spool_dead_letters \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key, dead_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", params![
@@ -51,8 +49,7 @@ impl Db<'_> {
                     item.group,
                     item.coalesce_key,
                     dl.dead_at.as_millis(),
-                ])
-            .map_err(|e| self.err(e))?;
+                ])?;
         Ok(())
     }
 
@@ -89,20 +86,15 @@ impl Db<'_> {
             return Ok(0);
         }
         if self.layout.has_push() {
-            let n: Option<i64> = self
-                .conn
-                .first("SELECT n FROM spool_counts WHERE name = 'dead'", [], |r| {
+            let n: Option<i64> =
+                self.first("SELECT n FROM spool_counts WHERE name = 'dead'", [], |r| {
                     r.get(0)
-                })
-                .map_err(|e| self.err(e))?;
+                })?;
             if let Some(n) = n {
                 return Ok(n.max(0) as u64);
             }
         }
-        let n: i64 = self
-            .conn
-            .row(COUNT_DEAD, [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let n: i64 = self.row(COUNT_DEAD, [], |r| r.get(0))?;
         Ok(n.max(0) as u64)
     }
 
@@ -112,15 +104,12 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(false);
         };
-        let moved = self
-            .conn
-            .run("INSERT INTO spool_dead_letters \
+        let moved = self.run("INSERT INTO spool_dead_letters \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, push_seq, \
                   group_name, coalesce_key, dead_at) \
                  SELECT id, payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), next_retry_at, ?3, 0, push_seq, \
                   group_name, coalesce_key, ?4 \
-                 FROM morph_offline_queue WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()])
-            .map_err(|e| self.err(e))?;
+                 FROM morph_offline_queue WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT, last_error, now.as_millis()])?;
         if moved == 0 {
             return Ok(false);
         }
@@ -135,15 +124,12 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(false);
         };
-        let moved = self
-            .conn
-            .run("INSERT INTO morph_offline_queue \
+        let moved = self.run("INSERT INTO morph_offline_queue \
                  (id, payload, idempotency_key, attempts, enqueued_at, next_retry_at, last_error, held, \
                   group_name, coalesce_key) \
                  SELECT id, payload, idempotency_key, 0, COALESCE(enqueued_at, ?2), NULL, last_error, 0, \
                   group_name, coalesce_key \
-                 FROM spool_dead_letters WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT])
-            .map_err(|e| self.err(e))?;
+                 FROM spool_dead_letters WHERE id = ?1", params![id, UNKNOWN_ENQUEUED_AT])?;
         if moved == 0 {
             return Ok(false);
         }
@@ -157,20 +143,15 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(None);
         };
-        self.conn
-            .first(
-                "SELECT idempotency_key FROM spool_dead_letters WHERE id = ?1",
-                [id],
-                |r| Ok(read_text(r, 0)?.unwrap_or_default()),
-            )
-            .map_err(|e| self.err(e))
+        self.first(
+            "SELECT idempotency_key FROM spool_dead_letters WHERE id = ?1",
+            [id],
+            |r| Ok(read_text(r, 0)?.unwrap_or_default()),
+        )
     }
 
     fn delete_dead(&self, id: i64) -> Result<bool> {
-        let n = self
-            .conn
-            .run("DELETE FROM spool_dead_letters WHERE id = ?1", [id])
-            .map_err(|e| self.err(e))?;
+        let n = self.run("DELETE FROM spool_dead_letters WHERE id = ?1", [id])?;
         Ok(n > 0)
     }
 

@@ -6,7 +6,6 @@
 use super::db::Db;
 use super::rows::payload_value;
 use crate::backend::policy::{self, EnqueueStore, Limit};
-use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{
     BatchResults, DepthLimit, EnqueueOptions, Enqueued, Item, ItemId, NewItem, OnFull, PRUNE_BATCH,
@@ -55,44 +54,37 @@ impl Db<'_> {
     /// (never attempted, not in flight; SPEC §9), returning their ids in
     /// id order.
     pub fn coalesce(&self, ck: &str) -> Result<Vec<ItemId>> {
-        let mut ids: Vec<ItemId> = self
-            .conn
-            .rows(
-                "DELETE FROM morph_offline_queue \
+        let mut ids: Vec<ItemId> = self.rows(
+            "DELETE FROM morph_offline_queue \
                  WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL RETURNING id",
-                [ck],
-                |r| r.get::<_, i64>(0).map(|v| v.max(0) as u64),
-            )
-            .map_err(|e| self.err(e))?;
+            [ck],
+            |r| r.get::<_, i64>(0).map(|v| v.max(0) as u64),
+        )?;
         ids.sort_unstable();
         Ok(ids)
     }
 
     /// How many pending items [`Db::coalesce`] would remove.
     pub fn coalescible_count(&self, ck: &str) -> Result<u64> {
-        self.conn
-            .row(
-                "SELECT count(*) FROM morph_offline_queue \
+        self.row(
+            "SELECT count(*) FROM morph_offline_queue \
                  WHERE coalesce_key = ?1 AND attempts = 0 AND push_seq IS NULL",
-                [ck],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n.max(0) as u64)
-            .map_err(|e| self.err(e))
+            [ck],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n.max(0) as u64)
     }
 
     /// The oldest pending item `drop-oldest` may evict: not held, not in
     /// flight.
     pub fn oldest_evictable(&self) -> Result<Option<ItemId>> {
-        self.conn
-            .first(
-                "SELECT id FROM morph_offline_queue WHERE held = 0 AND push_seq IS NULL \
+        self.first(
+            "SELECT id FROM morph_offline_queue WHERE held = 0 AND push_seq IS NULL \
                  ORDER BY id LIMIT 1",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|v| v.map(|v| v.max(0) as u64))
-            .map_err(|e| self.err(e))
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|v| v.map(|v| v.max(0) as u64))
     }
 
     /// Store freshly enqueued items under the given ids: no attempts, no

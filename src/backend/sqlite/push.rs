@@ -5,7 +5,6 @@
 use super::db::{sql_id, Db};
 use super::rows::{item_from_row, read_id, read_seq, ITEM_COLUMNS};
 use super::schema;
-use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId, PushAck, PushState, PRUNE_BATCH};
 use crate::time::Timestamp;
@@ -23,25 +22,20 @@ impl Db<'_> {
         if !self.layout.has_push() {
             return Ok(None);
         }
-        let seq: Option<Option<i64>> = self
-            .conn
-            .first(
-                "SELECT push_seq FROM morph_offline_queue WHERE id = ?1",
-                [id],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let seq: Option<Option<i64>> = self.first(
+            "SELECT push_seq FROM morph_offline_queue WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )?;
         Ok(seq.flatten().and_then(|v| u64::try_from(v).ok()))
     }
 
     /// Record `seq` as abandoned (sent as a `skip` entry until acked).
     pub fn add_skip(&self, seq: i64) -> Result<()> {
-        self.conn
-            .run(
-                "INSERT OR IGNORE INTO spool_push_skips (seq) VALUES (?1)",
-                [seq],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "INSERT OR IGNORE INTO spool_push_skips (seq) VALUES (?1)",
+            [seq],
+        )?;
         Ok(())
     }
 
@@ -64,12 +58,9 @@ impl Db<'_> {
         if !self.layout.has_push() {
             return Ok(PushState::default());
         }
-        let skips = self
-            .conn
-            .rows("SELECT seq FROM spool_push_skips ORDER BY seq", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map_err(|e| self.err(e))?;
+        let skips = self.rows("SELECT seq FROM spool_push_skips ORDER BY seq", [], |r| {
+            r.get::<_, i64>(0)
+        })?;
         Ok(PushState {
             last_assigned: self.push_counter("push_last_assigned")?,
             acked: self.push_counter("push_acked")?,
@@ -90,9 +81,7 @@ impl Db<'_> {
     /// Forget the skips at or below `seq` (all of them for `u64::MAX`).
     pub fn drop_skips_through(&self, seq: u64) -> Result<()> {
         let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-        self.conn
-            .run("DELETE FROM spool_push_skips WHERE seq <= ?1", [seq])
-            .map_err(|e| self.err(e))?;
+        self.run("DELETE FROM spool_push_skips WHERE seq <= ?1", [seq])?;
         Ok(())
     }
 
@@ -114,14 +103,12 @@ impl Db<'_> {
     pub fn in_flight_ids(&self, after: u64, upto: u64) -> Result<Vec<(ItemId, u64)>> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let upto = i64::try_from(upto).unwrap_or(i64::MAX);
-        self.conn
-            .rows(
-                "SELECT id, push_seq FROM morph_offline_queue \
+        self.rows(
+            "SELECT id, push_seq FROM morph_offline_queue \
                  WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
-                [after, upto],
-                |r| Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default())),
-            )
-            .map_err(|e| self.err(e))
+            [after, upto],
+            |r| Ok((read_id(r, 0)?, read_seq(r, 1)?.unwrap_or_default())),
+        )
     }
 
     /// Give pending item `id` push number `seq` when it is not held and
@@ -130,14 +117,11 @@ impl Db<'_> {
         let (Some(id), Ok(seq)) = (sql_id(id), i64::try_from(seq)) else {
             return Ok(false);
         };
-        let n = self
-            .conn
-            .run(
-                "UPDATE morph_offline_queue SET push_seq = ?2 \
+        let n = self.run(
+            "UPDATE morph_offline_queue SET push_seq = ?2 \
                  WHERE id = ?1 AND held = 0 AND push_seq IS NULL",
-                [id, seq],
-            )
-            .map_err(|e| self.err(e))?;
+            [id, seq],
+        )?;
         Ok(n > 0)
     }
 
@@ -146,12 +130,10 @@ impl Db<'_> {
         let (Some(id), Ok(seq)) = (sql_id(id), i64::try_from(seq)) else {
             return Ok(());
         };
-        self.conn
-            .run(
-                "UPDATE morph_offline_queue SET push_seq = ?2 WHERE id = ?1",
-                [id, seq],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "UPDATE morph_offline_queue SET push_seq = ?2 WHERE id = ?1",
+            [id, seq],
+        )?;
         Ok(())
     }
 
@@ -161,12 +143,10 @@ impl Db<'_> {
         let Some(id) = sql_id(id) else {
             return Ok(());
         };
-        self.conn
-            .run(
-                "UPDATE morph_offline_queue SET push_seq = NULL WHERE id = ?1",
-                [id],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "UPDATE morph_offline_queue SET push_seq = NULL WHERE id = ?1",
+            [id],
+        )?;
         Ok(())
     }
 
@@ -231,24 +211,19 @@ impl Db<'_> {
         if first.checked_add(len).is_none() {
             return Ok(false);
         }
-        let ready: i64 = self
-            .conn
-            .row(
-                "SELECT count(*) FROM morph_offline_queue \
+        let ready: i64 = self.row(
+            "SELECT count(*) FROM morph_offline_queue \
                  WHERE id BETWEEN ?1 AND ?2 AND held = 0 AND push_seq IS NULL",
-                [lo, hi],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+            [lo, hi],
+            |r| r.get(0),
+        )?;
         if ready != len + 1 {
             return Ok(false);
         }
-        self.conn
-            .run(
-                "UPDATE morph_offline_queue SET push_seq = id + ?3 WHERE id BETWEEN ?1 AND ?2",
-                [lo, hi, shift],
-            )
-            .map_err(|e| self.err(e))?;
+        self.run(
+            "UPDATE morph_offline_queue SET push_seq = id + ?3 WHERE id BETWEEN ?1 AND ?2",
+            [lo, hi, shift],
+        )?;
         Ok(true)
     }
 
@@ -317,21 +292,18 @@ impl Db<'_> {
         if bulk {
             self.set_triggers(false)?;
         }
-        let removed = self
-            .conn
-            .rows(
-                "DELETE FROM morph_offline_queue WHERE push_seq > ?1 AND push_seq <= ?2 \
+        let removed = self.rows(
+            "DELETE FROM morph_offline_queue WHERE push_seq > ?1 AND push_seq <= ?2 \
                  RETURNING id, push_seq, attempts",
-                [after, upto],
-                |r| {
-                    Ok((
-                        read_id(r, 0)?,
-                        read_seq(r, 1)?.unwrap_or_default(),
-                        r.get::<_, i64>(2)?,
-                    ))
-                },
-            )
-            .map_err(|e| self.err(e));
+            [after, upto],
+            |r| {
+                Ok((
+                    read_id(r, 0)?,
+                    read_seq(r, 1)?.unwrap_or_default(),
+                    r.get::<_, i64>(2)?,
+                ))
+            },
+        );
         if bulk {
             // Back on before anything else runs, whatever the delete did.
             self.set_triggers(true)?;

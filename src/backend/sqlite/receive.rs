@@ -223,22 +223,19 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     }
 
     fn set_last_seq(&mut self, client: &str, seq: u64) -> Result<()> {
-        self.db
-            .conn
-            .run("INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
+        self.db.run(
+            "INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (client_id) DO UPDATE \
-                 SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at", params![client, seq_param(seq), self.now.as_millis()])
-            .map_err(|e| self.db.err(e))?;
+                 SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at",
+            params![client, seq_param(seq), self.now.as_millis()],
+        )?;
         Ok(())
     }
 
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
         self.write_records()?;
         for sql in [PRUNE_REJECTS, FORGET_REASONS] {
-            self.db
-                .conn
-                .run(sql, params![client, seq_param(upto)])
-                .map_err(|e| self.db.err(e))?;
+            self.db.run(sql, params![client, seq_param(upto)])?;
         }
         Ok(())
     }

@@ -7,7 +7,6 @@ use super::db::{sql_id, Db};
 use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_ENQUEUED_AT};
 use super::schema;
 use crate::backend::retain_sql::{self, Order, RecordsSql};
-use crate::backend::sql::Cached;
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Evidence, ItemId};
 use crate::time::Timestamp;
@@ -76,11 +75,13 @@ impl Db<'_> {
         let after = now
             .as_millis()
             .saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX));
-        self.conn
-            .first("SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
-                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1", params![key, after], |r| r.get::<_, i64>(0))
-            .map(|v| v.map(|v| v.max(0) as u64))
-            .map_err(|e| self.err(e))
+        self.first(
+            "SELECT id FROM spool_delivered WHERE idempotency_key = ?1 AND idempotency_key <> '' \
+                 AND delivered_at > ?2 ORDER BY delivered_at DESC LIMIT 1",
+            params![key, after],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|v| v.map(|v| v.max(0) as u64))
     }
 
     /// The lowest id up to `upto` of a retained delivered record that
@@ -108,52 +109,47 @@ impl Db<'_> {
         // The row is read, then inserted: an `INSERT … SELECT` into a
         // table with triggers goes through a temporary table, which cost
         // more than the copy. The values keep their SQLite types.
-        let row: Option<[Value; 7]> = self
-            .conn
-            .first(
-                "SELECT payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
+        let row: Option<[Value; 7]> = self.first(
+            "SELECT payload, idempotency_key, attempts, NULLIF(enqueued_at, ?2), last_error, \
                  group_name, coalesce_key FROM morph_offline_queue WHERE id = ?1",
-                params![id, UNKNOWN_ENQUEUED_AT],
-                |r| {
-                    Ok([
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                    ])
-                },
-            )
-            .map_err(|e| self.err(e))?;
+            params![id, UNKNOWN_ENQUEUED_AT],
+            |r| {
+                Ok([
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ])
+            },
+        )?;
         let Some([payload, key, attempts, enqueued_at, last_error, group, coalesce_key]) = row
         else {
             return Ok(false);
         };
         let at = now.as_millis();
         let late = self.late(id, at).map_err(|e| self.err(e))?;
-        self.conn
-            .run(
-                "INSERT OR REPLACE INTO spool_delivered \
+        self.run(
+            "INSERT OR REPLACE INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
                   coalesce_key, delivered_at, evidence, late) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    id,
-                    payload,
-                    key,
-                    attempts,
-                    enqueued_at,
-                    last_error,
-                    group,
-                    coalesce_key,
-                    at,
-                    evidence.encode(),
-                    late
-                ],
-            )
-            .map_err(|e| self.err(e))?;
+            params![
+                id,
+                payload,
+                key,
+                attempts,
+                enqueued_at,
+                last_error,
+                group,
+                coalesce_key,
+                at,
+                evidence.encode(),
+                late
+            ],
+        )?;
         Ok(true)
     }
 
@@ -178,27 +174,25 @@ impl Db<'_> {
         let late = self
             .late(id, d.delivery.at.as_millis())
             .map_err(|e| self.err(e))?;
-        self.conn
-            .run(
-                "INSERT INTO spool_delivered \
+        self.run(
+            "INSERT INTO spool_delivered \
                  (id, payload, idempotency_key, attempts, enqueued_at, last_error, group_name, \
                   coalesce_key, delivered_at, evidence, late) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    id,
-                    payload_value(&item.payload),
-                    item.key,
-                    item.attempts,
-                    item.enqueued_at.map(|t| t.as_secs()),
-                    item.last_error,
-                    item.group,
-                    item.coalesce_key,
-                    d.delivery.at.as_millis(),
-                    d.delivery.evidence.encode(),
-                    late,
-                ],
-            )
-            .map_err(|e| self.err(e))?;
+            params![
+                id,
+                payload_value(&item.payload),
+                item.key,
+                item.attempts,
+                item.enqueued_at.map(|t| t.as_secs()),
+                item.last_error,
+                item.group,
+                item.coalesce_key,
+                d.delivery.at.as_millis(),
+                d.delivery.evidence.encode(),
+                late,
+            ],
+        )?;
         Ok(())
     }
 
@@ -271,14 +265,11 @@ impl Db<'_> {
         if !self.layout.has_retention() {
             return Ok(0);
         }
-        let n: Option<i64> = self
-            .conn
-            .first(
-                "SELECT n FROM spool_counts WHERE name = 'delivered'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let n: Option<i64> = self.first(
+            "SELECT n FROM spool_counts WHERE name = 'delivered'",
+            [],
+            |r| r.get(0),
+        )?;
         Ok(n.unwrap_or(0).max(0) as u64)
     }
 }

@@ -5,7 +5,6 @@ use super::db::Db;
 use super::rows::{clamp_attempts, read_enqueued_at, read_id};
 use super::schema::Layout;
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
-use crate::backend::sql::Cached;
 use crate::error::Result;
 use crate::item::{ItemId, QueueStats};
 use crate::time::Timestamp;
@@ -102,10 +101,8 @@ impl Db<'_> {
         if !self.layout.has_groups() {
             return Ok(None);
         }
-        self.conn
-            .first(GROUP_HEAD, [group], |r| r.get::<_, i64>(0))
+        self.first(GROUP_HEAD, [group], |r| r.get::<_, i64>(0))
             .map(|id| id.map(|id| id.max(0) as ItemId))
-            .map_err(|e| self.err(e))
     }
 
     /// The counts of `stats`, from the indexes alone: no payload is read,
@@ -141,14 +138,11 @@ impl Db<'_> {
             // The kept counts: the pending rows, and per non-zero attempt
             // count the rows that have it; the rest have 0.
             let depth = self.pending_count()?;
-            let buckets = self
-                .conn
-                .rows(
-                    "SELECT attempts, n FROM spool_attempt_counts WHERE n > 0",
-                    [],
-                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-                )
-                .map_err(|e| self.err(e))?;
+            let buckets = self.rows(
+                "SELECT attempts, n FROM spool_attempt_counts WHERE n > 0",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )?;
             let mut rest = depth;
             for (value, n) in buckets {
                 let n = n.max(0) as u64;
@@ -161,31 +155,22 @@ impl Db<'_> {
         } else {
             // One range of ix_queue_attempts per distinct attempt count:
             // counting a range is cheaper than grouping every row.
-            let mut value: Option<i64> = self
-                .conn
-                .row(MIN_ATTEMPTS, [], |r| r.get(0))
-                .map_err(|e| self.err(e))?;
+            let mut value: Option<i64> = self.row(MIN_ATTEMPTS, [], |r| r.get(0))?;
             while let Some(v) = value {
                 let n = self.count(COUNT_ATTEMPTS, Some(v))?;
                 s.add_attempts(v, n);
-                value = self
-                    .conn
-                    .first(NEXT_ATTEMPTS, [v], |r| r.get(0))
-                    .map_err(|e| self.err(e))?;
+                value = self.first(NEXT_ATTEMPTS, [v], |r| r.get(0))?;
             }
         }
         if self.layout.is_spool() {
             s.held = self.count(COUNT_HELD, None)?;
             s.waiting = self.count(DUE.waiting, Some(now.as_millis()))?;
         }
-        let oldest = self
-            .conn
-            .first(
-                "SELECT id, enqueued_at FROM morph_offline_queue ORDER BY id LIMIT 1",
-                [],
-                |r| Ok((read_id(r, 0)?, read_enqueued_at(r, 1)?)),
-            )
-            .map_err(|e| self.err(e))?;
+        let oldest = self.first(
+            "SELECT id, enqueued_at FROM morph_offline_queue ORDER BY id LIMIT 1",
+            [],
+            |r| Ok((read_id(r, 0)?, read_enqueued_at(r, 1)?)),
+        )?;
         if let Some((id, at)) = oldest {
             s.oldest_id = Some(id);
             s.oldest_enqueued_at = at;

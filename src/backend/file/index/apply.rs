@@ -263,10 +263,7 @@ impl<'a> Applier<'a> {
     /// Delete dead row `id`, counting it.
     fn delete_dead(&mut self, id: i64) -> Result<()> {
         let ix = self.ix;
-        let n = ix
-            .conn
-            .run("DELETE FROM dead WHERE id = ?1", [id])
-            .map_err(ix.err("update"))?;
+        let n = ix.update("DELETE FROM dead WHERE id = ?1", [id])?;
         self.dead -= n as i64;
         Ok(())
     }
@@ -278,26 +275,22 @@ impl<'a> Applier<'a> {
     }
 
     /// Apply a line of `which` at `off` (`len` bytes without its line
-    /// ending).
+    /// ending). The first error stops the applier (see
+    /// [`Applier::finish`]).
     pub fn apply(&mut self, which: Which, e: Entry, off: u64, len: usize) {
-        match which {
-            Which::Main => self.main(e, off, len),
-            Which::Dead => self.dead(e, off, len),
-            Which::Delivered => self.delivered(e, off, len),
-        }
-    }
-
-    /// Apply a line of the main file at `off` (`len` bytes without its
-    /// line ending).
-    pub fn main(&mut self, e: Entry, off: u64, len: usize) {
         if self.err.is_some() {
             return;
         }
-        let r = self.main_inner(e, off, len);
+        let r = match which {
+            Which::Main => self.main(e, off, len),
+            Which::Dead => self.dead(e, off, len),
+            Which::Delivered => self.delivered(e, off, len),
+        };
         self.keep(r);
     }
 
-    fn main_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+    /// A line of the main file.
+    fn main(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
         let ix = self.ix;
         match e {
             Entry::Put(row) => {
@@ -375,7 +368,7 @@ impl<'a> Applier<'a> {
                      group_name, coalesce_key, last_error) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 };
-                ix.conn.run(sql, values).map_err(ix.err("update"))?;
+                ix.update(sql, values)?;
             }
             Entry::Done(id, delivery) => {
                 self.flush()?;
@@ -406,16 +399,8 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Apply a line of the dead-letter file.
-    pub fn dead(&mut self, e: Entry, off: u64, len: usize) {
-        if self.err.is_some() {
-            return;
-        }
-        let r = self.dead_inner(e, off, len);
-        self.keep(r);
-    }
-
-    fn dead_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+    /// A line of the dead-letter file.
+    fn dead(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
         self.flush()?;
         let ix = self.ix;
         match e {
@@ -424,12 +409,10 @@ impl<'a> Applier<'a> {
                 let id = to_i64(row.id, "item id")?;
                 self.delete_pending(id)?;
                 self.delete_dead(id)?;
-                ix.conn
-                    .run(
-                        "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)",
-                        params![id, off as i64, len as i64, row.key],
-                    )
-                    .map_err(ix.err("update"))?;
+                ix.update(
+                    "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)",
+                    params![id, off as i64, len as i64, row.key],
+                )?;
                 self.dead += 1;
             }
             Entry::Done(id, _) => {
@@ -445,18 +428,10 @@ impl<'a> Applier<'a> {
         Ok(())
     }
 
-    /// Apply a line of the delivered file: a `put` line is a retained
+    /// A line of the delivered file: a `put` line is a retained
     /// delivered item (it leaves the pending set: the delivered file wins
     /// over the main file), a `done` line prunes one.
-    pub fn delivered(&mut self, e: Entry, off: u64, len: usize) {
-        if self.err.is_some() {
-            return;
-        }
-        let r = self.delivered_inner(e, off, len);
-        self.keep(r);
-    }
-
-    fn delivered_inner(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
+    fn delivered(&mut self, e: Entry, off: u64, len: usize) -> Result<()> {
         self.flush()?;
         let ix = self.ix;
         match e {
@@ -479,13 +454,11 @@ impl<'a> Applier<'a> {
                     Some(g) if g.main_record => g.late,
                     _ => self.late(id, at)?,
                 };
-                ix.conn
-                    .run(
-                        "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
+                ix.update(
+                    "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                        params![id, off as i64, len as i64, row.key, at, in_main, late],
-                    )
-                    .map_err(ix.err("update"))?;
+                    params![id, off as i64, len as i64, row.key, at, in_main, late],
+                )?;
                 self.delivered += 1;
             }
             Entry::Done(id, _) => {
@@ -497,9 +470,7 @@ impl<'a> Applier<'a> {
                     // file first), also when this file held the record
                     // (moved by a compaction that a crash cut short): the
                     // record stays pruned when it comes.
-                    ix.conn
-                        .run("INSERT OR IGNORE INTO pruned (id) VALUES (?1)", [id])
-                        .map_err(ix.err("update"))?;
+                    ix.update("INSERT OR IGNORE INTO pruned (id) VALUES (?1)", [id])?;
                 }
             }
             // State lines live in the other files.
@@ -533,32 +504,26 @@ impl<'a> Applier<'a> {
         done: (u64, usize),
     ) -> Result<()> {
         let ix = self.ix;
-        let pruned = ix
-            .conn
-            .run("DELETE FROM pruned WHERE id = ?1", [id])
-            .map_err(ix.err("update"))?;
+        let pruned = ix.update("DELETE FROM pruned WHERE id = ?1", [id])?;
         if pruned > 0 {
             return Ok(());
         }
         let at = d.at.as_millis();
         let late = self.late(id, at)?;
-        let n = ix
-            .conn
-            .run(
-                "INSERT OR IGNORE INTO delivered (id, off, len, key, delivered_at, in_main, late, \
+        let n = ix.update(
+            "INSERT OR IGNORE INTO delivered (id, off, len, key, delivered_at, in_main, late, \
                  done_off, done_len) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8)",
-                params![
-                    id,
-                    put.0,
-                    put.1,
-                    key,
-                    at,
-                    late,
-                    done.0 as i64,
-                    done.1 as i64
-                ],
-            )
-            .map_err(ix.err("update"))?;
+            params![
+                id,
+                put.0,
+                put.1,
+                key,
+                at,
+                late,
+                done.0 as i64,
+                done.1 as i64
+            ],
+        )?;
         self.delivered += n as i64;
         Ok(())
     }
@@ -567,13 +532,11 @@ impl<'a> Applier<'a> {
     /// delivered item `id` (nothing when `id` is not one).
     fn set_in_main(&mut self, id: i64, on: bool) -> Result<()> {
         let ix = self.ix;
-        ix.conn
-            .run(
-                "UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2",
-                params![id, on],
-            )
-            .map_err(ix.err("update"))
-            .map(drop)
+        ix.update(
+            "UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2",
+            params![id, on],
+        )
+        .map(drop)
     }
 
     /// What a receiver's client line adds (the rules of
@@ -586,18 +549,14 @@ impl<'a> Applier<'a> {
             || !c.rejected.is_empty()
             || !c.skipped.is_empty()
             || c.last.is_some();
-        ix.conn
-            .run(
-                "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
+        ix.update(
+            "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
                  ON CONFLICT (id) DO UPDATE SET known = known OR excluded.known",
-                params![c.id, known],
-            )
-            .map_err(ix.err("update"))?;
+            params![c.id, known],
+        )?;
         let add = |seq: u64, kind: i64, digest: Option<&str>, reason: Option<&str>| {
             let seq = to_i64(seq, "push number")?;
-            ix.conn
-                .run("INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)", params![c.id, seq, kind, digest, reason])
-                .map_err(ix.err("update"))
+            ix.update("INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)", params![c.id, seq, kind, digest, reason])
                 .map(drop)
         };
         for (seq, digest) in &c.applied {
@@ -610,29 +569,23 @@ impl<'a> Applier<'a> {
         // `last_seq` covers them.
         if let Some(last) = c.last {
             let last = to_i64(last, "push number")?;
-            ix.conn
-                .run(
-                    "UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1",
-                    params![c.id, last],
-                )
-                .map_err(ix.err("update"))?;
+            ix.update(
+                "UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1",
+                params![c.id, last],
+            )?;
         }
         if c.acked > 0 {
             let acked = to_i64(c.acked, "push number")?;
-            ix.conn
-                .run(
-                    "UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1",
-                    params![c.id, acked],
-                )
-                .map_err(ix.err("update"))?;
+            ix.update(
+                "UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1",
+                params![c.id, acked],
+            )?;
         }
         if let Some(at) = c.at {
-            ix.conn
-                .run(
-                    "UPDATE clients SET at = ?2 WHERE id = ?1",
-                    params![c.id, at],
-                )
-                .map_err(ix.err("update"))?;
+            ix.update(
+                "UPDATE clients SET at = ?2 WHERE id = ?1",
+                params![c.id, at],
+            )?;
         }
         Ok(())
     }
@@ -648,17 +601,15 @@ impl<'a> Applier<'a> {
             Which::Delivered => "UPDATE delivered SET len = ?3 WHERE id = ?1 AND off = ?2",
         };
         let ix = self.ix;
-        ix.conn
-            .run(
-                sql,
-                params![
-                    to_i64(id, "item id").unwrap_or(i64::MAX),
-                    off as i64,
-                    len as i64
-                ],
-            )
-            .map_err(ix.err("update"))
-            .map(drop)
+        ix.update(
+            sql,
+            params![
+                to_i64(id, "item id").unwrap_or(i64::MAX),
+                off as i64,
+                len as i64
+            ],
+        )
+        .map(drop)
     }
 
     /// Write what was accumulated; the first error met, if any.
@@ -669,46 +620,36 @@ impl<'a> Applier<'a> {
         self.flush()?;
         let ix = self.ix;
         if self.depth != 0 || self.held != 0 || self.dead != 0 || self.delivered != 0 {
-            ix.conn
-                .run(
-                    "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3, \
+            ix.update(
+                "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3, \
                      delivered = delivered + ?4",
-                    params![self.depth, self.held, self.dead, self.delivered],
-                )
-                .map_err(ix.err("update"))?;
+                params![self.depth, self.held, self.dead, self.delivered],
+            )?;
         }
         for (attempts, n) in &self.attempts {
             if *n == 0 {
                 continue;
             }
-            ix.conn
-                .run(
-                    "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
+            ix.update(
+                "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
                      ON CONFLICT (attempts) DO UPDATE SET n = n + excluded.n",
-                    params![attempts, n],
-                )
-                .map_err(ix.err("update"))?;
+                params![attempts, n],
+            )?;
         }
         if self.raised {
             let hw = to_i64(self.hw, "item id")?;
-            ix.conn
-                .run("UPDATE state SET high_water = max(high_water, ?1)", [hw])
-                .map_err(ix.err("update"))?;
+            ix.update("UPDATE state SET high_water = max(high_water, ?1)", [hw])?;
         }
         if let Some(n) = self.evicted {
             let n = to_i64(n, "eviction count")?;
-            ix.conn
-                .run("UPDATE state SET evicted_total = ?1", [n])
-                .map_err(ix.err("update"))?;
+            ix.update("UPDATE state SET evicted_total = ?1", [n])?;
         }
         if let Some(p) = self.push {
             let skips = serde_json::to_string(&p.skips)
                 .map_err(|e| Error::Internal(format!("cannot encode push skips: {e}")))?;
             let assigned = to_i64(p.assigned, "push number")?;
             let acked = to_i64(p.acked, "push number")?;
-            ix.conn
-                .run("UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)", params![assigned, acked, skips, p.uuid])
-                .map_err(ix.err("update"))?;
+            ix.update("UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)", params![assigned, acked, skips, p.uuid])?;
         }
         Ok(())
     }

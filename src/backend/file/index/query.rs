@@ -6,7 +6,7 @@
 use super::{boot_id, u, DeliveredLoc, Index, Loc};
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
 use crate::backend::ledger_sql::{self, LedgerSql};
-use crate::backend::sql::{clamp, Cached};
+use crate::backend::sql::clamp;
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
@@ -80,12 +80,10 @@ impl Index {
     }
 
     pub(super) fn state_u64(&self, column: &str) -> Result<u64> {
-        self.conn
-            .row(&format!("SELECT {column} FROM state"), [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map(u)
-            .map_err(self.err("read"))
+        self.read_row(&format!("SELECT {column} FROM state"), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(u)
     }
 
     /// Pending items, held included.
@@ -115,14 +113,11 @@ impl Index {
 
     /// The push state.
     pub fn push(&self) -> Result<PushState> {
-        let (assigned, acked, skips): (i64, i64, String) = self
-            .conn
-            .row(
-                "SELECT push_assigned, push_acked, push_skips FROM state",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(self.err("read"))?;
+        let (assigned, acked, skips): (i64, i64, String) = self.read_row(
+            "SELECT push_assigned, push_acked, push_skips FROM state",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         let skips: Vec<u64> = serde_json::from_str(&skips)
             .map_err(|e| Error::corrupt(&self.path, None, format!("bad push skips: {e}")))?;
         Ok(PushState {
@@ -134,9 +129,7 @@ impl Index {
 
     /// The uuid a regeneration gave, if any.
     pub fn uuid(&self) -> Result<Option<String>> {
-        self.conn
-            .row("SELECT uuid FROM state", [], |r| r.get(0))
-            .map_err(self.err("read"))
+        self.read_row("SELECT uuid FROM state", [], |r| r.get(0))
     }
 
     /// The pending item a non-empty key deduplicates to: the oldest
@@ -145,20 +138,16 @@ impl Index {
         if key.is_empty() {
             return Ok(None);
         }
-        self.conn
-            .first(
-                "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
-                [key],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|o| o.map(u))
-            .map_err(self.err("read"))
+        self.read_first(
+            "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
+            [key],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|o| o.map(u))
     }
 
     fn ids(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<ItemId>> {
-        self.conn
-            .rows(sql, p, |r| r.get::<_, i64>(0).map(u))
-            .map_err(self.err("read"))
+        self.read_rows(sql, p, |r| r.get::<_, i64>(0).map(u))
     }
 
     /// The pending items a new item with coalesce key `ck` replaces (SPEC
@@ -184,15 +173,13 @@ impl Index {
     }
 
     pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
-        self.conn
-            .rows(sql, p, |r| {
-                Ok(Loc {
-                    id: u(r.get(0)?),
-                    off: u(r.get(1)?),
-                    len: u(r.get(2)?) as usize,
-                })
+        self.read_rows(sql, p, |r| {
+            Ok(Loc {
+                id: u(r.get(0)?),
+                off: u(r.get(1)?),
+                len: u(r.get(2)?) as usize,
             })
-            .map_err(self.err("read"))
+        })
     }
 
     /// Where pending items after `after` are, in id order.
@@ -243,22 +230,20 @@ impl Index {
     }
 
     fn delivered_locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<DeliveredLoc>> {
-        self.conn
-            .rows(sql, p, |r| {
-                let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
-                    Some(off) => Some((off, r.get(4)?)),
-                    None => None,
-                };
-                Ok(DeliveredLoc {
-                    loc: Loc {
-                        id: u(r.get(0)?),
-                        off: u(r.get(1)?),
-                        len: u(r.get(2)?) as usize,
-                    },
-                    done: done.map(|(off, len)| (u(off), u(len) as usize)),
-                })
+        self.read_rows(sql, p, |r| {
+            let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
+                Some(off) => Some((off, r.get(4)?)),
+                None => None,
+            };
+            Ok(DeliveredLoc {
+                loc: Loc {
+                    id: u(r.get(0)?),
+                    off: u(r.get(1)?),
+                    len: u(r.get(2)?) as usize,
+                },
+                done: done.map(|(off, len)| (u(off), u(len) as usize)),
             })
-            .map_err(self.err("read"))
+        })
     }
 
     /// The newest retained delivered record that carries the non-empty
@@ -269,14 +254,12 @@ impl Index {
         if key.is_empty() {
             return Ok(None);
         }
-        self.conn
-            .first(
-                "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
+        self.read_first(
+            "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
                  ORDER BY delivered_at DESC, id DESC LIMIT 1",
-                [key],
-                |r| Ok((u(r.get(0)?), r.get(1)?)),
-            )
-            .map_err(self.err("read"))
+            [key],
+            |r| Ok((u(r.get(0)?), r.get(1)?)),
+        )
     }
 
     /// The lowest id up to `upto` of a dead letter that carries the
@@ -308,10 +291,8 @@ impl Index {
             return Ok(None);
         }
         let upto = clamp(upto);
-        self.conn
-            .first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
+        self.read_first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
             .map(|o| o.flatten().map(u))
-            .map_err(self.err("read"))
     }
 
     /// Up to `limit` delivered records delivered at or before `cutoff`
@@ -339,9 +320,7 @@ impl Index {
             .map_err(self.err("read"))?;
         if let Some(cursor) = cursor {
             self.will_write();
-            self.conn
-                .run("UPDATE state SET prune_after = ?1", [cursor])
-                .map_err(self.err("update"))?;
+            self.update("UPDATE state SET prune_after = ?1", [cursor])?;
         }
         Ok(records
             .into_iter()
@@ -383,12 +362,10 @@ impl Index {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
-        self.conn
-            .first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
-            .map(|o| o.map(|seq| seq.map(u)))
-            .map_err(self.err("read"))
+        self.read_first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .map(|o| o.map(|seq| seq.map(u)))
     }
 
     /// `None` when `id` is not a dead letter; else its key.
@@ -396,20 +373,16 @@ impl Index {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
-        self.conn
-            .first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
-            .map_err(self.err("read"))
+        self.read_first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
     }
 
     /// In-flight `(seq, id)` with `after < seq <= upto`.
     pub fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
-        self.conn
-            .rows(
+        self.read_rows(
                 "SELECT push_seq, id FROM pending WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
                 [clamp(after), clamp(upto)],
                 |r| Ok((u(r.get(0)?), u(r.get(1)?))),
             )
-            .map_err(self.err("read"))
     }
 
     /// Pending items a replay at `now` would attempt (the rule is
@@ -431,28 +404,24 @@ impl Index {
     /// The first pending item of ordering group `group` (see
     /// [`crate::Queue::group_head`]).
     pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
-        self.conn
-            .first(
-                "SELECT id FROM pending INDEXED BY pending_group \
+        self.read_first(
+            "SELECT id FROM pending INDEXED BY pending_group \
                  WHERE group_name = ?1 ORDER BY id LIMIT 1",
-                [group],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|id| id.map(u))
-            .map_err(self.err("read"))
+            [group],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|id| id.map(u))
     }
 
     /// The earliest retry time after `now` of a pending item that is not
     /// held (see [`crate::Queue::next_retry_after`]).
     pub fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
-        self.conn
-            .row(
-                "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
-                [now.as_millis()],
-                |r| r.get::<_, Option<i64>>(0),
-            )
-            .map(|t| t.map(Timestamp::from_millis))
-            .map_err(self.err("read"))
+        self.read_row(
+            "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
+            [now.as_millis()],
+            |r| r.get::<_, Option<i64>>(0),
+        )
+        .map(|t| t.map(Timestamp::from_millis))
     }
 
     /// Counts for `stats`; the bound is the caller's.
@@ -467,30 +436,22 @@ impl Index {
             ..QueueStats::default()
         };
         s.waiting = self
-            .conn
-            .row(DUE.waiting, [now.as_millis()], |r| r.get::<_, i64>(0))
-            .map(u)
-            .map_err(self.err("read"))?;
-        let oldest: Option<(i64, Option<i64>)> = self
-            .conn
-            .first(
-                "SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err("read"))?;
+            .read_row(DUE.waiting, [now.as_millis()], |r| r.get::<_, i64>(0))
+            .map(u)?;
+        let oldest: Option<(i64, Option<i64>)> = self.read_first(
+            "SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         if let Some((id, at)) = oldest {
             s.oldest_id = Some(u(id));
             s.oldest_enqueued_at = at.map(Timestamp::from_secs);
         }
-        let hist: Vec<(i64, i64)> = self
-            .conn
-            .rows(
-                "SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err("read"))?;
+        let hist: Vec<(i64, i64)> = self.read_rows(
+            "SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         for (a, n) in hist {
             s.attempts_histogram
                 .insert(u32::try_from(a).unwrap_or(u32::MAX), u(n));
@@ -511,13 +472,11 @@ impl Index {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(None);
         };
-        self.conn
-            .first(
-                "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
-                params![client, seq],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err("read"))
+        self.read_first(
+            "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
+            params![client, seq],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// The digest recorded for a client's number.
@@ -560,10 +519,7 @@ impl Index {
 
     /// Whether the index was last written in this boot.
     pub fn written_this_boot(&self) -> Result<bool> {
-        let boot: Option<String> = self
-            .conn
-            .first("SELECT boot FROM state", [], |r| r.get(0))
-            .map_err(self.err("read"))?;
+        let boot: Option<String> = self.read_first("SELECT boot FROM state", [], |r| r.get(0))?;
         Ok(boot.as_deref() == Some(boot_id()))
     }
 
