@@ -9,6 +9,7 @@ use super::format::{self, parse_line, Line};
 use super::index::{Index, Which};
 use super::io::{copy_all, parent_dir, write_all, FileIo};
 use super::scan::TornTail;
+use super::upkeep::CarryJob;
 use super::{
     client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, push_line, scan,
     torn_notice, CompactReport, FileQueue, Inner, AUTO_COMPACT_MIN_BYTES, AUTO_COMPACT_RATIO,
@@ -647,7 +648,9 @@ impl FileQueue {
         self.settle_moves(inner, true)?;
         let mut carry = self.index_for_compaction(inner);
         let mut r = self.compact_with(inner, full, carry);
-        if let Ok(Compacted::NeedsIndex) = r {
+        if let Ok((Compacted::NeedsIndex, job)) = r {
+            // Its copy is of the index before the rebuild.
+            drop(job);
             // Only the index knows the retained records the main file
             // holds, which go to the delivered file before the rewrite
             // drops their lines (see `index_for_compaction`).
@@ -664,9 +667,9 @@ impl FileQueue {
         inner.dead = None;
         inner.delivered = None;
         inner.set_tails(Default::default());
-        let (report, layout, new_main) = match r? {
-            Compacted::Done(report, layout, new_main) => (report, layout, new_main),
-            Compacted::NeedsIndex => {
+        let (report, layout, new_main, job) = match r? {
+            (Compacted::Done(report, layout, new_main), job) => (report, layout, new_main, job),
+            (Compacted::NeedsIndex, _) => {
                 return Err(Error::Internal(
                     "compaction found retained records its index does not know".into(),
                 ))
@@ -677,9 +680,9 @@ impl FileQueue {
         let dead = open_existing(&self.dead_path, false)?;
         let delivered = open_existing(&self.delivered_path, false)?;
         let companions = [dead.as_ref(), delivered.as_ref()];
-        let carried = match carry {
-            true => self.carry_shared(&new_main, companions, &layout, &report),
-            false => Err(Error::Internal("no index to carry over".into())),
+        let carried = match job {
+            Some(job) => self.carry_shared(job, &new_main, companions, &layout, &report),
+            None => Err(Error::Internal("no index to carry over".into())),
         };
         let installed = match carried {
             Ok(()) => Ok(()),
@@ -700,8 +703,14 @@ impl FileQueue {
     /// [`FileQueue::compact_files`], from the index's plan when `carry`
     /// (the index is caught up: it tells where every live line is, and
     /// the main file's garbage is not read at all when most of the file
-    /// is garbage; see `main_plan_from_index`).
-    fn compact_with(&self, inner: &mut Inner, full: bool, carry: bool) -> Result<Compacted> {
+    /// is garbage; see `main_plan_from_index`), with the index's carry-over
+    /// started beside it.
+    fn compact_with(
+        &self,
+        inner: &mut Inner,
+        full: bool,
+        carry: bool,
+    ) -> Result<(Compacted, Option<CarryJob>)> {
         let plan = match carry {
             true => self.main_plan_from_index(inner).ok().flatten(),
             false => None,
@@ -709,7 +718,9 @@ impl FileQueue {
         if let Some(ix) = inner.index.take() {
             let _ = ix.rollback();
         }
-        self.compact_files(inner, full, plan)
+        // The index is committed and closed: its copy can start.
+        let job = carry.then(|| self.start_carry());
+        Ok((self.compact_files(inner, full, plan)?, job))
     }
 
     /// Compact the files after a call whose index transaction found it

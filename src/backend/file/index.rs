@@ -84,6 +84,7 @@ mod query;
 pub(crate) use apply::Applier;
 use journal::mark_clear;
 pub(crate) use journal::{clear_mark, journal_path, mark_path};
+pub(crate) use keep::Carry;
 
 pub(crate) const INDEX_VERSION: i64 = 9;
 

@@ -96,7 +96,7 @@ mod stream;
 mod upkeep;
 pub mod verify;
 
-use self::index::{Entry, FileNow, FileRow, Index, Unusable, Which};
+use self::index::{Carry, Entry, FileNow, FileRow, Index, Unusable, Which};
 use self::io::{parent_dir, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;

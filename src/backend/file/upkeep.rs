@@ -38,22 +38,38 @@ impl FileQueue {
         r.unwrap_or(false)
     }
 
+    /// Start carrying the shared index over a compaction on a thread of
+    /// its own (the first step of [`Carry`], which needs nothing of the
+    /// compaction): a byte copy of the index (committed, and nobody else
+    /// may touch it while the spool is locked; the copy keeps the index
+    /// file's mode) with every pending row given its new offset.
+    pub(super) fn start_carry(&self) -> CarryJob {
+        let tmp = companion(&self.index_path, "tmp");
+        let (from, to) = (self.index_path.clone(), tmp.clone());
+        let handle = std::thread::spawn(move || {
+            let _ = std::fs::remove_file(&to);
+            std::fs::copy(&from, &to).map_err(|e| Error::io(&to, "create", e))?;
+            Carry::start(&to)
+        });
+        CarryJob {
+            handle: Some(handle),
+            tmp,
+        }
+    }
+
     /// The index of the compacted files, carried over from the old one
-    /// (see [`Index::carry_from`]) into a temporary file and renamed into
-    /// place.
+    /// by `job` and [`Carry::finish`], its companion and file rows added,
+    /// and renamed into place.
     pub(super) fn carry_shared(
         &self,
+        job: CarryJob,
         main: &File,
         companions: [Option<&File>; 2],
         layout: &compact::Layout,
         report: &CompactReport,
     ) -> Result<()> {
-        let tmp = companion(&self.index_path, "tmp");
-        let _ = std::fs::remove_file(&tmp);
-        // A byte copy (the index is committed, and nobody else may touch
-        // it while the spool is locked); it keeps the index file's mode.
-        std::fs::copy(&self.index_path, &tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-        let built = Index::carry_from(&tmp, layout).and_then(|ix| {
+        let tmp = job.tmp.clone();
+        let built = job.join().and_then(|c| c.finish(layout)).and_then(|ix| {
             for (which, f) in Which::COMPANIONS.into_iter().zip(companions) {
                 if which == Which::Delivered && layout.delivered_kept {
                     continue;
@@ -621,5 +637,35 @@ impl FileQueue {
         inner.tail(which).torn = None;
         inner.notices.push(cut_notice(path, &torn));
         Ok(())
+    }
+}
+
+/// A [`Carry`] started beside a compaction ([`FileQueue::start_carry`]).
+/// Dropped without [`CarryJob::join`] (the compaction failed, or must run
+/// again), it waits for its thread and removes the copy.
+pub(super) struct CarryJob {
+    handle: Option<std::thread::JoinHandle<Result<Carry>>>,
+    tmp: PathBuf,
+}
+
+impl CarryJob {
+    /// Wait for the first step.
+    fn join(mut self) -> Result<Carry> {
+        let handle = self.handle.take().ok_or_else(no_carry)?;
+        handle.join().map_err(|_| no_carry())?
+    }
+}
+
+fn no_carry() -> Error {
+    Error::Internal("the index carry-over thread ended without a result".into())
+}
+
+impl Drop for CarryJob {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            // Its connection closes before the copy goes.
+            drop(handle.join());
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }

@@ -6,6 +6,7 @@ use super::{to_i64, u, Index, Loc};
 use crate::backend::file::compact::Layout;
 use crate::backend::receive::ClientDelta;
 use crate::error::{Error, Result};
+use crate::item::ItemId;
 use crate::push::memory::Recorded;
 use crate::time::Timestamp;
 use rusqlite::{params, Connection};
@@ -83,18 +84,36 @@ impl Index {
         Ok(out)
     }
 
-    /// The index of a compacted spool, made from `path`, a byte copy of
-    /// the index of the files before the compaction (which must have been
-    /// up to date with them): every pending row gets its line's offset in
-    /// the new file — the live lines lie there one after the other in id
-    /// order, see [`super::compact::Layout`] — and the dead-letter,
-    /// delivered and file rows are dropped, for the caller to add for the
-    /// new files
-    /// before [`Index::finish_carry`]. Everything else (the columns, the
-    /// secondary indexes, the counts, the push state, the receiver's
-    /// ledger, the high-water mark) stays as it is. Fails when the copy
-    /// does not hold exactly the live items the compaction kept.
-    pub fn carry_from(path: &Path, layout: &Layout) -> Result<Index> {
+    /// Finish an index made by [`Carry::start`] and [`Carry::finish`]:
+    /// commit.
+    pub fn finish_carry(&self) -> Result<()> {
+        self.conn
+            .execute_batch("COMMIT")
+            .map_err(self.err("carry the index over to the compacted file"))
+    }
+}
+
+/// The index of a compacted spool, made from a byte copy of the index of
+/// the files before the compaction (which must have been up to date with
+/// them), in two steps. [`Carry::start`] needs nothing of the compaction
+/// and runs beside it: every pending row gets its line's offset in the
+/// new file (the live lines lie there one after the other in id order,
+/// see [`super::compact::Layout`]). [`Carry::finish`] then drops the
+/// dead-letter, delivered and file rows, for the caller to add for the
+/// new files before [`Index::finish_carry`], and fails when the copy
+/// does not hold exactly the live items the compaction kept. Everything
+/// else (the columns, the secondary indexes, the counts, the push state,
+/// the receiver's ledger, the high-water mark) stays as it is.
+pub(crate) struct Carry {
+    ix: Index,
+    /// The rows given an offset, their lines' bytes (a newline each
+    /// included) and the highest id among them.
+    seen: (u64, u64, ItemId),
+}
+
+impl Carry {
+    /// Open the copy at `path` and give every pending row its new offset.
+    pub fn start(path: &Path) -> Result<Carry> {
         let err = |e| Error::sqlite(path, "carry the index over to the compacted file", e);
         let conn = Connection::open(path).map_err(err)?;
         conn.execute_batch(
@@ -133,33 +152,43 @@ impl Index {
             )
             .map_err(err)?;
         ix.conn
+            .execute_batch("UPDATE pending SET off = spool_next_offset(id, len)")
+            .map_err(err)?;
+        ix.conn
+            .remove_function("spool_next_offset", 2)
+            .map_err(err)?;
+        let [rows, bytes, last_id] = &*seen;
+        let seen = (
+            u(rows.load(Ordering::Relaxed)),
+            u(bytes.load(Ordering::Relaxed)),
+            u(last_id.load(Ordering::Relaxed)),
+        );
+        Ok(Carry { ix, seen })
+    }
+
+    /// With what the compaction kept: drop the rows of the files it
+    /// replaced, and check the offsets given against its layout.
+    pub fn finish(self, layout: &Layout) -> Result<Index> {
+        let Carry { ix, seen } = self;
+        let err = |e| Error::sqlite(&ix.path, "carry the index over to the compacted file", e);
+        ix.conn
             .execute_batch(if layout.delivered_kept {
                 // The delivered file stayed: its rows and file row stand;
                 // no item of it is in the new main file.
-                "UPDATE pending SET off = spool_next_offset(id, len);
-                 DELETE FROM dead;
+                "DELETE FROM dead;
                  UPDATE delivered SET in_main = 0 WHERE in_main <> 0;
                  DELETE FROM pruned;
                  DELETE FROM files WHERE name <> 'delivered';
                  UPDATE state SET dead = 0;"
             } else {
-                "UPDATE pending SET off = spool_next_offset(id, len);
-                 DELETE FROM dead;
+                "DELETE FROM dead;
                  DELETE FROM delivered;
                  DELETE FROM pruned;
                  DELETE FROM files;
                  UPDATE state SET dead = 0, delivered = 0, prune_after = 0;"
             })
             .map_err(err)?;
-        ix.conn
-            .remove_function("spool_next_offset", 2)
-            .map_err(err)?;
-        let [rows, bytes, last_id] = &*seen;
-        let (rows, bytes, last_id) = (
-            u(rows.load(Ordering::Relaxed)),
-            u(bytes.load(Ordering::Relaxed)),
-            u(last_id.load(Ordering::Relaxed)),
-        );
+        let (rows, bytes, last_id) = seen;
         if (rows, bytes.saturating_sub(rows), last_id)
             != (layout.pending, layout.lines_len, layout.max_live)
         {
@@ -180,12 +209,5 @@ impl Index {
                 .map_err(err)?;
         }
         Ok(ix)
-    }
-
-    /// Finish an index made by [`Index::carry_from`]: commit.
-    pub fn finish_carry(&self) -> Result<()> {
-        self.conn
-            .execute_batch("COMMIT")
-            .map_err(self.err("carry the index over to the compacted file"))
     }
 }
