@@ -5,6 +5,8 @@
 //! are found in the index when it is caught up with the files (the
 //! garbage is never read), by a scan of the file otherwise.
 
+mod live;
+
 use super::format::{self, parse_line, Line};
 use super::index::{Index, Which};
 use super::io::{copy_all, parent_dir, write_all, FileIo};
@@ -20,6 +22,7 @@ use crate::backend::receive::ClientDelta;
 use crate::backend::state::State;
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, ItemId, PushState};
+use live::LiveLines;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -358,7 +361,7 @@ impl FileQueue {
         pruned: &BTreeSet<ItemId>,
     ) -> Result<MainPlan> {
         let main = inner.main.as_ref().ok_or_else(no_handle)?;
-        let mut live: BTreeMap<ItemId, (u64, usize)> = BTreeMap::new();
+        let mut live = LiveLines::default();
         let mut high_water = 0;
         let mut last_push: Option<(u64, usize)> = None;
         let mut client_lines_at: Vec<(u64, usize)> = Vec::new();
@@ -375,10 +378,10 @@ impl FileQueue {
                 } else if head.client {
                     client_lines_at.push((offset, len));
                 } else if !head.put {
-                    let was_live = live.remove(&head.id).is_some();
+                    let was_live = live.remove(head.id);
                     holds_records |= was_live && head.retained && !pruned.contains(&head.id);
                 } else if !dead.dead.contains_key(&head.id) && !delivered.contains_key(&head.id) {
-                    live.insert(head.id, (offset, len));
+                    live.put(head.id, offset, len);
                 }
             },
         )?;
@@ -423,10 +426,7 @@ impl FileQueue {
             client_lines(&mut state_lines, id, &delta);
         }
         Ok(MainPlan {
-            live: live
-                .into_iter()
-                .map(|(id, (off, len))| (id, off, len))
-                .collect(),
+            live: live.into_vec(),
             high_water,
             state_lines,
             records: scanned.records,
