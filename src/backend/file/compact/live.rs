@@ -45,18 +45,15 @@ impl LiveLines {
         }
     }
 
-    /// The live items' lines, in id order.
+    /// The live items' lines, in id order (in the vector's own memory).
     pub fn into_vec(self) -> Vec<(ItemId, u64, usize)> {
-        let mut out = Vec::with_capacity(self.sorted.len() + self.others.len());
-        let mut others = self.others.into_iter().peekable();
-        for (id, off, len) in self.sorted.into_iter().filter(|e| e.2 != GONE) {
-            while let Some((o, (o_off, o_len))) = others.next_if(|(o, _)| *o < id) {
-                out.push((o, o_off, o_len));
-            }
-            out.push((id, off, len));
+        let LiveLines { mut sorted, others } = self;
+        sorted.retain(|e| e.2 != GONE);
+        if !others.is_empty() {
+            sorted.extend(others.into_iter().map(|(id, (off, len))| (id, off, len)));
+            sorted.sort_unstable_by_key(|e| e.0);
         }
-        out.extend(others.map(|(id, (off, len))| (id, off, len)));
-        out
+        sorted
     }
 }
 

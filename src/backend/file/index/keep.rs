@@ -117,7 +117,7 @@ impl Carry {
         let err = |e| Error::sqlite(path, "carry the index over to the compacted file", e);
         let conn = Connection::open(path).map_err(err)?;
         conn.execute_batch(
-            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -16000; BEGIN;",
+            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -4000; BEGIN;",
         )
         .map_err(err)?;
         let ix = Index::unshared(conn, path.to_path_buf());
