@@ -61,6 +61,51 @@ impl Cached for Connection {
     }
 }
 
+/// A store over one connection whose failures name it (the SQLite
+/// backend's `Db`, the NDJSON index's `Index`): [`Cached`]'s calls, each
+/// failure turned into spool's error by the store.
+pub(crate) trait SqlStore {
+    /// The connection.
+    fn conn(&self) -> &Connection;
+    /// A failed statement as spool's error: one that changes the store
+    /// (`write`) or one that reads it.
+    fn fail(&self, e: rusqlite::Error, write: bool) -> crate::error::Error;
+
+    /// [`Cached::run`].
+    fn run(&self, sql: &str, p: impl Params) -> crate::error::Result<usize> {
+        self.conn().run(sql, p).map_err(|e| self.fail(e, true))
+    }
+    /// [`Cached::row`].
+    fn row<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> crate::error::Result<T> {
+        self.conn().row(sql, p, f).map_err(|e| self.fail(e, false))
+    }
+    /// [`Cached::first`].
+    fn first<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> crate::error::Result<Option<T>> {
+        self.conn()
+            .first(sql, p, f)
+            .map_err(|e| self.fail(e, false))
+    }
+    /// [`Cached::rows`].
+    fn rows<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> crate::error::Result<Vec<T>> {
+        self.conn().rows(sql, p, f).map_err(|e| self.fail(e, false))
+    }
+}
+
 /// `n` as an SQL integer, the largest one when it does not fit (an id
 /// or a count past `i64::MAX` matches nothing, as no row holds one).
 pub(crate) fn clamp<N: TryInto<i64>>(n: N) -> i64 {

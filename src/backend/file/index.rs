@@ -52,7 +52,7 @@
 
 use super::format::{self, ClientLine, Line, PushLine};
 use super::io::{read_exact_at, FileIo};
-use crate::backend::sql::Cached;
+use crate::backend::sql::{Cached, SqlStore};
 use crate::error::{Error, Result};
 use crate::item::ItemId;
 use crate::time::Timestamp;
@@ -565,44 +565,19 @@ impl Known {
     }
 }
 
+impl SqlStore for Index {
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn fail(&self, e: rusqlite::Error, write: bool) -> Error {
+        Error::sqlite(&self.path, if write { "update" } else { "read" }, e)
+    }
+}
+
 impl Index {
     fn err(&self, action: &'static str) -> impl Fn(rusqlite::Error) -> Error + '_ {
         move |e| Error::sqlite(&self.path, action, e)
-    }
-
-    /// [`Cached::run`] on the index, a failure one to update it.
-    pub(crate) fn update(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
-        self.conn.run(sql, p).map_err(self.err("update"))
-    }
-
-    /// [`Cached::row`], a failure one to read the index.
-    pub(crate) fn read_row<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<T> {
-        self.conn.row(sql, p, f).map_err(self.err("read"))
-    }
-
-    /// [`Cached::first`], a failure one to read the index.
-    pub(crate) fn read_first<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Option<T>> {
-        self.conn.first(sql, p, f).map_err(self.err("read"))
-    }
-
-    /// [`Cached::rows`], a failure one to read the index.
-    pub(crate) fn read_rows<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Vec<T>> {
-        self.conn.rows(sql, p, f).map_err(self.err("read"))
     }
 
     /// Open the shared index at `path`. A writer's connection commits
@@ -850,7 +825,7 @@ impl Index {
         boot_rule: bool,
         known: &[Option<Known>; 3],
     ) -> Result<std::result::Result<[FileRow; 3], String>> {
-        let boot: Option<String> = self.read_first("SELECT boot FROM state", [], |r| r.get(0))?;
+        let boot: Option<String> = self.first("SELECT boot FROM state", [], |r| r.get(0))?;
         match boot {
             None => return Ok(Err("it has no state row".into())),
             Some(b) if boot_rule && b != boot_id() => {
@@ -894,7 +869,7 @@ impl Index {
 
     /// The row of `which`, if any.
     pub fn file_row(&self, which: Which) -> Result<Option<FileRow>> {
-        self.read_first("SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1", [which.name()], |r| {
+        self.first("SELECT dev, ino, upto, lines, records, needs_newline, fingerprint FROM files WHERE name = ?1", [which.name()], |r| {
                     Ok(FileRow {
                         dev: r.get::<_, i64>(0)? as u64,
                         ino: r.get::<_, i64>(1)? as u64,

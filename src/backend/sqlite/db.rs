@@ -16,7 +16,7 @@ use super::rows::{
     UNKNOWN_ENQUEUED_AT, V1_DEAD_COLUMNS, V1_ITEM_COLUMNS, V2_DEAD_COLUMNS, V2_ITEM_COLUMNS,
 };
 use super::schema::{self, Layout};
-use crate::backend::sql::Cached;
+use crate::backend::sql::{Cached, SqlStore};
 use crate::error::{Error, Result};
 use crate::item::{Item, ItemId, OnFull};
 use rusqlite::config::DbConfig;
@@ -76,6 +76,16 @@ pub(super) fn sql_id(id: ItemId) -> Option<i64> {
     i64::try_from(id).ok()
 }
 
+impl SqlStore for Db<'_> {
+    fn conn(&self) -> &Connection {
+        self.conn
+    }
+
+    fn fail(&self, e: rusqlite::Error, _write: bool) -> Error {
+        self.err(e)
+    }
+}
+
 impl<'a> Db<'a> {
     /// `conn` (a connection or an open transaction) for one operation.
     pub fn new(conn: &'a Connection, path: &'a Path, action: &'static str, layout: Layout) -> Self {
@@ -92,41 +102,6 @@ impl<'a> Db<'a> {
 
     pub fn err(&self, e: rusqlite::Error) -> Error {
         Error::sqlite(self.path, self.action, e)
-    }
-
-    /// [`Cached::run`] on the connection, its error as spool's.
-    pub fn run(&self, sql: &str, p: impl rusqlite::Params) -> Result<usize> {
-        self.conn.run(sql, p).map_err(|e| self.err(e))
-    }
-
-    /// [`Cached::row`], its error as spool's.
-    pub fn row<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<T> {
-        self.conn.row(sql, p, f).map_err(|e| self.err(e))
-    }
-
-    /// [`Cached::first`], its error as spool's.
-    pub fn first<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Option<T>> {
-        self.conn.first(sql, p, f).map_err(|e| self.err(e))
-    }
-
-    /// [`Cached::rows`], its error as spool's.
-    pub fn rows<T>(
-        &self,
-        sql: &str,
-        p: impl rusqlite::Params,
-        f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Vec<T>> {
-        self.conn.rows(sql, p, f).map_err(|e| self.err(e))
     }
 
     fn item_columns(&self) -> &'static str {

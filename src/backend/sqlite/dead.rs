@@ -3,6 +3,7 @@
 
 use super::db::{sql_id, Db};
 use super::rows::{dead_from_row, payload_value, read_text, UNKNOWN_ENQUEUED_AT};
+use crate::backend::sql::SqlStore;
 use crate::error::{Error, Result};
 use crate::item::{DeadLetter, ItemId};
 use crate::time::Timestamp;

@@ -6,6 +6,7 @@
 use super::db::Db;
 use super::rows::payload_value;
 use crate::backend::policy::{self, EnqueueStore, Limit};
+use crate::backend::sql::SqlStore;
 use crate::error::{Error, Result};
 use crate::item::{
     BatchResults, DepthLimit, EnqueueOptions, Enqueued, Item, ItemId, NewItem, OnFull, PRUNE_BATCH,

@@ -5,6 +5,7 @@
 use super::db::{sql_id, Db};
 use super::rows::{item_from_row, read_id, read_seq, ITEM_COLUMNS};
 use super::schema;
+use crate::backend::sql::SqlStore;
 use crate::error::{Error, Result};
 use crate::item::{Evidence, Item, ItemId, PushAck, PushState, PRUNE_BATCH};
 use crate::time::Timestamp;

@@ -6,7 +6,7 @@ use super::db::Db;
 use super::enqueue::multi_row_sql;
 use crate::backend::held::{Held, HeldRecord};
 use crate::backend::ledger_sql::{self, LedgerSql};
-use crate::backend::sql::Cached;
+use crate::backend::sql::{Cached, SqlStore};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};

@@ -7,6 +7,7 @@ use super::db::{sql_id, Db};
 use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_ENQUEUED_AT};
 use super::schema;
 use crate::backend::retain_sql::{self, Order, RecordsSql};
+use crate::backend::sql::SqlStore;
 use crate::error::{Error, Result};
 use crate::item::{DeliveredItem, Evidence, ItemId};
 use crate::time::Timestamp;

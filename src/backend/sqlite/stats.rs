@@ -5,6 +5,7 @@ use super::db::Db;
 use super::rows::{clamp_attempts, read_enqueued_at, read_id};
 use super::schema::Layout;
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
+use crate::backend::sql::SqlStore;
 use crate::error::Result;
 use crate::item::{ItemId, QueueStats};
 use crate::time::Timestamp;

@@ -263,7 +263,7 @@ impl<'a> Applier<'a> {
     /// Delete dead row `id`, counting it.
     fn delete_dead(&mut self, id: i64) -> Result<()> {
         let ix = self.ix;
-        let n = ix.update("DELETE FROM dead WHERE id = ?1", [id])?;
+        let n = ix.run("DELETE FROM dead WHERE id = ?1", [id])?;
         self.dead -= n as i64;
         Ok(())
     }
@@ -368,7 +368,7 @@ impl<'a> Applier<'a> {
                      group_name, coalesce_key, last_error) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 };
-                ix.update(sql, values)?;
+                ix.run(sql, values)?;
             }
             Entry::Done(id, delivery) => {
                 self.flush()?;
@@ -409,7 +409,7 @@ impl<'a> Applier<'a> {
                 let id = to_i64(row.id, "item id")?;
                 self.delete_pending(id)?;
                 self.delete_dead(id)?;
-                ix.update(
+                ix.run(
                     "INSERT INTO dead (id, off, len, key) VALUES (?1, ?2, ?3, ?4)",
                     params![id, off as i64, len as i64, row.key],
                 )?;
@@ -454,7 +454,7 @@ impl<'a> Applier<'a> {
                     Some(g) if g.main_record => g.late,
                     _ => self.late(id, at)?,
                 };
-                ix.update(
+                ix.run(
                     "INSERT INTO delivered (id, off, len, key, delivered_at, in_main, late) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     params![id, off as i64, len as i64, row.key, at, in_main, late],
@@ -470,7 +470,7 @@ impl<'a> Applier<'a> {
                     // file first), also when this file held the record
                     // (moved by a compaction that a crash cut short): the
                     // record stays pruned when it comes.
-                    ix.update("INSERT OR IGNORE INTO pruned (id) VALUES (?1)", [id])?;
+                    ix.run("INSERT OR IGNORE INTO pruned (id) VALUES (?1)", [id])?;
                 }
             }
             // State lines live in the other files.
@@ -504,13 +504,13 @@ impl<'a> Applier<'a> {
         done: (u64, usize),
     ) -> Result<()> {
         let ix = self.ix;
-        let pruned = ix.update("DELETE FROM pruned WHERE id = ?1", [id])?;
+        let pruned = ix.run("DELETE FROM pruned WHERE id = ?1", [id])?;
         if pruned > 0 {
             return Ok(());
         }
         let at = d.at.as_millis();
         let late = self.late(id, at)?;
-        let n = ix.update(
+        let n = ix.run(
             "INSERT OR IGNORE INTO delivered (id, off, len, key, delivered_at, in_main, late, \
                  done_off, done_len) VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8)",
             params![
@@ -532,7 +532,7 @@ impl<'a> Applier<'a> {
     /// delivered item `id` (nothing when `id` is not one).
     fn set_in_main(&mut self, id: i64, on: bool) -> Result<()> {
         let ix = self.ix;
-        ix.update(
+        ix.run(
             "UPDATE delivered SET in_main = ?2 WHERE id = ?1 AND in_main <> ?2",
             params![id, on],
         )
@@ -549,14 +549,14 @@ impl<'a> Applier<'a> {
             || !c.rejected.is_empty()
             || !c.skipped.is_empty()
             || c.last.is_some();
-        ix.update(
+        ix.run(
             "INSERT INTO clients (id, known, last_seq, acked, at) VALUES (?1, ?2, 0, 0, NULL) \
                  ON CONFLICT (id) DO UPDATE SET known = known OR excluded.known",
             params![c.id, known],
         )?;
         let add = |seq: u64, kind: i64, digest: Option<&str>, reason: Option<&str>| {
             let seq = to_i64(seq, "push number")?;
-            ix.update("INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)", params![c.id, seq, kind, digest, reason])
+            ix.run("INSERT OR IGNORE INTO client_entries (client, seq, kind, digest, reason) VALUES (?1, ?2, ?3, ?4, ?5)", params![c.id, seq, kind, digest, reason])
                 .map(drop)
         };
         for (seq, digest) in &c.applied {
@@ -569,20 +569,20 @@ impl<'a> Applier<'a> {
         // `last_seq` covers them.
         if let Some(last) = c.last {
             let last = to_i64(last, "push number")?;
-            ix.update(
+            ix.run(
                 "UPDATE clients SET last_seq = max(last_seq, ?2) WHERE id = ?1",
                 params![c.id, last],
             )?;
         }
         if c.acked > 0 {
             let acked = to_i64(c.acked, "push number")?;
-            ix.update(
+            ix.run(
                 "UPDATE clients SET acked = max(acked, ?2) WHERE id = ?1",
                 params![c.id, acked],
             )?;
         }
         if let Some(at) = c.at {
-            ix.update(
+            ix.run(
                 "UPDATE clients SET at = ?2 WHERE id = ?1",
                 params![c.id, at],
             )?;
@@ -601,7 +601,7 @@ impl<'a> Applier<'a> {
             Which::Delivered => "UPDATE delivered SET len = ?3 WHERE id = ?1 AND off = ?2",
         };
         let ix = self.ix;
-        ix.update(
+        ix.run(
             sql,
             params![
                 to_i64(id, "item id").unwrap_or(i64::MAX),
@@ -620,7 +620,7 @@ impl<'a> Applier<'a> {
         self.flush()?;
         let ix = self.ix;
         if self.depth != 0 || self.held != 0 || self.dead != 0 || self.delivered != 0 {
-            ix.update(
+            ix.run(
                 "UPDATE state SET depth = depth + ?1, held = held + ?2, dead = dead + ?3, \
                      delivered = delivered + ?4",
                 params![self.depth, self.held, self.dead, self.delivered],
@@ -630,7 +630,7 @@ impl<'a> Applier<'a> {
             if *n == 0 {
                 continue;
             }
-            ix.update(
+            ix.run(
                 "INSERT INTO attempts (attempts, n) VALUES (?1, ?2) \
                      ON CONFLICT (attempts) DO UPDATE SET n = n + excluded.n",
                 params![attempts, n],
@@ -638,18 +638,18 @@ impl<'a> Applier<'a> {
         }
         if self.raised {
             let hw = to_i64(self.hw, "item id")?;
-            ix.update("UPDATE state SET high_water = max(high_water, ?1)", [hw])?;
+            ix.run("UPDATE state SET high_water = max(high_water, ?1)", [hw])?;
         }
         if let Some(n) = self.evicted {
             let n = to_i64(n, "eviction count")?;
-            ix.update("UPDATE state SET evicted_total = ?1", [n])?;
+            ix.run("UPDATE state SET evicted_total = ?1", [n])?;
         }
         if let Some(p) = self.push {
             let skips = serde_json::to_string(&p.skips)
                 .map_err(|e| Error::Internal(format!("cannot encode push skips: {e}")))?;
             let assigned = to_i64(p.assigned, "push number")?;
             let acked = to_i64(p.acked, "push number")?;
-            ix.update("UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)", params![assigned, acked, skips, p.uuid])?;
+            ix.run("UPDATE state SET push_assigned = ?1, push_acked = ?2, push_skips = ?3, uuid = coalesce(?4, uuid)", params![assigned, acked, skips, p.uuid])?;
         }
         Ok(())
     }

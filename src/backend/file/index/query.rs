@@ -6,7 +6,7 @@
 use super::{boot_id, u, DeliveredLoc, Index, Loc};
 use crate::backend::due_sql::{self, group_waiting_sql, DueSql};
 use crate::backend::ledger_sql::{self, LedgerSql};
-use crate::backend::sql::clamp;
+use crate::backend::sql::{clamp, SqlStore};
 use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
@@ -80,7 +80,7 @@ impl Index {
     }
 
     pub(super) fn state_u64(&self, column: &str) -> Result<u64> {
-        self.read_row(&format!("SELECT {column} FROM state"), [], |r| {
+        self.row(&format!("SELECT {column} FROM state"), [], |r| {
             r.get::<_, i64>(0)
         })
         .map(u)
@@ -113,7 +113,7 @@ impl Index {
 
     /// The push state.
     pub fn push(&self) -> Result<PushState> {
-        let (assigned, acked, skips): (i64, i64, String) = self.read_row(
+        let (assigned, acked, skips): (i64, i64, String) = self.row(
             "SELECT push_assigned, push_acked, push_skips FROM state",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -129,7 +129,7 @@ impl Index {
 
     /// The uuid a regeneration gave, if any.
     pub fn uuid(&self) -> Result<Option<String>> {
-        self.read_row("SELECT uuid FROM state", [], |r| r.get(0))
+        self.row("SELECT uuid FROM state", [], |r| r.get(0))
     }
 
     /// The pending item a non-empty key deduplicates to: the oldest
@@ -138,7 +138,7 @@ impl Index {
         if key.is_empty() {
             return Ok(None);
         }
-        self.read_first(
+        self.first(
             "SELECT id FROM pending WHERE key = ?1 AND key <> '' ORDER BY id LIMIT 1",
             [key],
             |r| r.get::<_, i64>(0),
@@ -147,7 +147,7 @@ impl Index {
     }
 
     fn ids(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<ItemId>> {
-        self.read_rows(sql, p, |r| r.get::<_, i64>(0).map(u))
+        self.rows(sql, p, |r| r.get::<_, i64>(0).map(u))
     }
 
     /// The pending items a new item with coalesce key `ck` replaces (SPEC
@@ -173,7 +173,7 @@ impl Index {
     }
 
     pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
-        self.read_rows(sql, p, |r| {
+        self.rows(sql, p, |r| {
             Ok(Loc {
                 id: u(r.get(0)?),
                 off: u(r.get(1)?),
@@ -230,7 +230,7 @@ impl Index {
     }
 
     fn delivered_locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<DeliveredLoc>> {
-        self.read_rows(sql, p, |r| {
+        self.rows(sql, p, |r| {
             let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
                 Some(off) => Some((off, r.get(4)?)),
                 None => None,
@@ -254,7 +254,7 @@ impl Index {
         if key.is_empty() {
             return Ok(None);
         }
-        self.read_first(
+        self.first(
             "SELECT id, delivered_at FROM delivered WHERE key = ?1 AND key <> '' \
                  ORDER BY delivered_at DESC, id DESC LIMIT 1",
             [key],
@@ -291,7 +291,7 @@ impl Index {
             return Ok(None);
         }
         let upto = clamp(upto);
-        self.read_first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
+        self.first(sql, params![key, upto], |r| r.get::<_, Option<i64>>(0))
             .map(|o| o.flatten().map(u))
     }
 
@@ -320,7 +320,7 @@ impl Index {
             .map_err(self.err("read"))?;
         if let Some(cursor) = cursor {
             self.will_write();
-            self.update("UPDATE state SET prune_after = ?1", [cursor])?;
+            self.run("UPDATE state SET prune_after = ?1", [cursor])?;
         }
         Ok(records
             .into_iter()
@@ -362,7 +362,7 @@ impl Index {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
-        self.read_first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
+        self.first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
             r.get::<_, Option<i64>>(0)
         })
         .map(|o| o.map(|seq| seq.map(u)))
@@ -373,12 +373,12 @@ impl Index {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
-        self.read_first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
+        self.first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
     }
 
     /// In-flight `(seq, id)` with `after < seq <= upto`.
     pub fn in_flight(&self, after: u64, upto: u64) -> Result<Vec<(u64, ItemId)>> {
-        self.read_rows(
+        self.rows(
                 "SELECT push_seq, id FROM pending WHERE push_seq > ?1 AND push_seq <= ?2 ORDER BY push_seq",
                 [clamp(after), clamp(upto)],
                 |r| Ok((u(r.get(0)?), u(r.get(1)?))),
@@ -404,7 +404,7 @@ impl Index {
     /// The first pending item of ordering group `group` (see
     /// [`crate::Queue::group_head`]).
     pub fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
-        self.read_first(
+        self.first(
             "SELECT id FROM pending INDEXED BY pending_group \
                  WHERE group_name = ?1 ORDER BY id LIMIT 1",
             [group],
@@ -416,7 +416,7 @@ impl Index {
     /// The earliest retry time after `now` of a pending item that is not
     /// held (see [`crate::Queue::next_retry_after`]).
     pub fn next_retry_after(&self, now: Timestamp) -> Result<Option<Timestamp>> {
-        self.read_row(
+        self.row(
             "SELECT min(next_retry_at) FROM pending WHERE next_retry_at > ?1 AND NOT held",
             [now.as_millis()],
             |r| r.get::<_, Option<i64>>(0),
@@ -436,9 +436,9 @@ impl Index {
             ..QueueStats::default()
         };
         s.waiting = self
-            .read_row(DUE.waiting, [now.as_millis()], |r| r.get::<_, i64>(0))
+            .row(DUE.waiting, [now.as_millis()], |r| r.get::<_, i64>(0))
             .map(u)?;
-        let oldest: Option<(i64, Option<i64>)> = self.read_first(
+        let oldest: Option<(i64, Option<i64>)> = self.first(
             "SELECT id, enqueued_at FROM pending ORDER BY id LIMIT 1",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -447,7 +447,7 @@ impl Index {
             s.oldest_id = Some(u(id));
             s.oldest_enqueued_at = at.map(Timestamp::from_secs);
         }
-        let hist: Vec<(i64, i64)> = self.read_rows(
+        let hist: Vec<(i64, i64)> = self.rows(
             "SELECT attempts, n FROM attempts WHERE n > 0 ORDER BY attempts",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -472,7 +472,7 @@ impl Index {
         let Ok(seq) = i64::try_from(seq) else {
             return Ok(None);
         };
-        self.read_first(
+        self.first(
             "SELECT kind, digest FROM client_entries WHERE client = ?1 AND seq = ?2",
             params![client, seq],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -519,7 +519,7 @@ impl Index {
 
     /// Whether the index was last written in this boot.
     pub fn written_this_boot(&self) -> Result<bool> {
-        let boot: Option<String> = self.read_first("SELECT boot FROM state", [], |r| r.get(0))?;
+        let boot: Option<String> = self.first("SELECT boot FROM state", [], |r| r.get(0))?;
         Ok(boot.as_deref() == Some(boot_id()))
     }
 
