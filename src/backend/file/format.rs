@@ -420,7 +420,7 @@ impl<'a> Cursor<'a> {
         let mut from = start;
         loop {
             let at = from + memchr::memchr2(b'"', b'\\', &bytes[from..])?;
-            if bytes[from..at].iter().any(|&b| b < 0x20) {
+            if has_control(&bytes[from..at]) {
                 return None;
             }
             if bytes[at] == b'"' {
@@ -457,6 +457,17 @@ impl<'a> Cursor<'a> {
     fn end(&mut self) -> Option<()> {
         (&self.text[self.at..] == "}").then_some(())
     }
+}
+
+/// Whether `bytes` holds a control character (below 0x20), which a JSON
+/// string may not hold raw. Checked 32 bytes at a time without an early
+/// exit inside a block, which the compiler turns into vector compares:
+/// byte by byte, it took about half the time of parsing a line with a
+/// 200-byte payload.
+fn has_control(bytes: &[u8]) -> bool {
+    let mut blocks = bytes.chunks_exact(32);
+    let found = blocks.any(|b| b.iter().fold(false, |acc, &c| acc | (c < 0x20)));
+    found || blocks.remainder().iter().any(|&c| c < 0x20)
 }
 
 /// Deserialise a line. A line that is valid UTF-8 (nearly all; `text` is

@@ -457,6 +457,29 @@ proptest! {
     }
 
     #[test]
+    fn a_raw_control_byte_anywhere_in_a_string_is_refused(
+        len in 0usize..100,
+        at in any::<u16>(),
+        byte in 0u8..0x20,
+        in_key in any::<bool>(),
+    ) {
+        // Long strings are checked in blocks: a control byte in a block,
+        // in the remainder, or at a block's edge is refused all the same,
+        // as serde_json refuses it.
+        let mut s = vec![b'x'; len];
+        if len > 0 {
+            s[at as usize % len] = byte;
+        }
+        let s = String::from_utf8(s).unwrap();
+        let (payload, key) = if in_key { ("p".to_string(), s.clone()) } else { (s.clone(), "k".to_string()) };
+        let line = format!(r#"{{"op":"put","id":1,"payload":"{payload}","idempotencyKey":"{key}","attempts":0,"enqueuedAt":1}}"#);
+        let serde_ok = serde_json::from_str::<serde_json::Value>(&line).is_ok();
+        prop_assert_eq!(serde_ok, len == 0);
+        prop_assert_eq!(parse_line(line.as_bytes()).is_ok(), serde_ok);
+        prop_assert_eq!(check_line(line.as_bytes()).is_ok(), serde_ok);
+    }
+
+    #[test]
     fn check_line_agrees_with_parse_line(line in line_like(), bad_byte in proptest::option::of(any::<u16>())) {
         // Sometimes a byte that is not UTF-8, inside a string or not.
         let mut line = line.into_bytes();
