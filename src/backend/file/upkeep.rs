@@ -1,8 +1,7 @@
 //! Keeping the index of an NDJSON spool in step with its files, with
 //! the lock held: check it, take in the tails other processes (or a
 //! crash) left, cut torn tails, rebuild it from the files when it does not
-//! match (restoring delivered records a crash took, see the `retain`
-//! module), build a reader's private one, and carry it over a compaction.
+//! match, build a reader's private one, and carry it over a compaction.
 
 use super::*;
 
