@@ -237,11 +237,7 @@ impl WatchEvent {
                 Round::Failed(_) => Level::Error,
                 Round::Skipped(_) => Level::Detail,
             },
-            WatchEvent::Push(note) => match note {
-                PushNote::OverAck { .. } => Level::Warn,
-                PushNote::Halved { .. } => Level::Info,
-                _ => Level::Detail,
-            },
+            WatchEvent::Push(note) => note.level,
             WatchEvent::Item { outcome, .. } => match outcome {
                 ItemOutcome::DeadLettered { .. } | ItemOutcome::SinkFailed { .. } => Level::Warn,
                 _ => Level::Detail,
@@ -448,6 +444,7 @@ impl<F: Fn(&LogEntry) + Send + Sync> WatchLog for F {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replay::push::PushEvent;
     use std::time::Duration;
 
     #[test]
@@ -595,41 +592,41 @@ mod tests {
                 outcome,
             });
         }
-        for note in [
-            PushNote::Sending {
+        for event in [
+            PushEvent::Sending {
                 first: 1,
                 last: 2,
                 items: 2,
                 skips: 0,
                 bytes: 10,
             },
-            PushNote::Acked {
+            PushEvent::Acked {
                 last_seq: 2,
                 applied: 2,
                 duplicates: 0,
             },
-            PushNote::OverAck {
+            PushEvent::OverAck {
                 claimed: 9,
                 highest: 2,
             },
-            PushNote::RequestFailed {
-                reason: "push request failed: HTTP 503".into(),
+            PushEvent::RequestFailed {
+                reason: "push request failed: HTTP 503",
                 failures: 1,
                 max: 5,
                 retry_in: Some(Duration::from_secs(2)),
             },
-            PushNote::Halved {
+            PushEvent::Halved {
                 max_entries: 1,
                 max_bytes: 100,
             },
-            PushNote::Resend { from: 1 },
-            PushNote::WouldSend {
+            PushEvent::Resend { from: 1 },
+            PushEvent::WouldSend {
                 seq: 3,
                 item: None,
                 in_flight: false,
             },
         ] {
-            events.push(WatchEvent::Push(note));
+            events.push(WatchEvent::Push(PushNote::of(&event)));
         }
         for e in &events {
             let text = e.to_string();

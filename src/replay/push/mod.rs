@@ -262,6 +262,78 @@ pub enum PushEvent<'a> {
     },
 }
 
+/// The one wording of each event, as `replay --push -v` and the watch
+/// daemon's log show it (the CLI words an over-ack as a warning and a
+/// dry run's entries with the item's details).
+impl std::fmt::Display for PushEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PushEvent::Sending {
+                first,
+                last,
+                items,
+                skips,
+                bytes,
+            } => write!(
+                f,
+                "push: sending sequence {first}..{last} ({items} items, {skips} skips, {bytes} bytes)"
+            ),
+            PushEvent::Acked {
+                last_seq,
+                applied,
+                duplicates,
+            } => write!(
+                f,
+                "push: acknowledged up to {last_seq} ({applied} applied, {duplicates} duplicates)"
+            ),
+            PushEvent::OverAck { claimed, highest } => write!(
+                f,
+                "the push receiver acknowledged up to sequence {claimed}, but this spool has \
+                 assigned only up to {highest}; the excess is ignored (does the receiver hold \
+                 another client's history under this spool's uuid?)"
+            ),
+            PushEvent::RequestFailed {
+                reason,
+                failures,
+                max,
+                retry_in,
+            } => match retry_in {
+                Some(d) => write!(
+                    f,
+                    "{reason} (failed request {failures} of {max}); resending in {}",
+                    crate::units::format_duration(*d)
+                ),
+                None => write!(
+                    f,
+                    "{reason} (failed request {failures} of {max}); no more requests in this run"
+                ),
+            },
+            PushEvent::Halved {
+                max_entries,
+                max_bytes,
+            } => write!(
+                f,
+                "push: the receiver refused the request as too large; at most {max_entries} \
+                 entries and {max_bytes} bytes per request from now on"
+            ),
+            PushEvent::Resend { from } => {
+                write!(f, "push: the receiver asked to resend from sequence {from}")
+            }
+            PushEvent::WouldSend {
+                seq,
+                item,
+                in_flight,
+            } => {
+                let verb = if *in_flight { "resend" } else { "send" };
+                match item {
+                    Some(i) => write!(f, "push: would {verb} item {} as sequence {seq}", i.id),
+                    None => write!(f, "push: would {verb} a skip entry as sequence {seq}"),
+                }
+            }
+        }
+    }
+}
+
 /// Why a run ended before everything was sent and acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PushHalt {

@@ -129,74 +129,24 @@ impl ReplayObserver for Progress {
 
     fn push_event(&self, event: &PushEvent<'_>) {
         match event {
-            PushEvent::Sending {
-                first,
-                last,
-                items,
-                skips,
-                bytes,
-            } => self.say(
-                Verbosity::Verbose,
-                format!(
-                    "push: sending sequence {first}..{last} ({items} items, {skips} skips, {bytes} bytes)"
-                ),
-            ),
-            PushEvent::Acked {
-                last_seq,
-                applied,
-                duplicates,
-            } => self.say(
-                Verbosity::Verbose,
-                format!(
-                    "push: acknowledged up to {last_seq} ({applied} applied, {duplicates} duplicates)"
-                ),
-            ),
-            PushEvent::OverAck { claimed, highest } => self.say(
-                Verbosity::Normal,
-                format!(
-                    "warning: the push receiver acknowledged up to sequence {claimed}, but this \
-                     spool has assigned only up to {highest}; the excess is ignored (does the \
-                     receiver hold another client's history under this spool's uuid?)"
-                ),
-            ),
-            PushEvent::RequestFailed {
-                reason,
-                failures,
-                max,
-                retry_in,
-            } => self.say_or_tell_first(
-                Verbosity::Normal,
-                &self.told_failure,
-                match retry_in {
-                    Some(d) => format!(
-                        "{reason} (failed request {failures} of {max}); resending in {}",
-                        crate::render::duration(*d)
-                    ),
-                    None => format!(
-                        "{reason} (failed request {failures} of {max}); no more requests in this run"
-                    ),
-                },
-            ),
-            PushEvent::Halved {
-                max_entries,
-                max_bytes,
-            } => self.say(
-                Verbosity::Normal,
-                format!(
-                    "push: the receiver refused the request as too large; at most {max_entries} \
-                     entries and {max_bytes} bytes per request from now on"
-                ),
-            ),
-            PushEvent::Resend { from } => self.say(
-                Verbosity::Verbose,
-                format!("push: the receiver asked to resend from sequence {from}"),
-            ),
+            PushEvent::Sending { .. } | PushEvent::Acked { .. } | PushEvent::Resend { .. } => {
+                self.say(Verbosity::Verbose, event.to_string())
+            }
+            PushEvent::OverAck { .. } => self.say(Verbosity::Normal, format!("warning: {event}")),
+            PushEvent::RequestFailed { .. } => {
+                self.say_or_tell_first(Verbosity::Normal, &self.told_failure, event.to_string())
+            }
+            PushEvent::Halved { .. } => self.say(Verbosity::Normal, event.to_string()),
             PushEvent::WouldSend {
                 seq,
                 item,
                 in_flight,
             } => {
-                let verb = if *in_flight { "would resend" } else { "would send" };
+                let verb = if *in_flight {
+                    "would resend"
+                } else {
+                    "would send"
+                };
                 let what = match item {
                     Some(i) => {
                         if let Some(b) = &self.bar {
