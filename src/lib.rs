@@ -30,6 +30,7 @@ pub mod error;
 pub mod fs_type;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod holder_lock;
 pub mod item;
 pub mod ops;
 pub mod private_file;

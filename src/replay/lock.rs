@@ -10,18 +10,13 @@
 
 use crate::backend::companion;
 use crate::error::{Error, Result};
-use crate::time::Timestamp;
-use std::fs::{File, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use crate::holder_lock::HolderLock;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A held replay lock; dropping it releases the lock.
 #[derive(Debug)]
-pub struct ReplayLock {
-    file: File,
-    path: PathBuf,
-}
+pub struct ReplayLock(HolderLock);
 
 impl ReplayLock {
     /// The lock file of the spool at `spool`.
@@ -34,64 +29,18 @@ impl ReplayLock {
     /// holder.
     pub fn acquire(spool: &Path, wait: Duration) -> Result<ReplayLock> {
         let path = Self::lock_path(spool);
-        let mut file = crate::private_file::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, "open the replay lock", e))?;
-        let deadline = Instant::now() + wait;
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) => {
-                    if Instant::now() >= deadline {
-                        let mut holder = String::new();
-                        let _ = file.seek(SeekFrom::Start(0));
-                        let _ = (&file).take(512).read_to_string(&mut holder);
-                        let holder = holder.trim();
-                        return Err(Error::ReplayLocked {
-                            path: spool.to_path_buf(),
-                            holder: if holder.is_empty() {
-                                "holder unknown".into()
-                            } else {
-                                holder.to_string()
-                            },
-                        });
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(TryLockError::Error(e)) => {
-                    return Err(Error::io(&path, "lock", e));
-                }
-            }
+        match HolderLock::acquire(&path, wait, "", "open the replay lock")? {
+            Ok(lock) => Ok(ReplayLock(lock)),
+            Err(holder) => Err(Error::ReplayLocked {
+                path: spool.to_path_buf(),
+                holder,
+            }),
         }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "unknown host".into());
-        let line = format!(
-            "pid {} on {} since {}\n",
-            std::process::id(),
-            host,
-            Timestamp::now()
-        );
-        let _ = file.set_len(0);
-        let _ = file.seek(SeekFrom::Start(0));
-        let _ = file.write_all(line.as_bytes());
-        Ok(ReplayLock { file, path })
     }
 
     /// The lock file's path.
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for ReplayLock {
-    fn drop(&mut self) {
-        let _ = self.file.set_len(0);
-        let _ = self.file.unlock();
+        self.0.path()
     }
 }
 

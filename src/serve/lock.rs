@@ -13,17 +13,13 @@
 
 use crate::backend::companion;
 use crate::error::{Error, Result};
-use crate::time::Timestamp;
-use std::fs::{File, TryLockError};
-use std::io::{Read, Seek, SeekFrom, Write};
+use crate::holder_lock::HolderLock;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A held serve lock; dropping it releases the lock.
 #[derive(Debug)]
-pub struct ServeLock {
-    file: File,
-    path: PathBuf,
-}
+pub struct ServeLock(HolderLock);
 
 impl ServeLock {
     /// The lock file of the spool at `spool`.
@@ -35,56 +31,23 @@ impl ServeLock {
     /// [`Error::ServeLocked`] naming the holder.
     pub fn acquire(spool: &Path) -> Result<ServeLock> {
         let path = Self::lock_path(spool);
-        let mut file = crate::private_file::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, "open the serve lock", e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.seek(SeekFrom::Start(0));
-                let _ = (&file).take(512).read_to_string(&mut holder);
-                let holder = holder.trim();
-                return Err(Error::ServeLocked {
-                    path: spool.to_path_buf(),
-                    holder: if holder.is_empty() {
-                        "holder unknown".into()
-                    } else {
-                        holder.to_string()
-                    },
-                });
-            }
-            Err(TryLockError::Error(e)) => return Err(Error::io(&path, "lock", e)),
+        match HolderLock::acquire(
+            &path,
+            Duration::ZERO,
+            "spool serve, ",
+            "open the serve lock",
+        )? {
+            Ok(lock) => Ok(ServeLock(lock)),
+            Err(holder) => Err(Error::ServeLocked {
+                path: spool.to_path_buf(),
+                holder,
+            }),
         }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "unknown host".into());
-        let line = format!(
-            "spool serve, pid {} on {} since {}\n",
-            std::process::id(),
-            host,
-            Timestamp::now()
-        );
-        let _ = file.set_len(0);
-        let _ = file.seek(SeekFrom::Start(0));
-        let _ = file.write_all(line.as_bytes());
-        Ok(ServeLock { file, path })
     }
 
     /// The lock file's path.
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for ServeLock {
-    fn drop(&mut self) {
-        let _ = self.file.set_len(0);
-        let _ = self.file.unlock();
+        self.0.path()
     }
 }
 
