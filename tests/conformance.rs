@@ -124,6 +124,7 @@ policies!(
         a_record_delivered_below_a_pruned_one_expires_too,
         push_acks_are_retained_with_the_watermark,
         a_push_ack_prunes_expired_records,
+        a_refusing_push_ack_prunes_expired_records,
         dead_letters_are_not_delivered,
         delivered_records_import_and_dedup,
         importing_twice_adds_nothing_twice,
@@ -3699,6 +3700,27 @@ fn a_push_ack_prunes_expired_records(s: Setup) {
     assert_eq!(h.q().push_ack(1, &[]).unwrap().delivered, [b]);
     h.step();
     assert_eq!(delivered_ids(&h), [b], "the expired record is pruned");
+}
+
+/// A push ack that delivers nothing (its one entry refused) prunes
+/// expired records too. (Found by the simulator: PostgreSQL pruned only
+/// along with a delivery.)
+fn a_refusing_push_ack_prunes_expired_records(s: Setup) {
+    let mut h = s.open(None);
+    h.q().set_retain(Some(HOUR)).unwrap();
+    let a = add(&h, "a", "");
+    let b = add(&h, "b", "");
+    assert_eq!(h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap(), [true]);
+    h.q().push_assign(&[b]).unwrap();
+    h.step();
+    h.clock.advance(HOUR + Duration::from_secs(60));
+    let ack = h.q().push_ack(1, &[(1, "HTTP 400".into())]).unwrap();
+    assert!(ack.delivered.is_empty());
+    assert_eq!(ack.rejected, [b]);
+    h.step();
+    assert!(delivered_ids(&h).is_empty(), "the expired record is pruned");
+    let dead: Vec<ItemId> = dead(&h).iter().map(|d| d.item.id).collect();
+    assert_eq!(dead, [b]);
 }
 
 /// Dead letters are not delivered items: they are never retained.

@@ -133,8 +133,10 @@ impl PostgresQueue {
     /// still carrying them), each with its encoded `evidence`: kept in
     /// `delivered` while the spool has a window, deleted otherwise; push
     /// numbers of removed in-flight items become skips when `skip`. Then
-    /// prune up to [`crate::item::PRUNE_BATCH`] expired records. The
-    /// spool row (`spool`) is locked. Returns the ids removed.
+    /// prune up to [`crate::item::PRUNE_BATCH`] expired records, also
+    /// when `ids` is empty (a push acknowledgement that only rejected or
+    /// skipped prunes too, as on every backend). The spool row (`spool`)
+    /// is locked. Returns the ids removed.
     pub(super) fn deliver_in(
         &self,
         tx: &mut Tx<'_>,
@@ -144,10 +146,9 @@ impl PostgresQueue {
         tokens: Option<&[i64]>,
         skip: bool,
     ) -> Result<HashSet<ItemId>> {
-        if ids.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let removed = if spool.retain_ms.is_some() {
+        let removed = if ids.is_empty() {
+            HashSet::new()
+        } else if spool.retain_ms.is_some() {
             let now = self.now_param();
             let rows = match tokens {
                 None => tx.query(MOVE, &[self.spool(), &ids, &evidence, &skip, &now])?,
