@@ -79,6 +79,10 @@ const REGRESSIONS: &[(&str, u64)] = &[
     // entries refused or skipped) did not prune expired delivered
     // records, as every other backend's does.
     ("postgres", 121900191832689),
+    // PostgreSQL takes the oldest expired deliveries first, not the
+    // model's order (late records first): a bounded prune took other
+    // records, which the comparison now allows, as on NDJSON.
+    ("postgres", 169573699531624),
 ];
 
 /// Operations per plan.
