@@ -728,7 +728,7 @@ impl World {
                 // id, following the late flags, which an NDJSON index
                 // sets again in file order when a compaction rewrites the
                 // delivered file or the index is rebuilt; PostgreSQL takes
-                // the oldest deliveries first (then by id). So on those
+                // the oldest deliveries first (ties in no fixed order). So on those
                 // two: the same count, maybe other records. Then both
                 // sides prune every expired record; the comparison after
                 // the operation sees whether either took a record that

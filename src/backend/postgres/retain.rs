@@ -80,7 +80,7 @@ const MOVE_LEASED: &str = move_sql!(
 const PRUNE: &str = "WITH p AS (DELETE FROM {s}.delivered WHERE spool = $1 AND id IN ( \
          SELECT id FROM {s}.delivered WHERE spool = $1 \
            AND delivered_at <= COALESCE(COALESCE($2::int8, {now}) - $3::int8, 9223372036854775807) \
-         ORDER BY delivered_at, id LIMIT $4) RETURNING 1), \
+         ORDER BY delivered_at LIMIT $4) RETURNING 1), \
      u AS (UPDATE {s}.spools SET retained = retained - (SELECT count(*) FROM p) WHERE name = $1) \
      SELECT count(*) FROM p";
 
