@@ -198,6 +198,7 @@ conformance!(
         a_reused_number_with_other_content_is_refused_after_reopen,
         one_receive_commits_many_requests,
         received_keys_are_scoped_per_sender,
+        a_received_coalescing_entry_needs_room_under_the_bound,
         received_skips_store_nothing,
         a_streamed_batch_is_enqueue_batch_without_the_memory,
         a_streamed_batch_that_fails_stores_nothing,
@@ -2611,6 +2612,36 @@ fn received_keys_are_scoped_per_sender(s: Setup) {
 /// SPEC §7: "A skip entry stores nothing but the advanced last_seq". Three
 /// pushes of many skips leave no per-number record in the backend's
 /// storage, while the number still counts as processed.
+/// A received entry fits as an enqueue does: what its coalesce key
+/// replaces goes first, then it must fit under the bound — also in a
+/// spool over its bound (a bound lowered since): 503, nothing changed.
+/// (Found by the simulator: the SQLite receiver let an entry in whenever
+/// it replaced something.)
+fn a_received_coalescing_entry_needs_room_under_the_bound(s: Setup) {
+    let mut h = s.open(None);
+    let limits = ReceiveLimits::default();
+    let status = Some("status");
+    let first = [
+        (1, "a1", None, status),
+        (2, "a2", None, None),
+        (3, "a3", None, None),
+    ];
+    accepted(receive(&h, &grouped_request("edge-a", 0, &first), &limits));
+    h.q().set_max_depth(Some(2)).unwrap();
+    h.step();
+    let again = grouped_request("edge-a", 3, &[(4, "a4", None, status)]);
+    assert_eq!(
+        receive(&h, &again, &limits),
+        PushOutcome::Full { last_seq: 3 },
+        "three items less the one replaced is still the bound"
+    );
+    assert_eq!(payloads(&drain(&h)), [b"a1", b"a2", b"a3"]);
+    h.q().set_max_depth(Some(3)).unwrap();
+    h.step();
+    assert_eq!(accepted(receive(&h, &again, &limits)).last_seq, 4);
+    assert_eq!(payloads(&drain(&h)), [b"a2", b"a3", b"a4"]);
+}
+
 fn received_skips_store_nothing(s: Setup) {
     let mut h = s.open(Some(10));
     let limits = ReceiveLimits::default();

@@ -4,7 +4,9 @@
 //! `done` and `done --force`, dead-letter requeue and purge, retention
 //! under a clock that jumps forward and back, compaction, checkpoint,
 //! export and import, push to a receiver that loses requests and answers
-//! and sees requests twice, reopen, a second handle, and crashes at any
+//! and sees requests twice, push requests of two clients received by the
+//! spool under test (retransmitted, with gaps, skips, refusals and reused
+//! numbers), reopen, a second handle, and crashes at any
 //! I/O operation of the NDJSON data files (`sim/crash_io.rs`) and of the
 //! SQLite databases, the SQLite backend's and the NDJSON index
 //! (`sim/crash_vfs.rs`), with unsynced writes lost and torn on a power
@@ -41,48 +43,53 @@ mod shrink;
 mod world;
 
 use common::Backend;
-use plan::Plan;
+use plan::{Draw, Plan};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use world::{Stats, World};
 
 /// Seeds that once failed, by backend: they always run (plans of
-/// [`PLAN_LEN`] operations).
-const REGRESSIONS: &[(&str, u64)] = &[
+/// [`PLAN_LEN`] operations), each drawn as it was when it failed
+/// (`Draw::Plain`: before plans had received requests).
+const REGRESSIONS: &[(&str, u64, Draw)] = &[
     // A debug-build self-check of the NDJSON backend panicked on a read
     // that failed after a write.
-    ("ndjson", 1364394130),
+    ("ndjson", 1364394130, Draw::Plain),
     // NDJSON: a dead letter purged after a requeue cut by a power loss
     // came back as pending once the index was rebuilt.
-    ("ndjson", 1364393989),
+    ("ndjson", 1364393989, Draw::Plain),
     // NDJSON moves across files were not atomic: an eviction left the
     // evicted item dead without the new one stored; a push ack left the
     // refused item dead without the watermark moved; an import kept its
     // dead letters without its pending items; dead-lettering an item in
     // flight kept it dead without its number recorded as a skip.
-    ("ndjson", 1364394093),
-    ("ndjson", 1364394146),
-    ("ndjson", 1364394001),
-    ("ndjson", 41728073096760),
+    ("ndjson", 1364394093, Draw::Plain),
+    ("ndjson", 1364394146, Draw::Plain),
+    ("ndjson", 1364394001, Draw::Plain),
+    ("ndjson", 41728073096760, Draw::Plain),
     // NDJSON: the prune of an expired delivered record, written alone to
     // the delivered file, was left unsynced; a power loss brought the
     // record back inside a retention window set since.
-    ("ndjson", 1364395369),
+    ("ndjson", 1364395369, Draw::Plain),
     // NDJSON: a compaction cut between the replacement of the delivered
     // file (which no longer kept the highest id it named) and the main
     // file's lowered the high-water mark.
-    ("ndjson", 211309755799995),
+    ("ndjson", 211309755799995, Draw::Plain),
     // NDJSON: a compaction that rewrote the delivered file set the late
     // flags again in file order, so a bounded prune took other expired
     // records than the model (the comparison now allows that).
-    ("ndjson", 202296477112933),
+    ("ndjson", 202296477112933, Draw::Plain),
     // PostgreSQL: a push acknowledgement that delivered nothing (its
     // entries refused or skipped) did not prune expired delivered
     // records, as every other backend's does.
-    ("postgres", 121900191832689),
+    ("postgres", 121900191832689, Draw::Plain),
     // PostgreSQL takes the oldest expired deliveries first, not the
     // model's order (late records first): a bounded prune took other
     // records, which the comparison now allows, as on NDJSON.
-    ("postgres", 169573699531624),
+    ("postgres", 169573699531624, Draw::Plain),
+    // SQLite, the first run with received requests: a received entry
+    // whose coalesce key replaced an item was let in on a spool over its
+    // bound (an import had put it there), where an enqueue is refused.
+    ("sqlite", 1363345425, Draw::WithReceive),
 ];
 
 /// Operations per plan.
@@ -142,8 +149,8 @@ fn run(backend: Backend, plan: &Plan) -> Result<Stats, (usize, String)> {
 }
 
 /// Run `seed`; on failure, shrink and panic with the report.
-fn run_seed(backend: Backend, seed: u64, len: usize, total: &mut Stats) {
-    let plan = plan::generate(seed, len);
+fn run_seed(backend: Backend, seed: u64, len: usize, draw: Draw, total: &mut Stats) {
+    let plan = plan::generate(seed, len, draw);
     let Err((_, failure)) = run(backend, &plan).map(|s| total.add(&s)) else {
         return;
     };
@@ -201,7 +208,13 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
     let started = std::time::Instant::now();
     let mut total = Stats::default();
     for seed in &seeds {
-        run_seed(backend, *seed, plan_len(default_len), &mut total);
+        run_seed(
+            backend,
+            *seed,
+            plan_len(default_len),
+            Draw::WithReceive,
+            &mut total,
+        );
     }
     // Past the harness's capture, for benches/sim.sh and the curious.
     use std::io::Write;
@@ -209,7 +222,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         std::io::stderr().lock(),
         "sim {}: {} seeds, {} operations, {} crashes ({} cut an operation: {} rolled back, \
          {} kept; {} power losses), {} reopens, {} push requests, {} acks, {} items applied \
-         at the receiver, in {:.1}s",
+         at the receiver, {} requests received, in {:.1}s",
         name(backend),
         seeds.len(),
         total.ops,
@@ -222,6 +235,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         total.push_requests,
         total.push_acks,
         total.push_applied,
+        total.received,
         started.elapsed().as_secs_f64(),
     );
 }
@@ -253,9 +267,9 @@ fn postgres() {
 #[test]
 fn regressions() {
     let mut total = Stats::default();
-    let pg = REGRESSIONS.iter().any(|(b, _)| *b == "postgres")
+    let pg = REGRESSIONS.iter().any(|(b, _, _)| *b == "postgres")
         && common::pg_url("sim::regressions (its PostgreSQL seeds)").is_some();
-    for (backend, seed) in REGRESSIONS {
+    for (backend, seed, draw) in REGRESSIONS {
         let b = match *backend {
             "memory" => Backend::Memory,
             "sqlite" => Backend::Sqlite,
@@ -263,7 +277,7 @@ fn regressions() {
             "postgres" if pg => Backend::Postgres,
             _ => continue,
         };
-        run_seed(b, *seed, PLAN_LEN, &mut total);
+        run_seed(b, *seed, PLAN_LEN, *draw, &mut total);
     }
 }
 

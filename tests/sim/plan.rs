@@ -33,6 +33,29 @@ pub struct RecordSpec {
     pub enqueued_secs_ago: u32,
 }
 
+/// A push request from another spool that the spool under test receives
+/// (`Queue::receive`, as `spool serve` applies it), from one of two
+/// clients. A client gives each number one content for good: an entry
+/// sent again carries what it carried the first time, unless `alter`.
+#[derive(Clone, Debug)]
+pub struct ReceiveSpec {
+    /// Which client sends it.
+    pub client: u8,
+    /// It starts this many numbers before the receiver's next one (a
+    /// retransmission), or, when 0 and `gap`, one past it (a gap), else
+    /// at it.
+    pub back: u8,
+    pub gap: bool,
+    /// Its entries, in number order: items, or skips (`None`).
+    pub entries: Vec<Option<NewSpec>>,
+    /// The client's watermark: this many numbers below the receiver's
+    /// last (a rejection below it is forgotten).
+    pub acked_back: u8,
+    /// Entries sent before come with another payload (a client that
+    /// reuses numbers: a digest conflict).
+    pub alter: bool,
+}
+
 /// What happens to one push request on its way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -102,6 +125,8 @@ pub enum Op {
     PushSend(u8, Fault),
     /// The receiver's consumer takes every item it holds.
     ReceiverDrain,
+    /// The spool under test receives a push request.
+    Receive(ReceiveSpec),
     /// Close the spool and open it again.
     Reopen,
     /// Use the other of two handles on the spool from now on.
@@ -299,28 +324,67 @@ fn plain_op(r: &mut Rng) -> Op {
     }
 }
 
+fn receive_op(r: &mut Rng) -> Op {
+    let back = if r.chance(1, 3) {
+        r.range(1, 4) as u8
+    } else {
+        0
+    };
+    Op::Receive(ReceiveSpec {
+        client: r.below(2) as u8,
+        back,
+        gap: back == 0 && r.chance(1, 8),
+        entries: (0..r.range(1, 5))
+            .map(|_| (!r.chance(1, 5)).then(|| new_spec(r)))
+            .collect(),
+        acked_back: r.below(4) as u8,
+        alter: r.chance(1, 10),
+    })
+}
+
+/// Maybe wrap `op` in a crash: about one operation in six dies in one.
+fn maybe_crash(r: &mut Rng, op: Op) -> Op {
+    if op.crashable() && r.chance(1, 6) {
+        Op::Crash {
+            // Most operations make a handful of I/O operations.
+            at: if r.chance(3, 4) {
+                r.below(8)
+            } else {
+                r.below(40)
+            } as u16,
+            power: r.bool(),
+            seed: r.next_u64(),
+            op: Box::new(op),
+        }
+    } else {
+        op
+    }
+}
+
+/// Which operations a plan draws from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Draw {
+    /// The operations every seed of [`crate::REGRESSIONS`] was found
+    /// with: the same seed gives the same plan.
+    Plain,
+    /// Those, with received push requests ([`Op::Receive`]) between
+    /// them, drawn from a second stream of the seed so that the plain
+    /// operations come out as with [`Draw::Plain`].
+    WithReceive,
+}
+
 /// The plan of `seed`: `len` operations.
-pub fn generate(seed: u64, len: usize) -> Plan {
+pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let mut r = Rng::new(seed);
+    let mut extra = Rng::new(seed ^ 0x5245_4345_4956_4553);
     let max_depth = opt(&mut r, |r| r.range(1, 6));
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
         let op = plain_op(&mut r);
-        // About one operation in six dies in a crash.
-        if op.crashable() && r.chance(1, 6) {
-            ops.push(Op::Crash {
-                // Most operations make a handful of I/O operations.
-                at: if r.chance(3, 4) {
-                    r.below(8)
-                } else {
-                    r.below(40)
-                } as u16,
-                power: r.bool(),
-                seed: r.next_u64(),
-                op: Box::new(op),
-            });
-        } else {
-            ops.push(op);
+        ops.push(maybe_crash(&mut r, op));
+        if draw == Draw::WithReceive && ops.len() < len && extra.chance(1, 8) {
+            let op = receive_op(&mut extra);
+            ops.push(maybe_crash(&mut extra, op));
         }
     }
     Plan { max_depth, ops }

@@ -11,7 +11,7 @@
 
 use super::crash_io::CrashIo;
 use super::crash_vfs::{self, Crash};
-use super::plan::{Fault, NewSpec, Op, Plan, RecordSpec};
+use super::plan::{Fault, NewSpec, Op, Plan, ReceiveSpec, RecordSpec};
 use crate::common::{pg_spool_url, Backend, T0};
 use spool::backend::file::FileQueue;
 use spool::backend::sqlite::maint::CheckpointMode;
@@ -54,6 +54,8 @@ pub struct Stats {
     pub push_requests: u64,
     pub push_acks: u64,
     pub push_applied: u64,
+    /// Push requests the spool under test received ([`Op::Receive`]).
+    pub received: u64,
 }
 
 impl Stats {
@@ -68,6 +70,7 @@ impl Stats {
         self.push_requests += o.push_requests;
         self.push_acks += o.push_acks;
         self.push_applied += o.push_applied;
+        self.received += o.received;
     }
 }
 
@@ -137,6 +140,9 @@ pub struct World {
     recv: Receiver,
     /// Ids acknowledged as delivered (or done): never pending again.
     delivered: BTreeSet<ItemId>,
+    /// What each client of [`Op::Receive`] gave each number: an item or
+    /// a skip (`None`).
+    sent: BTreeMap<(u8, u64), Option<NewSpec>>,
     saved_index: Option<Option<Vec<u8>>>,
     /// Whether the last answer of the spool under test was `Ok`.
     durable_ok: Cell<Option<bool>>,
@@ -236,6 +242,31 @@ fn new_item(s: &NewSpec) -> NewItem {
     n.group = s.group.map(|g| format!("g{g}"));
     n.coalesce_key = s.coalesce.map(|c| format!("c{c}"));
     n
+}
+
+/// The `last_seq` a receiving spool holds for `client` (0: never heard of).
+fn client_last_seq(q: &dyn Queue, client: &str) -> Check<u64> {
+    Ok(q.push_clients()
+        .map_err(|e| format!("push clients: {e}"))?
+        .iter()
+        .find(|c| c.client_id == client)
+        .map_or(0, |c| c.last_seq))
+}
+
+/// One client as [`ledgers`] shows it: id, `last_seq`, refusals.
+type Ledger = (String, u64, Vec<(u64, String)>);
+
+/// What a receiving spool keeps per client and a sender can see: its
+/// `last_seq` and the refusals not acknowledged yet (not when it last
+/// pushed, nor which instance served it).
+fn ledgers(q: &dyn Queue) -> Result<Vec<Ledger>> {
+    Ok(q.push_clients()?
+        .into_iter()
+        .map(|c| {
+            let rejected = c.rejected.into_iter().map(|r| (r.seq, r.error)).collect();
+            (c.client_id, c.last_seq, rejected)
+        })
+        .collect())
 }
 
 /// A push request as `q` builds it: the in-flight entries from the
@@ -341,6 +372,7 @@ impl World {
                 applied: BTreeMap::new(),
             },
             delivered: BTreeSet::new(),
+            sent: BTreeMap::new(),
             saved_index: None,
             durable_ok: Cell::new(None),
             pg: None,
@@ -790,6 +822,7 @@ impl World {
                 self.same(&what, self.q().push_assign(&ids), m.push_assign(&ids))
             }
             Op::PushSend(max, fault) => self.push_send(u64::from(*max), *fault),
+            Op::Receive(spec) => self.receive(&what, spec),
             Op::ReceiverDrain => {
                 self.recv.rx.take_pending();
                 Ok(())
@@ -1007,6 +1040,67 @@ impl World {
     /// One push request: built from the spool (and from the model: the
     /// same bytes), sent through `fault`, answered by the receiver, its
     /// answer decided and applied to both.
+    /// The spool under test and the model receive the same push request
+    /// (as `spool serve` applies one: `apply_push` in one `receive`
+    /// transaction) and must answer alike; the check after the step
+    /// compares what they stored, their clients' ledgers included.
+    fn receive(&mut self, what: &str, spec: &ReceiveSpec) -> Check {
+        let client = format!("sim-client-{}", spec.client);
+        let last = client_last_seq(&self.model, &client)?;
+        let start = if spec.back > 0 {
+            last.saturating_sub(u64::from(spec.back)).max(1)
+        } else if spec.gap {
+            last + 2
+        } else {
+            last + 1
+        };
+        let mut entries = Vec::with_capacity(spec.entries.len());
+        for (k, fresh) in spec.entries.iter().enumerate() {
+            let seq = start + k as u64;
+            let mut e = self
+                .sent
+                .entry((spec.client, seq))
+                .or_insert_with(|| fresh.clone())
+                .clone();
+            if spec.alter && seq <= last {
+                if let Some(item) = &mut e {
+                    item.payload.push(b'!');
+                }
+            }
+            entries.push((seq, e.map(|s| new_item(&s))));
+        }
+        let now = self.clock.now();
+        let out: Vec<OutEntry<'_>> = entries
+            .iter()
+            .map(|(seq, e)| match e {
+                Some(item) => OutEntry::Item {
+                    seq: *seq,
+                    id: *seq,
+                    key: &item.key,
+                    payload: &item.payload,
+                    enqueued_at: Some(now),
+                    group: item.group.as_deref(),
+                    coalesce_key: item.coalesce_key.as_deref(),
+                },
+                None => OutEntry::Skip { seq: *seq },
+            })
+            .collect();
+        let acked = last.saturating_sub(u64::from(spec.acked_back));
+        let body = wire::encode_request(&client, acked, &out);
+        let req = wire::parse_request(&body).map_err(|e| format!("a request: {e:?}"))?;
+        let limits = self.recv.limits;
+        self.stats.received += 1;
+        let apply = |q: &dyn Queue| -> Result<PushOutcome> {
+            let mut outcome = None;
+            q.receive(&mut |txn| {
+                outcome = Some(apply_push(txn, &req, &limits)?);
+                Ok(())
+            })?;
+            outcome.ok_or_else(|| Error::Internal("receive ran nothing".into()))
+        };
+        self.same(what, apply(self.q()), apply(&self.model))
+    }
+
     fn push_send(&mut self, max: u64, fault: Fault) -> Check {
         let built = build_request(self.q(), &self.uuid, max);
         self.durable_ok.set(Some(built.is_ok()));
@@ -1154,6 +1248,7 @@ impl World {
         cmp("stats", &q.stats(now), &m.stats(now))?;
         let ps = q.push_state();
         cmp("push_state", &ps, &m.push_state())?;
+        cmp("push clients", &ledgers(q), &ledgers(m))?;
         cmp(
             "push_in_flight",
             &q.push_in_flight(0, 100_000),

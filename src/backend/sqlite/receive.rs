@@ -28,7 +28,10 @@ pub(super) struct SqliteReceive<'t, 'c> {
     db: &'t Db<'c>,
     now: Timestamp,
     next_id: Option<ItemId>,
-    room: Option<Option<u64>>,
+    /// The stored bound less the depth, once read (`Some(None)`: no
+    /// bound); below 0 when the spool is over its bound (an import or a
+    /// lowered bound put it there).
+    room: Option<Option<i64>>,
     held: Held,
 }
 
@@ -72,15 +75,16 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
         Ok(())
     }
 
-    /// How many more items fit under the stored bound (`None`: no bound).
-    fn room(&mut self) -> Result<Option<u64>> {
+    /// How many more items fit under the stored bound, below 0 when the
+    /// spool is over it (`None`: no bound).
+    fn room(&mut self) -> Result<Option<i64>> {
         if let Some(r) = self.room {
             return Ok(r);
         }
         self.write_items()?;
         let r = match self.db.max_depth()? {
             None => None,
-            Some(bound) => Some(bound.saturating_sub(self.db.pending_count()?)),
+            Some(bound) => Some(signed(bound).saturating_sub(signed(self.db.pending_count()?))),
         };
         self.room = Some(r);
         Ok(r)
@@ -126,6 +130,11 @@ fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
     }
     stmt.raw_execute().map_err(|e| db.err(e))?;
     Ok(())
+}
+
+/// A count as a signed number (counts never come near `i64::MAX`).
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn seq_param(seq: u64) -> i64 {
@@ -179,7 +188,9 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
                 Some(ck) => self.db.coalescible_count(ck)?,
                 None => 0,
             };
-            if room + replaceable == 0 {
+            // As an enqueue: what it replaces goes first, then it must
+            // fit under the bound.
+            if room.saturating_add(signed(replaceable)) <= 0 {
                 return Ok(None);
             }
         }
@@ -188,7 +199,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             None => Vec::new(),
         };
         if let Some(room) = self.room()? {
-            self.room = Some(Some(room + replaced.len() as u64 - 1));
+            self.room = Some(Some(room + signed(replaced.len() as u64) - 1));
         }
         let next = match self.next_id {
             Some(n) => n,
