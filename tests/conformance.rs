@@ -3717,9 +3717,9 @@ fn push_acks_are_retained_with_the_watermark(s: Setup) {
     assert_eq!(h.q().push_in_flight(0, 10).unwrap().len(), 1);
 }
 
-/// A push ack prunes expired records in its commit, as every delivery
-/// does. (Found by the simulator: the memory backend kept them.)
-fn a_push_ack_prunes_expired_records(s: Setup) {
+/// A spool with a delivered record whose window has ended and an item
+/// `b` in flight as number 1.
+fn expired_record_and_one_in_flight(s: Setup) -> (Harness, ItemId) {
     let mut h = s.open(None);
     h.q().set_retain(Some(HOUR)).unwrap();
     let a = add(&h, "a", "");
@@ -3728,6 +3728,13 @@ fn a_push_ack_prunes_expired_records(s: Setup) {
     h.q().push_assign(&[b]).unwrap();
     h.step();
     h.clock.advance(HOUR + Duration::from_secs(60));
+    (h, b)
+}
+
+/// A push ack prunes expired records in its commit, as every delivery
+/// does. (Found by the simulator: the memory backend kept them.)
+fn a_push_ack_prunes_expired_records(s: Setup) {
+    let (mut h, b) = expired_record_and_one_in_flight(s);
     assert_eq!(h.q().push_ack(1, &[]).unwrap().delivered, [b]);
     h.step();
     assert_eq!(delivered_ids(&h), [b], "the expired record is pruned");
@@ -3737,14 +3744,7 @@ fn a_push_ack_prunes_expired_records(s: Setup) {
 /// expired records too. (Found by the simulator: PostgreSQL pruned only
 /// along with a delivery.)
 fn a_refusing_push_ack_prunes_expired_records(s: Setup) {
-    let mut h = s.open(None);
-    h.q().set_retain(Some(HOUR)).unwrap();
-    let a = add(&h, "a", "");
-    let b = add(&h, "b", "");
-    assert_eq!(h.q().deliver(&[(a, Evidence::Exit(0))]).unwrap(), [true]);
-    h.q().push_assign(&[b]).unwrap();
-    h.step();
-    h.clock.advance(HOUR + Duration::from_secs(60));
+    let (mut h, b) = expired_record_and_one_in_flight(s);
     let ack = h.q().push_ack(1, &[(1, "HTTP 400".into())]).unwrap();
     assert!(ack.delivered.is_empty());
     assert_eq!(ack.rejected, [b]);
