@@ -122,7 +122,7 @@ fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
     for (i, r) in rows.iter().enumerate() {
         let first = i * 5 + 1;
         stmt.raw_bind_parameter(first, r.client.as_str())
-            .and_then(|()| stmt.raw_bind_parameter(first + 1, seq_param(r.seq)))
+            .and_then(|()| stmt.raw_bind_parameter(first + 1, signed(r.seq)))
             .and_then(|()| stmt.raw_bind_parameter(first + 2, r.outcome))
             .and_then(|()| stmt.raw_bind_parameter(first + 3, r.digest.as_deref()))
             .and_then(|()| stmt.raw_bind_parameter(first + 4, r.reason.as_deref()))
@@ -132,13 +132,10 @@ fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
     Ok(())
 }
 
-/// A count as a signed number (counts never come near `i64::MAX`).
+/// A count or a sequence number as SQLite's signed integer (neither
+/// comes near `i64::MAX`).
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn seq_param(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
 impl ReceiveRead for SqliteReceive<'_, '_> {
@@ -153,7 +150,7 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
             .conn
             .first(
                 "SELECT digest FROM spool_push_entries WHERE client_id = ?1 AND seq = ?2",
-                params![client, seq_param(seq)],
+                params![client, signed(seq)],
                 |r| r.get(0),
             )
             .map_err(|e| self.db.err(e))?;
@@ -238,7 +235,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             "INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (client_id) DO UPDATE \
                  SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at",
-            params![client, seq_param(seq), self.now.as_millis()],
+            params![client, signed(seq), self.now.as_millis()],
         )?;
         Ok(())
     }
@@ -246,7 +243,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
         self.write_records()?;
         for sql in [PRUNE_REJECTS, FORGET_REASONS] {
-            self.db.run(sql, params![client, seq_param(upto)])?;
+            self.db.run(sql, params![client, signed(upto)])?;
         }
         Ok(())
     }
