@@ -760,12 +760,12 @@ impl World {
                 // id, following the late flags, which an NDJSON index
                 // sets again in file order when a compaction rewrites the
                 // delivered file or the index is rebuilt; PostgreSQL takes
-                // the oldest deliveries first (ties in no fixed order). So on those
-                // two: the same count, maybe other records. Then both
-                // sides prune every expired record; the comparison after
-                // the operation sees whether either took a record that
-                // had not expired. SQLite keeps the flags it set, as the
-                // model does, and must take the same records.
+                // the oldest deliveries first (ties in no fixed order).
+                // So on those two: the same count, maybe other records.
+                // Then both sides prune every expired record; the
+                // comparison after the operation sees whether either took
+                // a record that had not expired. SQLite keeps the flags it
+                // set, as the model does, and must take the same records.
                 let ids = |q: &dyn Queue| -> std::result::Result<Vec<ItemId>, String> {
                     Ok(q.delivered_page(0, 1 << 20)
                         .map_err(|e| e.to_string())?
@@ -1037,9 +1037,6 @@ impl World {
         self.same("import of the export", got, want)
     }
 
-    /// One push request: built from the spool (and from the model: the
-    /// same bytes), sent through `fault`, answered by the receiver, its
-    /// answer decided and applied to both.
     /// The spool under test and the model receive the same push request
     /// (as `spool serve` applies one: `apply_push` in one `receive`
     /// transaction) and must answer alike; the check after the step
@@ -1101,6 +1098,9 @@ impl World {
         self.same(what, apply(self.q()), apply(&self.model))
     }
 
+    /// One push request: built from the spool (and from the model: the
+    /// same bytes), sent through `fault`, answered by the receiver, its
+    /// answer decided and applied to both.
     fn push_send(&mut self, max: u64, fault: Fault) -> Check {
         let built = build_request(self.q(), &self.uuid, max);
         self.durable_ok.set(Some(built.is_ok()));
