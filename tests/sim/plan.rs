@@ -127,6 +127,11 @@ pub enum Op {
     ReceiverDrain,
     /// The spool under test receives a push request.
     Receive(ReceiveSpec),
+    /// The spool under test receives several push requests in one
+    /// transaction, as `spool serve` commits the requests waiting
+    /// together (each numbered from the receiver's state before the
+    /// transaction: two of one client overlap).
+    ReceiveGroup(Vec<ReceiveSpec>),
     /// Close the spool and open it again.
     Reopen,
     /// Use the other of two handles on the spool from now on.
@@ -325,12 +330,16 @@ fn plain_op(r: &mut Rng) -> Op {
 }
 
 fn receive_op(r: &mut Rng) -> Op {
+    Op::Receive(receive_spec(r))
+}
+
+fn receive_spec(r: &mut Rng) -> ReceiveSpec {
     let back = if r.chance(1, 3) {
         r.range(1, 4) as u8
     } else {
         0
     };
-    Op::Receive(ReceiveSpec {
+    ReceiveSpec {
         client: r.below(2) as u8,
         back,
         gap: back == 0 && r.chance(1, 8),
@@ -339,7 +348,7 @@ fn receive_op(r: &mut Rng) -> Op {
             .collect(),
         acked_back: r.below(4) as u8,
         alter: r.chance(1, 10),
-    })
+    }
 }
 
 /// Maybe wrap `op` in a crash: about one operation in six dies in one.
@@ -371,20 +380,29 @@ pub enum Draw {
     /// them, drawn from a second stream of the seed so that the plain
     /// operations come out as with [`Draw::Plain`].
     WithReceive,
+    /// Those, with groups of received requests ([`Op::ReceiveGroup`])
+    /// from a third stream.
+    WithReceiveGroups,
 }
 
 /// The plan of `seed`: `len` operations.
 pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let mut r = Rng::new(seed);
     let mut extra = Rng::new(seed ^ 0x5245_4345_4956_4553);
+    let mut groups = Rng::new(seed ^ 0x4752_4f55_5053_0000);
     let max_depth = opt(&mut r, |r| r.range(1, 6));
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
         let op = plain_op(&mut r);
         ops.push(maybe_crash(&mut r, op));
-        if draw == Draw::WithReceive && ops.len() < len && extra.chance(1, 8) {
+        if draw != Draw::Plain && ops.len() < len && extra.chance(1, 8) {
             let op = receive_op(&mut extra);
             ops.push(maybe_crash(&mut extra, op));
+        }
+        if draw == Draw::WithReceiveGroups && ops.len() < len && groups.chance(1, 16) {
+            let n = groups.range(2, 4);
+            let op = Op::ReceiveGroup((0..n).map(|_| receive_spec(&mut groups)).collect());
+            ops.push(maybe_crash(&mut groups, op));
         }
     }
     Plan { max_depth, ops }

@@ -822,7 +822,8 @@ impl World {
                 self.same(&what, self.q().push_assign(&ids), m.push_assign(&ids))
             }
             Op::PushSend(max, fault) => self.push_send(u64::from(*max), *fault),
-            Op::Receive(spec) => self.receive(&what, spec),
+            Op::Receive(spec) => self.receive(&what, std::slice::from_ref(spec)),
+            Op::ReceiveGroup(specs) => self.receive(&what, specs),
             Op::ReceiverDrain => {
                 self.recv.rx.take_pending();
                 Ok(())
@@ -1037,11 +1038,36 @@ impl World {
         self.same("import of the export", got, want)
     }
 
-    /// The spool under test and the model receive the same push request
-    /// (as `spool serve` applies one: `apply_push` in one `receive`
-    /// transaction) and must answer alike; the check after the step
-    /// compares what they stored, their clients' ledgers included.
-    fn receive(&mut self, what: &str, spec: &ReceiveSpec) -> Check {
+    /// The spool under test and the model receive the same push
+    /// requests in one transaction (as `spool serve` applies them:
+    /// `apply_push` of each in one `receive`) and must answer alike; the
+    /// check after the step compares what they stored, their clients'
+    /// ledgers included.
+    fn receive(&mut self, what: &str, specs: &[ReceiveSpec]) -> Check {
+        let mut reqs = Vec::with_capacity(specs.len());
+        for spec in specs {
+            reqs.push(self.request(spec)?);
+        }
+        let limits = self.recv.limits;
+        self.stats.received += reqs.len() as u64;
+        let apply = |q: &dyn Queue| -> Result<Vec<PushOutcome>> {
+            let mut outcomes = Vec::new();
+            q.receive(&mut |txn| {
+                // A transaction that fails is tried again whole.
+                outcomes.clear();
+                for req in &reqs {
+                    outcomes.push(apply_push(txn, req, &limits)?);
+                }
+                Ok(())
+            })?;
+            Ok(outcomes)
+        };
+        self.same(what, apply(self.q()), apply(&self.model))
+    }
+
+    /// The push request of `spec`, numbered from where the model's ledger
+    /// stands.
+    fn request(&mut self, spec: &ReceiveSpec) -> Check<wire::PushRequest> {
         let client = format!("sim-client-{}", spec.client);
         let last = client_last_seq(&self.model, &client)?;
         let start = if spec.back > 0 {
@@ -1084,18 +1110,7 @@ impl World {
             .collect();
         let acked = last.saturating_sub(u64::from(spec.acked_back));
         let body = wire::encode_request(&client, acked, &out);
-        let req = wire::parse_request(&body).map_err(|e| format!("a request: {e:?}"))?;
-        let limits = self.recv.limits;
-        self.stats.received += 1;
-        let apply = |q: &dyn Queue| -> Result<PushOutcome> {
-            let mut outcome = None;
-            q.receive(&mut |txn| {
-                outcome = Some(apply_push(txn, &req, &limits)?);
-                Ok(())
-            })?;
-            outcome.ok_or_else(|| Error::Internal("receive ran nothing".into()))
-        };
-        self.same(what, apply(self.q()), apply(&self.model))
+        wire::parse_request(&body).map_err(|e| format!("a request: {e:?}"))
     }
 
     /// One push request: built from the spool (and from the model: the
