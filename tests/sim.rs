@@ -49,7 +49,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use world::{Stats, World};
 
 /// Seeds that once failed, by backend: they always run (plans of
-/// [`PLAN_LEN`] operations), each drawn as it was when it failed
+/// [`REGRESSION_LEN`] operations), each drawn as it was when it failed
 /// (`Draw::Plain`: before plans had received requests).
 const REGRESSIONS: &[(&str, u64, Draw)] = &[
     // A debug-build self-check of the NDJSON backend panicked on a read
@@ -91,10 +91,18 @@ const REGRESSIONS: &[(&str, u64, Draw)] = &[
     // whose coalesce key replaced an item was let in on a spool over its
     // bound (an import had put it there), where an enqueue is refused.
     ("sqlite", 1363345425, Draw::WithReceive),
+    // SQLite counts a record delivered below its prune cursor as late,
+    // the model does not: a bounded prune took another expired record,
+    // which the comparison now allows on every backend.
+    ("sqlite", 135734800185490, Draw::WithReceiveGroups),
 ];
 
 /// Operations per plan.
 const PLAN_LEN: usize = 50;
+/// Operations per plan of a regression seed: as many as the longest
+/// runs that found them (`SIM_OPS=80 benches/sim.sh`); the first
+/// [`PLAN_LEN`] are the plan `cargo test` draws from the same seed.
+const REGRESSION_LEN: usize = 80;
 /// Seeds per backend in `cargo test`.
 const SEEDS: u64 = 200;
 const PG_SEEDS: u64 = 10;
@@ -278,7 +286,7 @@ fn regressions() {
             "postgres" if pg => Backend::Postgres,
             _ => continue,
         };
-        run_seed(b, *seed, PLAN_LEN, *draw, &mut total);
+        run_seed(b, *seed, REGRESSION_LEN, *draw, &mut total);
     }
 }
 
