@@ -6,12 +6,12 @@
 //! export and import, push to a receiver that loses requests and answers
 //! and sees requests twice, push requests of two clients received by the
 //! spool under test (retransmitted, with gaps, skips, refusals and reused
-//! numbers; several in one transaction), reopen, a second handle, and
-//! crashes at any I/O operation of the NDJSON data files
-//! (`sim/crash_io.rs`) and of the SQLite databases, the SQLite backend's
-//! and the NDJSON index
-//! (`sim/crash_vfs.rs`), with unsynced writes lost and torn on a power
-//! loss; on PostgreSQL the spool's connection killed mid-transaction —
+//! numbers; several in one transaction) and `POST /v1/items` payloads,
+//! reopen, a second handle, and crashes at any I/O operation of the
+//! NDJSON data files (`sim/crash_io.rs`) and of the SQLite databases, the
+//! SQLite backend's and the NDJSON index (`sim/crash_vfs.rs`), with
+//! unsynced writes lost and torn on a power loss; on PostgreSQL the
+//! spool's connection killed mid-transaction —
 //! and checks the spool against the memory model
 //! after every step and every reopen (see `sim/world.rs`).
 //!
@@ -221,7 +221,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
             backend,
             *seed,
             plan_len(default_len),
-            Draw::WithReceiveGroups,
+            Draw::WithItems,
             &mut total,
         );
     }

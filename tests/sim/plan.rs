@@ -132,6 +132,10 @@ pub enum Op {
     /// together (each numbered from the receiver's state before the
     /// transaction: two of one client overlap).
     ReceiveGroup(Vec<ReceiveSpec>),
+    /// The spool under test receives `POST /v1/items` payloads in one
+    /// transaction (a group commit of several clients' requests), each
+    /// with the name of the token it came with, if any.
+    ReceiveItems(Vec<(NewSpec, Option<u8>)>),
     /// Close the spool and open it again.
     Reopen,
     /// Use the other of two handles on the spool from now on.
@@ -383,6 +387,9 @@ pub enum Draw {
     /// Those, with groups of received requests ([`Op::ReceiveGroup`])
     /// from a third stream.
     WithReceiveGroups,
+    /// Those, with received `POST /v1/items` payloads
+    /// ([`Op::ReceiveItems`]) from a fourth stream.
+    WithItems,
 }
 
 /// The plan of `seed`: `len` operations.
@@ -390,6 +397,7 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let mut r = Rng::new(seed);
     let mut extra = Rng::new(seed ^ 0x5245_4345_4956_4553);
     let mut groups = Rng::new(seed ^ 0x4752_4f55_5053_0000);
+    let mut posts = Rng::new(seed ^ 0x4954_454d_5300_0000);
     let max_depth = opt(&mut r, |r| r.range(1, 6));
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
@@ -399,10 +407,20 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
             let op = receive_op(&mut extra);
             ops.push(maybe_crash(&mut extra, op));
         }
-        if draw == Draw::WithReceiveGroups && ops.len() < len && groups.chance(1, 16) {
+        let with_groups = matches!(draw, Draw::WithReceiveGroups | Draw::WithItems);
+        if with_groups && ops.len() < len && groups.chance(1, 16) {
             let n = groups.range(2, 4);
             let op = Op::ReceiveGroup((0..n).map(|_| receive_spec(&mut groups)).collect());
             ops.push(maybe_crash(&mut groups, op));
+        }
+        if draw == Draw::WithItems && ops.len() < len && posts.chance(1, 12) {
+            let items = (0..posts.range(1, 4))
+                .map(|_| {
+                    let token = posts.chance(1, 2).then(|| posts.below(2) as u8);
+                    (new_spec(&mut posts), token)
+                })
+                .collect();
+            ops.push(maybe_crash(&mut posts, Op::ReceiveItems(items)));
         }
     }
     Plan { max_depth, ops }

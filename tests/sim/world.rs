@@ -26,7 +26,10 @@ use spool::ops::output::Destination;
 use spool::ops::release::ReleaseOptions;
 use spool::push::receiver::PushOutcome;
 use spool::push::wire::{self, OutEntry};
-use spool::push::{apply_push, decide, Decision, MemoryReceiver, ReceiveLimits, Reply, Sent};
+use spool::push::{
+    apply_item, apply_push, decide, Decision, ItemOutcome, MemoryReceiver, ReceiveLimits, Reply,
+    Sent,
+};
 use spool::{
     AttemptUpdate, Clock, Delivery, EnqueueOptions, Error, Evidence, Item, ItemId, ManualClock,
     MemoryQueue, NewItem, OnFull, OpenMode, OpenOptions, PushState, Queue, Record, RecordState,
@@ -824,6 +827,7 @@ impl World {
             Op::PushSend(max, fault) => self.push_send(u64::from(*max), *fault),
             Op::Receive(spec) => self.receive(&what, std::slice::from_ref(spec)),
             Op::ReceiveGroup(specs) => self.receive(&what, specs),
+            Op::ReceiveItems(items) => self.receive_items(&what, items),
             Op::ReceiverDrain => {
                 self.recv.rx.take_pending();
                 Ok(())
@@ -1057,6 +1061,30 @@ impl World {
                 outcomes.clear();
                 for req in &reqs {
                     outcomes.push(apply_push(txn, req, &limits)?);
+                }
+                Ok(())
+            })?;
+            Ok(outcomes)
+        };
+        self.same(what, apply(self.q()), apply(&self.model))
+    }
+
+    /// The spool under test and the model receive the same `POST
+    /// /v1/items` payloads in one transaction (`apply_item` of each, as
+    /// `spool serve` applies them) and must answer alike.
+    fn receive_items(&mut self, what: &str, items: &[(NewSpec, Option<u8>)]) -> Check {
+        let posts: Vec<(NewItem, Option<String>)> = items
+            .iter()
+            .map(|(spec, token)| (new_item(spec), token.map(|t| format!("token-{t}"))))
+            .collect();
+        let limits = self.recv.limits;
+        self.stats.received += posts.len() as u64;
+        let apply = |q: &dyn Queue| -> Result<Vec<ItemOutcome>> {
+            let mut outcomes = Vec::new();
+            q.receive(&mut |txn| {
+                outcomes.clear();
+                for (item, sender) in &posts {
+                    outcomes.push(apply_item(txn, item, sender.as_deref(), &limits)?);
                 }
                 Ok(())
             })?;
