@@ -24,11 +24,10 @@ use spool::ops::hold::HoldOptions;
 use spool::ops::import::ImportInput;
 use spool::ops::output::Destination;
 use spool::ops::release::ReleaseOptions;
-use spool::push::receiver::PushOutcome;
+use spool::push::receiver::{PushOutcome, ReceiveTxn};
 use spool::push::wire::{self, OutEntry};
 use spool::push::{
-    apply_item, apply_push, decide, Decision, ItemOutcome, MemoryReceiver, ReceiveLimits, Reply,
-    Sent,
+    apply_item, apply_push, decide, Decision, MemoryReceiver, ReceiveLimits, Reply, Sent,
 };
 use spool::{
     AttemptUpdate, Clock, Delivery, EnqueueOptions, Error, Evidence, Item, ItemId, ManualClock,
@@ -1053,20 +1052,31 @@ impl World {
             reqs.push(self.request(spec)?);
         }
         let limits = self.recv.limits;
-        self.stats.received += reqs.len() as u64;
-        let apply = |q: &dyn Queue| -> Result<Vec<PushOutcome>> {
-            let mut outcomes = Vec::new();
+        self.receive_all(what, &reqs, |txn, req| apply_push(txn, req, &limits))
+    }
+
+    /// Each of `inputs` applied by `apply` in one receiving transaction,
+    /// on the spool and on the model, and the answers compared.
+    fn receive_all<I, T: PartialEq + Debug>(
+        &mut self,
+        what: &str,
+        inputs: &[I],
+        apply: impl Fn(&mut dyn ReceiveTxn, &I) -> Result<T>,
+    ) -> Check {
+        self.stats.received += inputs.len() as u64;
+        let run = |q: &dyn Queue| -> Result<Vec<T>> {
+            let mut answers = Vec::new();
             q.receive(&mut |txn| {
                 // A transaction that fails is tried again whole.
-                outcomes.clear();
-                for req in &reqs {
-                    outcomes.push(apply_push(txn, req, &limits)?);
+                answers.clear();
+                for input in inputs {
+                    answers.push(apply(txn, input)?);
                 }
                 Ok(())
             })?;
-            Ok(outcomes)
+            Ok(answers)
         };
-        self.same(what, apply(self.q()), apply(&self.model))
+        self.same(what, run(self.q()), run(&self.model))
     }
 
     /// The spool under test and the model receive the same `POST
@@ -1078,19 +1088,9 @@ impl World {
             .map(|(spec, token)| (new_item(spec), token.map(|t| format!("token-{t}"))))
             .collect();
         let limits = self.recv.limits;
-        self.stats.received += posts.len() as u64;
-        let apply = |q: &dyn Queue| -> Result<Vec<ItemOutcome>> {
-            let mut outcomes = Vec::new();
-            q.receive(&mut |txn| {
-                outcomes.clear();
-                for (item, sender) in &posts {
-                    outcomes.push(apply_item(txn, item, sender.as_deref(), &limits)?);
-                }
-                Ok(())
-            })?;
-            Ok(outcomes)
-        };
-        self.same(what, apply(self.q()), apply(&self.model))
+        self.receive_all(what, &posts, |txn, (item, sender)| {
+            apply_item(txn, item, sender.as_deref(), &limits)
+        })
     }
 
     /// The push request of `spec`, numbered from where the model's ledger
