@@ -505,7 +505,7 @@ impl Stamp {
         std::fs::metadata(path).ok().map(|m| Stamp::of_metadata(&m))
     }
 
-    fn of_metadata(m: &std::fs::Metadata) -> Stamp {
+    pub fn of_metadata(m: &std::fs::Metadata) -> Stamp {
         Stamp {
             dev: m.dev(),
             ino: m.ino(),
@@ -538,6 +538,38 @@ impl<'a> FileNow<'a> {
             stamp: Stamp::of_metadata(&m),
         })
     }
+
+    /// `file` as `stat` said it was (see [`Stat`]).
+    pub fn seen(file: &'a File, stat: Stat) -> FileNow<'a> {
+        FileNow {
+            file,
+            dev: stat.dev,
+            ino: stat.ino,
+            len: stat.len,
+            stamp: stat.stamp,
+        }
+    }
+
+    /// What `stat` said, without the handle.
+    pub fn stat(&self) -> Stat {
+        Stat {
+            dev: self.dev,
+            ino: self.ino,
+            len: self.len,
+            stamp: self.stamp,
+        }
+    }
+}
+
+/// What `stat` said of a spool file at some point of a call, kept so
+/// that the call does not ask again while nothing can have changed it
+/// (the lock is held, and the call has not written yet).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stat {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    stamp: Stamp,
 }
 
 /// A spool file's fingerprint up to `upto`, read (or checked) by this

@@ -96,7 +96,7 @@ mod stream;
 mod upkeep;
 pub mod verify;
 
-use self::index::{Carry, Entry, FileNow, FileRow, Index, Unusable, Which};
+use self::index::{Carry, Entry, FileNow, FileRow, Index, Stat, Unusable, Which};
 use self::io::{parent_dir, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
@@ -215,10 +215,11 @@ struct Tail {
 }
 
 /// Whether an operation re-reads the meta file (the depth bound, the
-/// uuid) first. Only those that use the bound or the uuid do: another
-/// process may replace the file at any time, so reading it costs an
-/// open, a read and a close on every call, which the hot paths of replay
-/// (`done`, a recorded attempt) have no use for.
+/// uuid, the retention window) first. Only those that use them do:
+/// another process may replace the file at any time, so each such call
+/// costs a `stat` of it (and a read when it changed; see
+/// [`meta::read_changed`]), which the hot paths of replay without
+/// retention (a recorded attempt) have no use for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum MetaUse {
     /// Re-read it: the operation uses the depth bound or the uuid.
@@ -277,6 +278,12 @@ struct Inner {
     /// call catches up from the files.
     index_broken: Option<String>,
     notices: Vec<String>,
+    /// The meta file as this process last read it into `meta`.
+    meta_seen: Option<meta::Seen>,
+    /// What `stat` said of each file when [`FileQueue::check_index`]
+    /// looked, in [`Which::slot`] order: valid until this call writes, so
+    /// only the rest of `prepare` uses it (and then clears it).
+    checked: [Option<Stat>; 3],
     /// What this process knows of each file's fingerprint, in
     /// [`Which::slot`] order (see [`index::Known`]).
     known: [Option<index::Known>; 3],
@@ -393,6 +400,8 @@ impl FileQueue {
                 compact_due: false,
                 index_broken: None,
                 notices: Vec::new(),
+                meta_seen: None,
+                checked: [None; 3],
                 known: Default::default(),
                 unfinished: [None; 3],
                 settled: [None; 3],
@@ -402,7 +411,9 @@ impl FileQueue {
         let defer = opts.defer_load;
         let init = |q: &FileQueue, inner: &mut Inner| {
             if defer {
-                inner.meta = meta::read(&q.meta_path)?;
+                if let Some(m) = meta::read_changed(&q.meta_path, &mut inner.meta_seen)? {
+                    inner.meta = m;
+                }
             }
             if writable && inner.meta.uuid.is_none() {
                 let mut m = inner.meta.clone();

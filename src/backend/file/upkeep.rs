@@ -21,7 +21,9 @@ impl FileQueue {
             if self.check_index(inner)?.is_err() {
                 return Ok(false);
             }
-            self.catch_up_all(inner)?;
+            let caught_up = self.catch_up_all(inner);
+            inner.checked = [None; 3];
+            caught_up?;
             // The compaction drops the main file's `done` lines of
             // retained deliveries: their records go to the delivered
             // file first.
@@ -29,6 +31,7 @@ impl FileQueue {
             inner.index()?.commit()?;
             Ok(true)
         })();
+        inner.checked = [None; 3];
         // The compaction reports torn tails itself.
         inner.notices.truncate(notices);
         if let Some(ix) = &inner.index {
@@ -144,8 +147,11 @@ impl FileQueue {
         meta: MetaUse,
     ) -> Result<bool> {
         inner.index_broken = None;
+        inner.checked = [None; 3];
         if meta == MetaUse::Read {
-            inner.meta = meta::read(&self.meta_path)?;
+            if let Some(m) = meta::read_changed(&self.meta_path, &mut inner.meta_seen)? {
+                inner.meta = m;
+            }
         }
         self.track_companions(inner)?;
         self.settle_moves(inner, exclusive)?;
@@ -208,7 +214,10 @@ impl FileQueue {
                 Self::begin_call(inner, exclusive, true)?;
             }
         }
-        self.catch_up_all(inner)?;
+        let caught_up = self.catch_up_all(inner);
+        // From here on, the call may write.
+        inner.checked = [None; 3];
+        caught_up?;
         if exclusive && self.writable {
             for which in [Which::Main, Which::Dead, Which::Delivered] {
                 if let Some(torn) = inner.tail(which).torn.clone() {
@@ -299,6 +308,7 @@ impl FileQueue {
             Err(e) => return Ok(Err(format!("it cannot be read: {e}"))),
         };
         let nows = [Some(main_now), dead_now, delivered_now];
+        inner.checked = nows.map(|n| n.map(|n| n.stat()));
         // Rows the index has (a file it has no row for has no fingerprint).
         let known = std::array::from_fn(|i| {
             nows[i]
@@ -320,7 +330,10 @@ impl FileQueue {
                 continue;
             };
             let upto = ix.file_row(which)?.map_or(0, |r| r.upto);
-            let len = file_len(&t.file, path)?;
+            let len = match inner.checked[which.slot()] {
+                Some(stat) => FileNow::seen(&t.file, stat).len,
+                None => file_len(&t.file, path)?,
+            };
             if len <= upto {
                 continue;
             }
@@ -346,7 +359,10 @@ impl FileQueue {
         };
         let ix = inner.index()?;
         let row = ix.file_row(which)?.unwrap_or_default();
-        let now = FileNow::of(&t.file, path)?;
+        let now = match inner.checked[which.slot()] {
+            Some(stat) => FileNow::seen(&t.file, stat),
+            None => FileNow::of(&t.file, path)?,
+        };
         let len = inner.unfinished[which.slot()].map_or(now.len, |u| u.min(now.len));
         // What this catch-up finds out of the file's fingerprint.
         let mut known = None;
