@@ -140,7 +140,7 @@ fn plan_len(default: usize) -> usize {
 /// Run one plan; a panic counts as a failure too.
 fn run(backend: Backend, plan: &Plan) -> Result<Stats, (usize, String)> {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let mut w = World::new(backend, plan.max_depth);
+        let mut w = World::new(backend, plan.max_depth, plan.auto_compact);
         assert_eq!(w.kind(), backend.kind());
         w.run(plan).map(|()| w.stats.clone())
     }));
@@ -231,7 +231,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         std::io::stderr().lock(),
         "sim {}: {} seeds, {} operations, {} crashes ({} cut an operation: {} rolled back, \
          {} kept; {} power losses), {} reopens, {} push requests, {} acks, {} items applied \
-         at the receiver, {} requests received, in {:.1}s",
+         at the receiver, {} requests received, {} automatic compactions, in {:.1}s",
         name(backend),
         seeds.len(),
         total.ops,
@@ -245,6 +245,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         total.push_acks,
         total.push_applied,
         total.received,
+        total.auto_compactions,
         started.elapsed().as_secs_f64(),
     );
 }
@@ -296,9 +297,10 @@ fn regressions() {
 fn the_checks_catch_a_difference() {
     let plan = Plan {
         max_depth: None,
+        auto_compact: None,
         ops: vec![plan::Op::Enqueue(b"x".to_vec(), String::new())],
     };
-    let mut w = World::new(Backend::Memory, None);
+    let mut w = World::new(Backend::Memory, None, None);
     w.run(&plan).expect("the plan runs");
     w.tamper_enqueue(b"y");
     assert!(w.check().is_err(), "a spool holding more than the model");

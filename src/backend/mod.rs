@@ -94,6 +94,12 @@ pub struct OpenOptions {
     /// [`Error::NetworkFileSystem`]: only for a share that one machine
     /// alone ever uses (see [`crate::fs_type`]).
     pub allow_network_fs: bool,
+    /// NDJSON: the main file's size from which a mutation may compact it
+    /// automatically (`None`: 4 MiB, see docs/formats.md). A seam for
+    /// tests, which lower it to reach automatic compaction with small
+    /// spools.
+    #[doc(hidden)]
+    pub auto_compact_min_bytes: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -106,6 +112,7 @@ impl Default for OpenOptions {
             busy_timeout: Duration::from_secs(10),
             defer_load: false,
             allow_network_fs: false,
+            auto_compact_min_bytes: None,
         }
     }
 }

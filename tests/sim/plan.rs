@@ -188,6 +188,9 @@ impl Op {
 pub struct Plan {
     /// The bound the spool is created with.
     pub max_depth: Option<u64>,
+    /// NDJSON: the main file's size from which a mutation compacts it
+    /// automatically (`None`: the default, 4 MiB, which no plan reaches).
+    pub auto_compact: Option<u64>,
     pub ops: Vec<Op>,
 }
 
@@ -399,6 +402,10 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let mut groups = Rng::new(seed ^ 0x4752_4f55_5053_0000);
     let mut posts = Rng::new(seed ^ 0x4954_454d_5300_0000);
     let max_depth = opt(&mut r, |r| r.range(1, 6));
+    // From a stream of its own, so that a seed's operations stay the same.
+    let auto_compact = opt(&mut Rng::new(seed ^ 0x434f_4d50_4143_5400), |r| {
+        256 << r.below(5)
+    });
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
         let op = plain_op(&mut r);
@@ -423,5 +430,9 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
             ops.push(maybe_crash(&mut posts, Op::ReceiveItems(items)));
         }
     }
-    Plan { max_depth, ops }
+    Plan {
+        max_depth,
+        auto_compact,
+        ops,
+    }
 }

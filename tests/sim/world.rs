@@ -58,6 +58,10 @@ pub struct Stats {
     pub push_applied: u64,
     /// Push requests the spool under test received ([`Op::Receive`]).
     pub received: u64,
+    /// NDJSON: operations other than [`Op::Compact`] after which the main
+    /// file was a new one (an automatic compaction; see
+    /// [`Plan::auto_compact`]).
+    pub auto_compactions: u64,
 }
 
 impl Stats {
@@ -73,6 +77,7 @@ impl Stats {
         self.push_acks += o.push_acks;
         self.push_applied += o.push_applied;
         self.received += o.received;
+        self.auto_compactions += o.auto_compactions;
     }
 }
 
@@ -153,6 +158,8 @@ pub struct World {
     /// PostgreSQL: the next streamed batch loses its connection before
     /// this item.
     kill_mid_batch: Option<usize>,
+    /// [`Plan::auto_compact`].
+    auto_compact: Option<u64>,
     pub stats: Stats,
 }
 
@@ -340,7 +347,7 @@ fn prune_expired(q: &dyn Queue) -> Check {
 }
 
 impl World {
-    pub fn new(backend: Backend, max_depth: Option<u64>) -> World {
+    pub fn new(backend: Backend, max_depth: Option<u64>, auto_compact: Option<u64>) -> World {
         let dir = temp_dir();
         let path = match backend {
             Backend::Postgres => {
@@ -379,6 +386,7 @@ impl World {
             durable_ok: Cell::new(None),
             pg: None,
             kill_mid_batch: None,
+            auto_compact,
             stats: Stats::default(),
         };
         let spool = w
@@ -396,6 +404,7 @@ impl World {
         let mut opts = OpenOptions::new(mode);
         opts.clock = Arc::new(self.clock.clone());
         opts.max_depth = max_depth;
+        opts.auto_compact_min_bytes = self.auto_compact;
         match self.backend {
             Backend::Memory => Ok(Spool::memory(&opts)),
             Backend::File => {
@@ -448,6 +457,7 @@ impl World {
             self.stats.ops += 1;
             let t = std::time::Instant::now();
             let full = matches!(op, Op::Crash { .. } | Op::Reopen | Op::Switch);
+            let ino = self.main_ino();
             self.step(op)
                 .and_then(|()| {
                     if full {
@@ -457,11 +467,22 @@ impl World {
                     }
                 })
                 .map_err(|e| (i, format!("op {i} {op:?}: {e}")))?;
+            if ino != self.main_ino() && !matches!(op, Op::Compact | Op::ExportImport) {
+                self.stats.auto_compactions += 1;
+            }
             if trace {
                 eprintln!("{:8.1} ms  op {i} {op:?}", t.elapsed().as_secs_f64() * 1e3);
             }
         }
         Ok(())
+    }
+
+    /// The NDJSON main file's inode (`None` for the other backends).
+    fn main_ino(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        (self.backend == Backend::File)
+            .then(|| std::fs::metadata(&self.path).ok().map(|m| m.ino()))
+            .flatten()
     }
 
     fn step(&mut self, op: &Op) -> Check {

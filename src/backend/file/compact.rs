@@ -14,8 +14,7 @@ use super::scan::TornTail;
 use super::upkeep::CarryJob;
 use super::{
     client_delta, client_lines, cut_notice, file_len, no_handle, open_existing, push_line, scan,
-    torn_notice, CompactReport, FileQueue, Inner, AUTO_COMPACT_MIN_BYTES, AUTO_COMPACT_RATIO,
-    COMPACT_COPY_RUN,
+    torn_notice, CompactReport, FileQueue, Inner, AUTO_COMPACT_RATIO, COMPACT_COPY_RUN,
 };
 use crate::backend::companion;
 use crate::backend::receive::ClientDelta;
@@ -734,12 +733,12 @@ impl FileQueue {
     }
 }
 
-/// Whether the main file, as `ix` describes it, is large enough and
-/// mostly garbage: [`AUTO_COMPACT_MIN_BYTES`] and [`AUTO_COMPACT_RATIO`]
-/// records per live item.
-pub(super) fn compaction_due(ix: &Index) -> bool {
+/// Whether the main file, as `ix` describes it, is large enough
+/// (`min_bytes`, [`super::AUTO_COMPACT_MIN_BYTES`] but in tests) and mostly
+/// garbage: [`AUTO_COMPACT_RATIO`] records per live item.
+pub(super) fn compaction_due(ix: &Index, min_bytes: u64) -> bool {
     let (Ok(Some(row)), Ok(depth)) = (ix.file_row(Which::Main), ix.depth()) else {
         return false;
     };
-    row.upto >= AUTO_COMPACT_MIN_BYTES && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
+    row.upto >= min_bytes && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
 }

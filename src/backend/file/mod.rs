@@ -356,6 +356,8 @@ pub struct FileQueue {
     io: Arc<dyn FileIo>,
     clock: SharedClock,
     busy_timeout: Duration,
+    /// [`OpenOptions::auto_compact_min_bytes`].
+    auto_compact_min: u64,
     inner: Mutex<Inner>,
 }
 
@@ -387,6 +389,9 @@ impl FileQueue {
             io,
             clock: opts.clock.clone(),
             busy_timeout: opts.busy_timeout,
+            auto_compact_min: opts
+                .auto_compact_min_bytes
+                .unwrap_or(AUTO_COMPACT_MIN_BYTES),
             inner: Mutex::new(Inner {
                 main: Some(Tracked::new(file, path)?),
                 dead: None,
@@ -618,7 +623,9 @@ impl FileQueue {
         };
         // Read inside the transaction: afterwards, each read would be a
         // transaction of its own.
-        let due = appended && taken.is_ok() && compact::compaction_due(inner.index()?);
+        let due = appended
+            && taken.is_ok()
+            && compact::compaction_due(inner.index()?, self.auto_compact_min);
         inner.compact_due = due;
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
