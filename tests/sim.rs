@@ -231,7 +231,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         std::io::stderr().lock(),
         "sim {}: {} seeds, {} operations, {} crashes ({} cut an operation: {} rolled back, \
          {} kept; {} power losses), {} reopens, {} push requests, {} acks, {} items applied \
-         at the receiver, {} requests received, {} automatic compactions, in {:.1}s",
+         at the receiver, {} requests received, {} automatic compactions, {} directory entries lost, in {:.1}s",
         name(backend),
         seeds.len(),
         total.ops,
@@ -246,6 +246,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         total.push_applied,
         total.received,
         total.auto_compactions,
+        total.lost_entries,
         started.elapsed().as_secs_f64(),
     );
 }
@@ -321,6 +322,7 @@ fn a_power_loss_keeps_the_synced_bytes_and_a_prefix_of_the_rest() {
             .append(true)
             .open(&path)
             .unwrap();
+        io.sync_dir(dir.path()).unwrap();
         io.write(&mut f, b"synced\n").unwrap();
         io.sync(&f).unwrap();
         io.write(&mut f, b"lost-1\n").unwrap();
@@ -337,6 +339,50 @@ fn a_power_loss_keeps_the_synced_bytes_and_a_prefix_of_the_rest() {
         torn |= after.len() > 7 && after.len() < full.len() && !after.ends_with(b"\n");
     }
     assert!(none && torn, "lost: {none}, torn: {torn}");
+}
+
+/// A power loss keeps the directory's entries as of its last sync, or
+/// every change made since — and across seeds, each: a file created
+/// since is gone or there, a file renamed over since is the old one or
+/// the new one, whatever was synced inside them.
+#[test]
+fn a_power_loss_keeps_the_directory_as_of_its_last_sync_or_all_of_it() {
+    use spool::backend::file::io::FileIo;
+    let (mut lost, mut kept) = (false, false);
+    for seed in 0..32 {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, tmp, new) = (
+            dir.path().join("old"),
+            dir.path().join("tmp"),
+            dir.path().join("new"),
+        );
+        let io = crash_io::CrashIo::new(dir.path());
+        let write = |path: &std::path::Path, data: &[u8]| {
+            let mut f = std::fs::File::create(path).unwrap();
+            io.write(&mut f, data).unwrap();
+            io.sync(&f).unwrap();
+        };
+        write(&old, b"before");
+        io.sync_dir(dir.path()).unwrap();
+        write(&tmp, b"after");
+        io.rename(&tmp, &old).unwrap();
+        write(&new, b"created");
+        io.power_loss(seed);
+        let read = |p: &std::path::Path| std::fs::read(p).ok();
+        assert_eq!(read(&tmp), None, "seed {seed}");
+        match read(&old).as_deref() {
+            Some(b"before") => {
+                assert_eq!(read(&new), None, "seed {seed}");
+                lost = true;
+            }
+            Some(b"after") => {
+                assert_eq!(read(&new).as_deref(), Some(&b"created"[..]), "seed {seed}");
+                kept = true;
+            }
+            other => panic!("seed {seed}: {other:?}"),
+        }
+    }
+    assert!(lost && kept, "lost: {lost}, kept: {kept}");
 }
 
 /// An armed crash fails the operations after the first `n`, and every

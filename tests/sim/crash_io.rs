@@ -17,16 +17,19 @@
 //!   a seeded prefix of the unsynced mutations — half the time nothing of
 //!   them, otherwise cut at a seeded byte, so that the last unsynced
 //!   write survives torn.
-//! * `rename` and `sync_dir` are counted (and fail once tripped), but a
-//!   rename that returned is taken as durable: the model is a journaling
-//!   file system that orders a rename-over after the data it replaces
-//!   with (ext4's `auto_da_alloc`, XFS). The backend syncs a replacement
-//!   file before renaming it and the directory after, so that the
-//!   simplification can only hide a missing directory sync, not a missing
-//!   data sync.
+//! * `rename` and `sync_dir` are counted (and fail once tripped). The
+//!   directory's entries are durable as of its last `sync_dir` (or the
+//!   last [`CrashIo::reset`]: what a new process finds): half of the power
+//!   losses (seeded) put the directory back as it was then — files
+//!   created since are gone, files renamed over or removed since are back
+//!   (the seam keeps a hard link of every file the last sync saw) — and
+//!   the other half keep every change, in which case a rename-over keeps
+//!   the data synced before it (ext4's `auto_da_alloc`, XFS). So a missing
+//!   directory sync loses what it would on a real disk.
 
 use spool::backend::file::io::{FileIo, RealIo};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Seek};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -55,13 +58,33 @@ struct State {
     /// Seeds the length of the prefix a tripping write still writes.
     tear: u64,
     files: HashMap<u64, Tracked>,
+    /// The directory's entries (name, inode) as of its last sync.
+    entries: BTreeMap<OsString, u64>,
+    /// Entries that power losses took away or brought back.
+    lost: u64,
 }
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct CrashIo {
     dir: PathBuf,
+    /// A hard link of every file of the last synced entries, named by
+    /// inode, so that a power loss can bring back one removed since.
+    links: PathBuf,
     st: Mutex<State>,
+}
+
+/// The regular files of `dir` by name, with their inodes.
+fn entries(dir: &Path) -> BTreeMap<OsString, u64> {
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    list.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let md = std::fs::symlink_metadata(e.path()).ok()?;
+            md.is_file().then(|| (e.file_name(), md.ino()))
+        })
+        .collect()
 }
 
 /// The file's whole content, read through a new open file description
@@ -78,10 +101,60 @@ fn crashed() -> io::Error {
 impl CrashIo {
     /// A seam for the files of the spool in `dir`.
     pub fn new(dir: &Path) -> CrashIo {
-        CrashIo {
+        let io = CrashIo {
             dir: dir.to_path_buf(),
+            links: dir.join(".crash-io-links"),
             st: Mutex::new(State::default()),
+        };
+        std::fs::create_dir(&io.links).expect("create the directory of saved links");
+        io.sync_entries(&mut io.lock());
+        io
+    }
+
+    /// Take the directory's entries as durable (a directory sync).
+    fn sync_entries(&self, st: &mut State) {
+        st.entries = entries(&self.dir);
+        let keep: std::collections::HashSet<String> =
+            st.entries.values().map(|ino| ino.to_string()).collect();
+        for e in std::fs::read_dir(&self.links)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if !keep.contains(&*e.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(e.path());
+            }
         }
+        // A file that went between the listing and its link (a thread
+        // of the spool renamed it) is not taken as durable under that name.
+        st.entries.retain(|name, ino| {
+            let link = self.links.join(ino.to_string());
+            link.exists() || std::fs::hard_link(self.dir.join(name), &link).is_ok()
+        });
+    }
+
+    /// Put the directory's entries back as of its last sync.
+    fn lose_entries(&self, st: &mut State) {
+        let now = entries(&self.dir);
+        for (name, ino) in &now {
+            if st.entries.get(name) != Some(ino) {
+                std::fs::remove_file(self.dir.join(name)).expect("lose a directory entry");
+                st.lost += 1;
+            }
+        }
+        for (name, ino) in &st.entries {
+            if now.get(name) != Some(ino) {
+                std::fs::hard_link(self.links.join(ino.to_string()), self.dir.join(name))
+                    .expect("bring back a directory entry");
+                st.lost += 1;
+            }
+        }
+    }
+
+    /// How many directory entries power losses changed since the last
+    /// call.
+    pub fn take_lost_entries(&self) -> u64 {
+        std::mem::take(&mut self.lock().lost)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -114,12 +187,15 @@ impl CrashIo {
         st.fail_after = None;
         st.tripped = false;
         st.files.clear();
+        self.sync_entries(&mut st);
     }
 
     /// Take every file's current content as durable: another writer
     /// (a reference writer, a test) wrote and synced outside the seam.
     pub fn settle(&self) {
-        self.lock().files.clear();
+        let mut st = self.lock();
+        st.files.clear();
+        self.sync_entries(&mut st);
     }
 
     /// Count one operation on `file` (tracking it from now on); `Err`
@@ -154,7 +230,11 @@ impl CrashIo {
     /// them is dropped.
     pub fn power_loss(&self, seed: u64) {
         let mut rng = super::rng::Rng::new(seed);
-        let st = self.lock();
+        let mut st = self.lock();
+        // A stream of its own, so that the files' prefixes stay as before.
+        if super::rng::Rng::new(seed ^ 0x4449_5245_4e54_5259).bool() {
+            self.lose_entries(&mut st);
+        }
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -272,8 +352,13 @@ impl FileIo for CrashIo {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.enter(&mut self.lock(), None)?;
-        RealIo.sync_dir(dir)
+        let mut st = self.lock();
+        self.enter(&mut st, None)?;
+        RealIo.sync_dir(dir)?;
+        if dir == self.dir {
+            self.sync_entries(&mut st);
+        }
+        Ok(())
     }
 
     fn copy(&self, from: &File, offset: u64, to: &mut File, len: usize) -> io::Result<usize> {

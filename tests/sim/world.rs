@@ -62,6 +62,9 @@ pub struct Stats {
     /// file was a new one (an automatic compaction; see
     /// [`Plan::auto_compact`]).
     pub auto_compactions: u64,
+    /// NDJSON: directory entries that power losses took away or brought
+    /// back (changed since the directory's last sync).
+    pub lost_entries: u64,
 }
 
 impl Stats {
@@ -78,6 +81,7 @@ impl Stats {
         self.push_applied += o.push_applied;
         self.received += o.received;
         self.auto_compactions += o.auto_compactions;
+        self.lost_entries += o.lost_entries;
     }
 }
 
@@ -591,6 +595,7 @@ impl World {
         }
         if power && self.backend == Backend::File {
             self.io.power_loss(seed);
+            self.stats.lost_entries += self.io.take_lost_entries();
             self.reboot();
         }
         self.io.reset();
