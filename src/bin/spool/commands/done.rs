@@ -42,7 +42,7 @@ pub struct DoneArgs {
 pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "mark items done in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
     let report = done(
         &*spool,
         &DoneOptions {
@@ -50,7 +50,10 @@ pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             force: args.force,
         },
     )
-    .map_err(|e| ctx.fail(ACTION, e))?;
+    .map_err(|e| {
+        ctx.notices(&spool);
+        ctx.fail(ACTION, e)
+    })?;
     ctx.notices(&spool);
     if !report.abandoned.is_empty() {
         let seqs: Vec<String> = report

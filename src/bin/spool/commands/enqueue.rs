@@ -182,7 +182,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         };
         Items::Batch(Batch::read(source, &opts, &dir).map_err(|e| input_error(ctx, e, format))?)
     };
-    let spool = ctx.open(OpenMode::Create, ACTION)?;
+    let spool = ctx.open_for_one(OpenMode::Create, ACTION)?;
     ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
     let req = EnqueueRequest {
         items,
@@ -191,6 +191,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         clock: ctx.clock.clone(),
     };
     let report = enqueue(&*spool, &req).map_err(|e| {
+        ctx.notices(&spool);
         let waited = match (&e, args.wait_for_space) {
             (Error::QueueFull { .. }, Some(w)) => {
                 format!(" (waited {} for room)", crate::render::duration(w))

@@ -192,6 +192,14 @@ impl Ctx {
         self.open_waiting(mode, action, OpenOptions::default().busy_timeout)
     }
 
+    /// [`Ctx::open`] for a command that runs one operation and then tells
+    /// the backend's notices ([`Ctx::notices`]), also when it fails: the
+    /// operation checks an NDJSON spool (and mends what it can), so the
+    /// open does not do it first.
+    pub fn open_for_one(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
+        self.open_keeping_notices(mode, action, OpenOptions::default().busy_timeout, true)
+    }
+
     /// [`Ctx::open`], waiting at most `wait` for another process's lock
     /// on every later call (a command's `--wait`).
     pub fn open_waiting(
