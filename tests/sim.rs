@@ -95,6 +95,10 @@ const REGRESSIONS: &[(&str, u64, Draw)] = &[
     // the model does not: a bounded prune took another expired record,
     // which the comparison now allows on every backend.
     ("sqlite", 135734800185490, Draw::WithReceiveGroups),
+    // The harness, not the spool: the index put back as it was earlier
+    // (rewritten outside SQLite, shorter) kept the crash VFS's undo log of
+    // its later writes, which a power loss then failed to replay.
+    ("ndjson", 260598983713806, Draw::WithItems),
 ];
 
 /// Operations per plan.

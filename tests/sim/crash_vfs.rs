@@ -138,6 +138,12 @@ impl Watch {
         st.tripped = false;
     }
 
+    /// The file at `path` was rewritten outside SQLite: what it holds now
+    /// counts as durable, and its undo log is dropped.
+    pub fn forget(&self, path: &Path) {
+        self.shared.lock().unsynced.remove(path);
+    }
+
     /// True once the failure point was reached.
     pub fn tripped(&self) -> bool {
         self.shared.lock().tripped
@@ -153,8 +159,12 @@ impl Watch {
         st.fail_at = None;
         if let Crash::PowerLoss { seed } = kind {
             let mut rng = SplitMix64(seed);
-            for (path, changes) in files {
-                lose_unsynced(&path, &changes, &mut rng);
+            for (path, u) in files {
+                use std::os::unix::fs::MetadataExt;
+                // Another file renamed over this one keeps its own content.
+                if std::fs::metadata(&path).is_ok_and(|m| m.ino() == u.ino) {
+                    lose_unsynced(&path, &u.changes, &mut rng);
+                }
             }
         }
     }
@@ -268,7 +278,34 @@ struct State {
     fail_at: Option<u64>,
     tripped: bool,
     /// Per file, the changes since its last sync, oldest first.
-    unsynced: BTreeMap<PathBuf, Vec<Change>>,
+    unsynced: BTreeMap<PathBuf, Unsynced>,
+}
+
+/// The changes to the file at a path since its last sync: to the file of
+/// inode `ino` (a file renamed over it since, outside SQLite, starts
+/// afresh: the changes went with the old file).
+struct Unsynced {
+    ino: u64,
+    changes: Vec<Change>,
+}
+
+impl State {
+    /// Note `change` to the file at `path`.
+    fn note(&mut self, path: &Path, change: Change) {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(path).map_or(0, |m| m.ino());
+        let u = self.unsynced.entry(path.to_path_buf()).or_insert(Unsynced {
+            ino,
+            changes: Vec::new(),
+        });
+        if u.ino != ino {
+            *u = Unsynced {
+                ino,
+                changes: Vec::new(),
+            };
+        }
+        u.changes.push(change);
+    }
 }
 
 impl State {
@@ -710,15 +747,15 @@ unsafe extern "C" fn f_write(
         st.ops += 1;
         if rc == ffi::SQLITE_OK {
             let data = std::slice::from_raw_parts(buf as *const u8, len as usize).to_vec();
-            st.unsynced
-                .entry(path.to_path_buf())
-                .or_default()
-                .push(Change::Write {
+            st.note(
+                path,
+                Change::Write {
                     offset: off,
                     data,
                     old,
                     old_len,
-                });
+                },
+            );
         }
         rc
     })
@@ -747,10 +784,7 @@ unsafe extern "C" fn f_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3
                 if rc == ffi::SQLITE_OK {
                     let tail =
                         tail[..(old_len.saturating_sub(len) as usize).min(tail.len())].to_vec();
-                    st.unsynced
-                        .entry(path.to_path_buf())
-                        .or_default()
-                        .push(Change::Truncate { len, old_len, tail });
+                    st.note(path, Change::Truncate { len, old_len, tail });
                 }
                 rc
             }

@@ -873,8 +873,11 @@ impl World {
             }
             Op::RestoreIndex => {
                 match self.saved_index.clone() {
-                    Some(Some(bytes)) => std::fs::write(self.index_path(), bytes)
-                        .map_err(|e| format!("restore the index: {e}"))?,
+                    Some(Some(bytes)) => {
+                        std::fs::write(self.index_path(), bytes)
+                            .map_err(|e| format!("restore the index: {e}"))?;
+                        self.vfs.forget(&self.index_path());
+                    }
                     Some(None) => {
                         let _ = std::fs::remove_file(self.index_path());
                     }
