@@ -40,7 +40,7 @@ pub fn run(args: AttemptsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         Some(_) => (OpenMode::ReadWrite, "set attempts in"),
         None => (OpenMode::ReadOnly, "read attempts in"),
     };
-    let spool = ctx.open(mode, action)?;
+    let spool = ctx.open_for_one(mode, action)?;
     let r = attempts(
         &*spool,
         &AttemptsOptions {
@@ -49,7 +49,7 @@ pub fn run(args: AttemptsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         },
     )
     .map_err(|e| {
-        ctx.fail(action, e)
+        ctx.fail_noting(&spool, action, e)
             .hint("`spool list` shows the pending items and their ids")
     })?;
     ctx.notices(&spool);

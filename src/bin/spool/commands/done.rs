@@ -50,10 +50,7 @@ pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
             force: args.force,
         },
     )
-    .map_err(|e| {
-        ctx.notices(&spool);
-        ctx.fail(ACTION, e)
-    })?;
+    .map_err(|e| ctx.fail_noting(&spool, ACTION, e))?;
     ctx.notices(&spool);
     if !report.abandoned.is_empty() {
         let seqs: Vec<String> = report

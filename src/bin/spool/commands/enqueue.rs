@@ -191,14 +191,13 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         clock: ctx.clock.clone(),
     };
     let report = enqueue(&*spool, &req).map_err(|e| {
-        ctx.notices(&spool);
         let waited = match (&e, args.wait_for_space) {
             (Error::QueueFull { .. }, Some(w)) => {
                 format!(" (waited {} for room)", crate::render::duration(w))
             }
             _ => String::new(),
         };
-        match ctx.fail(ACTION, e) {
+        match ctx.fail_noting(&spool, ACTION, e) {
             CliError::Failed {
                 code,
                 message,

@@ -28,8 +28,9 @@ pub struct HoldArgs {
 pub fn run(args: HoldArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "hold items in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
-    let report = hold(&*spool, &HoldOptions { ids }).map_err(|e| ctx.fail(ACTION, e))?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
+    let report =
+        hold(&*spool, &HoldOptions { ids }).map_err(|e| ctx.fail_noting(&spool, ACTION, e))?;
     ctx.notices(&spool);
     ctx.finish_ids(&report, ACTION, "held", "held")
 }

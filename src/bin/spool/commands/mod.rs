@@ -193,11 +193,18 @@ impl Ctx {
     }
 
     /// [`Ctx::open`] for a command that runs one operation and then tells
-    /// the backend's notices ([`Ctx::notices`]), also when it fails: the
-    /// operation checks an NDJSON spool (and mends what it can), so the
-    /// open does not do it first.
+    /// the backend's notices ([`Ctx::notices`]; when it fails,
+    /// [`Ctx::fail_noting`]): the operation checks an NDJSON spool (and
+    /// mends what it can), so the open does not do it first.
     pub fn open_for_one(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
         self.open_keeping_notices(mode, action, OpenOptions::default().busy_timeout, true)
+    }
+
+    /// [`Ctx::fail`] after telling the backend's notices (see
+    /// [`Ctx::open_for_one`]).
+    pub fn fail_noting(&self, spool: &Spool, action: &str, e: Error) -> CliError {
+        self.notices(spool);
+        self.fail(action, e)
     }
 
     /// [`Ctx::open`], waiting at most `wait` for another process's lock

@@ -27,8 +27,9 @@ pub struct ReleaseArgs {
 pub fn run(args: ReleaseArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "release items in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open(OpenMode::ReadWrite, ACTION)?;
-    let report = release(&*spool, &ReleaseOptions { ids }).map_err(|e| ctx.fail(ACTION, e))?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
+    let report = release(&*spool, &ReleaseOptions { ids })
+        .map_err(|e| ctx.fail_noting(&spool, ACTION, e))?;
     ctx.notices(&spool);
     ctx.finish_ids(&report, ACTION, "released", "released")
 }
