@@ -182,7 +182,13 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         };
         Items::Batch(Batch::read(source, &opts, &dir).map_err(|e| input_error(ctx, e, format))?)
     };
-    let spool = ctx.open_for_one(OpenMode::Create, ACTION)?;
+    // An empty batch runs no operation: the open checks the spool then (an
+    // NDJSON spool's index is built or caught up, torn tails are cut).
+    let spool = if items.is_empty() {
+        ctx.open(OpenMode::Create, ACTION)?
+    } else {
+        ctx.open_for_one(OpenMode::Create, ACTION)?
+    };
     ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
     let req = EnqueueRequest {
         items,
