@@ -251,6 +251,29 @@ fn compact_exit_codes() {
     });
 }
 
+/// A reference writer's NDJSON spool (no meta file, no index) damaged in
+/// the middle: every one-shot command that would write it fails with 65
+/// and leaves the directory exactly as it was — no meta file, no index.
+#[test]
+fn one_shot_writes_leave_a_damaged_reference_spool_as_it_was() {
+    let env = Env::new("ref.ndjson");
+    let bytes = b"{\"op\":\"put\",\"id\":1,\"payload\":\"a\",\"idempotencyKey\":\"\",\"attempts\":0,\"enqueuedAt\":1}\n\
+                  not json\n\
+                  {\"op\":\"put\",\"id\":2,\"payload\":\"b\",\"idempotencyKey\":\"\",\"attempts\":0,\"enqueuedAt\":1}\n";
+    std::fs::write(&env.path, bytes).unwrap();
+    for args in [
+        &["enqueue", "c"][..],
+        &["done", "1"],
+        &["hold", "1"],
+        &["release", "1"],
+        &["attempts", "1", "--set", "3"],
+    ] {
+        assert_error(env.run(args), 65, &env.path);
+        assert_eq!(env.files(), ["ref.ndjson"], "after {args:?}");
+        assert_eq!(std::fs::read(&env.path).unwrap(), bytes, "after {args:?}");
+    }
+}
+
 // ---------------------------------------------------------- checkpoint
 
 #[test]

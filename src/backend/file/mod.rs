@@ -414,13 +414,21 @@ impl FileQueue {
         };
         let max_depth = opts.max_depth;
         let defer = opts.defer_load;
-        let init = |q: &FileQueue, inner: &mut Inner| {
-            if defer {
+        // Give the spool its uuid. Deferred (`checked` false), the files are
+        // not checked before the first operation, so the meta file is not
+        // written yet unless the spool is new: `Ok(false)` then, and the
+        // open checks the files first, so that a damaged spool is left as
+        // it was.
+        let init = |q: &FileQueue, inner: &mut Inner, checked: bool| -> Result<bool> {
+            if !checked {
                 if let Some(m) = meta::read_changed(&q.meta_path, &mut inner.meta_seen)? {
                     inner.meta = m;
                 }
             }
             if writable && inner.meta.uuid.is_none() {
+                if !checked && !created {
+                    return Ok(false);
+                }
                 let mut m = inner.meta.clone();
                 m.version = meta::META_VERSION;
                 m.uuid = Some(uuid::Uuid::new_v4().to_string());
@@ -430,17 +438,15 @@ impl FileQueue {
                 meta::write(&*q.io, &q.meta_path, &m)?;
                 inner.meta = m;
             }
-            Ok(())
+            Ok(true)
         };
-        if defer {
-            q.locked_unloaded(writable, init)?;
-        } else {
+        if !(defer && q.locked_unloaded(writable, |q, inner| init(q, inner, false))?) {
             let access = if writable {
                 Access::Write
             } else {
                 Access::Read
             };
-            q.locked(access, MetaUse::Read, init)?;
+            q.locked(access, MetaUse::Read, |q, inner| init(q, inner, true))?;
         }
         Ok(q)
     }
