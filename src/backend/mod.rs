@@ -85,9 +85,9 @@ pub struct OpenOptions {
     /// with [`Error::Busy`].
     pub busy_timeout: Duration,
     /// NDJSON: open without reading the files; the first operation reads
-    /// them (and reports damage then). A spool that has no uuid yet (a
-    /// reference writer's) is read at open all the same, before its meta
-    /// file is written, so that a damaged one is left as it was. [`crate::FileQueue::compact`]
+    /// them (and reports damage then). The meta file of a spool that has
+    /// none yet (a reference writer's) is written by the first write, after
+    /// that checked the files, so that a damaged spool is left as it was. [`crate::FileQueue::compact`]
     /// streams the files itself, so a spool opened only to be compacted
     /// never needs its whole image in memory. SQLite ignores it.
     pub defer_load: bool,

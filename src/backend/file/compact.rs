@@ -634,7 +634,10 @@ impl FileQueue {
     /// never with the garbage.
     pub fn compact(&self) -> Result<CompactReport> {
         self.require_writable("compact")?;
-        self.locked_unloaded(true, |q, inner| q.compact_locked(inner, true))
+        self.locked_unloaded(true, |q, inner| {
+            q.assign_uuid(inner)?;
+            q.compact_locked(inner, true)
+        })
     }
 
     /// Compact with the exclusive lock held; afterwards every handle and

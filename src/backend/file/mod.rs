@@ -280,6 +280,10 @@ struct Inner {
     notices: Vec<String>,
     /// The meta file as this process last read it into `meta`.
     meta_seen: Option<meta::Seen>,
+    /// A deferred open of a spool without a uuid: the first write assigns
+    /// one (the depth bound to write with it, see
+    /// [`FileQueue::assign_uuid`]).
+    uuid_pending: Option<Option<u64>>,
     /// What `stat` said of each file when [`FileQueue::check_index`]
     /// looked, in [`Which::slot`] order: valid until this call writes, so
     /// only the rest of `prepare` uses it (and then clears it).
@@ -406,6 +410,7 @@ impl FileQueue {
                 index_broken: None,
                 notices: Vec::new(),
                 meta_seen: None,
+                uuid_pending: None,
                 checked: [None; 3],
                 known: Default::default(),
                 unfinished: [None; 3],
@@ -414,41 +419,68 @@ impl FileQueue {
         };
         let max_depth = opts.max_depth;
         let defer = opts.defer_load;
-        // Give the spool its uuid. Deferred (`checked` false), the files are
-        // not checked before the first operation, so the meta file is not
-        // written yet unless the spool is new: `Ok(false)` then, and the
-        // open checks the files first, so that a damaged spool is left as
-        // it was.
-        let init = |q: &FileQueue, inner: &mut Inner, checked: bool| -> Result<bool> {
-            if !checked {
+        let init = |q: &FileQueue, inner: &mut Inner| {
+            if defer {
                 if let Some(m) = meta::read_changed(&q.meta_path, &mut inner.meta_seen)? {
                     inner.meta = m;
                 }
+                // Deferred, the files are not checked yet: the meta file of
+                // a spool that has none waits for the first write, which
+                // checks them first, so that a damaged spool is left as it
+                // was (see `FileQueue::assign_uuid`).
+                if writable && !created && inner.meta.uuid.is_none() {
+                    inner.uuid_pending = Some(max_depth);
+                    return Ok(());
+                }
             }
             if writable && inner.meta.uuid.is_none() {
-                if !checked && !created {
-                    return Ok(false);
-                }
-                let mut m = inner.meta.clone();
-                m.version = meta::META_VERSION;
-                m.uuid = Some(uuid::Uuid::new_v4().to_string());
-                if created || m.max_depth.is_none() {
-                    m.max_depth = max_depth;
-                }
-                meta::write(&*q.io, &q.meta_path, &m)?;
-                inner.meta = m;
+                q.write_uuid(inner, created, max_depth)?;
             }
-            Ok(true)
+            Ok(())
         };
-        if !(defer && q.locked_unloaded(writable, |q, inner| init(q, inner, false))?) {
+        if defer {
+            q.locked_unloaded(writable, init)?;
+        } else {
             let access = if writable {
                 Access::Write
             } else {
                 Access::Read
             };
-            q.locked(access, MetaUse::Read, |q, inner| init(q, inner, true))?;
+            q.locked(access, MetaUse::Read, init)?;
         }
         Ok(q)
+    }
+
+    /// Write the meta file with a new uuid (and the depth bound
+    /// `max_depth` for a spool just `created`, or one whose meta file names
+    /// none).
+    fn write_uuid(&self, inner: &mut Inner, created: bool, max_depth: Option<u64>) -> Result<()> {
+        let mut m = inner.meta.clone();
+        m.version = meta::META_VERSION;
+        m.uuid = Some(uuid::Uuid::new_v4().to_string());
+        if created || m.max_depth.is_none() {
+            m.max_depth = max_depth;
+        }
+        meta::write(&*self.io, &self.meta_path, &m)?;
+        inner.meta = m;
+        Ok(())
+    }
+
+    /// The uuid a deferred open left to the first write
+    /// ([`Inner::uuid_pending`]), with the exclusive lock held: read the
+    /// meta file again (another process may have written it since) and
+    /// write it when it still names none.
+    fn assign_uuid(&self, inner: &mut Inner) -> Result<()> {
+        let Some(max_depth) = inner.uuid_pending.take() else {
+            return Ok(());
+        };
+        if let Some(m) = meta::read_changed(&self.meta_path, &mut inner.meta_seen)? {
+            inner.meta = m;
+        }
+        if inner.meta.uuid.is_none() {
+            self.write_uuid(inner, false, max_depth)?;
+        }
+        Ok(())
     }
 
     /// The main file's path.
@@ -573,7 +605,10 @@ impl FileQueue {
                 }
             }
         }
-        let r = f(self, inner);
+        let r = match access != Access::Read {
+            true => self.assign_uuid(inner).and_then(|()| f(self, inner)),
+            false => f(self, inner),
+        };
         let r = self.finish(inner, r);
         let due = std::mem::take(&mut inner.compact_due);
         if matches!(access, Access::Mutate | Access::Small) && r.is_ok() && due {
