@@ -471,7 +471,7 @@ impl FileQueue {
     /// meta file again (another process may have written it since) and
     /// write it when it still names none.
     fn assign_uuid(&self, inner: &mut Inner) -> Result<()> {
-        let Some(max_depth) = inner.uuid_pending.take() else {
+        let Some(max_depth) = inner.uuid_pending else {
             return Ok(());
         };
         if let Some(m) = meta::read_changed(&self.meta_path, &mut inner.meta_seen)? {
@@ -480,6 +480,8 @@ impl FileQueue {
         if inner.meta.uuid.is_none() {
             self.write_uuid(inner, false, max_depth)?;
         }
+        // Kept after a failure: the next write tries again.
+        inner.uuid_pending = None;
         Ok(())
     }
 
