@@ -144,7 +144,7 @@ fn plan_len(default: usize) -> usize {
 /// Run one plan; a panic counts as a failure too.
 fn run(backend: Backend, plan: &Plan) -> Result<Stats, (usize, String)> {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        let mut w = World::new(backend, plan.max_depth, plan.auto_compact);
+        let mut w = World::new(backend, plan);
         assert_eq!(w.kind(), backend.kind());
         w.run(plan).map(|()| w.stats.clone())
     }));
@@ -234,7 +234,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
     let _ = writeln!(
         std::io::stderr().lock(),
         "sim {}: {} seeds, {} operations, {} crashes ({} cut an operation: {} rolled back, \
-         {} kept; {} power losses), {} reopens, {} push requests, {} acks, {} items applied \
+         {} kept; {} power losses), {} reopens ({} deferred), {} push requests, {} acks, {} items applied \
          at the receiver, {} requests received, {} automatic compactions, {} directory entries lost, in {:.1}s",
         name(backend),
         seeds.len(),
@@ -245,6 +245,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         total.kept,
         total.power_losses,
         total.reopens,
+        total.deferred_reopens,
         total.push_requests,
         total.push_acks,
         total.push_applied,
@@ -303,9 +304,10 @@ fn the_checks_catch_a_difference() {
     let plan = Plan {
         max_depth: None,
         auto_compact: None,
+        defer_open: false,
         ops: vec![plan::Op::Enqueue(b"x".to_vec(), String::new())],
     };
-    let mut w = World::new(Backend::Memory, None, None);
+    let mut w = World::new(Backend::Memory, &plan);
     w.run(&plan).expect("the plan runs");
     w.tamper_enqueue(b"y");
     assert!(w.check().is_err(), "a spool holding more than the model");

@@ -191,6 +191,11 @@ pub struct Plan {
     /// NDJSON: the main file's size from which a mutation compacts it
     /// automatically (`None`: the default, 4 MiB, which no plan reaches).
     pub auto_compact: Option<u64>,
+    /// NDJSON: handles opened after creating the spool (reopens after a
+    /// crash, the second handle) defer reading the files to their first
+    /// operation, as the CLI's one-shot writes do
+    /// (`OpenOptions::defer_load`).
+    pub defer_open: bool,
     pub ops: Vec<Op>,
 }
 
@@ -406,6 +411,7 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let auto_compact = opt(&mut Rng::new(seed ^ 0x434f_4d50_4143_5400), |r| {
         256 << r.below(5)
     });
+    let defer_open = Rng::new(seed ^ 0x4445_4645_5200_0000).chance(1, 2);
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
         let op = plain_op(&mut r);
@@ -433,6 +439,7 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     Plan {
         max_depth,
         auto_compact,
+        defer_open,
         ops,
     }
 }

@@ -53,6 +53,9 @@ pub struct Stats {
     pub kept: u64,
     pub power_losses: u64,
     pub reopens: u64,
+    /// NDJSON: reopens that left reading the files to the next operation
+    /// ([`Plan::defer_open`]).
+    pub deferred_reopens: u64,
     pub push_requests: u64,
     pub push_acks: u64,
     pub push_applied: u64,
@@ -76,6 +79,7 @@ impl Stats {
         self.kept += o.kept;
         self.power_losses += o.power_losses;
         self.reopens += o.reopens;
+        self.deferred_reopens += o.deferred_reopens;
         self.push_requests += o.push_requests;
         self.push_acks += o.push_acks;
         self.push_applied += o.push_applied;
@@ -164,6 +168,8 @@ pub struct World {
     kill_mid_batch: Option<usize>,
     /// [`Plan::auto_compact`].
     auto_compact: Option<u64>,
+    /// [`Plan::defer_open`].
+    defer_open: bool,
     pub stats: Stats,
 }
 
@@ -351,7 +357,8 @@ fn prune_expired(q: &dyn Queue) -> Check {
 }
 
 impl World {
-    pub fn new(backend: Backend, max_depth: Option<u64>, auto_compact: Option<u64>) -> World {
+    pub fn new(backend: Backend, plan: &Plan) -> World {
+        let (max_depth, auto_compact) = (plan.max_depth, plan.auto_compact);
         let dir = temp_dir();
         let path = match backend {
             Backend::Postgres => {
@@ -391,6 +398,7 @@ impl World {
             pg: None,
             kill_mid_batch: None,
             auto_compact,
+            defer_open: plan.defer_open,
             stats: Stats::default(),
         };
         let spool = w
@@ -409,6 +417,7 @@ impl World {
         opts.clock = Arc::new(self.clock.clone());
         opts.max_depth = max_depth;
         opts.auto_compact_min_bytes = self.auto_compact;
+        opts.defer_load = self.defer_open && mode == OpenMode::ReadWrite;
         match self.backend {
             Backend::Memory => Ok(Spool::memory(&opts)),
             Backend::File => {
@@ -461,14 +470,16 @@ impl World {
             self.stats.ops += 1;
             let t = std::time::Instant::now();
             let full = matches!(op, Op::Crash { .. } | Op::Reopen | Op::Switch);
+            // A deferred reopen is checked after the next operation, so
+            // that the first call on the handle is that operation (a
+            // write, mostly), as in a one-shot CLI command.
+            let deferred = matches!(op, Op::Reopen) && self.deferring();
             let ino = self.main_ino();
             self.step(op)
-                .and_then(|()| {
-                    if full {
-                        self.check()
-                    } else {
-                        self.check_lean()
-                    }
+                .and_then(|()| match (deferred, full) {
+                    (true, _) => Ok(()),
+                    (false, true) => self.check(),
+                    (false, false) => self.check_lean(),
                 })
                 .map_err(|e| (i, format!("op {i} {op:?}: {e}")))?;
             if ino != self.main_ino() && !matches!(op, Op::Compact | Op::ExportImport) {
@@ -478,7 +489,16 @@ impl World {
                 eprintln!("{:8.1} ms  op {i} {op:?}", t.elapsed().as_secs_f64() * 1e3);
             }
         }
+        if matches!(plan.ops.last(), Some(Op::Reopen)) && self.deferring() {
+            self.check()
+                .map_err(|e| (plan.ops.len(), format!("after the last reopen: {e}")))?;
+        }
         Ok(())
+    }
+
+    /// Whether reopens defer reading the files ([`Plan::defer_open`]).
+    fn deferring(&self) -> bool {
+        self.defer_open && self.backend == Backend::File
     }
 
     /// The NDJSON main file's inode (`None` for the other backends).
@@ -618,6 +638,9 @@ impl World {
             return Ok(());
         }
         self.stats.reopens += 1;
+        if self.deferring() {
+            self.stats.deferred_reopens += 1;
+        }
         self.second = None;
         self.use_second = false;
         self.spool = None;
