@@ -342,7 +342,7 @@ impl FileQueue {
             high_water: ix.high_water()?,
             state_lines,
             records,
-            torn: inner.main_tail.torn.clone(),
+            torn: inner.tails[Which::Main.slot()].torn.clone(),
             holds_records: false,
         }))
     }
@@ -668,7 +668,7 @@ impl FileQueue {
         }
         inner.dead = None;
         inner.delivered = None;
-        inner.set_tails(Default::default());
+        inner.tails = Default::default();
         let (report, layout, new_main, job) = match r? {
             (Compacted::Done(report, layout, new_main), job) => (report, layout, new_main, job),
             (Compacted::NeedsIndex, _) => {

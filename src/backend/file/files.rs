@@ -4,9 +4,9 @@
 
 use super::format::{self, parse_line, Line};
 use super::index::{Entry, FileRow, Loc, Which};
-use super::io::{parent_dir, read_exact_at, write_all};
+use super::io::{read_exact_at, write_all};
 use super::{
-    file_len, no_handle, open_existing, open_main, FileQueue, Inner, Tail, Tracked, READ_GAP,
+    file_len, no_handle, open_existing, open_synced, FileQueue, Inner, Tail, Tracked, READ_GAP,
     READ_SPAN,
 };
 use crate::backend::OpenMode;
@@ -63,13 +63,7 @@ impl FileQueue {
     pub(super) fn companion_for_append(&self, inner: &mut Inner, which: Which) -> Result<()> {
         if inner.tracked(which).is_none() {
             let path = self.target_path(which);
-            let (file, created) = open_main(path, OpenMode::Create)?;
-            if created {
-                let dir = parent_dir(path);
-                self.io
-                    .sync_dir(dir)
-                    .map_err(|e| Error::io(dir, "fsync directory", e))?;
-            }
+            let (file, _) = open_synced(&*self.io, path, OpenMode::Create)?;
             let t = Tracked::new(file, path)?;
             *inner.tail(which) = Tail {
                 end: file_len(&t.file, path)?,
@@ -169,19 +163,18 @@ impl FileQueue {
         let r = (|| {
             let ix = inner.index()?;
             let t = inner.tracked(which).ok_or_else(no_handle)?;
-            let row = ix.file_row(which)?;
-            let row = match row {
-                Some(r)
-                    if r.upto == start && !r.needs_newline && (r.dev, r.ino) == (t.dev, t.ino) =>
-                {
-                    r
-                }
-                None if start == 0 => FileRow {
-                    dev: t.dev,
-                    ino: t.ino,
-                    ..FileRow::default()
-                },
-                _ => return Ok(()),
+            let before = ix.file_row(which)?;
+            let end = start + written.len() as u64;
+            let count = entries.len() as u64;
+            let fingerprint = || {
+                super::index::fingerprint(&*self.io, &t.file, end)
+                    .map_err(|e| Error::io(self.target_path(which), "read", e))
+            };
+            let file = (t.dev, t.ino);
+            let Some(row) =
+                FileRow::extended(before.as_ref(), file, start, end, count, fingerprint)?
+            else {
+                return Ok(());
             };
             let mut spans = Vec::with_capacity(entries.len());
             let mut pos = 0;
@@ -193,7 +186,6 @@ impl FileQueue {
                 // Left to the catch-up, which reads them back.
                 return Ok(());
             }
-            let count = spans.len() as u64;
             let mut ap = ix.applier()?;
             for (e, (off, len)) in entries.into_iter().zip(spans) {
                 #[cfg(debug_assertions)]
@@ -209,19 +201,7 @@ impl FileQueue {
                 ap.apply(which, e, off, len);
             }
             ap.finish()?;
-            let end = start + written.len() as u64;
-            let fingerprint = super::index::fingerprint(&*self.io, &t.file, end)
-                .map_err(|e| Error::io(self.target_path(which), "read", e))?;
-            ix.set_file_row(
-                which,
-                &FileRow {
-                    upto: end,
-                    lines: row.lines + count,
-                    records: row.records + count,
-                    fingerprint,
-                    ..row
-                },
-            )
+            ix.set_file_row(which, &row)
         })();
         if let Err(e) = r {
             inner.index_broken = Some(e.to_string());
@@ -252,20 +232,6 @@ impl FileQueue {
                 };
             }
         }
-    }
-
-    /// Read the `put` lines at `locs` of `which`, nearby ones with one
-    /// `pread`.
-    pub(super) fn read_lines(
-        &self,
-        inner: &Inner,
-        which: Which,
-        locs: &[Loc],
-    ) -> Result<Vec<Line>> {
-        self.read_each(inner, which, locs, |line, loc| match &line {
-            Line::Put { item, .. } if item.id == loc.id => Some(line),
-            _ => None,
-        })
     }
 
     /// Read the lines at `locs` of `which`, nearby ones with one `pread`,
@@ -331,28 +297,20 @@ impl FileQueue {
 
     /// The pending items at `locs`.
     pub(super) fn items(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<Item>> {
-        Ok(self
-            .read_lines(inner, Which::Main, locs)?
-            .into_iter()
-            .filter_map(|l| match l {
-                Line::Put { item, .. } => Some(item),
-                _ => None,
-            })
-            .collect())
+        self.read_each(inner, Which::Main, locs, |line, loc| match line {
+            Line::Put { item, .. } if item.id == loc.id => Some(item),
+            _ => None,
+        })
     }
 
     /// The dead letters at `locs`.
     pub(super) fn dead_letters(&self, inner: &Inner, locs: &[Loc]) -> Result<Vec<DeadLetter>> {
-        Ok(self
-            .read_lines(inner, Which::Dead, locs)?
-            .into_iter()
-            .filter_map(|l| match l {
-                Line::Put { item, dead_at, .. } => Some(DeadLetter {
-                    item,
-                    dead_at: dead_at.unwrap_or_default(),
-                }),
-                _ => None,
-            })
-            .collect())
+        self.read_each(inner, Which::Dead, locs, |line, loc| match line {
+            Line::Put { item, dead_at, .. } if item.id == loc.id => Some(DeadLetter {
+                item,
+                dead_at: dead_at.unwrap_or_default(),
+            }),
+            _ => None,
+        })
     }
 }

@@ -276,6 +276,39 @@ impl FileRow {
             fingerprint,
         }
     }
+
+    /// The row of file `(dev, ino)` after `lines` lines written at
+    /// `start`, up to `end`, when `before` (its row then; `None`: it had
+    /// none) ended right there — else `None`: how many lines the write
+    /// added to the file's count only a read of it tells (after a last
+    /// line without its newline, say). `fingerprint` gives the new row's.
+    pub fn extended(
+        before: Option<&FileRow>,
+        (dev, ino): (u64, u64),
+        start: u64,
+        end: u64,
+        lines: u64,
+        fingerprint: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<Option<FileRow>> {
+        let base = match before {
+            Some(r) if r.upto == start && !r.needs_newline && (r.dev, r.ino) == (dev, ino) => {
+                r.clone()
+            }
+            None if start == 0 => FileRow {
+                dev,
+                ino,
+                ..FileRow::default()
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(FileRow {
+            upto: end,
+            lines: base.lines + lines,
+            records: base.records + lines,
+            fingerprint: fingerprint()?,
+            ..base
+        }))
+    }
 }
 
 /// What a line says, as the index keeps it: everything but the payload.
@@ -539,37 +572,18 @@ impl<'a> FileNow<'a> {
         })
     }
 
-    /// `file` as `stat` said it was (see [`Stat`]).
-    pub fn seen(file: &'a File, stat: Stat) -> FileNow<'a> {
+    /// `file` as `stat` said it was at some point of the call, kept so
+    /// that the call does not ask again while nothing can have changed
+    /// it (the lock is held, and the call has not written yet).
+    pub fn seen(file: &'a File, stamp: Stamp) -> FileNow<'a> {
         FileNow {
             file,
-            dev: stat.dev,
-            ino: stat.ino,
-            len: stat.len,
-            stamp: stat.stamp,
+            dev: stamp.dev,
+            ino: stamp.ino,
+            len: stamp.len,
+            stamp,
         }
     }
-
-    /// What `stat` said, without the handle.
-    pub fn stat(&self) -> Stat {
-        Stat {
-            dev: self.dev,
-            ino: self.ino,
-            len: self.len,
-            stamp: self.stamp,
-        }
-    }
-}
-
-/// What `stat` said of a spool file at some point of a call, kept so
-/// that the call does not ask again while nothing can have changed it
-/// (the lock is held, and the call has not written yet).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Stat {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    stamp: Stamp,
 }
 
 /// A spool file's fingerprint up to `upto`, read (or checked) by this
@@ -735,14 +749,30 @@ impl Index {
     /// SQLite deletes when it is closed (`path` `None`). Fill it with an
     /// [`Applier`] and call [`Index::finish_build`].
     pub fn create(path: Option<&Path>) -> Result<Index> {
-        let ix = Index::create_tables(path)?;
+        let (conn, shown) = match path {
+            Some(p) => (
+                Connection::open(p).map_err(|e| Error::sqlite(p, "create index", e))?,
+                p.to_path_buf(),
+            ),
+            None => (
+                Connection::open("")
+                    .map_err(|e| Error::sqlite(Path::new("(private index)"), "create index", e))?,
+                PathBuf::from("(private index)"),
+            ),
+        };
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let ix = Index::unshared(conn, shown);
+        // Without a journal (`OFF`) nothing is rolled back: the tables
+        // and the rows that fill them are one transaction.
         ix.conn
-            .execute_batch("BEGIN")
+            .execute_batch(&format!(
+                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \
+                 PRAGMA cache_size = -{BUILD_CACHE_KIB}; PRAGMA temp_store = FILE; BEGIN; {TABLES}"
+            ))
             .map_err(ix.err("create index"))?;
         Ok(ix)
     }
 
-    /// [`Index::create`] without the transaction.
     /// An index on `conn` that is not the shared `<spool>.idx` in use
     /// (a build, a private index, a carry-over), writable, nothing marked.
     fn unshared(conn: Connection, path: PathBuf) -> Index {
@@ -759,35 +789,6 @@ impl Index {
             boot_written: Cell::new(false),
             file_journal: Cell::new(false),
         }
-    }
-
-    fn create_tables(path: Option<&Path>) -> Result<Index> {
-        let (conn, shown) = match path {
-            Some(p) => (
-                Connection::open(p).map_err(|e| Error::sqlite(p, "create index", e))?,
-                p.to_path_buf(),
-            ),
-            None => (
-                Connection::open("")
-                    .map_err(|e| Error::sqlite(Path::new("(private index)"), "create index", e))?,
-                PathBuf::from("(private index)"),
-            ),
-        };
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let ix = Index::unshared(conn, shown);
-        ix.conn
-            .execute_batch(&format!(
-                "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \
-                 PRAGMA cache_size = -{BUILD_CACHE_KIB}; PRAGMA temp_store = FILE; BEGIN;"
-            ))
-            .map_err(ix.err("create index"))?;
-        ix.conn
-            .execute_batch(TABLES)
-            .map_err(ix.err("create index"))?;
-        ix.conn
-            .execute_batch("COMMIT")
-            .map_err(ix.err("create index"))?;
-        Ok(ix)
     }
 
     /// Finish a build: the secondary indexes, the counts, the version,
@@ -829,22 +830,10 @@ impl Index {
 
     /// Check the index against the files as they are now. `Err(reason)`
     /// when it is not an index of these files (another file, rewritten
-    /// bytes, written before a reboot).
-    /// `known`: what this process knows of the files' fingerprints (see
-    /// [`Known`]), in [`Which::slot`] order.
-    pub fn check(
-        &self,
-        io: &dyn FileIo,
-        main: FileNow<'_>,
-        dead: Option<FileNow<'_>>,
-        delivered: Option<FileNow<'_>>,
-        known: &[Option<Known>; 3],
-    ) -> Result<std::result::Result<[FileRow; 3], String>> {
-        self.check_files(io, main, dead, delivered, true, known)
-    }
-
-    /// [`Index::check`], optionally without the restart rule (`verify`
-    /// reports that one apart).
+    /// bytes, written before a reboot — the restart rule, which `verify`
+    /// checks apart: `restart` false). `known`: what this process knows
+    /// of the files' fingerprints (see [`Known`]), in [`Which::slot`]
+    /// order.
     /// The rows returned are the main file's, the dead-letter file's and
     /// the delivered file's (a companion file the index has no row for
     /// yet gets an empty one).

@@ -96,7 +96,7 @@ mod stream;
 mod upkeep;
 pub mod verify;
 
-use self::index::{Carry, Entry, FileNow, FileRow, Index, Stat, Unusable, Which};
+use self::index::{Carry, Entry, FileNow, FileRow, Index, Stamp, Unusable, Which};
 use self::io::{parent_dir, FileIo, RealIo};
 use self::meta::Meta;
 pub use self::scan::TornTail;
@@ -255,16 +255,15 @@ impl Access {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Inner {
     main: Option<Tracked>,
     dead: Option<Tracked>,
     delivered: Option<Tracked>,
     index: Option<Index>,
     meta: Meta,
-    main_tail: Tail,
-    dead_tail: Tail,
-    delivered_tail: Tail,
+    /// Where each file's valid content ends, in [`Which::slot`] order.
+    tails: [Tail; 3],
     /// This call appended to a file: the index takes the lines in before
     /// it commits.
     appended: bool,
@@ -287,7 +286,7 @@ struct Inner {
     /// What `stat` said of each file when [`FileQueue::check_index`]
     /// looked, in [`Which::slot`] order: valid until this call writes, so
     /// only the rest of `prepare` uses it (and then clears it).
-    checked: [Option<Stat>; 3],
+    checked: [Option<Stamp>; 3],
     /// What this process knows of each file's fingerprint, in
     /// [`Which::slot`] order (see [`index::Known`]).
     known: [Option<index::Known>; 3],
@@ -305,11 +304,7 @@ struct Inner {
 
 impl Inner {
     fn tail(&mut self, which: Which) -> &mut Tail {
-        match which {
-            Which::Main => &mut self.main_tail,
-            Which::Dead => &mut self.dead_tail,
-            Which::Delivered => &mut self.delivered_tail,
-        }
+        &mut self.tails[which.slot()]
     }
 
     fn tracked(&self, which: Which) -> Option<&Tracked> {
@@ -326,19 +321,6 @@ impl Inner {
             Which::Dead => &mut self.dead,
             Which::Delivered => &mut self.delivered,
         }
-    }
-
-    /// The tails of all three files (to put back when a catch-up fails).
-    fn tails(&self) -> [Tail; 3] {
-        [
-            self.main_tail.clone(),
-            self.dead_tail.clone(),
-            self.delivered_tail.clone(),
-        ]
-    }
-
-    fn set_tails(&mut self, tails: [Tail; 3]) {
-        [self.main_tail, self.dead_tail, self.delivered_tail] = tails;
     }
 
     fn index(&self) -> Result<&Index> {
@@ -374,14 +356,9 @@ impl FileQueue {
     /// Open with an I/O seam (for fault-injection tests).
     pub fn open_with_io(path: &Path, opts: &OpenOptions, io: Arc<dyn FileIo>) -> Result<FileQueue> {
         let writable = opts.mode.writable();
-        let (file, created) = open_main(path, opts.mode)?;
+        let (file, created) = open_synced(&*io, path, opts.mode)?;
         if !created {
             scan::check_head(path, &*io, &file)?;
-        }
-        if created {
-            let dir = parent_dir(path);
-            io.sync_dir(dir)
-                .map_err(|e| Error::io(dir, "fsync directory", e))?;
         }
         let q = FileQueue {
             path: path.to_path_buf(),
@@ -398,23 +375,7 @@ impl FileQueue {
                 .unwrap_or(AUTO_COMPACT_MIN_BYTES),
             inner: Mutex::new(Inner {
                 main: Some(Tracked::new(file, path)?),
-                dead: None,
-                delivered: None,
-                index: None,
-                meta: Meta::default(),
-                main_tail: Tail::default(),
-                dead_tail: Tail::default(),
-                delivered_tail: Tail::default(),
-                appended: false,
-                compact_due: false,
-                index_broken: None,
-                notices: Vec::new(),
-                meta_seen: None,
-                uuid_pending: None,
-                checked: [None; 3],
-                known: Default::default(),
-                unfinished: [None; 3],
-                settled: [None; 3],
+                ..Inner::default()
             }),
         };
         let max_depth = opts.max_depth;
@@ -455,15 +416,12 @@ impl FileQueue {
     /// `max_depth` for a spool just `created`, or one whose meta file names
     /// none).
     fn write_uuid(&self, inner: &mut Inner, created: bool, max_depth: Option<u64>) -> Result<()> {
-        let mut m = inner.meta.clone();
-        m.version = meta::META_VERSION;
-        m.uuid = Some(uuid::Uuid::new_v4().to_string());
-        if created || m.max_depth.is_none() {
-            m.max_depth = max_depth;
-        }
-        meta::write(&*self.io, &self.meta_path, &m)?;
-        inner.meta = m;
-        Ok(())
+        self.update_meta(inner, |m| {
+            m.uuid = Some(uuid::Uuid::new_v4().to_string());
+            if created || m.max_depth.is_none() {
+                m.max_depth = max_depth;
+            }
+        })
     }
 
     /// The uuid a deferred open left to the first write
@@ -529,7 +487,7 @@ impl FileQueue {
                 records,
                 live,
                 garbage_ratio,
-                torn_tail: inner.main_tail.torn.clone(),
+                torn_tail: inner.tails[Which::Main.slot()].torn.clone(),
             })
         })
     }
@@ -648,17 +606,14 @@ impl FileQueue {
         }
         if let Some(e) = broken {
             let _ = inner.index()?.rollback();
-            inner.notices.push(format!(
-                "{}: the index could not take in the lines just written ({e}); the next command catches up",
-                self.index_path.display()
-            ));
+            self.note_index_behind(inner, e);
             return r;
         }
         let taken = if appended {
-            let ends = inner.tails();
+            let ends = inner.tails.clone();
             let done = self.catch_up_all(inner);
             if done.is_err() {
-                inner.set_tails(ends);
+                inner.tails = ends;
             }
             done
         } else {
@@ -673,12 +628,18 @@ impl FileQueue {
         let ix = inner.index()?;
         if let Err(e) = taken.and_then(|()| ix.commit()) {
             let _ = ix.rollback();
-            inner.notices.push(format!(
-                "{}: the index could not take in the lines just written ({e}); the next command catches up",
-                self.index_path.display()
-            ));
+            self.note_index_behind(inner, e);
         }
         r
+    }
+
+    /// Tell that the index could not take in the lines just written (its
+    /// transaction rolled back): `why`.
+    fn note_index_behind(&self, inner: &mut Inner, why: impl std::fmt::Display) {
+        inner.notices.push(format!(
+            "{}: the index could not take in the lines just written ({why}); the next command catches up",
+            self.index_path.display()
+        ));
     }
 
     /// Run `f` with the advisory lock held, without touching the index.
@@ -717,7 +678,7 @@ impl FileQueue {
                     },
                 )?;
                 inner.main = Some(Tracked::new(file, &self.path)?);
-                inner.main_tail = Tail::default();
+                *inner.tail(Which::Main) = Tail::default();
             }
             let main = inner.main.as_ref().ok_or_else(no_handle)?;
             let attempt = if exclusive {
@@ -811,6 +772,17 @@ fn file_len(f: &File, path: &Path) -> Result<u64> {
     f.metadata()
         .map(|m| m.len())
         .map_err(|e| Error::io(path, "inspect", e))
+}
+
+/// [`open_main`], and when that created the file, sync its directory.
+fn open_synced(io: &dyn FileIo, path: &Path, mode: OpenMode) -> Result<(File, bool)> {
+    let (file, created) = open_main(path, mode)?;
+    if created {
+        let dir = parent_dir(path);
+        io.sync_dir(dir)
+            .map_err(|e| Error::io(dir, "fsync directory", e))?;
+    }
+    Ok((file, created))
 }
 
 /// Open the main file (or the dead-letter file) as `mode` says; the bool

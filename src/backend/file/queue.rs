@@ -98,6 +98,29 @@ impl FileQueue {
         inner.index()?.uuid()
     }
 
+    /// The push-state line of `push`, with the uuid a regeneration gave.
+    fn push_state(inner: &Inner, push: &crate::item::PushState) -> Result<Vec<u8>> {
+        Ok(push_line(
+            push,
+            FileQueue::regenerated_uuid(inner)?.as_ref(),
+        ))
+    }
+
+    /// Change the meta file as `f` says, written whole at the current
+    /// version.
+    pub(super) fn update_meta(
+        &self,
+        inner: &mut Inner,
+        f: impl FnOnce(&mut meta::Meta),
+    ) -> Result<()> {
+        let mut m = inner.meta.clone();
+        m.version = meta::META_VERSION;
+        f(&mut m);
+        meta::write(&*self.io, &self.meta_path, &m)?;
+        inner.meta = m;
+        Ok(())
+    }
+
     /// Write what delivering items does, in one commit sequence: `done`
     /// lines in the delivered file for up to [`crate::item::PRUNE_BATCH`]
     /// expired records whose move is complete, synced; then the main
@@ -195,10 +218,7 @@ impl Queue for FileQueue {
             }
             // In-flight items leave skips behind, in the same commit.
             if let Some(push) = state::push_after_removing(&v, ids)? {
-                buf.extend(push_line(
-                    &push,
-                    FileQueue::regenerated_uuid(inner)?.as_ref(),
-                ));
+                buf.extend(FileQueue::push_state(inner, &push)?);
             }
             q.deliver_and_prune(inner, now, buf, &[])?;
             Ok(found)
@@ -213,12 +233,7 @@ impl Queue for FileQueue {
 
     fn set_retain(&self, window: Option<Duration>) -> Result<()> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let mut m = inner.meta.clone();
-            m.version = meta::META_VERSION;
-            m.set_retain(window);
-            meta::write(&*q.io, &q.meta_path, &m)?;
-            inner.meta = m;
-            Ok(())
+            q.update_meta(inner, |m| m.set_retain(window))
         })
     }
 
@@ -356,12 +371,7 @@ impl Queue for FileQueue {
 
     fn set_on_full(&self, policy: OnFull) -> Result<()> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let mut m = inner.meta.clone();
-            m.version = meta::META_VERSION;
-            m.set_on_full(policy);
-            meta::write(&*q.io, &q.meta_path, &m)?;
-            inner.meta = m;
-            Ok(())
+            q.update_meta(inner, |m| m.set_on_full(policy))
         })
     }
 
@@ -373,12 +383,7 @@ impl Queue for FileQueue {
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
         self.locked(Access::Mutate, MetaUse::Read, |q, inner| {
-            let mut m = inner.meta.clone();
-            m.version = meta::META_VERSION;
-            m.max_depth = bound;
-            meta::write(&*q.io, &q.meta_path, &m)?;
-            inner.meta = m;
-            Ok(())
+            q.update_meta(inner, |m| m.max_depth = bound)
         })
     }
 
@@ -411,10 +416,7 @@ impl Queue for FileQueue {
             let mut main = Vec::new();
             format::write_done(&mut main, id);
             if let Some(push) = state::push_after_removing(&v, &[id])? {
-                main.extend(push_line(
-                    &push,
-                    FileQueue::regenerated_uuid(inner)?.as_ref(),
-                ));
+                main.extend(FileQueue::push_state(inner, &push)?);
             }
             let mut dead = Vec::new();
             format::write_dead(&mut dead, &dl);
@@ -539,10 +541,7 @@ impl Queue for FileQueue {
             for it in &items {
                 format::write_put(&mut buf, it, None);
             }
-            buf.extend(push_line(
-                &push,
-                FileQueue::regenerated_uuid(inner)?.as_ref(),
-            ));
+            buf.extend(FileQueue::push_state(inner, &push)?);
             q.append(inner, Which::Main, &buf)?;
             Ok(items
                 .iter()
@@ -579,10 +578,7 @@ impl Queue for FileQueue {
             for (id, _) in &plan.rejected {
                 format::write_done(&mut main, *id);
             }
-            main.extend(push_line(
-                &plan.push,
-                FileQueue::regenerated_uuid(inner)?.as_ref(),
-            ));
+            main.extend(FileQueue::push_state(inner, &plan.push)?);
             q.deliver_and_prune(inner, now, main, &dead)?;
             Ok(PushAck {
                 acked: plan.push.acked,

@@ -141,11 +141,7 @@ impl FileQueue {
         if which == Which::Main && file.is_none() {
             return Err(super::no_handle());
         }
-        let tail = match which {
-            Which::Main => &inner.main_tail,
-            Which::Dead => &inner.dead_tail,
-            Which::Delivered => &inner.delivered_tail,
-        };
+        let tail = &inner.tails[which.slot()];
         Ok(BatchOut::new(which, path.to_path_buf(), file, tail))
     }
 
@@ -188,10 +184,7 @@ impl FileQueue {
             if let Some(ix) = inner.index.take() {
                 let _ = ix.rollback();
             }
-            inner.notices.push(format!(
-                "{}: the index could not take in the lines just written ({e}); the next command catches up",
-                self.index_path.display()
-            ));
+            self.note_index_behind(inner, e);
         }
         for (out, end) in parts {
             if out.lines > 0 {
@@ -218,51 +211,34 @@ impl FileQueue {
             super::index::fingerprint(&*self.io, &t.file, upto)
                 .map_err(|e| Error::io(path, "read", e))
         };
-        let row = match before {
-            Some(r)
-                if r.upto == out.start && !r.needs_newline && (r.dev, r.ino) == (t.dev, t.ino) =>
-            {
-                FileRow {
-                    upto: end,
-                    lines: r.lines + out.lines,
-                    records: r.records + out.lines,
-                    fingerprint: fingerprint(end)?,
-                    ..r.clone()
-                }
-            }
-            None if out.start == 0 => FileRow {
-                dev: t.dev,
-                ino: t.ino,
-                upto: end,
-                lines: out.lines,
-                records: out.lines,
-                needs_newline: false,
-                fingerprint: fingerprint(end)?,
-            },
-            _ => {
-                // After a last line without its newline, say: count the
-                // batch's lines as a catch-up would.
-                let r = before.clone().unwrap_or_default();
-                let s = super::scan::scan_tail_with(
-                    path,
-                    &*self.io,
-                    &t.file,
-                    r.upto,
-                    end,
-                    r.lines,
-                    r.needs_newline,
-                    |_| Ok(()),
-                    |(), _, _| {},
-                )?;
-                if s.end != end {
-                    return Err(Error::Internal(format!(
-                        "a batch ending at byte {end} reads back as ending at {}",
-                        s.end
-                    )));
-                }
-                FileRow::read_to((t.dev, t.ino), &s, r.records + s.records, fingerprint(end)?)
-            }
-        };
+        let file = (t.dev, t.ino);
+        let extended = || fingerprint(end);
+        if let Some(row) =
+            FileRow::extended(before.as_ref(), file, out.start, end, out.lines, extended)?
+        {
+            return ix.set_file_row(which, &row);
+        }
+        // After a last line without its newline, say: count the batch's
+        // lines as a catch-up would.
+        let r = before.clone().unwrap_or_default();
+        let s = super::scan::scan_tail_with(
+            path,
+            &*self.io,
+            &t.file,
+            r.upto,
+            end,
+            r.lines,
+            r.needs_newline,
+            |_| Ok(()),
+            |(), _, _| {},
+        )?;
+        if s.end != end {
+            return Err(Error::Internal(format!(
+                "a batch ending at byte {end} reads back as ending at {}",
+                s.end
+            )));
+        }
+        let row = FileRow::read_to(file, &s, r.records + s.records, fingerprint(end)?);
         ix.set_file_row(which, &row)
     }
 

@@ -76,7 +76,7 @@ impl FileQueue {
                 if which == Which::Delivered && layout.delivered_kept {
                     continue;
                 }
-                self.load_companion(&ix, which, f, None)?;
+                self.load_file(&ix, which, f, None)?;
             }
             let now = FileNow::of(main, &self.path)?;
             let fingerprint = index::fingerprint(&*self.io, main, now.len)
@@ -302,13 +302,20 @@ impl FileQueue {
             Some(t) => Some(FileNow::of(&t.file, &self.delivered_path)?),
             None => None,
         };
-        let rows = match ix.check(&*self.io, main_now, dead_now, delivered_now, &inner.known) {
+        let rows = match ix.check_files(
+            &*self.io,
+            main_now,
+            dead_now,
+            delivered_now,
+            true,
+            &inner.known,
+        ) {
             Ok(Ok(rows)) => rows,
             Ok(Err(why)) => return Ok(Err(why)),
             Err(e) => return Ok(Err(format!("it cannot be read: {e}"))),
         };
         let nows = [Some(main_now), dead_now, delivered_now];
-        inner.checked = nows.map(|n| n.map(|n| n.stat()));
+        inner.checked = nows.map(|n| n.map(|n| n.stamp));
         // Rows the index has (a file it has no row for has no fingerprint).
         let known = std::array::from_fn(|i| {
             nows[i]
@@ -410,6 +417,14 @@ impl FileQueue {
         Ok(())
     }
 
+    /// Keep the torn tails a build found, telling each once.
+    fn take_torn(&self, inner: &mut Inner, torn: TornTails) {
+        for (which, t) in torn {
+            self.note_torn(inner, which, &t);
+            inner.tail(which).torn = t;
+        }
+    }
+
     /// Tell about a torn tail once (not again on every call).
     pub(super) fn note_torn(&self, inner: &mut Inner, which: Which, torn: &Option<TornTail>) {
         if let Some(t) = torn {
@@ -435,10 +450,7 @@ impl FileQueue {
                 self.index_path.display()
             ));
         }
-        for (which, t) in torn {
-            self.note_torn(inner, which, &t);
-            inner.tail(which).torn = t;
-        }
+        self.take_torn(inner, torn);
         match Index::open_shared(&self.index_path, true, self.busy_timeout) {
             Ok(ix) => {
                 inner.index = Some(ix);
@@ -497,10 +509,7 @@ impl FileQueue {
         let torn = self.load(&ix, &main.file, files, limits)?;
         ix.finish_build()?;
         inner.index = Some(ix);
-        for (which, t) in torn {
-            self.note_torn(inner, which, &t);
-            inner.tail(which).torn = t;
-        }
+        self.take_torn(inner, torn);
         Ok(())
     }
 
@@ -516,28 +525,18 @@ impl FileQueue {
     ) -> Result<TornTails> {
         let mut torn = Vec::with_capacity(3);
         for ((which, f), limit) in Which::COMPANIONS.into_iter().zip(companions).zip(limits) {
-            torn.push((which, self.load_companion(ix, which, f, limit)?));
+            torn.push((which, self.load_file(ix, which, f, limit)?));
         }
-        let mut ap = ix.applier()?;
-        let now = FileNow::of(main, &self.path)?;
-        let s =
-            scan::scan_file_parallel(&self.path, &*self.io, main, Entry::parse, |e, off, l| {
-                ap.apply(Which::Main, e, off, l)
-            })?;
-        ap.finish()?;
-        let fingerprint = index::fingerprint(&*self.io, main, s.end)
-            .map_err(|e| Error::io(&self.path, "read", e))?;
-        ix.set_file_row(
+        torn.push((
             Which::Main,
-            &FileRow::read_to((now.dev, now.ino), &s, s.records, fingerprint),
-        )?;
-        torn.push((Which::Main, s.torn));
+            self.load_file(ix, Which::Main, Some(main), None)?,
+        ));
         Ok(torn)
     }
 
-    /// Take the whole of a companion file (`which`: dead letters or
-    /// delivered items) into a new index; its torn tail.
-    pub(super) fn load_companion(
+    /// Take the whole of one file (up to `limit`) into a new index, and
+    /// its row; its torn tail. The main file is scanned on every core.
+    pub(super) fn load_file(
         &self,
         ix: &Index,
         which: Which,
@@ -548,17 +547,21 @@ impl FileQueue {
         let path = self.target_path(which);
         let mut ap = ix.applier()?;
         let now = FileNow::of(f, path)?;
-        let s = scan::scan_tail_with(
-            path,
-            &*self.io,
-            f,
-            0,
-            limit.map_or(now.len, |l| l.min(now.len)),
-            0,
-            false,
-            Entry::parser(which),
-            |e, off, l| ap.apply(which, e, off, l),
-        )?;
+        let apply = |e, off, l| ap.apply(which, e, off, l);
+        let s = match which {
+            Which::Main => scan::scan_file_parallel(path, &*self.io, f, Entry::parse, apply)?,
+            _ => scan::scan_tail_with(
+                path,
+                &*self.io,
+                f,
+                0,
+                limit.map_or(now.len, |l| l.min(now.len)),
+                0,
+                false,
+                Entry::parser(which),
+                apply,
+            )?,
+        };
         ap.finish()?;
         let fingerprint =
             index::fingerprint(&*self.io, f, s.end).map_err(|e| Error::io(path, "read", e))?;

@@ -3,8 +3,8 @@
 //! to the open index transaction line by line as it is written.
 
 use crate::backend::file::index::{Applier, Entry, Which};
-use crate::backend::file::io::{parent_dir, write_all};
-use crate::backend::file::{format, open_main, FileQueue, Tail};
+use crate::backend::file::io::write_all;
+use crate::backend::file::{format, open_synced, FileQueue, Tail};
 use crate::backend::OpenMode;
 use crate::error::{Error, Result};
 use crate::item::ItemId;
@@ -186,12 +186,7 @@ impl BatchOut {
             return Ok(());
         }
         if self.file.is_none() {
-            let (f, created) = open_main(&self.path, OpenMode::Create)?;
-            if created {
-                let dir = parent_dir(&self.path);
-                q.io.sync_dir(dir)
-                    .map_err(|e| Error::io(dir, "fsync directory", e))?;
-            }
+            let (f, _) = open_synced(&*q.io, &self.path, OpenMode::Create)?;
             self.file = Some(f);
         }
         let f = self
