@@ -159,30 +159,10 @@ impl FileQueue {
         } else if let Some(file) = &delivered_file {
             let mut order: Vec<(u64, usize)> = delivered.values().copied().collect();
             order.sort_unstable();
-            let mut last = None;
-            if let Some(&(offset, len)) = order.last() {
-                let mut line = vec![0; len];
-                file.read_exact_at(&mut line, offset)
-                    .map_err(|e| Error::io(&self.delivered_path, "read", e))?;
-                last = format::strip_tx(&line).map(|stripped| (offset, stripped));
-            }
+            let last = last_stripped(file, &order, &self.delivered_path)?;
             bytes_after += self
                 .replace_file(&self.delivered_path, false, |w| {
-                    let mut r = BufReader::with_capacity(1 << 20, file);
-                    r.seek(SeekFrom::Start(0))?;
-                    let mut pos = 0u64;
-                    for &(offset, len) in &order {
-                        if let Some((at, stripped)) = &last {
-                            if *at == offset {
-                                w.push(stripped)?;
-                                w.push(b"\n")?;
-                                continue;
-                            }
-                        }
-                        r.seek_relative(offset as i64 - pos as i64)?;
-                        w.push_line_from(&mut r, len)?;
-                        pos = offset + len as u64;
-                    }
+                    copy_lines(w, file, &order, last.as_deref())?;
                     // As for the dead-letter file: the highest id it named.
                     if delivered_high > delivered.keys().next_back().copied().unwrap_or(0) {
                         let mut line = Vec::new();
@@ -195,11 +175,7 @@ impl FileQueue {
         }
 
         // Copy the kept lines in id order (the order in which ids first
-        // appear must only grow; `verify` checks it). Most of them lie in
-        // that order in the file already and are copied in one forward
-        // pass: a line is read in passing when no line of a later id lies
-        // before it. The others (an item updated after later ones were
-        // enqueued) are read on their own.
+        // appear must only grow; `verify` checks it).
         let pending = plan.live.len() as u64;
         let max_live = plan.live.last().map_or(0, |l| l.0);
         let mut records_after = pending;
@@ -207,18 +183,10 @@ impl FileQueue {
             records_after += 1;
         }
         let order: Vec<(u64, usize)> = plan.live.iter().map(|&(_, off, len)| (off, len)).collect();
-        // The new file must not end in a line that carries a batch's `tx`
-        // field (it would read as an unfinished batch): such a last line
-        // is written without the field.
-        let mut last_line = None;
-        if let (Some(&(offset, len)), false) = (order.last(), high_water > max_live) {
-            let mut line = vec![0; len];
-            main.file
-                .read_exact_at(&mut line, offset)
-                .map_err(|e| Error::io(&self.path, "read", e))?;
-            last_line = format::strip_tx(&line);
-        }
-        let copied = order.len() - usize::from(last_line.is_some());
+        let last_line = match high_water > max_live {
+            true => None,
+            false => last_stripped(&main.file, &order, &self.path)?,
+        };
         let layout = Layout {
             pending,
             lines_len: order.iter().map(|(_, len)| *len as u64).sum(),
@@ -228,56 +196,11 @@ impl FileQueue {
         };
         let push_state = plan.state_lines;
         records_after += push_state.iter().filter(|b| **b == b'\n').count() as u64;
-        let mut later_min = vec![u64::MAX; order.len()];
-        let mut m = u64::MAX;
-        for (i, &(offset, _)) in order.iter().enumerate().rev() {
-            later_min[i] = m;
-            m = m.min(offset);
-        }
         let (written, new_main) = self.replace_file(&self.path, true, |w| {
-            let mut r = BufReader::with_capacity(1 << 20, &main.file);
-            r.seek(SeekFrom::Start(0))?;
-            let mut pos = 0u64;
-            let mut line = Vec::new();
-            let mut i = 0;
-            while i < copied {
-                // Lines next to each other in the file (one newline
-                // between them) that come one after the other in id order
-                // too: a long run of them is copied inside the kernel.
-                let (start, first_len) = order[i];
-                let mut end = start + first_len as u64;
-                let mut next = i + 1;
-                while next < copied && order[next].0 == end + 1 {
-                    end = order[next].0 + order[next].1 as u64;
-                    next += 1;
-                }
-                if next - i > 1 && end - start >= COMPACT_COPY_RUN {
-                    w.copy_from(&main.file, start, (end - start) as usize)?;
-                    w.push(b"\n")?;
-                    i = next;
-                    continue;
-                }
-                let (offset, len) = order[i];
-                let later = later_min[i];
-                i += 1;
-                if offset >= pos && offset <= later {
-                    r.seek_relative((offset - pos) as i64)?;
-                    w.push_line_from(&mut r, len)?;
-                    pos = offset + len as u64;
-                } else {
-                    line.resize(len, 0);
-                    main.file.read_exact_at(&mut line, offset)?;
-                    line.push(b'\n');
-                    w.push(&line)?;
-                }
-            }
-            if let Some(last) = &last_line {
-                w.push(last)?;
-                w.push(b"\n")?;
-            }
+            copy_lines(w, &main.file, &order, last_line.as_deref())?;
             w.push(&push_state)?;
             if high_water > max_live {
-                line.clear();
+                let mut line = Vec::new();
                 format::write_done(&mut line, high_water);
                 w.push(&line)?;
             }
@@ -744,4 +667,79 @@ pub(super) fn compaction_due(ix: &Index, min_bytes: u64) -> bool {
         return false;
     };
     row.upto >= min_bytes && row.records >= AUTO_COMPACT_RATIO * (depth + 1)
+}
+
+/// The last of the lines at `order` (offset, length) of `file` without
+/// its batch's `tx` field, when it has one: a file must not end in such a
+/// line (it would read as an unfinished batch).
+fn last_stripped(file: &File, order: &[(u64, usize)], path: &Path) -> Result<Option<Vec<u8>>> {
+    let Some(&(offset, len)) = order.last() else {
+        return Ok(None);
+    };
+    let mut line = vec![0; len];
+    file.read_exact_at(&mut line, offset)
+        .map_err(|e| Error::io(path, "read", e))?;
+    Ok(format::strip_tx(&line))
+}
+
+/// Copy the lines at `order` (offset, length) of `file` in that order,
+/// each with its newline, the last one as `last` when given. Most of
+/// them lie in that order in the file already and are copied in one
+/// forward pass: a line is read in passing when no later line lies
+/// before it. The others (an item updated after later ones were
+/// enqueued) are read on their own.
+fn copy_lines(
+    w: &mut Replacement<'_>,
+    file: &File,
+    order: &[(u64, usize)],
+    last: Option<&[u8]>,
+) -> std::io::Result<()> {
+    let copied = order.len() - usize::from(last.is_some());
+    let mut later_min = vec![u64::MAX; order.len()];
+    let mut m = u64::MAX;
+    for (i, &(offset, _)) in order.iter().enumerate().rev() {
+        later_min[i] = m;
+        m = m.min(offset);
+    }
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    r.seek(SeekFrom::Start(0))?;
+    let mut pos = 0u64;
+    let mut line = Vec::new();
+    let mut i = 0;
+    while i < copied {
+        // Lines next to each other in the file (one newline between
+        // them) that come one after the other in `order` too: a long run
+        // of them is copied inside the kernel.
+        let (start, first_len) = order[i];
+        let mut end = start + first_len as u64;
+        let mut next = i + 1;
+        while next < copied && order[next].0 == end + 1 {
+            end = order[next].0 + order[next].1 as u64;
+            next += 1;
+        }
+        if next - i > 1 && end - start >= COMPACT_COPY_RUN {
+            w.copy_from(file, start, (end - start) as usize)?;
+            w.push(b"\n")?;
+            i = next;
+            continue;
+        }
+        let (offset, len) = order[i];
+        let later = later_min[i];
+        i += 1;
+        if offset >= pos && offset <= later {
+            r.seek_relative((offset - pos) as i64)?;
+            w.push_line_from(&mut r, len)?;
+            pos = offset + len as u64;
+        } else {
+            line.resize(len, 0);
+            file.read_exact_at(&mut line, offset)?;
+            line.push(b'\n');
+            w.push(&line)?;
+        }
+    }
+    if let Some(last) = last {
+        w.push(last)?;
+        w.push(b"\n")?;
+    }
+    Ok(())
 }
