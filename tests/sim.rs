@@ -225,7 +225,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
             backend,
             *seed,
             plan_len(default_len),
-            Draw::WithItems,
+            Draw::WithTooLarge,
             &mut total,
         );
     }
@@ -235,7 +235,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         std::io::stderr().lock(),
         "sim {}: {} seeds, {} operations, {} crashes ({} cut an operation: {} rolled back, \
          {} kept; {} power losses), {} reopens ({} deferred), {} push requests, {} acks, {} items applied \
-         at the receiver, {} requests received, {} automatic compactions, {} directory entries lost, in {:.1}s",
+         at the receiver, {} requests received, {} automatic compactions, {} directory entries lost, {} items dead-lettered after a 413, in {:.1}s",
         name(backend),
         seeds.len(),
         total.ops,
@@ -252,6 +252,7 @@ fn explore(backend: Backend, default_seeds: u64, default_len: usize) {
         total.received,
         total.auto_compactions,
         total.lost_entries,
+        total.too_large,
         started.elapsed().as_secs_f64(),
     );
 }

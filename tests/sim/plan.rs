@@ -69,6 +69,10 @@ pub enum Fault {
     Duplicate,
     /// A proxy answers 502 without passing it on.
     BadGateway,
+    /// A proxy refuses it as too large (413) without passing it on: the
+    /// sender halves the batch, or dead-letters a lone entry's item and
+    /// sends a skip in its place.
+    TooLarge,
 }
 
 #[derive(Clone, Debug)]
@@ -123,6 +127,10 @@ pub enum Op {
     /// Push: send up to this many in-flight entries to the receiver and
     /// apply its answer.
     PushSend(u8, Fault),
+    /// Push: dead-letter the item whose lone entry the last
+    /// [`Fault::TooLarge`] refused (its attempt is recorded first, in a
+    /// commit of its own, as `replay --push` does).
+    DeadLetterTooLarge,
     /// The receiver's consumer takes every item it holds.
     ReceiverDrain,
     /// The spool under test receives a push request.
@@ -398,6 +406,9 @@ pub enum Draw {
     /// Those, with received `POST /v1/items` payloads
     /// ([`Op::ReceiveItems`]) from a fourth stream.
     WithItems,
+    /// Those, with push requests refused as too large
+    /// ([`Fault::TooLarge`]) from a fifth stream.
+    WithTooLarge,
 }
 
 /// The plan of `seed`: `len` operations.
@@ -406,6 +417,7 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
     let mut extra = Rng::new(seed ^ 0x5245_4345_4956_4553);
     let mut groups = Rng::new(seed ^ 0x4752_4f55_5053_0000);
     let mut posts = Rng::new(seed ^ 0x4954_454d_5300_0000);
+    let mut big = Rng::new(seed ^ 0x3431_3320_4249_4700);
     let max_depth = opt(&mut r, |r| r.range(1, 6));
     // From a stream of its own, so that a seed's operations stay the same.
     let auto_compact = opt(&mut Rng::new(seed ^ 0x434f_4d50_4143_5400), |r| {
@@ -420,13 +432,14 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
             let op = receive_op(&mut extra);
             ops.push(maybe_crash(&mut extra, op));
         }
-        let with_groups = matches!(draw, Draw::WithReceiveGroups | Draw::WithItems);
+        let with_items = matches!(draw, Draw::WithItems | Draw::WithTooLarge);
+        let with_groups = with_items || draw == Draw::WithReceiveGroups;
         if with_groups && ops.len() < len && groups.chance(1, 16) {
             let n = groups.range(2, 4);
             let op = Op::ReceiveGroup((0..n).map(|_| receive_spec(&mut groups)).collect());
             ops.push(maybe_crash(&mut groups, op));
         }
-        if draw == Draw::WithItems && ops.len() < len && posts.chance(1, 12) {
+        if with_items && ops.len() < len && posts.chance(1, 12) {
             let items = (0..posts.range(1, 4))
                 .map(|_| {
                     let token = posts.chance(1, 2).then(|| posts.below(2) as u8);
@@ -434,6 +447,11 @@ pub fn generate(seed: u64, len: usize, draw: Draw) -> Plan {
                 })
                 .collect();
             ops.push(maybe_crash(&mut posts, Op::ReceiveItems(items)));
+        }
+        if draw == Draw::WithTooLarge && ops.len() + 2 <= len && big.chance(1, 16) {
+            let op = Op::PushSend(big.range(1, 3) as u8, Fault::TooLarge);
+            ops.push(maybe_crash(&mut big, op));
+            ops.push(maybe_crash(&mut big, Op::DeadLetterTooLarge));
         }
     }
     Plan {

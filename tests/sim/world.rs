@@ -68,6 +68,8 @@ pub struct Stats {
     /// NDJSON: directory entries that power losses took away or brought
     /// back (changed since the directory's last sync).
     pub lost_entries: u64,
+    /// Items dead-lettered after a 413 refused their entry alone.
+    pub too_large: u64,
 }
 
 impl Stats {
@@ -86,6 +88,7 @@ impl Stats {
         self.received += o.received;
         self.auto_compactions += o.auto_compactions;
         self.lost_entries += o.lost_entries;
+        self.too_large += o.too_large;
     }
 }
 
@@ -170,6 +173,9 @@ pub struct World {
     auto_compact: Option<u64>,
     /// [`Plan::defer_open`].
     defer_open: bool,
+    /// The item a 413 refused alone, and why, until
+    /// [`Op::DeadLetterTooLarge`].
+    too_large: Option<(ItemId, String)>,
     pub stats: Stats,
 }
 
@@ -399,6 +405,7 @@ impl World {
             kill_mid_batch: None,
             auto_compact,
             defer_open: plan.defer_open,
+            too_large: None,
             stats: Stats::default(),
         };
         let spool = w
@@ -873,6 +880,17 @@ impl World {
                 self.same(&what, self.q().push_assign(&ids), m.push_assign(&ids))
             }
             Op::PushSend(max, fault) => self.push_send(u64::from(*max), *fault),
+            Op::DeadLetterTooLarge => match self.too_large.take() {
+                Some((id, reason)) => {
+                    self.stats.too_large += 1;
+                    self.same(
+                        &format!("dead_letter({id}) after a 413"),
+                        self.q().dead_letter(id, &reason),
+                        self.model.dead_letter(id, &reason),
+                    )
+                }
+                None => Ok(()),
+            },
             Op::Receive(spec) => self.receive(&what, std::slice::from_ref(spec)),
             Op::ReceiveGroup(specs) => self.receive(&what, specs),
             Op::ReceiveItems(items) => self.receive_items(&what, items),
@@ -1217,6 +1235,7 @@ impl World {
         let answer = match fault {
             Fault::LoseRequest => None,
             Fault::BadGateway => Some(Ok((502, b"<html>bad gateway</html>".to_vec()))),
+            Fault::TooLarge => Some(Ok((413, br#"{"error":"body over 1 MiB"}"#.to_vec()))),
             Fault::None => Some(self.recv.serve(&body, &mut stats)),
             Fault::LoseResponse => {
                 let _ = self.recv.serve(&body, &mut stats);
@@ -1287,9 +1306,38 @@ impl World {
                 }
                 self.same(&format!("push_ack {ack:?}"), got, want)
             }
-            Decision::Backoff { .. } => Ok(()),
+            Decision::Backoff { .. } | Decision::Halve { .. } => Ok(()),
+            Decision::DeadLetter { seq, reason } => self.too_large(seq, &reason),
             other => Err(format!("a healthy receiver never causes {other:?}")),
         }
+    }
+
+    /// A lone entry refused as too large: its item gets an attempt, and
+    /// [`Op::DeadLetterTooLarge`] dead-letters it, as `replay --push` does
+    /// (its number then goes out as a skip). A skip entry refused so
+    /// stops a run: nothing changes.
+    fn too_large(&mut self, seq: u64, reason: &str) -> Check {
+        let in_flight = self
+            .model
+            .push_in_flight(0, 100_000)
+            .map_err(|e| e.to_string())?;
+        let Some(item) = in_flight.into_iter().find(|i| i.push_seq == Some(seq)) else {
+            return Ok(());
+        };
+        let upd = AttemptUpdate {
+            attempts: item.attempts.saturating_add(1),
+            next_retry_at: None,
+            last_error: Some(reason.to_string()),
+        };
+        let (q, m) = (self.q(), &self.model);
+        let what = format!("record_attempt({}) after a 413", item.id);
+        self.same(
+            &what,
+            q.record_attempt(item.id, &upd),
+            m.record_attempt(item.id, &upd),
+        )?;
+        self.too_large = Some((item.id, reason.to_string()));
+        Ok(())
     }
 
     /// The spool and the model hold the same state, and the invariants
