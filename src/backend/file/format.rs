@@ -541,17 +541,27 @@ impl Line {
         else {
             return Ok(None);
         };
-        match (delivered_at, evidence) {
-            (Some(at), Some(e)) => match Evidence::decode(e) {
-                Some(evidence) => Ok(Some(Delivery { at: *at, evidence })),
-                None => Err(format!(
-                    "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
-                )),
-            },
-            (None, None) => Ok(None),
-            (Some(_), None) => Err("deliveredAt without evidence".into()),
-            (None, Some(_)) => Err("evidence without deliveredAt".into()),
-        }
+        decode_delivery(*delivered_at, evidence.as_deref())
+    }
+}
+
+/// The delivery that `deliveredAt` (`at`) and `evidence` record: both, or
+/// neither; `Err` for one without the other, or an evidence that is not
+/// one.
+fn decode_delivery(
+    at: Option<Timestamp>,
+    evidence: Option<&str>,
+) -> Result<Option<Delivery>, String> {
+    match (at, evidence) {
+        (Some(at), Some(e)) => match Evidence::decode(e) {
+            Some(evidence) => Ok(Some(Delivery { at, evidence })),
+            None => Err(format!(
+                "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
+            )),
+        },
+        (None, None) => Ok(None),
+        (Some(_), None) => Err("deliveredAt without evidence".into()),
+        (None, Some(_)) => Err("evidence without deliveredAt".into()),
     }
 }
 
@@ -653,20 +663,9 @@ fn done_delivery(
     delivered_at: Option<i64>,
     evidence: Option<&str>,
 ) -> Result<Option<Delivery>, String> {
-    match (delivered_at, evidence) {
-        (None, None) => Ok(None),
-        (Some(at), Some(e)) => match Evidence::decode(e) {
-            Some(evidence) if id != 0 => Ok(Some(Delivery {
-                at: Timestamp::from_millis(at),
-                evidence,
-            })),
-            Some(_) => Err("a done line for id 0 cannot record a delivery".into()),
-            None => Err(format!(
-                "evidence {e:?} is not one of http:N, exit:N, push:N, done, sink"
-            )),
-        },
-        (Some(_), None) => Err("deliveredAt without evidence".into()),
-        (None, Some(_)) => Err("evidence without deliveredAt".into()),
+    match decode_delivery(delivered_at.map(Timestamp::from_millis), evidence)? {
+        Some(_) if id == 0 => Err("a done line for id 0 cannot record a delivery".into()),
+        delivery => Ok(delivery),
     }
 }
 
