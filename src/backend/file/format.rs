@@ -291,11 +291,7 @@ impl<'a> Plain<'a> {
         let attempts = u32::try_from(c.uint()?).ok()?;
         let enqueued_at = c.int_field(r#","enqueuedAt":"#)?;
         let next_retry_at = c.int_field(r#","nextRetryAt":"#)?;
-        let last_error = if c.eat(r#","lastError":""#) {
-            Some(c.string()?)
-        } else {
-            None
-        };
+        let last_error = c.str_field(r#","lastError":""#)?;
         let held = c.eat(r#","held":true"#);
         let dead_at = c.int_field(r#","deadAt":"#)?;
         let push_seq = c.uint_field(r#","pushSeq":"#)?;
@@ -385,30 +381,33 @@ impl<'a> Cursor<'a> {
         digits.parse().ok()
     }
 
-    /// `Some(None)` when `name` does not come next, `Some(Some(n))` for
-    /// the field with an integer that fits an `i64`, `None` otherwise.
+    /// `Some(None)` when `name` does not come next, `Some(Some(v))` for
+    /// the field with a value `value` reads, `None` otherwise.
+    fn field<T>(
+        &mut self,
+        name: &str,
+        value: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<Option<T>> {
+        if !self.eat(name) {
+            return Some(None);
+        }
+        value(self).map(Some)
+    }
+
+    /// [`Cursor::field`] with an integer that fits an `i64`.
     fn int_field(&mut self, name: &str) -> Option<Option<i64>> {
-        if !self.eat(name) {
-            return Some(None);
-        }
-        Some(Some(i64::try_from(self.uint()?).ok()?))
+        self.field(name, |c| i64::try_from(c.uint()?).ok())
     }
 
-    /// Like [`Cursor::int_field`], for a string field (`name` ends with
-    /// the opening quote).
+    /// [`Cursor::field`] with a string (`name` ends with the opening
+    /// quote).
     fn str_field(&mut self, name: &str) -> Option<Option<Cow<'a, str>>> {
-        if !self.eat(name) {
-            return Some(None);
-        }
-        Some(Some(self.string()?))
+        self.field(name, Cursor::string)
     }
 
-    /// Like [`Cursor::int_field`], for an unsigned integer.
+    /// [`Cursor::field`] with an unsigned integer.
     fn uint_field(&mut self, name: &str) -> Option<Option<u64>> {
-        if !self.eat(name) {
-            return Some(None);
-        }
-        Some(Some(self.uint()?))
+        self.field(name, Cursor::uint)
     }
 
     /// The rest of a string whose opening quote was eaten: no control
