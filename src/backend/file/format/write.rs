@@ -291,45 +291,29 @@ pub(crate) fn write_dead(out: &mut Vec<u8>, dl: &DeadLetter) {
 
 /// Append a push-state line.
 pub(crate) fn write_push(out: &mut Vec<u8>, push: &PushLine) {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        op: &'static str,
-        id: u64,
-        push: &'a PushLine,
-    }
-    let line = Out {
-        op: "done",
-        id: 0,
-        push,
-    };
-    if serde_json::to_writer(&mut *out, &line).is_ok() {
-        out.push(b'\n');
-    }
+    write_state(out, "push", push);
 }
 
 /// Append a receiver's client line.
 pub(crate) fn write_client(out: &mut Vec<u8>, client: &ClientLine) {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        op: &'static str,
-        id: u64,
-        client: &'a ClientLine,
-    }
-    let line = Out {
-        op: "done",
-        id: 0,
-        client,
-    };
-    if serde_json::to_writer(&mut *out, &line).is_ok() {
-        out.push(b'\n');
-    }
+    write_state(out, "client", client);
 }
 
 /// Append the eviction count line of the dead-letter file.
 pub(crate) fn write_evicted(out: &mut Vec<u8>, total: u64) {
-    out.extend_from_slice(br#"{"op":"done","id":0,"evicted":"#);
-    out.extend_from_slice(total.to_string().as_bytes());
-    out.extend_from_slice(b"}\n");
+    write_state(out, "evicted", &total);
+}
+
+/// Append a state line: a `done` line for id 0 whose field `name` holds
+/// `state`, as serde writes it.
+fn write_state(out: &mut Vec<u8>, name: &str, state: &impl Serialize) {
+    out.extend_from_slice(br#"{"op":"done","id":0,""#);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(br#"":"#);
+    // Serialising plain strings and integers into a Vec cannot fail.
+    if serde_json::to_writer(&mut *out, state).is_ok() {
+        out.extend_from_slice(b"}\n");
+    }
 }
 
 /// Append a `done` line.
