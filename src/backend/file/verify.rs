@@ -16,6 +16,7 @@ use std::path::Path;
 /// At most this many bad lines are listed per file.
 const MAX_LISTED: usize = 20;
 
+#[derive(Default)]
 struct FileScan {
     /// Live ids after last-write-wins.
     live: BTreeSet<u64>,
@@ -79,16 +80,7 @@ fn scan_file(
         }
     }
     let mut reader = BufReader::new((&file).take(limit.unwrap_or(len)));
-    let mut out = FileScan {
-        live: BTreeSet::new(),
-        seen: BTreeSet::new(),
-        non_monotonic: Vec::new(),
-        high_water: 0,
-        records: 0,
-        evicted: None,
-        nul_keys: BTreeMap::new(),
-        done_retained: BTreeSet::new(),
-    };
+    let mut out = FileScan::default();
     // Malformed lines: line number, reason, whether the line had its
     // newline.
     let mut bad: Vec<(u64, String, bool)> = Vec::new();
