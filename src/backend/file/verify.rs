@@ -307,12 +307,7 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 format!(
                     "{} item(s) are both pending and dead ({}): a move between the files was interrupted; they count as dead letters",
                     overlap.len(),
-                    overlap
-                        .iter()
-                        .take(10)
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    first_ids(&overlap)
                 ),
             );
         }
@@ -344,12 +339,7 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
                 format!(
                     "{} item(s) are both pending and delivered ({}): a move between the files was interrupted; they count as delivered, and their `done` lines are written before their records are pruned",
                     unfinished.len(),
-                    unfinished
-                        .iter()
-                        .take(10)
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    first_ids(&unfinished)
                 ),
             );
         }
@@ -424,6 +414,12 @@ pub fn verify_path(path: &Path) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// The first ten of `ids`, as a list for a finding.
+fn first_ids(ids: &[u64]) -> String {
+    let first: Vec<String> = ids.iter().take(10).map(u64::to_string).collect();
+    first.join(", ")
 }
 
 /// What the files hold, for the comparison with the index.
