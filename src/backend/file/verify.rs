@@ -494,15 +494,7 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
         .map(|f| FileNow::of(f, &delivered_path))
         .transpose()?;
     ix.begin(false)?;
-    let files = Files {
-        path,
-        dead_path: &dead_path,
-        delivered_path: &delivered_path,
-        main: main_now,
-        dead: dead_now,
-        delivered: delivered_now,
-    };
-    let result = compare(&ix, &files, report, want);
+    let result = compare(&ix, path, main_now, dead_now, delivered_now, report, want);
     let _ = ix.rollback();
     match result? {
         Ok(()) => {}
@@ -514,39 +506,27 @@ fn check_index(path: &Path, report: &mut VerifyReport, want: &Expected<'_>) -> R
     Ok(())
 }
 
-/// The spool files as `verify` found them.
-struct Files<'a> {
-    path: &'a Path,
-    dead_path: &'a Path,
-    delivered_path: &'a Path,
-    main: FileNow<'a>,
-    dead: Option<FileNow<'a>>,
-    delivered: Option<FileNow<'a>>,
-}
-
+/// [`check_index`]'s comparison of the index (in its transaction) with
+/// the spool files at `path` as `verify` found them.
 fn compare(
     ix: &Index,
-    files: &Files<'_>,
+    path: &Path,
+    main: FileNow<'_>,
+    dead: Option<FileNow<'_>>,
+    delivered: Option<FileNow<'_>>,
     report: &mut VerifyReport,
     want: &Expected<'_>,
 ) -> Result<std::result::Result<(), String>> {
-    let path = files.path;
     let idx = companion(path, "idx");
-    let [main_row, dead_row, delivered_row] = match ix.check_files(
-        &RealIo,
-        files.main,
-        files.dead,
-        files.delivered,
-        false,
-        &Default::default(),
-    )? {
-        Ok(rows) => rows,
-        Err(why) => {
-            return Ok(Err(format!(
-                "the index does not describe these files: {why}"
-            )))
-        }
-    };
+    let [main_row, dead_row, delivered_row] =
+        match ix.check_files(&RealIo, main, dead, delivered, false, &Default::default())? {
+            Ok(rows) => rows,
+            Err(why) => {
+                return Ok(Err(format!(
+                    "the index does not describe these files: {why}"
+                )))
+            }
+        };
     if let Some(problem) = ix.quick_check()? {
         return Ok(Err(format!("the index database is damaged: {problem}")));
     }
@@ -562,15 +542,16 @@ fn compare(
     let mut behind = 0;
     let mut records = main_row.records;
     let mut ap = ix.applier()?;
+    let (dead_path, delivered_path) = (companion(path, "dead"), companion(path, "delivered"));
     for (which, file_path, now, row) in [
-        (Which::Dead, files.dead_path, files.dead, &dead_row),
+        (Which::Dead, dead_path.as_path(), dead, &dead_row),
         (
             Which::Delivered,
-            files.delivered_path,
-            files.delivered,
+            delivered_path.as_path(),
+            delivered,
             &delivered_row,
         ),
-        (Which::Main, path, Some(files.main), &main_row),
+        (Which::Main, path, Some(main), &main_row),
     ] {
         let Some(now) = now else { continue };
         if now.len <= row.upto {
