@@ -625,10 +625,7 @@ pub(crate) fn scan_file_parallel<T: Send>(
     parse: fn(&[u8]) -> std::result::Result<T, String>,
     apply: impl FnMut(T, u64, usize),
 ) -> Result<Scanned> {
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(path, "inspect", e))?
-        .len();
+    let len = super::file_len(file, path)?;
     let limit = unfinished_batch(path, io, file, 0, len)?.unwrap_or(len);
     let mut s = scan_blocks_parallel(path, io, file, BLOCK, limit, parse, apply)?;
     if limit < len && s.torn.is_none() {
@@ -802,10 +799,7 @@ pub(crate) fn unfinished_move(
     main_file: &std::fs::File,
     main_ino: u64,
 ) -> Result<Option<u64>> {
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(path, "inspect", e))?
-        .len();
+    let len = super::file_len(file, path)?;
     let Some((line_start, line)) = last_record(path, io, file, 0, len)? else {
         return Ok(None);
     };
@@ -830,10 +824,7 @@ pub(crate) fn unfinished_move(
 /// Whether the main file holds a committed batch that starts at byte `at`
 /// or later: a record past `at` that is not part of an unfinished batch.
 fn main_commits(io: &dyn FileIo, path: &Path, file: &std::fs::File, at: u64) -> Result<bool> {
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(path, "inspect", e))?
-        .len();
+    let len = super::file_len(file, path)?;
     if len <= at {
         return Ok(false);
     }

@@ -52,10 +52,7 @@ fn scan_file(
         Err(e) => return Err(Error::io(path, "read", e)),
     };
     let _ = file.lock_shared();
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(path, "inspect", e))?
-        .len();
+    let len = super::file_len(&file, path)?;
     // An unfinished batch at the end is left out, as every read leaves it.
     let mut limit = match scan::unfinished_batch(path, &super::io::RealIo, &file, 0, len) {
         Ok(limit) => limit,
