@@ -379,7 +379,8 @@ pub(crate) fn unfinished_batch(
         let end = find_forward(path, io, file, tx, line_start, b'\n')?;
         match (at_line_start, end) {
             (true, Some(end)) => {
-                Some(strip_ending(&read_at(path, io, file, tx, (end - tx) as usize)?).to_vec())
+                let raw = read_at(path, io, file, tx, (end - tx) as usize)?;
+                Some(content_of(&raw).0.to_vec())
             }
             _ => None,
         }
@@ -422,7 +423,7 @@ fn last_record(
         let newline = find_forward(path, io, file, last + 1, len, b'\n')?;
         let line_end = newline.unwrap_or(len);
         let raw = read_at(path, io, file, line_start, (line_end - line_start) as usize)?;
-        let content = strip_ending(&raw);
+        let (content, _) = content_of(&raw);
         if parse_line(content).is_ok() {
             return Ok(Some((line_start, content.to_vec())));
         }
@@ -433,11 +434,6 @@ fn last_record(
         // write): the record is the complete line before it, if any.
         end = line_start;
     }
-}
-
-fn strip_ending(raw: &[u8]) -> &[u8] {
-    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
-    raw.strip_suffix(b"\r").unwrap_or(raw)
 }
 
 fn read_at(
