@@ -130,6 +130,22 @@ pub(crate) fn copy_all(
     Ok(())
 }
 
+/// One read of `buf` from `offset` of `file` through `io` (0 at the end of
+/// the file), tried again when a signal interrupts it.
+pub(crate) fn read_some(
+    io: &dyn FileIo,
+    file: &File,
+    buf: &mut [u8],
+    offset: u64,
+) -> io::Result<usize> {
+    loop {
+        match io.read_at(file, buf, offset) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 /// Fill `buf` from `offset` of `file` through `io`; fewer bytes than asked
 /// (the file ended) is [`io::ErrorKind::UnexpectedEof`].
 pub(crate) fn read_exact_at(
@@ -139,15 +155,13 @@ pub(crate) fn read_exact_at(
     mut offset: u64,
 ) -> io::Result<()> {
     while !buf.is_empty() {
-        match io.read_at(file, buf, offset) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
+        match read_some(io, file, buf, offset)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
                 let n = n.min(buf.len());
                 buf = &mut buf[n..];
                 offset += n as u64;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -167,12 +181,7 @@ impl io::Read for ReadFrom<'_> {
         if want == 0 {
             return Ok(0);
         }
-        let n = loop {
-            match self.io.read_at(self.file, &mut buf[..want], self.pos) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r?,
-            }
-        };
+        let n = read_some(self.io, self.file, &mut buf[..want], self.pos)?;
         self.pos += n as u64;
         Ok(n)
     }

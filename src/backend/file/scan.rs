@@ -24,7 +24,7 @@
 #[cfg(test)]
 use super::format::Line;
 use super::format::{self, parse_line, parse_line_tx};
-use super::io::{FileIo, ReadFrom};
+use super::io::{read_some, FileIo, ReadFrom};
 use crate::error::{Error, Result};
 use std::io::BufRead;
 use std::path::Path;
@@ -558,12 +558,7 @@ pub(crate) fn check_head(path: &Path, io: &dyn FileIo, file: &std::fs::File) -> 
     let mut offset = 0u64;
     let mut chunk = vec![0u8; 4096];
     loop {
-        let n = loop {
-            match io.read_at(file, &mut chunk, offset) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r.map_err(|e| Error::io(path, "read", e))?,
-            }
-        };
+        let n = read_some(io, file, &mut chunk, offset).map_err(|e| Error::io(path, "read", e))?;
         let got = &chunk[..n];
         let nl = memchr::memchr(b'\n', got);
         line.extend_from_slice(&got[..nl.map_or(n, |i| i + 1)]);
@@ -758,12 +753,7 @@ impl Blocks<'_> {
             let start = buf.len();
             let want = (self.limit.saturating_sub(self.pos)).min(self.block as u64) as usize;
             buf.resize(start + want, 0);
-            let n = loop {
-                match self.io.read_at(self.file, &mut buf[start..], self.pos) {
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    r => break r?,
-                }
-            };
+            let n = read_some(self.io, self.file, &mut buf[start..], self.pos)?;
             buf.truncate(start + n);
             self.pos += n as u64;
             if n == 0 {
