@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::item::{ClientSummary, ItemId, PushState, QueueStats};
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
-use rusqlite::params;
+use rusqlite::{params, Row};
 
 /// The ledger's statements ([`crate::backend::ledger_sql`]) over the
 /// index's `clients` and `client_entries` (a client is `known` once one
@@ -173,13 +173,21 @@ impl Index {
     }
 
     pub(super) fn locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<Loc>> {
-        self.rows(sql, p, |r| {
-            Ok(Loc {
-                id: u(r.get(0)?),
-                off: u(r.get(1)?),
-                len: u(r.get(2)?) as usize,
-            })
-        })
+        self.rows(sql, p, loc_of)
+    }
+
+    /// The one row of `sql` for `id` (`?1`), mapped by `f`, if it has one
+    /// (none for an id past `i64::MAX`, which no row holds).
+    fn by_id<T>(
+        &self,
+        sql: &str,
+        id: ItemId,
+        f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.first(sql, [id], f)
     }
 
     /// Where pending items after `after` are, in id order.
@@ -208,15 +216,11 @@ impl Index {
 
     /// Where retained delivered item `id` is.
     pub fn delivered_loc(&self, id: ItemId) -> Result<Option<DeliveredLoc>> {
-        let Ok(id) = i64::try_from(id) else {
-            return Ok(None);
-        };
-        Ok(self
-            .delivered_locs(
-                "SELECT id, off, len, done_off, done_len FROM delivered WHERE id = ?1",
-                [id],
-            )?
-            .pop())
+        self.by_id(
+            "SELECT id, off, len, done_off, done_len FROM delivered WHERE id = ?1",
+            id,
+            delivered_loc_of,
+        )
     }
 
     /// Up to `limit` retained records the main file holds, with ids
@@ -230,20 +234,7 @@ impl Index {
     }
 
     fn delivered_locs(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<DeliveredLoc>> {
-        self.rows(sql, p, |r| {
-            let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
-                Some(off) => Some((off, r.get(4)?)),
-                None => None,
-            };
-            Ok(DeliveredLoc {
-                loc: Loc {
-                    id: u(r.get(0)?),
-                    off: u(r.get(1)?),
-                    len: u(r.get(2)?) as usize,
-                },
-                done: done.map(|(off, len)| (u(off), u(len) as usize)),
-            })
-        })
+        self.rows(sql, p, delivered_loc_of)
     }
 
     /// The newest retained delivered record that carries the non-empty
@@ -339,30 +330,17 @@ impl Index {
 
     /// Where pending item `id` is.
     pub fn pending_loc(&self, id: ItemId) -> Result<Option<Loc>> {
-        let Ok(id) = i64::try_from(id) else {
-            return Ok(None);
-        };
-        Ok(self
-            .locs("SELECT id, off, len FROM pending WHERE id = ?1", [id])?
-            .pop())
+        self.by_id("SELECT id, off, len FROM pending WHERE id = ?1", id, loc_of)
     }
 
     /// Where dead letter `id` is.
     pub fn dead_loc(&self, id: ItemId) -> Result<Option<Loc>> {
-        let Ok(id) = i64::try_from(id) else {
-            return Ok(None);
-        };
-        Ok(self
-            .locs("SELECT id, off, len FROM dead WHERE id = ?1", [id])?
-            .pop())
+        self.by_id("SELECT id, off, len FROM dead WHERE id = ?1", id, loc_of)
     }
 
     /// `None` when `id` is not pending; else its push sequence number.
     pub fn pending_seq(&self, id: ItemId) -> Result<Option<Option<u64>>> {
-        let Ok(id) = i64::try_from(id) else {
-            return Ok(None);
-        };
-        self.first("SELECT push_seq FROM pending WHERE id = ?1", [id], |r| {
+        self.by_id("SELECT push_seq FROM pending WHERE id = ?1", id, |r| {
             r.get::<_, Option<i64>>(0)
         })
         .map(|o| o.map(|seq| seq.map(u)))
@@ -370,10 +348,7 @@ impl Index {
 
     /// `None` when `id` is not a dead letter; else its key.
     pub fn dead_key(&self, id: ItemId) -> Result<Option<String>> {
-        let Ok(id) = i64::try_from(id) else {
-            return Ok(None);
-        };
-        self.first("SELECT key FROM dead WHERE id = ?1", [id], |r| r.get(0))
+        self.by_id("SELECT key FROM dead WHERE id = ?1", id, |r| r.get(0))
     }
 
     /// In-flight `(seq, id)` with `after < seq <= upto`.
@@ -531,4 +506,25 @@ impl Index {
             .map_err(self.err("check"))?;
         Ok((r != "ok").then_some(r))
     }
+}
+
+/// A row's `id, off, len`, as a [`Loc`].
+fn loc_of(r: &Row<'_>) -> rusqlite::Result<Loc> {
+    Ok(Loc {
+        id: u(r.get(0)?),
+        off: u(r.get(1)?),
+        len: u(r.get(2)?) as usize,
+    })
+}
+
+/// A row's `id, off, len, done_off, done_len`, as a [`DeliveredLoc`].
+fn delivered_loc_of(r: &Row<'_>) -> rusqlite::Result<DeliveredLoc> {
+    let done: Option<(i64, i64)> = match r.get::<_, Option<i64>>(3)? {
+        Some(off) => Some((off, r.get(4)?)),
+        None => None,
+    };
+    Ok(DeliveredLoc {
+        loc: loc_of(r)?,
+        done: done.map(|(off, len)| (u(off), u(len) as usize)),
+    })
 }
