@@ -4,10 +4,11 @@
 //! `clients` and `client_entries`. Each store names its own statements
 //! ([`LedgerSql`]); reading them is here.
 
+use crate::backend::sql::{clamp, Cached};
 use crate::item::ClientSummary;
 use crate::push::wire::Rejected;
 use crate::time::Timestamp;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 /// One store's statements over its ledger.
 pub(crate) struct LedgerSql {
@@ -29,10 +30,7 @@ fn u(n: i64) -> u64 {
 
 /// A client's `last_seq` (0 for a client never seen).
 pub(crate) fn last_seq(conn: &Connection, sql: &LedgerSql, client: &str) -> rusqlite::Result<u64> {
-    let v: Option<i64> = conn
-        .prepare_cached(sql.last_seq)?
-        .query_row([client], |r| r.get(0))
-        .optional()?;
+    let v: Option<i64> = conn.first(sql.last_seq, [client], |r| r.get(0))?;
     Ok(v.map_or(0, u))
 }
 
@@ -43,22 +41,17 @@ pub(crate) fn rejects(
     client: &str,
     after: u64,
 ) -> rusqlite::Result<Vec<Rejected>> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    conn.prepare_cached(sql.rejects)?
-        .query_map(rusqlite::params![client, after], |r| {
-            Ok(Rejected {
-                seq: u(r.get(0)?),
-                error: r.get(1)?,
-            })
-        })?
-        .collect()
+    conn.rows(sql.rejects, rusqlite::params![client, clamp(after)], |r| {
+        Ok(Rejected {
+            seq: u(r.get(0)?),
+            error: r.get(1)?,
+        })
+    })
 }
 
 /// How many clients there are.
 pub(crate) fn count(conn: &Connection, sql: &LedgerSql) -> rusqlite::Result<u64> {
-    conn.prepare_cached(sql.count)?
-        .query_row([], |r| r.get(0))
-        .map(u)
+    conn.row(sql.count, [], |r| r.get(0)).map(u)
 }
 
 /// Every client, by id, as `spool clients` shows it.
@@ -66,10 +59,8 @@ pub(crate) fn summaries(
     conn: &Connection,
     sql: &LedgerSql,
 ) -> rusqlite::Result<Vec<ClientSummary>> {
-    let clients: Vec<(String, i64, Option<i64>)> = conn
-        .prepare_cached(sql.list)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let clients: Vec<(String, i64, Option<i64>)> =
+        conn.rows(sql.list, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     clients
         .into_iter()
         .map(|(client_id, last_seq, at)| {
