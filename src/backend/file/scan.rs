@@ -206,13 +206,11 @@ impl<'p> Walk<'p> {
                 }
             }
             Class::Nul => {
-                if self.bad.is_none() {
-                    self.bad = Some(Bad {
-                        line: self.line_no,
-                        offset: line_start,
-                        reason: "a run of NUL bytes where data never reached the disk".into(),
-                    });
-                }
+                self.bad.get_or_insert_with(|| Bad {
+                    line: self.line_no,
+                    offset: line_start,
+                    reason: "a run of NUL bytes where data never reached the disk".into(),
+                });
             }
             Class::Parsed(t) => {
                 self.at_start = false;
@@ -236,13 +234,11 @@ impl<'p> Walk<'p> {
                     // Complete lines are never torn writes.
                     return Err(Error::corrupt(self.path, Some(self.line_no), bad.reason));
                 }
-                if self.bad.is_none() {
-                    self.bad = Some(Bad {
-                        line: self.line_no,
-                        offset: line_start,
-                        reason: bad.reason,
-                    });
-                }
+                self.bad.get_or_insert(Bad {
+                    line: self.line_no,
+                    offset: line_start,
+                    reason: bad.reason,
+                });
             }
         }
         Ok(())
