@@ -792,13 +792,10 @@ pub(crate) fn check_line(bytes: &[u8]) -> Result<Head, String> {
             Some(PayloadCheck::Text) | Some(PayloadCheck::Encoded(true)) => {
                 Ok(head(true, false, false))
             }
-            Some(PayloadCheck::Encoded(false)) => {
-                // Let the full parser word the error.
-                match parse_line(bytes) {
-                    Err(e) => Err(e),
-                    Ok(_) => Err("payload.base64 is not valid base64".into()),
-                }
-            }
+            // Let the full parser word the error.
+            Some(PayloadCheck::Encoded(false)) => Err(parse_line(bytes)
+                .err()
+                .unwrap_or_else(|| "payload.base64 is not valid base64".into())),
             None => Err("a put line without a payload".into()),
         },
         other => Err(format!("unknown op {other:?}")),
