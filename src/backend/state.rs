@@ -154,8 +154,17 @@ pub(crate) fn push_after_removing(v: &impl View, ids: &[ItemId]) -> Result<Optio
 /// Refuse to hold an in-flight item (holding would stop the stream of
 /// sequence numbers the receiver expects in order).
 pub(crate) fn check_hold(v: &impl View, ids: &[ItemId]) -> Result<()> {
-    for id in ids {
-        if let Some(Some(seq)) = v.pending_seq(*id)? {
+    check_hold_with(ids, |id| Ok(v.pending_seq(id)?.flatten()))
+}
+
+/// [`check_hold`] for any store: `seq_of` gives the push sequence number
+/// of a pending item, if it has one.
+pub(crate) fn check_hold_with(
+    ids: &[ItemId],
+    mut seq_of: impl FnMut(ItemId) -> Result<Option<u64>>,
+) -> Result<()> {
+    for &id in ids {
+        if let Some(seq) = seq_of(id)? {
             return Err(Error::InvalidInput(format!(
                 "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
             )));
@@ -251,34 +260,57 @@ pub(crate) fn prepare_kill(
 /// Check that requeueing `ids` is allowed: the stored bound holds and no
 /// requeued key collides with a pending item or another requeued item.
 pub(crate) fn check_requeue(v: &impl View, ids: &[ItemId]) -> Result<()> {
+    check_requeue_with(
+        &mut (),
+        ids,
+        |_, id| v.dead_key(id),
+        |_, key| v.key_owner(key),
+        |_| {
+            v.max_depth()
+                .map(|bound| Ok((bound, v.depth()?)))
+                .transpose()
+        },
+    )
+}
+
+/// [`check_requeue`] for any store, read through `store` (so that a
+/// backend can hand in its transaction): `dead_key` gives the key of a
+/// dead letter, `key_owner` the pending item carrying a key, and `limit`
+/// the stored bound with the depth, when the spool has a bound.
+pub(crate) fn check_requeue_with<S: ?Sized>(
+    store: &mut S,
+    ids: &[ItemId],
+    dead_key: impl Fn(&mut S, ItemId) -> Result<Option<String>>,
+    key_owner: impl Fn(&mut S, &str) -> Result<Option<ItemId>>,
+    limit: impl FnOnce(&mut S) -> Result<Option<(u64, u64)>>,
+) -> Result<()> {
     let mut seen_keys: HashMap<String, ItemId> = HashMap::new();
     let mut seen_ids = std::collections::HashSet::new();
     let mut count = 0u64;
-    for id in ids {
-        let Some(key) = v.dead_key(*id)? else {
+    for &id in ids {
+        let Some(key) = dead_key(store, id)? else {
             continue;
         };
-        if !seen_ids.insert(*id) {
+        if !seen_ids.insert(id) {
             continue;
         }
         count += 1;
         if key.is_empty() {
             continue;
         }
-        if let Some(other) = v.key_owner(&key)? {
+        if let Some(other) = key_owner(store, &key)? {
             return Err(Error::InvalidInput(format!(
                 "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
             )));
         }
-        if let Some(other) = seen_keys.insert(key.clone(), *id) {
+        if let Some(other) = seen_keys.insert(key.clone(), id) {
             return Err(Error::InvalidInput(format!(
                 "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
             )));
         }
     }
-    if let Some(bound) = v.max_depth() {
-        let depth = v.depth()?;
-        if count > 0 && depth + count > bound {
+    if let Some((bound, depth)) = limit(store)? {
+        if count > 0 && depth.saturating_add(count) > bound {
             return Err(Error::QueueFull {
                 max_depth: bound,
                 depth,

@@ -5,10 +5,10 @@
 use super::conn::Tx;
 use super::rows::{by_version, dead_from_row, id_param, text};
 use super::PostgresQueue;
-use crate::error::{Error, Result};
+use crate::backend::state;
+use crate::error::Result;
 use crate::item::{DeadLetter, ItemId};
 use crate::queue::LeaseToken;
-use std::collections::{HashMap, HashSet};
 
 impl PostgresQueue {
     /// Move pending item `id` to the dead letters (when `token` is given,
@@ -91,42 +91,19 @@ impl PostgresQueue {
     /// moves.
     pub(super) fn requeue_in(&self, tx: &mut Tx<'_>, ids: &[ItemId]) -> Result<Vec<bool>> {
         let spool = self.lock_spool(tx)?;
-        let mut seen_ids = HashSet::new();
-        let mut seen_keys: HashMap<String, ItemId> = HashMap::new();
-        let mut count = 0u64;
-        for &id in ids {
-            let row = tx.query_opt(
-                "SELECT key FROM {s}.dead_letters WHERE spool = $1 AND id = $2",
-                &[self.spool(), &id_param(id)],
-            )?;
-            let Some(row) = row else { continue };
-            if !seen_ids.insert(id) {
-                continue;
-            }
-            count += 1;
-            let key = String::from_utf8_lossy(row.get::<_, &[u8]>(0)).into_owned();
-            if key.is_empty() {
-                continue;
-            }
-            if let Some(other) = self.key_owner(tx, &key)? {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
-                )));
-            }
-            if let Some(other) = seen_keys.insert(key.clone(), id) {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
-                )));
-            }
-        }
-        if let Some(bound) = spool.max_depth {
-            if count > 0 && spool.depth.saturating_add(count) > bound {
-                return Err(Error::QueueFull {
-                    max_depth: bound,
-                    depth: spool.depth,
-                });
-            }
-        }
+        state::check_requeue_with(
+            tx,
+            ids,
+            |tx, id| {
+                let row = tx.query_opt(
+                    "SELECT key FROM {s}.dead_letters WHERE spool = $1 AND id = $2",
+                    &[self.spool(), &id_param(id)],
+                )?;
+                Ok(row.map(|row| String::from_utf8_lossy(row.get::<_, &[u8]>(0)).into_owned()))
+            },
+            |tx, key| self.key_owner(tx, key),
+            |_| Ok(spool.max_depth.map(|bound| (bound, spool.depth))),
+        )?;
         let mut out = Vec::with_capacity(ids.len());
         let mut moved = 0i64;
         for &id in ids {

@@ -70,6 +70,7 @@ use self::rows::{by_version, id_param, item_from_row, text, u64_of};
 use self::schema::Found;
 pub use self::url::{is_postgres_url, redact, PgTarget};
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
+use crate::backend::state;
 use crate::backend::{OpenMode, OpenOptions};
 use crate::error::{Error, Result};
 use crate::item::{
@@ -489,13 +490,7 @@ impl Queue for PostgresQueue {
         };
         self.txn(action, true, |tx| {
             if held {
-                for &id in ids {
-                    if let Some(seq) = self.push_seq_of(tx, id)? {
-                        return Err(Error::InvalidInput(format!(
-                            "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
-                        )));
-                    }
-                }
+                state::check_hold_with(ids, |id| self.push_seq_of(tx, id))?;
             }
             let mut out = Vec::with_capacity(ids.len());
             for &id in ids {

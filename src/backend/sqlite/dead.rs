@@ -4,11 +4,11 @@
 use super::db::{sql_id, Db};
 use super::rows::{dead_from_row, payload_value, read_text, UNKNOWN_ENQUEUED_AT};
 use crate::backend::sql::SqlStore;
-use crate::error::{Error, Result};
+use crate::backend::state;
+use crate::error::Result;
 use crate::item::{DeadLetter, ItemId};
 use crate::time::Timestamp;
 use rusqlite::params;
-use std::collections::{HashMap, HashSet};
 
 /// Walks `ix_dead_dead_at`, not the payloads.
 pub(super) const COUNT_DEAD: &str = "SELECT count(*) FROM spool_dead_letters";
@@ -167,42 +167,16 @@ impl Db<'_> {
     /// Requeue dead letters `ids` (see [`crate::Queue::requeue`]): every
     /// check passes before anything moves.
     pub fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
-        // The checks of State::check_requeue, in its order, before
-        // anything moves.
-        let mut seen_ids = HashSet::new();
-        let mut seen_keys: HashMap<String, ItemId> = HashMap::new();
-        let mut count = 0u64;
-        for &id in ids {
-            let Some(key) = self.dead_key(id)? else {
-                continue;
-            };
-            if !seen_ids.insert(id) {
-                continue;
-            }
-            count += 1;
-            if key.is_empty() {
-                continue;
-            }
-            if let Some(other) = self.key_owner(&key)? {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letter {id}: pending item {other} already carries its key {key:?}"
-                )));
-            }
-            if let Some(other) = seen_keys.insert(key.clone(), id) {
-                return Err(Error::InvalidInput(format!(
-                    "cannot requeue dead letters {other} and {id} together: they carry the same key {key:?}"
-                )));
-            }
-        }
-        if let Some(bound) = self.max_depth()? {
-            let depth = self.pending_count()?;
-            if count > 0 && depth.saturating_add(count) > bound {
-                return Err(Error::QueueFull {
-                    max_depth: bound,
-                    depth,
-                });
-            }
-        }
+        state::check_requeue_with(
+            &mut (),
+            ids,
+            |_, id| self.dead_key(id),
+            |_, key| self.key_owner(key),
+            |_| match self.max_depth()? {
+                Some(bound) => Ok(Some((bound, self.pending_count()?))),
+                None => Ok(None),
+            },
+        )?;
         ids.iter().map(|&id| self.revive(id)).collect()
     }
 }

@@ -67,6 +67,7 @@ use self::db::Db;
 use self::open::{connect, prepare_file, set_up_writer};
 use self::schema::Layout;
 use crate::backend::identity::{IdentityOutcome, SpoolHeader};
+use crate::backend::state;
 use crate::backend::OpenOptions;
 use crate::error::{Error, Result};
 use crate::item::{
@@ -334,13 +335,7 @@ impl Queue for SqliteQueue {
         };
         self.write(action, |db| {
             if held {
-                for &id in ids {
-                    if let Some(seq) = db.push_seq_of(id)? {
-                        return Err(Error::InvalidInput(format!(
-                            "item {id} is in flight to the push receiver (sequence {seq}); it cannot be held until the receiver acknowledges it"
-                        )));
-                    }
-                }
+                state::check_hold_with(ids, |id| db.push_seq_of(id))?;
             }
             ids.iter()
                 .map(|&id| {
