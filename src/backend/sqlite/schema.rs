@@ -21,24 +21,23 @@ use std::path::Path;
 /// The reference `SqliteOfflineQueue` table and its partial unique index.
 pub(super) const REFERENCE_SCHEMA: &str = include_str!("migrations/0000_reference.sql");
 
-/// What spool adds to the reference; ends with `PRAGMA user_version = 1`.
-pub(super) const MIGRATION_0001: &str = include_str!("migrations/0001_spool.sql");
-
-/// Push, sending and receiving; ends with `PRAGMA user_version = 2`.
-pub(super) const MIGRATION_0002: &str = include_str!("migrations/0002_push.sql");
-
-/// Ordering groups and coalesce keys; ends with `PRAGMA user_version = 3`.
-pub(super) const MIGRATION_0003: &str = include_str!("migrations/0003_policies.sql");
-
-/// Retention of delivered items; ends with `PRAGMA user_version = 4`.
-pub(super) const MIGRATION_0004: &str = include_str!("migrations/0004_retention.sql");
-
-/// Pruning without a time index for records delivered in id order; ends
-/// with `PRAGMA user_version = 5`.
-pub(super) const MIGRATION_0005: &str = include_str!("migrations/0005_prune_order.sql");
-
-/// The index of dead letters by key; ends with `PRAGMA user_version = 6`.
-pub(super) const MIGRATION_0006: &str = include_str!("migrations/0006_dead_key.sql");
+/// The migrations, in order: `MIGRATIONS[i]` brings version `i` (a
+/// reference queue, for 0) to `i + 1`, and ends with its
+/// `PRAGMA user_version`.
+pub(super) const MIGRATIONS: [&str; 6] = [
+    // What spool adds to the reference.
+    include_str!("migrations/0001_spool.sql"),
+    // Push, sending and receiving.
+    include_str!("migrations/0002_push.sql"),
+    // Ordering groups and coalesce keys.
+    include_str!("migrations/0003_policies.sql"),
+    // Retention of delivered items.
+    include_str!("migrations/0004_retention.sql"),
+    // Pruning without a time index for records delivered in id order.
+    include_str!("migrations/0005_prune_order.sql"),
+    // The index of dead letters by key.
+    include_str!("migrations/0006_dead_key.sql"),
+];
 
 /// The schema version this code writes and understands.
 pub(super) const SCHEMA_VERSION: i64 = 6;
@@ -333,55 +332,28 @@ pub(super) fn ensure_spool(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(err)?;
     // Another process may have migrated it while we waited for the lock.
-    let found = inspect(&tx).map_err(err)?;
-    match classify(path, &found)? {
-        Layout::Spool => {}
-        Layout::SpoolV1 => {
-            tx.execute_batch(MIGRATION_0002).map_err(err)?;
-            tx.execute_batch(MIGRATION_0003).map_err(err)?;
-            tx.execute_batch(MIGRATION_0004).map_err(err)?;
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-        }
-        Layout::SpoolV2 => {
-            tx.execute_batch(MIGRATION_0003).map_err(err)?;
-            tx.execute_batch(MIGRATION_0004).map_err(err)?;
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-        }
-        Layout::SpoolV3 => {
-            tx.execute_batch(MIGRATION_0004).map_err(err)?;
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-        }
-        Layout::SpoolV4 => {
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-        }
-        Layout::SpoolV5 => {
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-        }
-        Layout::Reference => {
-            tx.execute_batch(MIGRATION_0001).map_err(err)?;
-            tx.execute_batch(MIGRATION_0002).map_err(err)?;
-            tx.execute_batch(MIGRATION_0003).map_err(err)?;
-            tx.execute_batch(MIGRATION_0004).map_err(err)?;
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-            set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
-        }
-        Layout::Empty => {
-            tx.execute_batch(REFERENCE_SCHEMA).map_err(err)?;
-            tx.execute_batch(MIGRATION_0001).map_err(err)?;
-            tx.execute_batch(MIGRATION_0002).map_err(err)?;
-            tx.execute_batch(MIGRATION_0003).map_err(err)?;
-            tx.execute_batch(MIGRATION_0004).map_err(err)?;
-            tx.execute_batch(MIGRATION_0005).map_err(err)?;
-            tx.execute_batch(MIGRATION_0006).map_err(err)?;
-            set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
-            if let Some(bound) = opts.max_depth {
-                set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
-            }
+    let found = classify(path, &inspect(&tx).map_err(err)?)?;
+    let from = match found {
+        Layout::Spool => MIGRATIONS.len(),
+        Layout::SpoolV1 => 1,
+        Layout::SpoolV2 => 2,
+        Layout::SpoolV3 => 3,
+        Layout::SpoolV4 => 4,
+        Layout::SpoolV5 => 5,
+        Layout::Reference | Layout::Empty => 0,
+    };
+    if found == Layout::Empty {
+        tx.execute_batch(REFERENCE_SCHEMA).map_err(err)?;
+    }
+    for migration in &MIGRATIONS[from..] {
+        tx.execute_batch(migration).map_err(err)?;
+    }
+    if from == 0 {
+        set_meta(&tx, "uuid", &uuid::Uuid::new_v4().to_string()).map_err(err)?;
+    }
+    if found == Layout::Empty {
+        if let Some(bound) = opts.max_depth {
+            set_meta(&tx, "max_depth", &bound.to_string()).map_err(err)?;
         }
     }
     tx.commit().map_err(err)?;
@@ -498,12 +470,9 @@ mod tests {
             [],
         )
         .unwrap();
-        conn.execute_batch(MIGRATION_0001).unwrap();
-        conn.execute_batch(MIGRATION_0002).unwrap();
-        conn.execute_batch(MIGRATION_0003).unwrap();
-        conn.execute_batch(MIGRATION_0004).unwrap();
-        conn.execute_batch(MIGRATION_0005).unwrap();
-        conn.execute_batch(MIGRATION_0006).unwrap();
+        for migration in MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
         let f = inspect(&conn).unwrap();
         assert_eq!(f.user_version, SCHEMA_VERSION);
         assert_eq!(f.queue_columns, ALL);

@@ -193,7 +193,7 @@ mod tests {
     fn counting_queries_use_the_indexes() {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(schema::REFERENCE_SCHEMA).unwrap();
-        conn.execute_batch(schema::MIGRATION_0001).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
         for (sql, index) in [
             (COUNT_PENDING, "COVERING INDEX ix_queue_attempts"),
             (KEY_OWNER, "COVERING INDEX ix_queue_idem"),
@@ -208,8 +208,8 @@ mod tests {
         ] {
             assert_plan(&conn, sql, index);
         }
-        conn.execute_batch(schema::MIGRATION_0002).unwrap();
-        conn.execute_batch(schema::MIGRATION_0003).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[1]).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[2]).unwrap();
         assert_plan(&conn, GROUP_HEAD, "COVERING INDEX ix_queue_group");
         assert_plan_all(&conn, DUE.group_waiting, "ix_queue_group");
         // A push client's rejects: never its whole history.
