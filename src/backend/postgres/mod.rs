@@ -81,6 +81,7 @@ use crate::item::{
 use crate::push::receiver::ReceiveTxn;
 use crate::queue::{BackendKind, Leasing, Queue};
 use crate::time::{SharedClock, Timestamp};
+use postgres::types::{FromSqlOwned, ToSql};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard};
@@ -323,6 +324,28 @@ impl PostgresQueue {
         })
     }
 
+    /// The one value that `sql` (with the spool's name as `$1`) reads,
+    /// in a transaction of its own.
+    fn spool_value<T: FromSqlOwned>(&self, action: &'static str, sql: &'static str) -> Result<T> {
+        self.txn(action, false, |tx| {
+            Ok(tx.query_one(sql, &[self.spool()])?.get(0))
+        })
+    }
+
+    /// Run the update `sql` of the spool (its name as `$1`) with `value`
+    /// as `$2`, in a transaction of its own.
+    fn set_spool_value(
+        &self,
+        action: &'static str,
+        sql: &'static str,
+        value: &(dyn ToSql + Sync),
+    ) -> Result<()> {
+        self.txn(action, true, |tx| {
+            tx.execute(sql, &[self.spool(), value])?;
+            Ok(())
+        })
+    }
+
     fn spool(&self) -> &String {
         &self.target.spool
     }
@@ -505,13 +528,8 @@ impl Queue for PostgresQueue {
     }
 
     fn size(&self) -> Result<u64> {
-        self.txn("count items in", false, |tx| {
-            let row = tx.query_one(
-                "SELECT depth FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(u64_of(row.get(0)))
-        })
+        let sql = "SELECT depth FROM {s}.spools WHERE name = $1";
+        self.spool_value("count items in", sql).map(u64_of)
     }
 
     fn group_head(&self, group: &str) -> Result<Option<ItemId>> {
@@ -562,63 +580,41 @@ impl Queue for PostgresQueue {
         if self.v1 {
             return Ok(OnFull::Reject);
         }
-        self.txn("read the overflow policy of", false, |tx| {
-            let row = tx.query_one(
-                "SELECT on_full FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            self.policy_of(row.get(0))
-        })
+        let sql = "SELECT on_full FROM {s}.spools WHERE name = $1";
+        let policy: String = self.spool_value("read the overflow policy of", sql)?;
+        self.policy_of(&policy)
     }
 
     fn set_on_full(&self, policy: OnFull) -> Result<()> {
-        self.txn("set the overflow policy of", true, |tx| {
-            tx.execute(
-                "UPDATE {s}.spools SET on_full = $2 WHERE name = $1",
-                &[self.spool(), &policy.name()],
-            )?;
-            Ok(())
-        })
+        self.set_spool_value(
+            "set the overflow policy of",
+            "UPDATE {s}.spools SET on_full = $2 WHERE name = $1",
+            &policy.name(),
+        )
     }
 
     fn max_depth(&self) -> Result<Option<u64>> {
-        self.txn("read the depth bound of", false, |tx| {
-            let row = tx.query_one(
-                "SELECT max_depth FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(row.get::<_, Option<i64>>(0).map(u64_of))
-        })
+        let sql = "SELECT max_depth FROM {s}.spools WHERE name = $1";
+        let bound: Option<i64> = self.spool_value("read the depth bound of", sql)?;
+        Ok(bound.map(u64_of))
     }
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
-        self.txn("set the depth bound of", true, |tx| {
-            tx.execute(
-                "UPDATE {s}.spools SET max_depth = $2 WHERE name = $1",
-                &[self.spool(), &bound.map(id_param)],
-            )?;
-            Ok(())
-        })
+        self.set_spool_value(
+            "set the depth bound of",
+            "UPDATE {s}.spools SET max_depth = $2 WHERE name = $1",
+            &bound.map(id_param),
+        )
     }
 
     fn uuid(&self) -> Result<String> {
-        self.txn("read the uuid of", false, |tx| {
-            let row = tx.query_one(
-                "SELECT uuid FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(row.get(0))
-        })
+        let sql = "SELECT uuid FROM {s}.spools WHERE name = $1";
+        self.spool_value("read the uuid of", sql)
     }
 
     fn high_water(&self) -> Result<ItemId> {
-        self.txn("read", false, |tx| {
-            let row = tx.query_one(
-                "SELECT high_water FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(u64_of(row.get(0)))
-        })
+        let sql = "SELECT high_water FROM {s}.spools WHERE name = $1";
+        self.spool_value("read", sql).map(u64_of)
     }
 
     fn dead_letter(&self, id: ItemId, last_error: &str) -> Result<bool> {
@@ -637,13 +633,8 @@ impl Queue for PostgresQueue {
     }
 
     fn dead_count(&self) -> Result<u64> {
-        self.txn("count dead letters in", false, |tx| {
-            let row = tx.query_one(
-                "SELECT dead FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(u64_of(row.get(0)))
-        })
+        let sql = "SELECT dead FROM {s}.spools WHERE name = $1";
+        self.spool_value("count dead letters in", sql).map(u64_of)
     }
 
     fn requeue(&self, ids: &[ItemId]) -> Result<Vec<bool>> {
@@ -731,13 +722,9 @@ impl Queue for PostgresQueue {
     }
 
     fn push_client_count(&self) -> Result<u64> {
-        self.txn("count the push clients of", false, |tx| {
-            let row = tx.query_one(
-                "SELECT count(*) FROM {s}.push_clients WHERE spool = $1",
-                &[self.spool()],
-            )?;
-            Ok(u64_of(row.get(0)))
-        })
+        let sql = "SELECT count(*) FROM {s}.push_clients WHERE spool = $1";
+        self.spool_value("count the push clients of", sql)
+            .map(u64_of)
     }
 
     fn leasing(&self) -> Option<&dyn Leasing> {

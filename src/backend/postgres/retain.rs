@@ -261,26 +261,18 @@ impl PostgresQueue {
         if !self.retention {
             return Ok(None);
         }
-        self.txn("read the retention window of", false, |tx| {
-            let row = tx.query_one(
-                "SELECT retain_ms FROM {s}.spools WHERE name = $1",
-                &[self.spool()],
-            )?;
-            Ok(row
-                .get::<_, Option<i64>>(0)
-                .map(|ms| Duration::from_millis(u64_of(ms))))
-        })
+        let sql = "SELECT retain_ms FROM {s}.spools WHERE name = $1";
+        let ms: Option<i64> = self.spool_value("read the retention window of", sql)?;
+        Ok(ms.map(|ms| Duration::from_millis(u64_of(ms))))
     }
 
     /// [`crate::Queue::set_retain`].
     pub(super) fn set_retain_window(&self, window: Option<Duration>) -> Result<()> {
-        self.txn("set the retention window of", true, |tx| {
-            tx.execute(
-                "UPDATE {s}.spools SET retain_ms = $2 WHERE name = $1",
-                &[self.spool(), &window.map(window_ms)],
-            )?;
-            Ok(())
-        })
+        self.set_spool_value(
+            "set the retention window of",
+            "UPDATE {s}.spools SET retain_ms = $2 WHERE name = $1",
+            &window.map(window_ms),
+        )
     }
 
     /// [`crate::Queue::delivered_page`].
