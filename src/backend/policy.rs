@@ -212,6 +212,12 @@ pub(crate) enum ImportLookup<'a> {
     Delivered(&'a str),
 }
 
+/// The id after the high-water mark `hw`.
+pub(crate) fn next_id(hw: ItemId) -> Result<ItemId> {
+    hw.checked_add(1)
+        .ok_or_else(|| Error::Internal("item ids exhausted".into()))
+}
+
 /// What importing `r` does given the high-water mark `hw` (raised by each
 /// record kept) and the highest id the spool can keep (`max_id`): its id
 /// in this spool and whether it kept its own, and the
@@ -225,11 +231,7 @@ pub(crate) fn import_record(
     let (id, kept) = if r.item.id > *hw && r.item.id <= max_id {
         (r.item.id, true)
     } else {
-        (
-            hw.checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?,
-            false,
-        )
+        (next_id(*hw)?, false)
     };
     *hw = id;
     let mut rec = r.clone();

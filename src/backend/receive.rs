@@ -10,6 +10,7 @@
 //! [`State::apply_receive`]; when it fails, dropping the [`Receive`] is
 //! the rollback.
 
+use super::policy;
 use super::state::{State, View};
 use crate::error::{Error, Result};
 use crate::item::{Enqueued, Item, ItemId, NewItem};
@@ -143,11 +144,7 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
                 None => self.keys.get(key).copied(),
             };
             if let Some(id) = existing {
-                return Ok(Some(Enqueued {
-                    id,
-                    deduplicated: true,
-                    ..Default::default()
-                }));
+                return Ok(Some(Enqueued::dedup(id)));
             }
         }
         // The items its coalesce key replaces: the spool's, then this
@@ -176,10 +173,7 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
         self.changes.replaced.sort_unstable();
         let mut replaced = theirs;
         replaced.extend(own);
-        self.next_id = self
-            .next_id
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        self.next_id = policy::next_id(self.next_id)?;
         let id = self.next_id;
         if !key.is_empty() {
             self.keys.insert(key.to_string(), id);
@@ -195,9 +189,8 @@ impl<V: View> ReceiveTxn for Receive<'_, V> {
         stored.coalesce_key = coalesce_key;
         self.changes.items.push(stored);
         Ok(Some(Enqueued {
-            id,
             replaced,
-            ..Default::default()
+            ..Enqueued::fresh(id)
         }))
     }
 

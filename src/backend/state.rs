@@ -874,11 +874,7 @@ impl EnqueueStore for Enqueuing<'_> {
     }
 
     fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
-        let id = self
-            .st
-            .high_water
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let id = policy::next_id(self.st.high_water)?;
         self.st.insert_pending(Item::from_new(id, &it, self.now));
         Ok(id)
     }

@@ -174,10 +174,7 @@ impl PostgresQueue {
                     });
                 }
             }
-            b.high_water = b
-                .high_water
-                .checked_add(1)
-                .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+            b.high_water = policy::next_id(b.high_water)?;
             b.depth += 1;
             b.added += 1;
             if !it.key.is_empty() {
@@ -356,11 +353,7 @@ impl EnqueueStore for Enqueuing<'_, '_> {
     }
 
     fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
-        self.b.high_water = self
-            .b
-            .high_water
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        self.b.high_water = policy::next_id(self.b.high_water)?;
         let id = self.b.high_water;
         self.q.insert_fresh(self.tx, &[(id, &it)])?;
         self.b.depth += 1;

@@ -7,7 +7,8 @@ use super::conn::Tx;
 use super::rows::{id_param, text, u64_of};
 use super::PostgresQueue;
 use crate::backend::held::Held;
-use crate::error::{Error, Result};
+use crate::backend::policy;
+use crate::error::Result;
 use crate::item::{ClientSummary, Enqueued, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
@@ -139,11 +140,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             None => self.q.key_owner(self.tx, &item.key)?,
         };
         if let Some(id) = owner {
-            return Ok(Some(Enqueued {
-                id,
-                deduplicated: true,
-                ..Default::default()
-            }));
+            return Ok(Some(Enqueued::dedup(id)));
         }
         let ck = item.coalesce_key.as_deref();
         if ck.is_some() {
@@ -164,10 +161,7 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
             None => Vec::new(),
         };
         self.removed += replaced.len() as u64;
-        let next = self
-            .high_water
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let next = policy::next_id(self.high_water)?;
         if ck.is_some() {
             self.q.insert_fresh(self.tx, &[(next, &item)])?;
         } else if self.held.hold_item(next, item) {
@@ -176,9 +170,8 @@ impl ReceiveTxn for PgReceive<'_, '_, '_> {
         self.high_water = next;
         self.added += 1;
         Ok(Some(Enqueued {
-            id: next,
             replaced,
-            ..Default::default()
+            ..Enqueued::fresh(next)
         }))
     }
 

@@ -230,11 +230,7 @@ impl EnqueueStore for Enqueuing<'_, '_> {
     }
 
     fn insert(&mut self, it: Cow<'_, NewItem>) -> Result<ItemId> {
-        let id = self
-            .db
-            .high_water()?
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        let id = policy::next_id(self.db.high_water()?)?;
         self.db.insert_pending(&Item::from_new(id, &it, self.now))?;
         Ok(id)
     }
@@ -300,11 +296,7 @@ pub(super) fn enqueue_batch(
     let mut fresh_rows: Vec<(ItemId, &NewItem)> = Vec::with_capacity(fresh as usize);
     for (it, plan) in items.iter().zip(&plans) {
         let result = match *plan {
-            Plan::Dedup(id) => Enqueued {
-                id,
-                deduplicated: true,
-                ..Default::default()
-            },
+            Plan::Dedup(id) => Enqueued::dedup(id),
             Plan::Delivered(id) => Enqueued::delivered(id),
             Plan::SameAs(j) => Enqueued {
                 id: results
@@ -315,15 +307,9 @@ pub(super) fn enqueue_batch(
                 ..Default::default()
             },
             Plan::Store => {
-                next = next
-                    .checked_add(1)
-                    .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+                next = policy::next_id(next)?;
                 fresh_rows.push((next, it));
-                Enqueued {
-                    id: next,
-                    deduplicated: false,
-                    ..Default::default()
-                }
+                Enqueued::fresh(next)
             }
         };
         results.push(result);
@@ -385,11 +371,7 @@ pub(super) fn enqueue_stream(
                 None => db.key_owner(&item.key)?,
             };
             if let Some(id) = owner {
-                results.push(Enqueued {
-                    id,
-                    deduplicated: true,
-                    ..Default::default()
-                });
+                results.push(Enqueued::dedup(id));
                 continue;
             }
             if let Some(id) = db.delivered_owner(&item.key, now, policy.retain)? {
@@ -406,18 +388,12 @@ pub(super) fn enqueue_stream(
                 });
             }
         }
-        next = next
-            .checked_add(1)
-            .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        next = policy::next_id(next)?;
         if !item.key.is_empty() {
             chunk_keys.insert(item.key.clone(), next);
         }
         chunk.push((next, item));
-        results.push(Enqueued {
-            id: next,
-            deduplicated: false,
-            ..Default::default()
-        });
+        results.push(Enqueued::fresh(next));
         if chunk.len() == FRESH_ROWS_PER_INSERT {
             flush(&mut chunk, &mut chunk_keys)?;
         }

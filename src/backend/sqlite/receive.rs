@@ -6,8 +6,9 @@ use super::db::Db;
 use super::enqueue::multi_row_sql;
 use crate::backend::held::{Held, HeldRecord};
 use crate::backend::ledger_sql::{self, LedgerSql};
+use crate::backend::policy;
 use crate::backend::sql::{Cached, SqlStore};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
 use crate::push::wire::Rejected;
@@ -170,11 +171,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             None => self.db.key_owner(&item.key)?,
         };
         if let Some(id) = owner {
-            return Ok(Some(Enqueued {
-                id,
-                deduplicated: true,
-                ..Default::default()
-            }));
+            return Ok(Some(Enqueued::dedup(id)));
         }
         let ck = item.coalesce_key.as_deref();
         if ck.is_some() {
@@ -198,12 +195,10 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
         if let Some(room) = self.room()? {
             self.room = Some(Some(room + signed(replaced.len() as u64) - 1));
         }
-        let next = match self.next_id {
+        let next = policy::next_id(match self.next_id {
             Some(n) => n,
             None => self.db.high_water()?,
-        }
-        .checked_add(1)
-        .ok_or_else(|| Error::Internal("item ids exhausted".into()))?;
+        })?;
         self.next_id = Some(next);
         match ck {
             // The fresh-row insert leaves the coalesce key out.
@@ -217,9 +212,8 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             }
         }
         Ok(Some(Enqueued {
-            id: next,
             replaced,
-            ..Default::default()
+            ..Enqueued::fresh(next)
         }))
     }
 
