@@ -498,16 +498,33 @@ impl<'a> Db<'a> {
         if !self.layout.is_spool() {
             return Ok(None);
         }
-        let Some(v) = schema::get_meta(self.conn, "max_depth").map_err(|e| self.err(e))? else {
+        self.meta_number("max_depth")
+    }
+
+    /// The number stored under `key` in `spool_meta`, if set.
+    pub(super) fn meta_number(&self, key: &str) -> Result<Option<u64>> {
+        let Some(v) = schema::get_meta(self.conn, key).map_err(|e| self.err(e))? else {
             return Ok(None);
         };
         v.trim().parse::<u64>().map(Some).map_err(|_| {
             Error::corrupt(
                 self.path,
                 None,
-                format!("spool_meta max_depth is not a number: {v:?}"),
+                format!("spool_meta {key} is not a number: {v:?}"),
             )
         })
+    }
+
+    /// Set `key` in `spool_meta` to `value`, or remove it (`None`).
+    pub(super) fn put_meta(&self, key: &str, value: Option<&str>) -> Result<()> {
+        let done = match value {
+            Some(v) => schema::set_meta(self.conn, key, v),
+            None => self
+                .conn
+                .execute("DELETE FROM spool_meta WHERE key = ?1", [key])
+                .map(|_| ()),
+        };
+        done.map_err(|e| self.err(e))
     }
 
     /// Items ever evicted by `drop-oldest`.

@@ -383,15 +383,9 @@ impl Queue for SqliteQueue {
     }
 
     fn set_max_depth(&self, bound: Option<u64>) -> Result<()> {
+        let bound = bound.map(|b| b.to_string());
         self.write("set the depth bound of", |db| {
-            let done = match bound {
-                Some(b) => schema::set_meta(db.conn, "max_depth", &b.to_string()),
-                None => db
-                    .conn
-                    .execute("DELETE FROM spool_meta WHERE key = 'max_depth'", [])
-                    .map(|_| ()),
-            };
-            done.map_err(|e| db.err(e))
+            db.put_meta("max_depth", bound.as_deref())
         })
     }
 

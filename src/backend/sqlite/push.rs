@@ -42,16 +42,7 @@ impl Db<'_> {
 
     /// A counter of the push state in `spool_meta` (0 when unset).
     pub(super) fn push_counter(&self, key: &str) -> Result<u64> {
-        let Some(v) = schema::get_meta(self.conn, key).map_err(|e| self.err(e))? else {
-            return Ok(0);
-        };
-        v.trim().parse::<u64>().map_err(|_| {
-            Error::corrupt(
-                self.path,
-                None,
-                format!("spool_meta {key} is not a number: {v:?}"),
-            )
-        })
+        Ok(self.meta_number(key)?.unwrap_or(0))
     }
 
     /// The spool's push state.

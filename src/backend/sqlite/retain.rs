@@ -8,7 +8,7 @@ use super::rows::{delivered_from_row, payload_value, DELIVERED_COLUMNS, UNKNOWN_
 use super::schema;
 use crate::backend::retain_sql::{self, Order, RecordsSql};
 use crate::backend::sql::SqlStore;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::item::{DeliveredItem, Evidence, ItemId};
 use crate::time::Timestamp;
 use rusqlite::params;
@@ -34,29 +34,16 @@ impl Db<'_> {
         if !self.layout.has_retention() {
             return Ok(None);
         }
-        let Some(v) = schema::get_meta(self.conn, "retain_ms").map_err(|e| self.err(e))? else {
-            return Ok(None);
-        };
-        let ms: u64 = v.trim().parse().map_err(|_| {
-            Error::corrupt(
-                self.path,
-                None,
-                format!("spool_meta retain_ms is not a number: {v:?}"),
-            )
-        })?;
-        Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+        let ms = self.meta_number("retain_ms")?;
+        Ok(ms
+            .filter(|&ms| ms > 0)
+            .map(std::time::Duration::from_millis))
     }
 
     /// Store the retention window.
     pub fn set_retain(&self, window: Option<std::time::Duration>) -> Result<()> {
-        let r = match window {
-            Some(w) => schema::set_meta(self.conn, "retain_ms", &w.as_millis().to_string()),
-            None => self
-                .conn
-                .execute("DELETE FROM spool_meta WHERE key = 'retain_ms'", [])
-                .map(|_| ()),
-        };
-        r.map_err(|e| self.err(e))
+        let ms = window.map(|w| w.as_millis().to_string());
+        self.put_meta("retain_ms", ms.as_deref())
     }
 
     /// The newest retained delivered item with `key` whose window has not
