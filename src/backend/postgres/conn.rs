@@ -35,8 +35,9 @@ pub(super) fn render(template: &str, schema_q: &str) -> String {
     template.replace("{s}", schema_q).replace("{now}", NOW_MS)
 }
 
-/// Connect to the server `target` names.
-pub(super) fn connect(target: &PgTarget, display: &str) -> Result<Client> {
+/// Connect to the server `target` names, for `action` (which a failure
+/// names).
+pub(super) fn connect(target: &PgTarget, display: &str, action: &'static str) -> Result<Client> {
     let config = target.config();
     let res = if target.uses_tls() {
         let trust = match &target.sslrootcert {
@@ -49,7 +50,7 @@ pub(super) fn connect(target: &PgTarget, display: &str) -> Result<Client> {
     } else {
         config.connect(postgres::NoTls)
     };
-    res.map_err(|e| pg_error(target, display, "connect to", e))
+    res.map_err(|e| pg_error(target, display, action, e))
 }
 
 impl Conn {

@@ -424,9 +424,7 @@ impl Leasing for PostgresQueue {
         loop {
             let got = {
                 let mut g = self.lock("lock the replay of")?;
-                let conn = g
-                    .as_mut()
-                    .ok_or_else(|| Error::Internal("no connection".into()))?;
+                let conn = Self::conn_of(&mut g)?;
                 conn.client
                     .query_one("SELECT pg_try_advisory_lock(hashtext($1))", &[&key])
                     .map_err(|e| pg_error(&self.target, &self.display, "lock the replay of", e))?
@@ -438,9 +436,7 @@ impl Leasing for PostgresQueue {
             if Instant::now() >= deadline {
                 let holder = {
                     let mut g = self.lock("lock the replay of")?;
-                    let conn = g
-                        .as_mut()
-                        .ok_or_else(|| Error::Internal("no connection".into()))?;
+                    let conn = Self::conn_of(&mut g)?;
                     conn.client
                         .query_opt(
                             "SELECT a.pid, COALESCE(a.client_addr::text, 'local'), a.application_name \
@@ -475,9 +471,7 @@ impl Leasing for PostgresQueue {
     fn unlock_exclusive(&self) -> Result<()> {
         let key = format!("spool replay {}.{}", self.target.schema, self.target.spool);
         let mut g = self.lock("unlock the replay of")?;
-        let conn = g
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no connection".into()))?;
+        let conn = Self::conn_of(&mut g)?;
         conn.client
             .query_one("SELECT pg_advisory_unlock(hashtext($1))", &[&key])
             .map_err(|e| pg_error(&self.target, &self.display, "unlock the replay of", e))?;
@@ -486,9 +480,7 @@ impl Leasing for PostgresQueue {
 
     fn wait_for_enqueue(&self, timeout: Duration) -> Result<bool> {
         let mut g = self.lock("wait for enqueues into")?;
-        let conn = g
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no connection".into()))?;
+        let conn = Self::conn_of(&mut g)?;
         let err = |e| pg_error(&self.target, &self.display, "wait for enqueues into", e);
         {
             let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());

@@ -52,9 +52,7 @@ impl PostgresQueue {
             "push_entries",
         ];
         let mut g = self.lock("vacuum")?;
-        let conn = g
-            .as_mut()
-            .ok_or_else(|| Error::Internal("no connection".into()))?;
+        let conn = Self::conn_of(&mut g)?;
         let schema_q = conn.schema_q().to_string();
         conn.client
             .execute(

@@ -137,7 +137,7 @@ impl PostgresQueue {
     pub fn open(url: &str, opts: &OpenOptions) -> Result<PostgresQueue> {
         let target = PgTarget::parse(url)?;
         let display = target.display();
-        let client = connect(&target, &display)?;
+        let client = connect(&target, &display, "connect to")?;
         let mut conn = Conn::new(client, &target.schema);
         let err = |e| pg_error(&target, &display, "open", e);
         let (found, exists) =
@@ -240,26 +240,17 @@ impl PostgresQueue {
         let lost = g.as_ref().is_none_or(|c| c.client.is_closed());
         if lost {
             *g = None;
-            let client = connect(&self.target, &self.display).map_err(|e| match e {
-                Error::Postgres {
-                    target,
-                    kind,
-                    detail,
-                    retryable,
-                    ..
-                } => Error::Postgres {
-                    target,
-                    action,
-                    kind,
-                    detail,
-                    retryable,
-                },
-                e => e,
-            })?;
+            let client = connect(&self.target, &self.display, action)?;
             *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = false;
             *g = Some(Conn::new(client, &self.target.schema));
         }
         Ok(g)
+    }
+
+    /// The connection that a guard of [`Self::lock`] holds.
+    fn conn_of<'g>(g: &'g mut MutexGuard<'_, Option<Conn>>) -> Result<&'g mut Conn> {
+        g.as_mut()
+            .ok_or_else(|| Error::Internal("no connection".into()))
     }
 
     /// The clock's time for statements (`None`: the server's).
@@ -285,9 +276,7 @@ impl PostgresQueue {
         loop {
             tries += 1;
             let mut g = self.lock(action)?;
-            let conn = g
-                .as_mut()
-                .ok_or_else(|| Error::Internal("no connection".into()))?;
+            let conn = Self::conn_of(&mut g)?;
             let res = (|| {
                 let mut tx = Tx::begin(conn, &self.target, &self.display, action, !write)?;
                 let out = f(&mut tx)?;
