@@ -25,6 +25,7 @@ pub(crate) struct HeldRecord {
 }
 
 /// Held items and records; `rows` held of either kind are written.
+#[derive(Default)]
 pub(crate) struct Held {
     rows: usize,
     items: Vec<(ItemId, NewItem)>,
@@ -37,10 +38,7 @@ impl Held {
     pub fn new(rows: usize) -> Held {
         Held {
             rows,
-            items: Vec::new(),
-            bytes: 0,
-            keys: HashMap::new(),
-            records: Vec::new(),
+            ..Held::default()
         }
     }
 

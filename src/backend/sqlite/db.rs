@@ -387,7 +387,7 @@ impl<'a> Db<'a> {
             "SELECT {} FROM morph_offline_queue WHERE id = ?1",
             self.item_columns()
         );
-        self.one_of(&sql, id, item_from_row)
+        self.first(&sql, [id], item_from_row)
     }
 
     /// Rows of `sql` (ids above `?1`, at most `?2` of them), mapped.
@@ -401,16 +401,6 @@ impl<'a> Db<'a> {
         let after = sql_id(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.rows(sql, [after, limit], map)
-    }
-
-    /// The row of `sql` for id `?1`, mapped, if there is one.
-    pub(super) fn one_of<T>(
-        &self,
-        sql: &str,
-        id: i64,
-        map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Option<T>> {
-        self.first(sql, [id], map)
     }
 
     pub(super) fn delete_pending(&self, id: i64) -> Result<bool> {
@@ -437,14 +427,6 @@ impl<'a> Db<'a> {
                 }
                 Ok(true)
             }
-        }
-    }
-
-    /// Remove delivered item `id` (an acknowledged push): no skip.
-    pub fn remove_acked(&self, id: ItemId) -> Result<bool> {
-        match sql_id(id) {
-            Some(id) => self.delete_pending(id),
-            None => Ok(false),
         }
     }
 

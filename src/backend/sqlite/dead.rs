@@ -78,7 +78,7 @@ impl Db<'_> {
             "SELECT {} FROM spool_dead_letters WHERE id = ?1",
             self.dead_columns()
         );
-        self.one_of(&sql, id, dead_from_row)
+        self.first(&sql, [id], dead_from_row)
     }
 
     /// Number of dead letters.

@@ -256,7 +256,10 @@ impl Db<'_> {
                         if retain.is_some() {
                             self.retain_delivered(id, Evidence::Push(last), now)?;
                         }
-                        self.remove_acked(id)?;
+                        // An acknowledged push: no skip.
+                        if let Some(id) = sql_id(id) {
+                            self.delete_pending(id)?;
+                        }
                         ack.delivered.push(id);
                     }
                 }

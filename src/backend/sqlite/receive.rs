@@ -7,7 +7,7 @@ use super::enqueue::multi_row_sql;
 use crate::backend::held::{Held, HeldRecord};
 use crate::backend::ledger_sql::{self, LedgerSql};
 use crate::backend::policy;
-use crate::backend::sql::{Cached, SqlStore};
+use crate::backend::sql::{clamp, Cached, SqlStore};
 use crate::error::Result;
 use crate::item::{ClientSummary, Enqueued, Item, ItemId, NewItem};
 use crate::push::receiver::{EntryRecord, ReceiveRead, ReceiveTxn};
@@ -85,7 +85,7 @@ impl<'t, 'c> SqliteReceive<'t, 'c> {
         self.write_items()?;
         let r = match self.db.max_depth()? {
             None => None,
-            Some(bound) => Some(signed(bound).saturating_sub(signed(self.db.pending_count()?))),
+            Some(bound) => Some(clamp(bound).saturating_sub(clamp(self.db.pending_count()?))),
         };
         self.room = Some(r);
         Ok(r)
@@ -123,7 +123,7 @@ fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
     for (i, r) in rows.iter().enumerate() {
         let first = i * 5 + 1;
         stmt.raw_bind_parameter(first, r.client.as_str())
-            .and_then(|()| stmt.raw_bind_parameter(first + 1, signed(r.seq)))
+            .and_then(|()| stmt.raw_bind_parameter(first + 1, clamp(r.seq)))
             .and_then(|()| stmt.raw_bind_parameter(first + 2, r.outcome))
             .and_then(|()| stmt.raw_bind_parameter(first + 3, r.digest.as_deref()))
             .and_then(|()| stmt.raw_bind_parameter(first + 4, r.reason.as_deref()))
@@ -131,12 +131,6 @@ fn insert_records(db: &Db<'_>, n: usize, rows: &[HeldRecord]) -> Result<()> {
     }
     stmt.raw_execute().map_err(|e| db.err(e))?;
     Ok(())
-}
-
-/// A count or a sequence number as SQLite's signed integer (neither
-/// comes near `i64::MAX`).
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl ReceiveRead for SqliteReceive<'_, '_> {
@@ -151,7 +145,7 @@ impl ReceiveRead for SqliteReceive<'_, '_> {
             .conn
             .first(
                 "SELECT digest FROM spool_push_entries WHERE client_id = ?1 AND seq = ?2",
-                params![client, signed(seq)],
+                params![client, clamp(seq)],
                 |r| r.get(0),
             )
             .map_err(|e| self.db.err(e))?;
@@ -184,7 +178,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             };
             // As an enqueue: what it replaces goes first, then it must
             // fit under the bound.
-            if room.saturating_add(signed(replaceable)) <= 0 {
+            if room.saturating_add(clamp(replaceable)) <= 0 {
                 return Ok(None);
             }
         }
@@ -193,7 +187,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             None => Vec::new(),
         };
         if let Some(room) = self.room()? {
-            self.room = Some(Some(room + signed(replaced.len() as u64) - 1));
+            self.room = Some(Some(room + clamp(replaced.len() as u64) - 1));
         }
         let next = policy::next_id(match self.next_id {
             Some(n) => n,
@@ -229,7 +223,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
             "INSERT INTO spool_push_clients (client_id, last_seq, updated_at) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (client_id) DO UPDATE \
                  SET last_seq = max(last_seq, excluded.last_seq), updated_at = excluded.updated_at",
-            params![client, signed(seq), self.now.as_millis()],
+            params![client, clamp(seq), self.now.as_millis()],
         )?;
         Ok(())
     }
@@ -237,7 +231,7 @@ impl ReceiveTxn for SqliteReceive<'_, '_> {
     fn prune_rejects(&mut self, client: &str, upto: u64) -> Result<()> {
         self.write_records()?;
         for sql in [PRUNE_REJECTS, FORGET_REASONS] {
-            self.db.run(sql, params![client, signed(upto)])?;
+            self.db.run(sql, params![client, clamp(upto)])?;
         }
         Ok(())
     }
@@ -252,32 +246,35 @@ const LEDGER: LedgerSql = LedgerSql {
     list: "SELECT client_id, last_seq, updated_at FROM spool_push_clients ORDER BY client_id",
 };
 
-fn client_last_seq(db: &Db<'_>, client: &str) -> Result<u64> {
+/// What `read` reads of the push ledger, or `none` in a database
+/// without the push tables.
+fn ledger<T>(
+    db: &Db<'_>,
+    none: T,
+    read: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+) -> Result<T> {
     if !db.layout.has_push() {
-        return Ok(0);
+        return Ok(none);
     }
-    ledger_sql::last_seq(db.conn, &LEDGER, client).map_err(|e| db.err(e))
+    read(db.conn).map_err(|e| db.err(e))
+}
+
+fn client_last_seq(db: &Db<'_>, client: &str) -> Result<u64> {
+    ledger(db, 0, |c| ledger_sql::last_seq(c, &LEDGER, client))
 }
 
 fn client_rejects(db: &Db<'_>, client: &str, after: u64) -> Result<Vec<Rejected>> {
-    if !db.layout.has_push() {
-        return Ok(Vec::new());
-    }
-    ledger_sql::rejects(db.conn, &LEDGER, client, after).map_err(|e| db.err(e))
+    ledger(db, Vec::new(), |c| {
+        ledger_sql::rejects(c, &LEDGER, client, after)
+    })
 }
 
 /// How many clients ever pushed, from one count over the clients table.
 pub(super) fn client_count(db: &Db<'_>) -> Result<u64> {
-    if !db.layout.has_push() {
-        return Ok(0);
-    }
-    ledger_sql::count(db.conn, &LEDGER).map_err(|e| db.err(e))
+    ledger(db, 0, |c| ledger_sql::count(c, &LEDGER))
 }
 
 /// Every client of the receiving spool, by id.
 pub(super) fn clients(db: &Db<'_>) -> Result<Vec<ClientSummary>> {
-    if !db.layout.has_push() {
-        return Ok(Vec::new());
-    }
-    ledger_sql::summaries(db.conn, &LEDGER).map_err(|e| db.err(e))
+    ledger(db, Vec::new(), |c| ledger_sql::summaries(c, &LEDGER))
 }

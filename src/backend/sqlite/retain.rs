@@ -245,7 +245,7 @@ impl Db<'_> {
             return Ok(None);
         }
         let sql = format!("SELECT {DELIVERED_COLUMNS} FROM spool_delivered WHERE id = ?1");
-        self.one_of(&sql, id, delivered_from_row)
+        self.first(&sql, [id], delivered_from_row)
     }
 
     /// Number of retained delivered items (the kept count).

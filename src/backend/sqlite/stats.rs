@@ -124,15 +124,9 @@ impl Db<'_> {
         }
         if self.layout == Layout::Reference {
             // No index to walk: one pass over the table.
-            let mut stmt = self
-                .conn
-                .prepare_cached(HISTOGRAM_BY_GROUPING)
-                .map_err(|e| self.err(e))?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
-                .map_err(|e| self.err(e))?;
-            for row in rows {
-                let (value, n) = row.map_err(|e| self.err(e))?;
+            let rows: Vec<(i64, i64)> =
+                self.rows(HISTOGRAM_BY_GROUPING, [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            for (value, n) in rows {
                 s.add_attempts(value, n.max(0) as u64);
             }
         } else if self.layout.has_push() {
