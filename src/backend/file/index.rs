@@ -43,7 +43,7 @@
 //! another process (or the reference, or a crash between a write and its
 //! index update) left behind, written by a batch, or read during a full
 //! build. Before the index is used it is checked against the files
-//! ([`Index::check`]): a different file (identity), a shorter one, other
+//! ([`Index::check_files`]): a different file (identity), a shorter one, other
 //! bytes before `upto` (fingerprint), an unknown version, a database that
 //! does not open, or an index last written before the machine rebooted
 //! (written with `synchronous=OFF`, it may have lost pages in a power
@@ -590,7 +590,7 @@ impl<'a> FileNow<'a> {
 /// process while `stat` said `stamp` of the file. While `stat` still says
 /// so, nothing wrote the file since (a write changes its modification and
 /// change times, to the file system's timestamp resolution), and
-/// [`Index::check`] takes the fingerprint from
+/// [`Index::check_files`] takes the fingerprint from
 /// here instead of reading the file again: once per call and file, the
 /// largest part of a small call's reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
