@@ -6,7 +6,7 @@
 //!
 //! | file               | what it holds                                        |
 //! |--------------------|------------------------------------------------------|
-//! | `<spool>`          | pending items: `put`/`done` lines (see [`format`])  |
+//! | `<spool>`          | pending items: `put`/`done` lines (see `format.rs`)  |
 //! | `<spool>.dead`     | dead letters, same format, `put` lines with `deadAt` |
 //! | `<spool>.delivered`| retained delivered items (SPEC §9), same format,     |
 //! |                    | `put` lines with `deliveredAt` and `evidence`        |

@@ -281,7 +281,7 @@ pub(crate) fn scan(
     )
 }
 
-/// [`scan`] with another line parser: `parse` judges each non-blank line
+/// A scan (`scan`, in tests) with another line parser: `parse` judges each non-blank line
 /// (an error is damage, as for [`parse_line`]), and `apply` gets what it
 /// returned with the line's byte offset and the length of its content
 /// (without the line ending).

@@ -1,5 +1,5 @@
 //! The receiving side of push (SPEC §7) in PostgreSQL: [`ReceiveTxn`]
-//! inside the one transaction that [`super::PostgresQueue::receive`]
+//! inside the one transaction that [`Queue::receive`](crate::Queue::receive)
 //! opens, with the spool row locked, so that concurrent `spool serve`
 //! processes on one spool apply each client's entries once.
 

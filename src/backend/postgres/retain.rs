@@ -97,7 +97,7 @@ const OWNER: &str = "SELECT id FROM {s}.delivered \
        AND delivered_at > COALESCE($3::int8, {now}) - $4::int8 \
      ORDER BY delivered_at DESC, id DESC LIMIT 1";
 
-/// The columns [`delivered_from_row`] reads: those of [`item_from_row`]
+/// The columns [`PostgresQueue::delivered_from_row`](super::PostgresQueue::delivered_from_row) reads: those of [`item_from_row`]
 /// (what a delivered row does not keep reads as not held, not waiting,
 /// not in flight), then `delivered_at` and `evidence`.
 macro_rules! delivered_select {

@@ -1,5 +1,5 @@
 //! The receiving side of push (SPEC §7) in SQL: [`ReceiveTxn`] inside the
-//! one write transaction that [`super::SqliteQueue::receive`] opens, on
+//! one write transaction that [`Queue::receive`](crate::Queue::receive) opens, on
 //! the tables of `migrations/0002_push.sql`.
 
 use super::db::Db;

@@ -98,7 +98,7 @@ impl Index {
 /// them), in two steps. [`Carry::start`] needs nothing of the compaction
 /// and runs beside it: every pending row gets its line's offset in the
 /// new file (the live lines lie there one after the other in id order,
-/// see [`super::compact::Layout`]). [`Carry::finish`] then drops the
+/// see [`crate::backend::file::compact::Layout`]). [`Carry::finish`] then drops the
 /// dead-letter, delivered and file rows, for the caller to add for the
 /// new files before [`Index::finish_carry`], and fails when the copy
 /// does not hold exactly the live items the compaction kept. Everything

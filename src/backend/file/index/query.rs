@@ -289,7 +289,7 @@ impl Index {
     /// Up to `limit` delivered records delivered at or before `cutoff`
     /// (Unix ms; `None`: every record), each with whether the main file
     /// still holds a live `put` line for it: the late ones (see
-    /// [`Applier`]'s `late`) oldest first, then the others from the
+    /// [`super::Applier`]'s `late`) oldest first, then the others from the
     /// lowest id up, to the first one still inside its window (their
     /// delivery times never decrease with the id). The walk starts after
     /// `state.prune_after` (every record up to it is late or gone) and
