@@ -161,6 +161,16 @@ impl FileQueue {
             return;
         }
         let r = (|| {
+            let mut spans = Vec::with_capacity(entries.len());
+            let mut pos = 0;
+            for nl in memchr::memchr_iter(b'\n', written) {
+                spans.push((start + pos as u64, nl - pos));
+                pos = nl + 1;
+            }
+            if spans.len() != entries.len() || pos != written.len() {
+                // Left to the catch-up, which reads them back.
+                return Ok(());
+            }
             let ix = inner.index()?;
             let t = inner.tracked(which).ok_or_else(no_handle)?;
             let before = ix.file_row(which)?;
@@ -176,16 +186,6 @@ impl FileQueue {
             else {
                 return Ok(());
             };
-            let mut spans = Vec::with_capacity(entries.len());
-            let mut pos = 0;
-            for nl in memchr::memchr_iter(b'\n', written) {
-                spans.push((start + pos as u64, nl - pos));
-                pos = nl + 1;
-            }
-            if spans.len() != entries.len() || pos != written.len() {
-                // Left to the catch-up, which reads them back.
-                return Ok(());
-            }
             let mut ap = ix.applier()?;
             for (e, (off, len)) in entries.into_iter().zip(spans) {
                 #[cfg(debug_assertions)]
