@@ -272,6 +272,12 @@ fn one_shot_writes_leave_a_damaged_reference_spool_as_it_was() {
         assert_eq!(env.files(), ["ref.ndjson"], "after {args:?}");
         assert_eq!(std::fs::read(&env.path).unwrap(), bytes, "after {args:?}");
     }
+    // With no ids to act on, the spool is still checked: the damage is
+    // reported, not passed over with a success.
+    for cmd in ["done", "hold", "release"] {
+        assert_error(env.run(&[cmd, "-"]), 65, &env.path);
+        assert_eq!(std::fs::read(&env.path).unwrap(), bytes, "after {cmd} -");
+    }
 }
 
 // ---------------------------------------------------------- checkpoint

@@ -86,10 +86,11 @@ pub struct OpenOptions {
     pub busy_timeout: Duration,
     /// NDJSON: open without reading the files; the first operation reads
     /// them (and reports damage then). The meta file of a spool that has
-    /// none yet (a reference writer's) is written by the first write, after
-    /// that checked the files, so that a damaged spool is left as it was. [`crate::FileQueue::compact`]
-    /// streams the files itself, so a spool opened only to be compacted
-    /// never needs its whole image in memory. SQLite ignores it.
+    /// none yet (a reference writer's) is written by the first write,
+    /// after that checked the files, so that a damaged spool is left as it
+    /// was. [`crate::FileQueue::compact`] streams the files itself, so a
+    /// spool opened only to be compacted never needs its whole image in
+    /// memory. SQLite ignores it.
     pub defer_load: bool,
     /// Create the spool even on a network file system (NFS, SMB/CIFS,
     /// …), which is otherwise refused with

@@ -40,7 +40,7 @@ pub fn run(args: AttemptsArgs, ctx: &mut Ctx) -> Result<(), CliError> {
         Some(_) => (OpenMode::ReadWrite, "set attempts in"),
         None => (OpenMode::ReadOnly, "read attempts in"),
     };
-    let spool = ctx.open_for_one(mode, action)?;
+    let spool = ctx.open_for_one(mode, action, false)?;
     let r = attempts(
         &*spool,
         &AttemptsOptions {

@@ -42,7 +42,7 @@ pub struct DoneArgs {
 pub fn run(args: DoneArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "mark items done in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION, ids.is_empty())?;
     let report = done(
         &*spool,
         &DoneOptions {

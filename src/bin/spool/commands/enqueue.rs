@@ -184,11 +184,7 @@ pub fn run(args: EnqueueArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     };
     // An empty batch runs no operation: the open checks the spool then (an
     // NDJSON spool's index is built or caught up, torn tails are cut).
-    let spool = if items.is_empty() {
-        ctx.open(OpenMode::Create, ACTION)?
-    } else {
-        ctx.open_for_one(OpenMode::Create, ACTION)?
-    };
+    let spool = ctx.open_for_one(OpenMode::Create, ACTION, items.is_empty())?;
     ctx.detail(&format!("enqueueing {} item(s) in one commit", items.len()));
     let req = EnqueueRequest {
         items,

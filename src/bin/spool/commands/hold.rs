@@ -28,7 +28,7 @@ pub struct HoldArgs {
 pub fn run(args: HoldArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "hold items in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION, ids.is_empty())?;
     let report =
         hold(&*spool, &HoldOptions { ids }).map_err(|e| ctx.fail_noting(&spool, ACTION, e))?;
     ctx.notices(&spool);

@@ -195,8 +195,18 @@ impl Ctx {
     /// [`Ctx::open`] for a command that runs one operation and then tells
     /// the backend's notices ([`Ctx::notices`]; when it fails,
     /// [`Ctx::fail_noting`]): the operation checks an NDJSON spool (and
-    /// mends what it can), so the open does not do it first.
-    pub fn open_for_one(&self, mode: OpenMode, action: &str) -> Result<Spool, CliError> {
+    /// mends what it can), so the open does not do it first. With
+    /// `nothing` to do (no ids, no items) the operation reads nothing, and
+    /// the open checks the spool as [`Ctx::open`] does.
+    pub fn open_for_one(
+        &self,
+        mode: OpenMode,
+        action: &str,
+        nothing: bool,
+    ) -> Result<Spool, CliError> {
+        if nothing {
+            return self.open(mode, action);
+        }
         self.open_keeping_notices(mode, action, OpenOptions::default().busy_timeout, true)
     }
 

@@ -27,7 +27,7 @@ pub struct ReleaseArgs {
 pub fn run(args: ReleaseArgs, ctx: &mut Ctx) -> Result<(), CliError> {
     const ACTION: &str = "release items in";
     let ids = ctx.resolve_ids(&args.ids, ACTION)?;
-    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION)?;
+    let spool = ctx.open_for_one(OpenMode::ReadWrite, ACTION, ids.is_empty())?;
     let report = release(&*spool, &ReleaseOptions { ids })
         .map_err(|e| ctx.fail_noting(&spool, ACTION, e))?;
     ctx.notices(&spool);
